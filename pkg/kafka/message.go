@@ -1,0 +1,97 @@
+package kafka
+
+import (
+	"unsafe"
+
+	"github.com/IBM/sarama"
+
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// inlineHeaders is how many headers fit in a message without a separate
+// allocation; outbox records usually carry a handful.
+const inlineHeaders = 4
+
+// message is everything sarama needs for one record, in one allocation:
+// the ProducerMessage, our reference (its Metadata points back here), the
+// key and value encoders and the first few headers.
+type message struct {
+	pm      sarama.ProducerMessage
+	ref     uint64
+	bytes   int // key, value and header bytes, reported back in the Ack
+	eventID []byte
+	key     bytesEncoder
+	value   bytesEncoder
+	headers [inlineHeaders]sarama.RecordHeader
+}
+
+// bytesEncoder is sarama.ByteEncoder with a pointer receiver: a pointer into
+// message fits an interface without allocating, a slice header does not.
+type bytesEncoder []byte
+
+func (b *bytesEncoder) Encode() ([]byte, error) { return *b, nil }
+func (b *bytesEncoder) Length() int             { return len(*b) }
+
+// emptyBytes is a non-nil empty slice: Kafka header keys are non-null strings.
+var emptyBytes = []byte{}
+
+// newMessage builds the sarama message for rec. It copies rec's fields, not
+// the bytes they point to: Key, Value, EventID and header values alias the
+// caller's memory, which the caller keeps alive and unchanged until the ack.
+func newMessage(rec *router.Record, ref uint64) *message {
+	m := &message{ref: ref, eventID: rec.EventID, bytes: len(rec.Key) + len(rec.Value)}
+	pm := &m.pm
+	pm.Topic = rec.Topic
+	pm.Timestamp = rec.Timestamp
+	pm.Metadata = m
+	// -1 asks the partitioner to hash the key; see partitioner.
+	pm.Partition = -1
+	if rec.Partition >= 0 {
+		pm.Partition = rec.Partition
+	}
+	if rec.Key != nil {
+		m.key = rec.Key
+		pm.Key = &m.key
+	}
+	if rec.Value != nil { // nil stays nil: a tombstone
+		m.value = rec.Value
+		pm.Value = &m.value
+	}
+	if n := len(rec.Headers); n > 0 {
+		hs := m.headers[:0]
+		if n > inlineHeaders {
+			hs = make([]sarama.RecordHeader, 0, n)
+		}
+		for _, h := range rec.Headers {
+			hs = append(hs, sarama.RecordHeader{Key: stringBytes(h.Key), Value: h.Value})
+			m.bytes += len(h.Key) + len(h.Value)
+		}
+		pm.Headers = hs
+	}
+	return m
+}
+
+// stringBytes returns the bytes of s without copying them. sarama only reads
+// header keys (to size and encode them), never writes them, so sharing the
+// immutable string's memory is safe and saves an allocation per header.
+func stringBytes(s string) []byte {
+	if s == "" {
+		return emptyBytes
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// ack builds the Ack for a message sarama returned, with err nil on success.
+func ack(pm *sarama.ProducerMessage, err error) Ack {
+	a := Ack{Topic: pm.Topic, Partition: pm.Partition, Offset: pm.Offset}
+	if m, ok := pm.Metadata.(*message); ok {
+		a.Ref = m.ref
+		a.EventID = m.eventID
+		a.Bytes = m.bytes
+	}
+	if err != nil {
+		a.Offset = -1
+		a.Err = &ProduceError{Topic: pm.Topic, Partition: pm.Partition, Err: err}
+	}
+	return a
+}

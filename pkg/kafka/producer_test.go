@@ -1,0 +1,485 @@
+package kafka
+
+// The tests in this file run the producer against kfake, franz-go's fake
+// Kafka cluster, over TCP. kfake is used because a real broker cannot
+// produce these faults on demand: a produce request answered with a chosen
+// error code, a lost acknowledgement, a topic that never appears. The
+// happy path against a real Kafka is in integration_test.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// newCluster starts a one-broker kfake cluster with the given topics and
+// partition counts.
+func newCluster(t *testing.T, topics map[string]int32, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)
+	for name, n := range topics {
+		opts = append(opts, kfake.SeedTopics(n, name))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// testConfig gives up quickly: the fault tests want the error, not the ride.
+func testConfig(brokers []string) Config {
+	return Config{
+		Brokers:          brokers,
+		RetryMax:         3,
+		RetryBackoff:     10 * time.Millisecond,
+		RetryBackoffMax:  50 * time.Millisecond,
+		MetadataRetryMax: 2,
+		DialTimeout:      2 * time.Second,
+		AckBuffer:        1024,
+	}
+}
+
+func newTestProducer(t *testing.T, cfg Config) *Producer {
+	t.Helper()
+	p, err := New(cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+// waitAcks reads n acks or fails the test after timeout.
+func waitAcks(t *testing.T, p *Producer, n int, timeout time.Duration) []Ack {
+	t.Helper()
+	deadline := time.After(timeout)
+	acks := make([]Ack, 0, n)
+	for len(acks) < n {
+		select {
+		case a, ok := <-p.Acks():
+			if !ok {
+				t.Fatalf("Acks closed after %d of %d acks", len(acks), n)
+			}
+			acks = append(acks, a)
+		case <-deadline:
+			t.Fatalf("got %d of %d acks within %v", len(acks), n, timeout)
+		}
+	}
+	return acks
+}
+
+func keyed(topic, key, value string) *router.Record {
+	return &router.Record{Topic: topic, Key: []byte(key), Value: []byte(value), Partition: -1,
+		EventID: []byte("ev-" + value)}
+}
+
+func TestSuccessfulAcksCarryRefTopicPartitionAndOffset(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 3})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	const n = 200
+	rec := &router.Record{}
+	for i := range n {
+		// One Record reused for every Send, as the relay does.
+		*rec = *keyed("orders", fmt.Sprintf("k%d", i%7), fmt.Sprint(i))
+		p.Send(rec, uint64(1000+i))
+	}
+	acks := waitAcks(t, p, n, 10*time.Second)
+
+	seen := map[uint64]bool{}
+	nextOffset := map[int32]int64{}
+	keyPartition := map[string]int32{}
+	byRef := map[uint64]Ack{}
+	for _, a := range acks {
+		if a.Err != nil {
+			t.Fatalf("ack %d: %v", a.Ref, a.Err)
+		}
+		if seen[a.Ref] {
+			t.Fatalf("ref %d acked twice", a.Ref)
+		}
+		seen[a.Ref] = true
+		byRef[a.Ref] = a
+	}
+	for i := range n {
+		a, ok := byRef[uint64(1000+i)]
+		if !ok {
+			t.Fatalf("no ack for ref %d", 1000+i)
+		}
+		if a.Topic != "orders" {
+			t.Errorf("ref %d: topic %q", a.Ref, a.Topic)
+		}
+		if string(a.EventID) != fmt.Sprint("ev-", i) {
+			t.Errorf("ref %d: event ID %q", a.Ref, a.EventID)
+		}
+		if a.Partition < 0 || a.Partition >= 3 {
+			t.Fatalf("ref %d: partition %d", a.Ref, a.Partition)
+		}
+		// In send order, each partition's offsets count up from 0.
+		if a.Offset != nextOffset[a.Partition] {
+			t.Errorf("ref %d: offset %d on partition %d, want %d", a.Ref, a.Offset, a.Partition, nextOffset[a.Partition])
+		}
+		nextOffset[a.Partition] = a.Offset + 1
+		key := fmt.Sprintf("k%d", i%7)
+		if prev, ok := keyPartition[key]; ok && prev != a.Partition {
+			t.Errorf("key %s on partitions %d and %d", key, prev, a.Partition)
+		}
+		keyPartition[key] = a.Partition
+	}
+}
+
+func TestExplicitPartitionIsHonoured(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 6})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	for i := range 30 {
+		rec := keyed("orders", fmt.Sprintf("key-%d", i), "v")
+		rec.Partition = int32(i % 2 * 5) // 0 or 5, whatever the key hashes to
+		p.Send(rec, uint64(i))
+	}
+	// No key, explicit partition.
+	p.Send(&router.Record{Topic: "orders", Value: []byte("v"), Partition: 4}, 100)
+	for _, a := range waitAcks(t, p, 31, 10*time.Second) {
+		if a.Err != nil {
+			t.Fatalf("ack %d: %v", a.Ref, a.Err)
+		}
+		want := int32(a.Ref % 2 * 5)
+		if a.Ref == 100 {
+			want = 4
+		}
+		if a.Partition != want {
+			t.Errorf("ref %d: partition %d, want %d", a.Ref, a.Partition, want)
+		}
+	}
+}
+
+func TestPartitionBeyondTopicFailsWithErrorAck(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 3})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	rec := keyed("orders", "k", "v")
+	rec.Partition = 3
+	p.Send(rec, 7)
+	a := waitAcks(t, p, 1, 10*time.Second)[0]
+	if a.Ref != 7 || a.Err == nil {
+		t.Fatalf("ack = %+v, want an error for ref 7", a)
+	}
+	if !errors.Is(a.Err, sarama.ErrInvalidPartition) {
+		t.Errorf("error %v does not wrap sarama.ErrInvalidPartition", a.Err)
+	}
+}
+
+func TestKeyedRecordsLandOnJavaMurmur2Partitions(t *testing.T) {
+	vs := loadVectors(t)
+	topics := map[string]int32{}
+	for _, n := range vs.PartitionCounts {
+		topics[fmt.Sprintf("t%d", n)] = n
+	}
+	c := newCluster(t, topics)
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	type want struct {
+		key       []byte
+		partition int32
+	}
+	wants := map[uint64]want{}
+	ref := uint64(0)
+	for _, v := range vs.Vectors {
+		for i, n := range vs.PartitionCounts {
+			k := v.key(t)
+			p.Send(&router.Record{Topic: fmt.Sprintf("t%d", n), Key: k, Value: []byte("v"), Partition: -1}, ref)
+			wants[ref] = want{k, v.Partitions[i]}
+			ref++
+		}
+	}
+	for _, a := range waitAcks(t, p, len(wants), 20*time.Second) {
+		if a.Err != nil {
+			t.Fatalf("ack %d: %v", a.Ref, a.Err)
+		}
+		if w := wants[a.Ref]; a.Partition != w.partition {
+			t.Errorf("key %x on %s: partition %d, Java picks %d", w.key, a.Topic, a.Partition, w.partition)
+		}
+	}
+}
+
+func TestRecordOverMaxMessageBytesFailsWithErrorAck(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 1})
+	cfg := testConfig(c.ListenAddrs())
+	cfg.MaxMessageBytes = 1024
+	p := newTestProducer(t, cfg)
+
+	p.Send(keyed("orders", "k", strings.Repeat("x", 2000)), 1)
+	a := waitAcks(t, p, 1, 10*time.Second)[0]
+	if a.Ref != 1 || a.Err == nil || a.Offset != -1 {
+		t.Fatalf("ack = %+v, want an error for ref 1", a)
+	}
+	var pe *ProduceError
+	if !errors.As(a.Err, &pe) || pe.Topic != "orders" {
+		t.Errorf("error %v is not a *ProduceError for topic orders", a.Err)
+	}
+	var ce sarama.ConfigurationError
+	if !errors.As(a.Err, &ce) || !strings.Contains(a.Err.Error(), "MaxMessageBytes") {
+		t.Errorf("error %v does not name MaxMessageBytes", a.Err)
+	}
+}
+
+func TestUnknownTopicFailsWithErrorAck(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 1})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	p.Send(keyed("no-such-topic", "k", "v"), 42)
+	a := waitAcks(t, p, 1, 20*time.Second)[0]
+	if a.Ref != 42 || a.Err == nil {
+		t.Fatalf("ack = %+v, want an error for ref 42", a)
+	}
+	if !errors.Is(a.Err, sarama.ErrUnknownTopicOrPartition) {
+		t.Errorf("error %v does not wrap sarama.ErrUnknownTopicOrPartition", a.Err)
+	}
+	if _, err := p.Partitions("no-such-topic"); !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		t.Errorf("Partitions(no-such-topic) error = %v", err)
+	}
+}
+
+// failNextProduce makes the cluster answer the next produce request with
+// code for every partition in it, without appending anything.
+func failNextProduce(c *kfake.Cluster, code int16) {
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+func TestFatalProduceErrorFailsWithErrorAck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code *kerr.Error
+		want error
+	}{
+		{"INVALID_TOPIC_EXCEPTION", kerr.InvalidTopicException, sarama.ErrInvalidTopic},
+		{"RECORD_LIST_TOO_LARGE", kerr.RecordListTooLarge, sarama.ErrMessageSetSizeTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, map[string]int32{"orders": 1})
+			p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+			failNextProduce(c, tc.code.Code)
+			p.Send(keyed("orders", "k", "first"), 1)
+			a := waitAcks(t, p, 1, 10*time.Second)[0]
+			t.Logf("error ack: %v", a.Err)
+			if a.Ref != 1 || !errors.Is(a.Err, tc.want) {
+				t.Fatalf("ack = %+v, want ref 1 failing with %v", a, tc.want)
+			}
+
+			// Why an error must stop the relay: sarama carries on, and the
+			// next record on the same partition is acked after the gap.
+			p.Send(keyed("orders", "k", "second"), 2)
+			a = waitAcks(t, p, 1, 10*time.Second)[0]
+			if a.Ref != 2 || a.Err != nil || a.Partition != 0 {
+				t.Fatalf("ack = %+v, want ref 2 acked on partition 0", a)
+			}
+		})
+	}
+}
+
+func TestRetriableProduceErrorIsRetriedAndAckedOnce(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 1})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.NotLeaderForPartition})
+	p.Send(keyed("orders", "k", "v"), 5)
+	a := waitAcks(t, p, 1, 10*time.Second)[0]
+	if a.Ref != 5 || a.Err != nil || a.Offset != 0 {
+		t.Fatalf("ack = %+v, want ref 5 acked at offset 0", a)
+	}
+	if f.Hits() != 1 {
+		t.Errorf("fault hit %d times, want 1", f.Hits())
+	}
+	select {
+	case extra := <-p.Acks():
+		t.Fatalf("second ack %+v", extra)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestLostAckIsRetriedWithoutDuplicate(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 1})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	// kfake appends the batch, then answers REQUEST_TIMED_OUT: the ack is
+	// lost, sarama retries, and idempotence must keep the log at one copy.
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.RequestTimedOut})
+	p.Send(keyed("orders", "k", "v"), 9)
+	a := waitAcks(t, p, 1, 10*time.Second)[0]
+	if a.Ref != 9 || a.Err != nil || a.Offset != 0 {
+		t.Fatalf("ack = %+v, want ref 9 acked at offset 0", a)
+	}
+	p.Send(keyed("orders", "k", "w"), 10)
+	if a := waitAcks(t, p, 1, 10*time.Second)[0]; a.Err != nil || a.Offset != 1 {
+		t.Fatalf("ack = %+v, want ref 10 at offset 1 (one copy of ref 9 before it)", a)
+	}
+	if got := consume(t, c.ListenAddrs(), "orders", 2); len(got) != 2 {
+		t.Fatalf("log has %d records, want 2", len(got))
+	}
+}
+
+func TestCloseDeliversOutstandingAcksThenClosesChannel(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 3})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	const n = 500
+	for i := range n {
+		p.Send(keyed("orders", fmt.Sprint(i), "v"), uint64(i))
+	}
+	// Close without reading Acks first: the acks wait in the buffer.
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	got := map[uint64]bool{}
+	for a := range p.Acks() { // ends only if Close closed the channel
+		if a.Err != nil {
+			t.Fatalf("ack %d: %v", a.Ref, a.Err)
+		}
+		got[a.Ref] = true
+	}
+	if len(got) != n {
+		t.Fatalf("%d acks after Close, want %d", len(got), n)
+	}
+	if err := p.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close = %v, want ErrClosed", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Send after Close did not panic")
+		}
+	}()
+	p.Send(keyed("orders", "k", "v"), 1)
+}
+
+func TestRecordFieldsReachKafka(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 1})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+
+	ts := time.Date(2026, 11, 3, 12, 30, 45, 123_000_000, time.UTC)
+	headers := []router.Header{{Key: "id", Value: []byte("e1")}, {Key: "type", Value: []byte("OrderCreated")},
+		{Key: "null", Value: nil}, {Key: "", Value: []byte("empty key")}, {Key: "fifth", Value: []byte("5")}}
+	p.Send(&router.Record{Topic: "orders", Key: []byte("k1"), Value: []byte(`{"a":1}`),
+		Headers: headers, Partition: -1, Timestamp: ts}, 1)
+	p.Send(&router.Record{Topic: "orders", Key: []byte("k1"), Value: nil, Partition: -1, Timestamp: ts}, 2) // tombstone
+	p.Send(&router.Record{Topic: "orders", Key: nil, Value: []byte{}, Partition: -1, Timestamp: ts}, 3)     // no key, empty value
+	for _, a := range waitAcks(t, p, 3, 10*time.Second) {
+		if a.Err != nil {
+			t.Fatalf("ack %d: %v", a.Ref, a.Err)
+		}
+	}
+
+	recs := consume(t, c.ListenAddrs(), "orders", 3)
+	r := recs[0]
+	if string(r.Key) != "k1" || string(r.Value) != `{"a":1}` || !r.Timestamp.Equal(ts) {
+		t.Errorf("record 0 = key %q value %q ts %v", r.Key, r.Value, r.Timestamp)
+	}
+	if len(r.Headers) != len(headers) {
+		t.Fatalf("record 0 has %d headers, want %d", len(r.Headers), len(headers))
+	}
+	for i, h := range r.Headers {
+		if h.Key != headers[i].Key || string(h.Value) != string(headers[i].Value) || (h.Value == nil) != (headers[i].Value == nil) {
+			t.Errorf("header %d = %q:%q, want %q:%q", i, h.Key, h.Value, headers[i].Key, headers[i].Value)
+		}
+	}
+	if recs[1].Value != nil || string(recs[1].Key) != "k1" {
+		t.Errorf("record 1 = key %q value %q, want a tombstone for k1", recs[1].Key, recs[1].Value)
+	}
+	if recs[2].Key != nil || recs[2].Value == nil || len(recs[2].Value) != 0 {
+		t.Errorf("record 2 = key %q value %#v, want no key and an empty value", recs[2].Key, recs[2].Value)
+	}
+}
+
+// consume reads n records of topic from the start with franz-go, a client
+// independent of the one under test.
+func consume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	deadline := time.Now().Add(10 * time.Second)
+	for len(recs) < n && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+	}
+	if len(recs) < n {
+		t.Fatalf("consumed %d of %d records from %s", len(recs), n, topic)
+	}
+	return recs
+}
+
+func TestNewFailsNamingUnreachableBrokers(t *testing.T) {
+	// A port that was just free: nothing listens there.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	start := time.Now()
+	_, err = New(testConfig([]string{addr}), nil)
+	if err == nil {
+		t.Fatal("New succeeded without a cluster")
+	}
+	if !strings.Contains(err.Error(), addr) {
+		t.Errorf("error %q does not name the broker %s", err, addr)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("New took %v to fail", d)
+	}
+}
+
+func TestPartitionsListsTopicPartitions(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 6})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+	parts, err := p.Partitions("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(parts) != "[0 1 2 3 4 5]" {
+		t.Errorf("Partitions = %v", parts)
+	}
+	if p.AckBuffer() != 1024 {
+		t.Errorf("AckBuffer = %d", p.AckBuffer())
+	}
+}

@@ -1,0 +1,339 @@
+package router
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Options configures a Router. The YAML keys are Debezium's EventRouter
+// option names, so a Kafka Connect configuration carries over unchanged;
+// the package documentation describes each option.
+//
+// Start from DefaultOptions and overwrite what is configured (for example
+// by unmarshalling YAML into the result, or with Set for the string map of
+// a Kafka Connect connector); a zero Options is not valid.
+type Options struct {
+	EventIDField        string `yaml:"table.field.event.id"`
+	EventKeyField       string `yaml:"table.field.event.key"`
+	EventTypeField      string `yaml:"table.field.event.type"`
+	EventPayloadField   string `yaml:"table.field.event.payload"`
+	EventTimestampField string `yaml:"table.field.event.timestamp"`
+
+	// AdditionalPlacement is Debezium's comma-separated list of
+	// column:placement[:alias] entries.
+	AdditionalPlacement string `yaml:"table.fields.additional.placement"`
+	// AdditionalMissing is "error" or "ignore".
+	AdditionalMissing string `yaml:"table.field.additional.missing"`
+	// AdditionalErrorOnMissing is the older boolean form of
+	// AdditionalMissing; nil when not given. false means "ignore".
+	AdditionalErrorOnMissing *bool `yaml:"table.fields.additional.error.on.missing"`
+
+	// OpInvalidBehavior is "warn", "error" or "fatal".
+	OpInvalidBehavior string `yaml:"table.op.invalid.behavior"`
+
+	// ExpandJSONPayload is accepted for compatibility; true is not supported
+	// yet and Validate rejects it.
+	ExpandJSONPayload bool `yaml:"table.expand.json.payload"`
+	// JSONPayloadNullBehavior is "ignore" or "optional_bytes"; it only
+	// matters with ExpandJSONPayload.
+	JSONPayloadNullBehavior string `yaml:"table.json.payload.null.behavior"`
+
+	RouteByField          string `yaml:"route.by.field"`
+	RouteTopicRegex       string `yaml:"route.topic.regex"`
+	RouteTopicReplacement string `yaml:"route.topic.replacement"`
+
+	RouteTombstoneOnEmptyPayload bool `yaml:"route.tombstone.on.empty.payload"`
+}
+
+// Option names, as Debezium spells them.
+const (
+	optEventID             = "table.field.event.id"
+	optEventKey            = "table.field.event.key"
+	optEventType           = "table.field.event.type"
+	optEventPayload        = "table.field.event.payload"
+	optEventTimestamp      = "table.field.event.timestamp"
+	optAdditionalPlacement = "table.fields.additional.placement"
+	optAdditionalMissing   = "table.field.additional.missing"
+	optErrorOnMissing      = "table.fields.additional.error.on.missing"
+	optOpInvalidBehavior   = "table.op.invalid.behavior"
+	optExpandJSONPayload   = "table.expand.json.payload"
+	optJSONNullBehavior    = "table.json.payload.null.behavior"
+	optRouteByField        = "route.by.field"
+	optRouteTopicRegex     = "route.topic.regex"
+	optRouteReplacement    = "route.topic.replacement"
+	optTombstoneOnEmpty    = "route.tombstone.on.empty.payload"
+)
+
+// DefaultOptions returns Debezium's defaults.
+func DefaultOptions() Options {
+	return Options{
+		EventIDField:            "id",
+		EventKeyField:           "aggregateid",
+		EventTypeField:          "type",
+		EventPayloadField:       "payload",
+		AdditionalMissing:       "error",
+		OpInvalidBehavior:       "warn",
+		JSONPayloadNullBehavior: "ignore",
+		RouteByField:            "aggregatetype",
+		RouteTopicRegex:         "(?<routedByValue>.*)",
+		RouteTopicReplacement:   "outbox.event.${routedByValue}",
+	}
+}
+
+// Set assigns one option from its Debezium name and string value, as found
+// in a Kafka Connect connector configuration (transforms.<name>.<option>).
+// Booleans are "true" or "false" in any case, as Kafka Connect reads them.
+// An unknown name gives an *OptionError wrapping ErrUnsupportedOption; Set
+// does not validate values otherwise (Validate does).
+func (o *Options) Set(name, value string) error {
+	switch name {
+	case optEventID:
+		o.EventIDField = value
+	case optEventKey:
+		o.EventKeyField = value
+	case optEventType:
+		o.EventTypeField = value
+	case optEventPayload:
+		o.EventPayloadField = value
+	case optEventTimestamp:
+		o.EventTimestampField = value
+	case optAdditionalPlacement:
+		o.AdditionalPlacement = value
+	case optAdditionalMissing:
+		o.AdditionalMissing = value
+	case optErrorOnMissing:
+		b, err := parseBool(name, value)
+		if err != nil {
+			return err
+		}
+		o.AdditionalErrorOnMissing = &b
+	case optOpInvalidBehavior:
+		o.OpInvalidBehavior = value
+	case optExpandJSONPayload:
+		b, err := parseBool(name, value)
+		if err != nil {
+			return err
+		}
+		o.ExpandJSONPayload = b
+	case optJSONNullBehavior:
+		o.JSONPayloadNullBehavior = value
+	case optRouteByField:
+		o.RouteByField = value
+	case optRouteTopicRegex:
+		o.RouteTopicRegex = value
+	case optRouteReplacement:
+		o.RouteTopicReplacement = value
+	case optTombstoneOnEmpty:
+		b, err := parseBool(name, value)
+		if err != nil {
+			return err
+		}
+		o.RouteTombstoneOnEmptyPayload = b
+	default:
+		return &OptionError{Option: name, Value: value, Reason: "unknown or unsupported outbox router option", Err: ErrUnsupportedOption}
+	}
+	return nil
+}
+
+func parseBool(name, value string) (bool, error) {
+	switch v := strings.TrimSpace(value); {
+	case strings.EqualFold(v, "true"):
+		return true, nil
+	case strings.EqualFold(v, "false"):
+		return false, nil
+	}
+	return false, &OptionError{Option: name, Value: value, Reason: "must be true or false", Err: ErrInvalidOption}
+}
+
+// Validate reports every invalid option, each as an *OptionError naming the
+// option, joined with errors.Join. New calls it.
+func (o Options) Validate() error {
+	_, err := compile(o)
+	return err
+}
+
+// placement is where an additional field goes.
+type placement uint8
+
+const (
+	placeHeader placement = iota + 1
+	placeEnvelope
+	placePartition
+)
+
+// additionalField is one entry of table.fields.additional.placement.
+type additionalField struct {
+	column string
+	place  placement
+	name   string // the alias, or the column name when none was given
+
+	// jsonKey is name as a JSON object key with its colon, for envelopes.
+	jsonKey string
+}
+
+// parsePlacements parses Debezium's "column:placement[:alias],..." list.
+// Entries are trimmed; empty entries are skipped (Debezium splits the same
+// way); an empty alias means none, as Java's String.split drops a trailing
+// empty part.
+func parsePlacements(s string) ([]additionalField, error) {
+	var out []additionalField
+	bad := func(reason string) error {
+		return &OptionError{Option: optAdditionalPlacement, Value: s, Reason: reason, Err: ErrInvalidOption}
+	}
+	for entry := range strings.SplitSeq(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		parts := strings.Split(entry, ":")
+		for i := range parts {
+			parts[i] = strings.TrimSpace(parts[i])
+		}
+		if len(parts) == 3 && parts[2] == "" {
+			parts = parts[:2]
+		}
+		if len(parts) < 2 || len(parts) > 3 {
+			return nil, bad(strconv.Quote(entry) + " is not column:placement[:alias]")
+		}
+		f := additionalField{column: parts[0], name: parts[0]}
+		if f.column == "" {
+			return nil, bad(strconv.Quote(entry) + " has an empty column name")
+		}
+		switch strings.ToLower(parts[1]) {
+		case "header":
+			f.place = placeHeader
+		case "envelope":
+			f.place = placeEnvelope
+		case "partition":
+			f.place = placePartition
+		default:
+			return nil, bad(strconv.Quote(entry) + ": placement " + strconv.Quote(parts[1]) + " is not header, envelope or partition")
+		}
+		if len(parts) == 3 {
+			f.name = parts[2]
+		}
+		f.jsonKey = string(appendJSONString(nil, []byte(f.name))) + ":"
+		out = append(out, f)
+	}
+	var partitions int
+	envelopeNames := map[string]bool{"payload": true}
+	for _, f := range out {
+		switch f.place {
+		case placePartition:
+			partitions++
+			if partitions > 1 {
+				return nil, bad("more than one column has placement partition")
+			}
+		case placeEnvelope:
+			if envelopeNames[f.name] {
+				return nil, bad("envelope field " + strconv.Quote(f.name) + " is used twice (\"payload\" is the payload's own field)")
+			}
+			envelopeNames[f.name] = true
+		}
+	}
+	return out, nil
+}
+
+// opBehavior is table.op.invalid.behavior.
+type opBehavior uint8
+
+const (
+	opWarn opBehavior = iota + 1
+	opError
+	opFatal
+)
+
+// config is Options compiled for routing.
+type config struct {
+	idCol, keyCol, payloadCol, routeCol, tsCol string
+
+	extras        []additionalField
+	missingIgnore bool
+	hasEnvelope   bool
+	onUpdate      opBehavior
+	route         *topicRoute
+	tombstone     bool
+}
+
+// compile validates o and compiles it. Every problem is reported, joined.
+func compile(o Options) (*config, error) {
+	var errs []error
+	invalid := func(opt, value, reason string) {
+		errs = append(errs, &OptionError{Option: opt, Value: value, Reason: reason, Err: ErrInvalidOption})
+	}
+	c := &config{
+		idCol:      o.EventIDField,
+		keyCol:     o.EventKeyField,
+		payloadCol: o.EventPayloadField,
+		routeCol:   o.RouteByField,
+		tsCol:      o.EventTimestampField,
+		tombstone:  o.RouteTombstoneOnEmptyPayload,
+	}
+	for _, f := range []struct{ opt, v string }{
+		{optEventID, o.EventIDField},
+		{optEventKey, o.EventKeyField},
+		{optEventPayload, o.EventPayloadField},
+		{optRouteByField, o.RouteByField},
+	} {
+		if f.v == "" {
+			invalid(f.opt, f.v, "must name a column")
+		}
+	}
+
+	extras, err := parsePlacements(o.AdditionalPlacement)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.extras = extras
+	for _, f := range extras {
+		if f.place == placeEnvelope {
+			c.hasEnvelope = true
+		}
+	}
+
+	switch strings.ToLower(strings.TrimSpace(o.AdditionalMissing)) {
+	case "error":
+		c.missingIgnore = o.AdditionalErrorOnMissing != nil && !*o.AdditionalErrorOnMissing
+	case "ignore":
+		c.missingIgnore = true
+		if o.AdditionalErrorOnMissing != nil && *o.AdditionalErrorOnMissing {
+			errs = append(errs, &OptionError{Option: optErrorOnMissing, Value: "true",
+				Reason: "conflicts with " + optAdditionalMissing + "=ignore; set only one of them", Err: ErrInvalidOption})
+		}
+	default:
+		invalid(optAdditionalMissing, o.AdditionalMissing, "must be error or ignore")
+	}
+
+	switch strings.ToLower(strings.TrimSpace(o.OpInvalidBehavior)) {
+	case "warn":
+		c.onUpdate = opWarn
+	case "error":
+		c.onUpdate = opError
+	case "fatal":
+		c.onUpdate = opFatal
+	default:
+		invalid(optOpInvalidBehavior, o.OpInvalidBehavior, "must be warn, error or fatal")
+	}
+
+	if o.ExpandJSONPayload {
+		errs = append(errs, &OptionError{Option: optExpandJSONPayload, Value: "true",
+			Reason: "JSON payload expansion is not supported yet", Err: ErrUnsupportedOption})
+	}
+	switch strings.ToLower(strings.TrimSpace(o.JSONPayloadNullBehavior)) {
+	case "ignore", "optional_bytes":
+	default:
+		invalid(optJSONNullBehavior, o.JSONPayloadNullBehavior, "must be ignore or optional_bytes")
+	}
+
+	route, err := compileRoute(o.RouteTopicRegex, o.RouteTopicReplacement)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.route = route
+
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}

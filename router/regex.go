@@ -1,0 +1,243 @@
+package router
+
+import (
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// topicRoute is route.topic.regex and route.topic.replacement compiled with
+// the semantics of Kafka Connect's RegexRouter, which Debezium uses: if the
+// regex matches the whole routing value (Java's Matcher.matches), the topic
+// is Matcher.replaceFirst(replacement); otherwise the routing value itself.
+type topicRoute struct {
+	re    *regexp.Regexp // the regex as given, for replaceFirst
+	whole *regexp.Regexp // \A(?:re)\z, for matches
+	parts []replPart     // the parsed replacement
+}
+
+// replPart is a literal (group < 0) or a reference to capture group number
+// group (0 is the whole match).
+type replPart struct {
+	lit   string
+	group int
+}
+
+// compileRoute compiles the Java regex and replacement.
+func compileRoute(javaRegex, replacement string) (*topicRoute, error) {
+	bad := func(opt, value, reason string) error {
+		return &OptionError{Option: opt, Value: value, Reason: reason, Err: ErrInvalidOption}
+	}
+	if javaRegex == "" {
+		return nil, bad(optRouteTopicRegex, javaRegex, "must not be empty")
+	}
+	goRegex, err := translateJavaRegex(javaRegex)
+	if err != nil {
+		return nil, bad(optRouteTopicRegex, javaRegex, err.Error())
+	}
+	re, err := regexp.Compile(goRegex)
+	if err != nil {
+		return nil, bad(optRouteTopicRegex, javaRegex, "does not compile (Java-only syntax such as lookaround, backreferences, possessive quantifiers and atomic groups is not supported): "+err.Error())
+	}
+	whole, err := regexp.Compile(`\A(?:` + goRegex + `)\z`)
+	if err != nil {
+		return nil, bad(optRouteTopicRegex, javaRegex, "does not compile when anchored: "+err.Error())
+	}
+	if replacement == "" {
+		return nil, bad(optRouteReplacement, replacement, "must not be empty")
+	}
+	parts, err := parseReplacement(replacement, re)
+	if err != nil {
+		return nil, bad(optRouteReplacement, replacement, err.Error())
+	}
+	return &topicRoute{re: re, whole: whole, parts: parts}, nil
+}
+
+// topic maps a routing value to its topic.
+func (t *topicRoute) topic(v string) string {
+	if !t.whole.MatchString(v) {
+		return v
+	}
+	// Java's replaceFirst searches again from the start, so the match it
+	// replaces is the preferred (leftmost-first) one, which can be shorter
+	// than the whole value; the rest of the value is then kept. Go's
+	// leftmost-first matching makes the same choice.
+	m := t.re.FindStringSubmatchIndex(v)
+	if m == nil {
+		return v
+	}
+	var b strings.Builder
+	b.WriteString(v[:m[0]])
+	for _, p := range t.parts {
+		if p.group < 0 {
+			b.WriteString(p.lit)
+			continue
+		}
+		// A group that did not take part in the match appends nothing, as in Java.
+		if s, e := m[2*p.group], m[2*p.group+1]; s >= 0 && e >= 0 {
+			b.WriteString(v[s:e])
+		}
+	}
+	b.WriteString(v[m[1]:])
+	return b.String()
+}
+
+// translateJavaRegex rewrites Java's named groups (?<name>...) to Go's
+// (?P<name>...) and closes an unterminated \Q quote, leaving everything else
+// (escapes, character classes, \Q...\E quotes) as it is. Java group names are
+// a letter followed by letters and digits; other names (Go would accept an
+// underscore) are rejected, so that a configuration moves both ways between
+// pgoutbox and Debezium.
+func translateJavaRegex(s string) (string, error) {
+	var b strings.Builder
+	inClass := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\' && i+1 < len(s) && s[i+1] == 'Q':
+			end := strings.Index(s[i+2:], `\E`)
+			if end < 0 {
+				b.WriteString(s[i:])
+				b.WriteString(`\E`)
+				return b.String(), nil
+			}
+			b.WriteString(s[i : i+2+end+2])
+			i += 2 + end + 1
+		case c == '\\':
+			b.WriteByte(c)
+			if i+1 < len(s) {
+				i++
+				b.WriteByte(s[i])
+			}
+		case inClass:
+			if c == ']' {
+				inClass = false
+			}
+			b.WriteByte(c)
+		case c == '[':
+			inClass = true
+			b.WriteByte(c)
+			if i+1 < len(s) && s[i+1] == '^' {
+				i++
+				b.WriteByte('^')
+			}
+			if i+1 < len(s) && s[i+1] == ']' { // a leading ] is literal
+				i++
+				b.WriteByte(']')
+			}
+		case c == '(' && strings.HasPrefix(s[i:], "(?<") && i+3 < len(s) && s[i+3] != '=' && s[i+3] != '!':
+			j := i + 3
+			for j < len(s) && isASCIIAlnum(s[j]) {
+				j++
+			}
+			name := s[i+3 : j]
+			if j >= len(s) || s[j] != '>' || name == "" || !isASCIILetter(name[0]) {
+				return "", errors.New("named group at offset " + strconv.Itoa(i) + ": a group name is a letter followed by letters or digits, closed by >")
+			}
+			b.WriteString("(?P<")
+			b.WriteString(name)
+			b.WriteByte('>')
+			i = j
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}
+
+// parseReplacement parses a replacement string as Java's
+// Matcher.appendReplacement does: \x is a literal x; $n refers to group n,
+// taking further digits while the number stays a valid group; ${name}
+// refers to a named group; any other $ is an error.
+func parseReplacement(s string, re *regexp.Regexp) ([]replPart, error) {
+	groups := re.NumSubexp()
+	var parts []replPart
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			parts = append(parts, replPart{lit: lit.String(), group: -1})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(s); {
+		switch c := s[i]; c {
+		case '\\':
+			i++
+			if i == len(s) {
+				return nil, errors.New("character to be escaped is missing after the final \\")
+			}
+			lit.WriteByte(s[i])
+			i++
+		case '$':
+			i++
+			if i == len(s) {
+				return nil, errors.New("illegal group reference: group index is missing after the final $")
+			}
+			var ref int
+			if s[i] == '{' {
+				i++
+				j := i
+				for j < len(s) && isASCIIAlnum(s[j]) {
+					j++
+				}
+				name := s[i:j]
+				switch {
+				case name == "":
+					return nil, errors.New("named capturing group has 0 length name")
+				case j == len(s) || s[j] != '}':
+					return nil, errors.New("named capturing group ${" + name + " is missing trailing '}'")
+				case !isASCIILetter(name[0]):
+					return nil, errors.New("capturing group name {" + name + "} starts with digit character")
+				}
+				ref = re.SubexpIndex(name)
+				if ref < 0 {
+					return nil, errors.New("no group with name {" + name + "} in " + optRouteTopicRegex)
+				}
+				i = j + 1
+			} else {
+				if s[i] < '0' || s[i] > '9' {
+					return nil, errors.New("illegal group reference: $ must be followed by a group number or {name}; write \\$ for a literal $")
+				}
+				ref = int(s[i] - '0')
+				i++
+				for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+					next := ref*10 + int(s[i]-'0')
+					if next > groups {
+						break
+					}
+					ref = next
+					i++
+				}
+				if ref > groups {
+					return nil, errors.New("no group " + strconv.Itoa(ref) + " in " + optRouteTopicRegex + " (it has " + strconv.Itoa(groups) + ")")
+				}
+			}
+			flush()
+			parts = append(parts, replPart{group: ref})
+		default:
+			lit.WriteByte(c)
+			i++
+		}
+	}
+	flush()
+	return parts, nil
+}
+
+func isASCIILetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+func isASCIIAlnum(c byte) bool  { return isASCIILetter(c) || c >= '0' && c <= '9' }
+
+// validTopic reports whether t is a legal Kafka topic name: 1 to 249
+// characters from [a-zA-Z0-9._-], and neither "." nor "..".
+func validTopic(t string) bool {
+	if t == "" || len(t) > 249 || t == "." || t == ".." {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !isASCIIAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,441 @@
+package router
+
+import (
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Op is the row operation.
+type Op uint8
+
+// Row operations.
+const (
+	OpInsert Op = iota + 1
+	OpUpdate
+	OpDelete
+)
+
+// String returns INSERT, UPDATE or DELETE.
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "INSERT"
+	case OpUpdate:
+		return "UPDATE"
+	case OpDelete:
+		return "DELETE"
+	}
+	return "Op(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Row is one decoded row. Names, Types and Values are parallel slices;
+// Values[i] == nil means SQL NULL. Values are in PostgreSQL's text format,
+// as pgoutput sends them: jsonb as its JSON text, uuid in canonical text,
+// bytea as "\x0a0b..." hex text, timestamptz as
+// "2024-01-02 03:04:05.123456+00".
+//
+// Types may be nil or shorter than Names; a missing OID is taken as text.
+// A caller that passes the same Names slice (or an equal one) for every row
+// of a table lets the Router reuse its column lookup.
+type Row struct {
+	Table  string // schema-qualified table, e.g. "public.outbox"
+	Op     Op
+	Names  []string
+	Types  []uint32 // PostgreSQL type OIDs (25 text, 2950 uuid, 3802 jsonb, 17 bytea, ...)
+	Values [][]byte
+}
+
+// Header is one Kafka record header. A nil Value is a header with a null
+// value (from a NULL column).
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is the Kafka record for one row.
+//
+// Key, Value and header values alias the Row's Values wherever no
+// conversion is needed (bytea columns are decoded into new memory, an
+// envelope value is newly built): the caller must keep the row's bytes
+// alive and unchanged until the record has been produced, or copy them.
+type Record struct {
+	Topic string
+	// Key is the record key: the key column's text. nil means no key (the
+	// column is NULL or absent).
+	Key []byte
+	// Value is the record value. nil is a tombstone; an empty non-nil
+	// slice is an empty value.
+	Value []byte
+	// Headers' backing array is reused by Route when the caller reuses the
+	// Record; the first header is always "id".
+	Headers []Header
+	// Partition is the explicit partition from a column with placement
+	// partition, or -1 to let the producer's partitioner choose.
+	Partition int32
+	// Timestamp is the record timestamp: the timestamp column's value if
+	// one is configured and not NULL, otherwise the now given to Route.
+	Timestamp time.Time
+	// EventID is the event id column's text (nil when absent or NULL), for
+	// logs and errors. It is set on drops too.
+	EventID []byte
+	// Reason says why a row was dropped with DropWarn or DropError; empty
+	// otherwise. It is a constant string, to be logged with the table and
+	// EventID.
+	Reason string
+}
+
+// Action is Route's verdict on a row.
+type Action uint8
+
+// Actions.
+const (
+	// Emit: the Record is ready to be produced.
+	Emit Action = iota + 1
+	// Drop: nothing to produce and nothing worth logging (a DELETE on the
+	// outbox table: applications may delete rows in the inserting
+	// transaction).
+	Drop
+	// DropWarn: nothing to produce; log Record.Reason at warn level.
+	DropWarn
+	// DropError: nothing to produce; log Record.Reason at error level.
+	DropError
+)
+
+// String returns the action's name.
+func (a Action) String() string {
+	switch a {
+	case Emit:
+		return "emit"
+	case Drop:
+		return "drop"
+	case DropWarn:
+		return "drop-warn"
+	case DropError:
+		return "drop-error"
+	}
+	return "Action(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Reasons for drops.
+const (
+	reasonUpdateWarn  = "UPDATE on an outbox table ignored: outbox rows must only be inserted (table.op.invalid.behavior=warn)"
+	reasonUpdateError = "UPDATE on an outbox table ignored: outbox rows must only be inserted (table.op.invalid.behavior=error)"
+)
+
+// Cache bounds. Past them a cache is emptied and refilled, so memory stays
+// bounded and a steady working set still allocates nothing.
+const (
+	maxTopics  = 4096 // distinct routing values
+	maxLayouts = 64   // distinct column lists (tables and their versions)
+
+	// maxCachedRoutingValue bounds the routing values kept as cache keys;
+	// a longer one (a topic name has at most 249 characters) is mapped
+	// anew each time.
+	maxCachedRoutingValue = 512
+)
+
+// emptyValue is the value of a non-tombstone record with an empty payload.
+// Its capacity is 0, so an append by the caller cannot write into it.
+var emptyValue = []byte{}
+
+// Router maps outbox rows to Kafka records. It holds caches (topics per
+// routing value, column positions per column list) and is not safe for
+// concurrent use: give each goroutine its own Router.
+type Router struct {
+	cfg     *config
+	topics  map[string]string
+	layouts []*layout
+	last    *layout
+}
+
+// layout is the position of each configured column in one column list,
+// -1 where absent.
+type layout struct {
+	names                       []string
+	id, key, payload, route, ts int
+	extras                      []int // parallel to config.extras
+}
+
+// New validates opts and returns a Router.
+func New(opts Options) (*Router, error) {
+	cfg, err := compile(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Router{cfg: cfg, topics: make(map[string]string)}, nil
+}
+
+// Route maps row into rec, reusing rec's Headers backing array; now is the
+// processing time, used as the record timestamp unless a timestamp column
+// is configured and not NULL.
+//
+// An INSERT gives Emit with rec filled. A DELETE gives Drop. An UPDATE gives
+// DropWarn or DropError with rec.Reason set, or, with
+// table.op.invalid.behavior=fatal, an error. A row that cannot be mapped
+// gives a *RowError; rec's contents are then unspecified.
+//
+// For the default options Route allocates nothing once the routing value's
+// topic is cached.
+func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
+	*rec = Record{Headers: rec.Headers[:0], Partition: -1}
+	if len(row.Names) != len(row.Values) {
+		return 0, &RowError{Table: row.Table, Err: ErrMalformedRow,
+			Reason: strconv.Itoa(len(row.Names)) + " names but " + strconv.Itoa(len(row.Values)) + " values"}
+	}
+	cfg := r.cfg
+	lay := r.layoutFor(row.Names)
+	if lay.id >= 0 {
+		rec.EventID = row.Values[lay.id]
+	}
+
+	switch row.Op {
+	case OpInsert:
+	case OpDelete:
+		return Drop, nil
+	case OpUpdate:
+		switch cfg.onUpdate {
+		case opWarn:
+			rec.Reason = reasonUpdateWarn
+			return DropWarn, nil
+		case opError:
+			rec.Reason = reasonUpdateError
+			return DropError, nil
+		default:
+			return 0, rowErr(row, rec, "", ErrInvalidOperation, "")
+		}
+	default:
+		return 0, rowErr(row, rec, "", ErrUnknownOp, row.Op.String())
+	}
+
+	if lay.id < 0 {
+		return 0, rowErr(row, rec, cfg.idCol, ErrMissingColumn, "the event id column ("+optEventID+") is not in the row")
+	}
+	if lay.payload < 0 {
+		return 0, rowErr(row, rec, cfg.payloadCol, ErrMissingColumn, "the payload column ("+optEventPayload+") is not in the row")
+	}
+	if lay.route < 0 {
+		return 0, rowErr(row, rec, cfg.routeCol, ErrMissingColumn, "the routing column ("+optRouteByField+") is not in the row")
+	}
+
+	// Topic.
+	rv := row.Values[lay.route]
+	if rv == nil {
+		return 0, rowErr(row, rec, cfg.routeCol, ErrNullRoutingValue, "")
+	}
+	topic, err := r.topicFor(row, rec, rv)
+	if err != nil {
+		return 0, err
+	}
+	rec.Topic = topic
+
+	// Key. Debezium falls back to the source record's key (the outbox
+	// table's primary key) when the key column is absent or NULL; pgoutbox
+	// has no such key and sends none.
+	if lay.key >= 0 {
+		k, err := raw(row, rec, lay.key)
+		if err != nil {
+			return 0, err
+		}
+		rec.Key = k
+	}
+
+	// Timestamp.
+	rec.Timestamp = now
+	if cfg.tsCol != "" {
+		if lay.ts < 0 {
+			return 0, rowErr(row, rec, cfg.tsCol, ErrMissingColumn, "the timestamp column ("+optEventTimestamp+") is not in the row")
+		}
+		if v := row.Values[lay.ts]; v != nil {
+			t, ok := columnTime(typeOf(row, lay.ts), v)
+			if !ok {
+				return 0, rowErr(row, rec, cfg.tsCol, ErrBadTimestamp, strconv.Quote(string(v))+" is neither an ISO timestamp nor epoch milliseconds")
+			}
+			rec.Timestamp = t
+		}
+	}
+
+	// Headers and partition.
+	id, err := raw(row, rec, lay.id)
+	if err != nil {
+		return 0, err
+	}
+	rec.Headers = append(rec.Headers, Header{Key: "id", Value: id})
+	for i, f := range cfg.extras {
+		idx := lay.extras[i]
+		if idx < 0 {
+			if cfg.missingIgnore {
+				continue
+			}
+			return 0, rowErr(row, rec, f.column, ErrMissingColumn, "the additional field ("+optAdditionalPlacement+") is not in the row")
+		}
+		switch f.place {
+		case placeHeader:
+			v, err := raw(row, rec, idx)
+			if err != nil {
+				return 0, err
+			}
+			rec.Headers = append(rec.Headers, Header{Key: f.name, Value: v})
+		case placePartition:
+			v := row.Values[idx]
+			if v == nil {
+				continue // NULL: the partitioner chooses
+			}
+			p, ok := parsePartition(v)
+			if !ok {
+				return 0, rowErr(row, rec, f.column, ErrBadPartition, strconv.Quote(string(v))+" is not an integer in [0, 2147483647]")
+			}
+			rec.Partition = p
+		}
+	}
+
+	// Value.
+	pv := row.Values[lay.payload]
+	switch {
+	case cfg.tombstone && (len(pv) == 0 || typeOf(row, lay.payload) == oidBytea && string(pv) == `\x`):
+		rec.Value = nil
+	case cfg.hasEnvelope:
+		if rec.Value, err = r.envelope(row, rec, lay); err != nil {
+			return 0, err
+		}
+	default:
+		if rec.Value, err = raw(row, rec, lay.payload); err != nil {
+			return 0, err
+		}
+		if len(rec.Value) == 0 {
+			rec.Value = emptyValue
+		}
+	}
+	return Emit, nil
+}
+
+// topicFor maps a routing value to its topic, through the cache.
+func (r *Router) topicFor(row *Row, rec *Record, rv []byte) (string, error) {
+	if topic, ok := r.topics[string(rv)]; ok {
+		return topic, nil
+	}
+	topic := r.cfg.route.topic(string(rv))
+	if !validTopic(topic) {
+		return "", rowErr(row, rec, r.cfg.routeCol, ErrInvalidTopic,
+			strconv.Quote(topic)+" from routing value "+strconv.Quote(string(rv))+" (a topic is 1 to 249 characters of [a-zA-Z0-9._-])")
+	}
+	if len(rv) <= maxCachedRoutingValue {
+		if len(r.topics) >= maxTopics {
+			clear(r.topics)
+		}
+		r.topics[string(rv)] = topic
+	}
+	return topic, nil
+}
+
+// raw returns column i's value as record bytes: the text as it is (aliased),
+// or for bytea the decoded bytes.
+func raw(row *Row, rec *Record, i int) ([]byte, error) {
+	v := row.Values[i]
+	if v == nil || typeOf(row, i) != oidBytea {
+		return v, nil
+	}
+	b, err := decodeBytea(v)
+	if err != nil {
+		return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
+	}
+	return b, nil
+}
+
+// envelope builds the JSON object {"payload": <payload>, "<name>": <value>,
+// ...} from the payload and the envelope-placed columns, in configuration
+// order.
+func (r *Router) envelope(row *Row, rec *Record, lay *layout) ([]byte, error) {
+	size := 16 + len(row.Values[lay.payload])
+	for i, f := range r.cfg.extras {
+		if f.place == placeEnvelope && lay.extras[i] >= 0 {
+			size += 8 + len(f.jsonKey) + len(row.Values[lay.extras[i]])
+		}
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"payload":`...)
+	b, err := appendJSONValue(b, typeOf(row, lay.payload), row.Values[lay.payload])
+	if err != nil {
+		return nil, rowErr(row, rec, r.cfg.payloadCol, ErrBadValue, err.Error())
+	}
+	for i, f := range r.cfg.extras {
+		idx := lay.extras[i]
+		if f.place != placeEnvelope || idx < 0 {
+			continue
+		}
+		b = append(b, ',')
+		b = append(b, f.jsonKey...)
+		if b, err = appendJSONValue(b, typeOf(row, idx), row.Values[idx]); err != nil {
+			return nil, rowErr(row, rec, f.column, ErrBadValue, err.Error())
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// columnTime converts a timestamp column: integers are epoch milliseconds
+// (as Debezium reads an INT64 timestamp field); timestamp and timestamptz
+// are parsed from ISO text; other types are tried as both.
+func columnTime(oid uint32, v []byte) (time.Time, bool) {
+	switch oid {
+	case oidInt2, oidInt4, oidInt8:
+		return parseEpochMillis(v)
+	case oidTimestamp, oidTimestampTZ:
+		return parseTimestamp(v)
+	}
+	if t, ok := parseEpochMillis(v); ok {
+		return t, true
+	}
+	return parseTimestamp(v)
+}
+
+func typeOf(row *Row, i int) uint32 {
+	if i < len(row.Types) {
+		return row.Types[i]
+	}
+	return 0
+}
+
+// rowErr builds a *RowError, copying the event id out of the row.
+func rowErr(row *Row, rec *Record, column string, class error, reason string) error {
+	return &RowError{Table: row.Table, Column: column, EventID: string(rec.EventID), Reason: reason, Err: class}
+}
+
+// layoutFor returns the column positions for names, from the cache when an
+// equal column list was seen before. Comparing the lists (rather than
+// trusting a slice pointer) keeps the cache right even if a caller reuses a
+// Names backing array for another table; when the caller passes the same
+// strings each time, each comparison is a length and pointer check.
+func (r *Router) layoutFor(names []string) *layout {
+	if l := r.last; l != nil && slices.Equal(l.names, names) {
+		return l
+	}
+	for _, l := range r.layouts {
+		if slices.Equal(l.names, names) {
+			r.last = l
+			return l
+		}
+	}
+	cfg := r.cfg
+	l := &layout{
+		names:   slices.Clone(names),
+		id:      slices.Index(names, cfg.idCol),
+		key:     slices.Index(names, cfg.keyCol),
+		payload: slices.Index(names, cfg.payloadCol),
+		route:   slices.Index(names, cfg.routeCol),
+		ts:      -1,
+		extras:  make([]int, len(cfg.extras)),
+	}
+	if cfg.tsCol != "" {
+		l.ts = slices.Index(names, cfg.tsCol)
+	}
+	for i, f := range cfg.extras {
+		l.extras[i] = slices.Index(names, f.column)
+	}
+	if len(r.layouts) >= maxLayouts {
+		clear(r.layouts)
+		r.layouts = r.layouts[:0]
+	}
+	r.layouts = append(r.layouts, l)
+	r.last = l
+	return l
+}

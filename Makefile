@@ -1,0 +1,51 @@
+# pgoutbox: `make test` is the full test run (what CI runs after
+# `scripts/testenv.sh install`); it needs no Docker. See scripts/testenv.sh.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+GO ?= go
+PKGS ?= ./...
+GOTESTFLAGS ?= -race -count=1 -timeout 25m
+# The environment env-up and env-down act on (make test uses its own).
+ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
+
+.PHONY: test test-go build vet fmt-check env-up env-down
+
+## test: start PostgreSQL and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down
+test:
+	bash scripts/testenv.sh exec -- $(MAKE) --no-print-directory test-go
+
+## test-go: run the tests against the environment in the current shell; fails if no integration test ran
+test-go:
+	@marker=$$(mktemp "$${TMPDIR:-/tmp}/pgoutbox-integration.XXXXXX"); \
+	trap 'rm -f "$$marker"' EXIT; \
+	PGOUTBOX_REQUIRE_INTEGRATION=1 PGOUTBOX_INTEGRATION_MARKER="$$marker" \
+		$(GO) test $(GOTESTFLAGS) $(PKGS); \
+	if [[ ! -s $$marker ]]; then \
+		echo "integration tests did not run" >&2; exit 1; \
+	fi; \
+	echo "integration tests run: $$(wc -l <"$$marker")"
+
+## build: build the pgoutbox binary into bin/
+build:
+	$(GO) build -o bin/pgoutbox ./cmd/pgoutbox
+
+vet:
+	$(GO) vet $(PKGS)
+
+## fmt-check: fail if any Go file is not gofmt-formatted
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+	if [[ -n $$out ]]; then echo "not gofmt-formatted:" >&2; echo "$$out" >&2; exit 1; fi
+
+## env-up: start (or restart) a long-lived environment in $(ENV_DIR); then `source $(ENV_DIR)/env.sh`
+env-up:
+	bash scripts/testenv.sh install
+	bash scripts/testenv.sh up $(ENV_DIR)
+	@echo "now: source $(ENV_DIR)/env.sh && make test-go   (or go test ./...)"
+
+## env-down: stop the environment in $(ENV_DIR) and remove it (KEEP=1 keeps the directory)
+env-down:
+	bash scripts/testenv.sh down $(ENV_DIR)

@@ -1,0 +1,143 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgTimeout bounds creating or dropping a test database.
+const pgTimeout = time.Minute
+
+// NewDatabase creates an empty database for the test and returns its
+// superuser DSN. At the end of the test it drops the database, after
+// terminating its connections (walsenders included) and dropping its
+// replication slots, which would otherwise keep it alive.
+func (e *Env) NewDatabase(t testing.TB) (dsn string) {
+	t.Helper()
+	name := UniqueName(t, "db")
+	dsn, err := withDatabase(e.PGDSN, name)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, e.PGDSN)
+	if err != nil {
+		t.Fatalf("testenv: connect to PostgreSQL: %v", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testenv: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := e.ensureUp(); err != nil {
+			t.Errorf("testenv: %v", err)
+			return
+		}
+		if err := e.dropDatabase(name); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+	return dsn
+}
+
+// dropDatabase drops the database with everything that holds it: slots are
+// per database and a database with slots cannot be dropped, an active slot
+// cannot be dropped until its walsender is gone, and DROP DATABASE ... WITH
+// (FORCE) terminates ordinary backends but not walsenders of active slots.
+func (e *Env) dropDatabase(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, e.PGDSN)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+
+	for {
+		_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+		if err != nil {
+			return fmt.Errorf("terminate connections: %w", err)
+		}
+		rows, err := conn.Query(ctx, `SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = $1`, name)
+		if err != nil {
+			return fmt.Errorf("list replication slots: %w", err)
+		}
+		type slot struct {
+			name string
+			pid  *int32
+		}
+		slots, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (slot, error) {
+			var s slot
+			err := r.Scan(&s.name, &s.pid)
+			return s, err
+		})
+		if err != nil {
+			return fmt.Errorf("list replication slots: %w", err)
+		}
+		if len(slots) == 0 {
+			break
+		}
+		for _, s := range slots {
+			if s.pid != nil {
+				_, err = conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, *s.pid)
+			} else {
+				// It may turn active again (a client reconnecting) or vanish
+				// (a temporary slot): the loop looks again either way.
+				_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name)
+					FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, s.name)
+			}
+			if err != nil && !isObjectInUse(err) && !isUndefinedObject(err) {
+				return fmt.Errorf("drop replication slot %s: %w", s.name, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			names := make([]string, len(slots))
+			for i, s := range slots {
+				names[i] = s.name
+			}
+			return fmt.Errorf("replication slots still there after %s: %v", pgTimeout, names)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return err
+	}
+	return nil
+}
+
+func isObjectInUse(err error) bool { return sqlState(err) == "55006" }
+
+func isUndefinedObject(err error) bool { return sqlState(err) == "42704" }
+
+func sqlState(err error) string {
+	var pgErr interface{ SQLState() string }
+	if errors.As(err, &pgErr) {
+		return pgErr.SQLState()
+	}
+	return ""
+}
+
+// withDatabase returns dsn with its database replaced.
+func withDatabase(dsn, name string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("parse %s: %w", envPGDSN, err)
+		}
+		u.Path = "/" + name
+		u.RawPath = ""
+		return u.String(), nil
+	}
+	// keyword=value form: a later keyword wins.
+	return dsn + " dbname=" + name, nil
+}

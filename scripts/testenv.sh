@@ -1,0 +1,698 @@
+#!/usr/bin/env bash
+# scripts/testenv.sh: the integration test environment of pgoutbox, without
+# Docker: a throwaway PostgreSQL 15 (Debian's binaries, run as an
+# unprivileged user) and a single-node Kafka 4 in KRaft mode (jars fetched
+# with Maven, see scripts/kafka/pom.xml), both on free 127.0.0.1 ports, all
+# state in one directory.
+#
+# Usage: scripts/testenv.sh COMMAND [ARGS]
+#
+#   install              install what is missing: postgresql-15 (apt), the
+#                        unprivileged PostgreSQL user, the Kafka jars (cached)
+#   up [DIR]             create an environment in DIR (default: a new temporary
+#                        directory) and start it; prints the path of DIR/env.sh.
+#                        On an existing environment, starts what is stopped.
+#   down [DIR]           stop both servers and remove DIR (KEEP=1 keeps it)
+#   exec -- CMD...       run CMD with the environment's variables exported:
+#                        reuses a healthy $PGOUTBOX_TEST_ENV_DIR, otherwise
+#                        runs install and up, and afterwards tears down what it
+#                        started (on failure: prints log tails, stops the
+#                        servers and keeps DIR for inspection)
+#   status [DIR]         print the state of both servers; exit 1 unless healthy
+#   heal [DIR]           resume or start whatever is paused or stopped
+#   logs [DIR]           print the tails of both servers' logs
+#   kafka-stop [SIGNAL [DIR]]  signal the broker (TERM by default, or KILL, ...)
+#                        and wait until it has exited
+#   kafka-start [DIR]    start the broker again (same config, data and ports)
+#                        and wait until it serves metadata
+#   kafka-pause [DIR]    SIGSTOP the broker
+#   kafka-resume [DIR]   SIGCONT the broker
+#   pg-ctl ARGS...       pg_ctl -D <data dir> ARGS as the PostgreSQL user, e.g.
+#                        pg-ctl stop -m fast | pg-ctl start -w |
+#                        pg-ctl restart -m immediate
+#
+# Every command but install and exec takes the environment from DIR or else
+# $PGOUTBOX_TEST_ENV_DIR. DIR/env.sh exports:
+#   PGOUTBOX_TEST_ENV_DIR  the directory
+#   PGOUTBOX_TEST_PG_DSN   postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
+#   PGOUTBOX_TEST_PG_PORT  PostgreSQL's port
+#   PGOUTBOX_TEST_PG_BIN   PostgreSQL's bin directory (pg_ctl, pg_recvlogical, ...)
+#   PGOUTBOX_TEST_KAFKA    the broker, 127.0.0.1:PORT
+#
+# Settings read from the environment:
+#   PGOUTBOX_CACHE         cache directory (default ~/.cache/pgoutbox)
+#   PGOUTBOX_PG_BIN        PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
+#   PGOUTBOX_PG_USER       unprivileged user that runs PostgreSQL when this
+#                          script runs as root (default pgoutbox)
+#   PGOUTBOX_KAFKA_READY_TIMEOUT  seconds to wait for the broker (default 90)
+#   KEEP=1                 down: stop the servers but keep the directory
+#
+# Layout of DIR: env.sh; state (ports, paths); .lock* (pkg/testenv's lock
+# between tests); pg/ (owned by the PostgreSQL user:
+# data/, postgresql.log, the unix socket); kafka/ (server.properties, data/,
+# kafka.pid, kafka.log).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+POM=$ROOT/scripts/kafka/pom.xml
+HOME_DIR=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+CACHE=${PGOUTBOX_CACHE:-$HOME_DIR/.cache/pgoutbox}
+PG_BIN=${PGOUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
+if [[ $EUID -eq 0 ]]; then
+	PG_USER=${PGOUTBOX_PG_USER:-pgoutbox}
+else
+	PG_USER=$(id -un) # without root there is nobody else to run as
+fi
+KAFKA_READY_TIMEOUT=${PGOUTBOX_KAFKA_READY_TIMEOUT:-90}
+KAFKA_STOP_TIMEOUT=60
+PG_STOP_TIMEOUT=30
+export PGCTLTIMEOUT=${PGCTLTIMEOUT:-60} # bounds every pg_ctl -w wait
+MARKER=.pgoutbox-testenv
+
+log() { printf 'testenv: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+# ---------------------------------------------------------------- helpers
+
+# as_pg runs a command as the PostgreSQL user (PostgreSQL refuses root), from
+# / so that the user needs no access to the caller's working directory.
+as_pg() {
+	if [[ $EUID -eq 0 ]]; then
+		(cd / && runuser -u "$PG_USER" -- "$@")
+	else
+		"$@"
+	fi
+}
+
+kafka_version() {
+	local v
+	v=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM")
+	[[ -n $v ]] || die "no <kafka.version> in $POM"
+	printf '%s\n' "$v"
+}
+
+# kafka_libs_dir is keyed by the Kafka version and by a hash of the pom, so
+# that any change of the recipe (a logging backend, say) fetches afresh.
+kafka_libs_dir() {
+	local sum
+	sum=$(sha256sum "$POM" | cut -c1-12)
+	printf '%s/kafka-libs/%s-%s\n' "$CACHE" "$(kafka_version)" "$sum"
+}
+
+# proc_alive PID: the process exists and is neither a zombie nor dead (an
+# exited child of a parent that does not reap still answers kill -0).
+proc_alive() {
+	local stat state
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	state=${stat##*) }
+	state=${state%% *}
+	[[ $state != Z && $state != X ]]
+}
+
+proc_state() {
+	local stat state
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	state=${stat##*) }
+	printf '%s\n' "${state%% *}"
+}
+
+# wait_gone PID SECONDS
+wait_gone() {
+	local pid=$1 deadline=$((SECONDS + $2))
+	while proc_alive "$pid"; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
+# state_dir [DIR]: the environment to act on.
+state_dir() {
+	local dir=${1:-${PGOUTBOX_TEST_ENV_DIR:-}}
+	[[ -n $dir ]] || die "no environment: give DIR or set PGOUTBOX_TEST_ENV_DIR (scripts/testenv.sh up prints one)"
+	[[ -f $dir/$MARKER ]] || die "$dir is not a pgoutbox test environment (no $MARKER)"
+	(cd "$dir" && pwd)
+}
+
+# load_state DIR: sets PG_PORT, KAFKA_PORT, CONTROLLER_PORT, KAFKA_LIBS and
+# the PG_BIN and PG_USER the environment was made with.
+load_state() {
+	# shellcheck source=/dev/null
+	source "$1/state"
+}
+
+# ctl runs testenvctl, the script's Go helper (free ports, Kafka readiness),
+# built once per version of its source, go.mod/go.sum and Go into the cache.
+ctl() {
+	local bin
+	bin=$(ctl_bin)
+	"$bin" "$@"
+}
+
+ctl_bin() {
+	local key bin tmp
+	command -v go >/dev/null || die "go is needed to build the helper pkg/testenv/internal/testenvctl"
+	key=$({
+		cat "$ROOT/pkg/testenv/internal/testenvctl/"*.go "$ROOT/go.mod" "$ROOT/go.sum"
+		go version
+	} | sha256sum | cut -c1-16)
+	bin=$CACHE/bin/testenvctl-$key
+	if [[ ! -x $bin ]]; then
+		mkdir -p "$CACHE/bin"
+		tmp=$bin.tmp.$$
+		(cd "$ROOT" && go build -o "$tmp" ./pkg/testenv/internal/testenvctl) >&2 ||
+			die "building pkg/testenv/internal/testenvctl failed"
+		mv -f "$tmp" "$bin"
+	fi
+	printf '%s\n' "$bin"
+}
+
+# ---------------------------------------------------------------- install
+
+ensure_pg_user() {
+	[[ $EUID -eq 0 ]] || return 0
+	if ! id -u "$PG_USER" >/dev/null 2>&1; then
+		log "creating system user $PG_USER (PostgreSQL refuses to run as root)"
+		useradd --system --user-group --no-create-home --home-dir /nonexistent \
+			--shell /usr/sbin/nologin "$PG_USER" || id -u "$PG_USER" >/dev/null
+	fi
+}
+
+fetch_kafka() {
+	local libs tmp
+	libs=$(kafka_libs_dir)
+	if [[ -f $libs/.complete ]]; then
+		return 0
+	fi
+	command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch Kafka"
+	log "fetching Kafka $(kafka_version) and its runtime dependencies into $libs"
+	mkdir -p "$(dirname "$libs")"
+	tmp=$libs.tmp.$$
+	rm -rf "$tmp"
+	# Maven 3.8 prints colour resets even in batch mode: strip them.
+	timeout 900 mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$tmp" 2>&1 | sed $'s/\e\\[[0-9;]*m//g' >&2 ||
+		die "mvn dependency:copy-dependencies failed"
+	compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || die "no kafka_2.13 jar in $tmp"
+	touch "$tmp/.complete"
+	rm -rf "$libs"
+	mv "$tmp" "$libs"
+}
+
+cmd_install() {
+	local t0=$SECONDS
+	if [[ ! -x $PG_BIN/postgres ]]; then
+		[[ $EUID -eq 0 ]] || die "PostgreSQL 15 is missing ($PG_BIN/postgres) and installing it needs root: apt-get install postgresql-15"
+		log "installing postgresql-15"
+		export DEBIAN_FRONTEND=noninteractive
+		timeout 600 apt-get update -q >&2
+		# The package creates a "main" cluster and starts it; tests never use
+		# it, so keep it from starting (policy-rc.d exit 101: "not allowed").
+		local policy=/usr/sbin/policy-rc.d added=0
+		if [[ ! -e $policy ]]; then
+			printf '#!/bin/sh\nexit 101\n' >"$policy"
+			chmod 755 "$policy"
+			added=1
+		fi
+		local rc=0
+		timeout 900 apt-get install -y -q --no-install-recommends postgresql-15 >&2 || rc=$?
+		if ((added)); then
+			rm -f "$policy"
+		fi
+		((rc == 0)) || die "apt-get install postgresql-15 failed (exit $rc)"
+		[[ -x $PG_BIN/postgres ]] || die "postgresql-15 installed, but $PG_BIN/postgres is missing"
+	fi
+	ensure_pg_user
+	command -v java >/dev/null || die "java (17+) is needed to run Kafka"
+	fetch_kafka
+	ctl_bin >/dev/null # build the Go helper that up needs
+	log "install: ready in $((SECONDS - t0)) s"
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+pg_data() { printf '%s/pg/data\n' "$1"; }
+
+pg_running() {
+	as_pg "$PG_BIN/pg_ctl" -D "$(pg_data "$1")" status >/dev/null 2>&1
+}
+
+pg_start() {
+	local dir=$1
+	if pg_running "$dir"; then
+		return 0
+	fi
+	log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
+	as_pg "$PG_BIN/pg_ctl" -D "$(pg_data "$dir")" -l "$dir/pg/postgresql.log" -w start </dev/null >&2 ||
+		die "PostgreSQL did not start; see $dir/pg/postgresql.log"
+}
+
+pg_stop() {
+	local dir=$1 pid
+	pg_running "$dir" || return 0
+	# A fast shutdown waits for walsenders to send everything, and a
+	# replication client that never confirms can hold it: fall back to an
+	# immediate shutdown, then to SIGKILL.
+	as_pg "$PG_BIN/pg_ctl" -D "$(pg_data "$dir")" -m fast -t "$PG_STOP_TIMEOUT" stop </dev/null >&2 && return 0
+	log "PostgreSQL did not stop within ${PG_STOP_TIMEOUT}s; stopping it in immediate mode"
+	as_pg "$PG_BIN/pg_ctl" -D "$(pg_data "$dir")" -m immediate -t "$PG_STOP_TIMEOUT" stop </dev/null >&2 && return 0
+	pid=$(head -n1 "$(pg_data "$dir")/postmaster.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && proc_alive "$pid"; then
+		log "killing postmaster $pid"
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_gone "$pid" 10 || die "postmaster $pid survived SIGKILL"
+	fi
+}
+
+pg_init() {
+	local dir=$1 data
+	data=$(pg_data "$dir")
+	mkdir -p "$dir/pg"
+	if [[ $EUID -eq 0 ]]; then
+		chown "$PG_USER:" "$dir/pg"
+	fi
+	chmod 700 "$dir/pg"
+	as_pg test -w "$dir/pg" ||
+		die "user $PG_USER cannot write $dir/pg: choose a directory whose parents others may enter (e.g. under /tmp)"
+	as_pg "$PG_BIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
+		>"$dir/initdb.log" 2>&1 || {
+		tail -n 20 "$dir/initdb.log" >&2
+		die "initdb failed"
+	}
+	# Durability: fsync=off and full_page_writes=off only matter if the
+	# operating system crashes, which tests never do; a killed server
+	# (pg-ctl stop -m immediate, kill -9) loses nothing committed, since
+	# commits still write their WAL to the kernel. synchronous_commit stays
+	# on: with it off, a commit returns before its WAL is written, so
+	# crash-restart tests would lose the last commits and blame the relay.
+	cat >>"$data/postgresql.conf" <<EOF
+
+# ---- added by scripts/testenv.sh: a throwaway server for tests ----
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$dir/pg'
+max_connections = 200
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+fsync = off
+full_page_writes = off
+synchronous_commit = on
+timezone = 'UTC'
+log_timezone = 'UTC'
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d %a: '
+log_replication_commands = on
+log_lock_waits = on
+EOF
+	cat >"$data/pg_hba.conf" <<'EOF'
+# Written by scripts/testenv.sh: a loopback-only server for tests, no passwords.
+# TYPE  DATABASE     USER  ADDRESS        METHOD
+local   all          all                  trust
+local   replication  all                  trust
+host    all          all   127.0.0.1/32   trust
+host    replication  all   127.0.0.1/32   trust
+EOF
+}
+
+# ---------------------------------------------------------------- Kafka
+
+# kafka_pid DIR: prints the broker's pid if it runs (a stale pid file or a
+# reused pid does not count).
+kafka_pid() {
+	local pid
+	pid=$(cat "$1/kafka/kafka.pid" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	proc_alive "$pid" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$1/kafka/server.properties" || return 1
+	printf '%s\n' "$pid"
+}
+
+kafka_init() {
+	local dir=$1 id
+	mkdir -p "$dir/kafka/data"
+	cat >"$dir/kafka/server.properties" <<EOF
+# Written by scripts/testenv.sh: one process that is the whole KRaft cluster.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/kafka/data
+
+# Topics: tests create theirs explicitly, with one replica.
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.num.partitions=1
+group.initial.rebalance.delay.ms=0
+
+# A small footprint on a 2-core machine.
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.recovery.threads.per.data.dir=1
+num.replica.fetchers=1
+log.cleaner.threads=1
+log.cleaner.dedupe.buffer.size=8388608
+log.index.size.max.bytes=1048576
+
+# Lenient timeouts: on 2 cores busy compiling with -race, the controller
+# thread can starve for seconds; with the defaults (2 s requests, 9 s
+# session) the broker then misses heartbeats and fences itself, and every
+# partition loses its leader for a while. The session timeout is also how
+# long a restart after SIGKILL waits before the new incarnation may register
+# (DUPLICATE_BROKER_REGISTRATION until the old session expires): 15 s
+# balances the two.
+broker.session.timeout.ms=15000
+controller.quorum.request.timeout.ms=10000
+EOF
+	id=$(timeout 120 java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool random-uuid 2>>"$dir/kafka/format.log") ||
+		die "kafka StorageTool random-uuid failed; see $dir/kafka/format.log"
+	timeout 120 java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format -t "$id" \
+		-c "$dir/kafka/server.properties" >>"$dir/kafka/format.log" 2>&1 || {
+		tail -n 20 "$dir/kafka/format.log" >&2
+		die "formatting Kafka's storage failed"
+	}
+}
+
+kafka_start() {
+	local dir=$1 pid
+	if pid=$(kafka_pid "$dir"); then
+		kill -CONT "$pid" 2>/dev/null || true
+	else
+		[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing ($KAFKA_LIBS): run scripts/testenv.sh install"
+		log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller 127.0.0.1:$CONTROLLER_PORT)"
+		printf '\n==== %s scripts/testenv.sh: starting Kafka\n' "$(date -u +%FT%TZ)" >>"$dir/kafka/kafka.log"
+		# setsid: its own session, so that a terminal's Ctrl-C or hangup does
+		# not reach it; started from a shell without job control it execs
+		# java in place, so $! is the JVM's pid.
+		setsid java -Xms256m -Xmx768m -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData \
+			-Djava.awt.headless=true \
+			-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+			-Dorg.slf4j.simpleLogger.showDateTime=true \
+			"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX" \
+			-cp "$KAFKA_LIBS/*" kafka.Kafka "$dir/kafka/server.properties" \
+			</dev/null >>"$dir/kafka/kafka.log" 2>&1 &
+		pid=$!
+		printf '%s\n' "$pid" >"$dir/kafka/kafka.pid"
+	fi
+	if ! ctl kafka-ready -brokers "127.0.0.1:$KAFKA_PORT" -timeout "${KAFKA_READY_TIMEOUT}s" -pid "$pid"; then
+		tail -n 40 "$dir/kafka/kafka.log" >&2 || true
+		kafka_stop "$dir" KILL
+		die "Kafka did not become ready; see $dir/kafka/kafka.log"
+	fi
+	log "Kafka is ready (pid $pid)"
+}
+
+kafka_stop() {
+	local dir=$1 sig=${2:-TERM} pid
+	sig=${sig#SIG}
+	if ! pid=$(kafka_pid "$dir"); then
+		rm -f "$dir/kafka/kafka.pid"
+		return 0
+	fi
+	kill -l "$sig" >/dev/null 2>&1 || die "unknown signal $sig"
+	kill -CONT "$pid" 2>/dev/null || true # a paused JVM would not act on TERM
+	kill -s "$sig" "$pid"
+	if ! wait_gone "$pid" "$KAFKA_STOP_TIMEOUT"; then
+		log "Kafka (pid $pid) still runs ${KAFKA_STOP_TIMEOUT}s after SIG$sig; sending KILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_gone "$pid" 10 || die "Kafka (pid $pid) survived SIGKILL"
+	fi
+	rm -f "$dir/kafka/kafka.pid"
+	log "Kafka stopped (SIG$sig)"
+}
+
+# ---------------------------------------------------------------- environment
+
+# shq quotes a value for the shell, readably: 'a?b' rather than a\?b.
+shq() {
+	local q="'\\''"
+	printf "'%s'" "${1//\'/$q}"
+}
+
+write_env() {
+	local dir=$1
+	{
+		printf '# Written by scripts/testenv.sh up: source it to use this test environment.\n'
+		# shellcheck disable=SC2016 # the variable is for the reader to expand
+		printf '# psql: %s/psql "$PGOUTBOX_TEST_PG_DSN"\n' "$PG_BIN"
+		printf 'export PGOUTBOX_TEST_ENV_DIR=%s\n' "$(shq "$dir")"
+		printf 'export PGOUTBOX_TEST_PG_DSN=%s\n' "$(shq "postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable")"
+		printf 'export PGOUTBOX_TEST_PG_PORT=%s\n' "$(shq "$PG_PORT")"
+		printf 'export PGOUTBOX_TEST_PG_BIN=%s\n' "$(shq "$PG_BIN")"
+		printf 'export PGOUTBOX_TEST_KAFKA=%s\n' "$(shq "127.0.0.1:$KAFKA_PORT")"
+	} >"$dir/env.sh"
+}
+
+# healthy DIR: both servers run and answer.
+healthy() {
+	local dir=$1 pid state
+	[[ -f $dir/$MARKER && -f $dir/state ]] || return 1
+	load_state "$dir"
+	"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 5 || return 1
+	pid=$(kafka_pid "$dir") || return 1
+	state=$(proc_state "$pid") || return 1
+	[[ $state != T ]] || return 1
+	ctl kafka-ok -brokers "127.0.0.1:$KAFKA_PORT" >/dev/null 2>&1
+}
+
+heal() {
+	local dir=$1
+	load_state "$dir"
+	pg_start "$dir"
+	kafka_start "$dir"
+}
+
+stop_all() {
+	local dir=$1
+	load_state "$dir"
+	kafka_stop "$dir" TERM
+	pg_stop "$dir"
+}
+
+print_logs() {
+	local dir=$1
+	if [[ -f $dir/pg/postgresql.log ]]; then
+		printf '\n---- tail of %s\n' "$dir/pg/postgresql.log" >&2
+		tail -n 40 "$dir/pg/postgresql.log" >&2 || true
+	fi
+	if [[ -f $dir/kafka/kafka.log ]]; then
+		printf '\n---- last warnings and errors in %s\n' "$dir/kafka/kafka.log" >&2
+		grep -E '^[^ ]+ \[[^]]*\] (WARN|ERROR) ' "$dir/kafka/kafka.log" | tail -n 20 >&2 || true
+		printf '\n---- tail of %s\n' "$dir/kafka/kafka.log" >&2
+		tail -n 40 "$dir/kafka/kafka.log" >&2 || true
+	fi
+	printf '\n' >&2
+}
+
+# STARTED_DIR is an environment this run started and has not handed over:
+# if the script exits early (an error, a signal, a failed command under exec),
+# on_exit stops its servers and keeps the directory for inspection.
+STARTED_DIR=""
+on_exit() {
+	local rc=$?
+	if [[ -n $STARTED_DIR ]]; then
+		local dir=$STARTED_DIR
+		STARTED_DIR=""
+		print_logs "$dir"
+		stop_all "$dir" || true
+		log "kept $dir for inspection (logs: pg/postgresql.log, kafka/kafka.log); remove it with: scripts/testenv.sh down $dir"
+	fi
+	exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+cmd_up() {
+	local dir=${1:-${PGOUTBOX_TEST_ENV_DIR:-}} t0=$SECONDS ports
+	if [[ -n $dir && -f $dir/$MARKER ]]; then
+		dir=$(cd "$dir" && pwd)
+		heal "$dir"
+		printf '%s\n' "$dir/env.sh"
+		return 0
+	fi
+	[[ -x $PG_BIN/initdb ]] || die "PostgreSQL is missing ($PG_BIN): run scripts/testenv.sh install"
+	KAFKA_LIBS=$(kafka_libs_dir)
+	[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing: run scripts/testenv.sh install"
+	if [[ $EUID -eq 0 ]]; then
+		id -u "$PG_USER" >/dev/null 2>&1 || die "user $PG_USER is missing: run scripts/testenv.sh install"
+	fi
+	if [[ -z $dir ]]; then
+		dir=$(mktemp -d "${TMPDIR:-/tmp}/pgoutbox-testenv.XXXXXX")
+	elif [[ -e $dir && -n $(ls -A "$dir") ]]; then
+		die "$dir exists and is neither empty nor a test environment"
+	fi
+	mkdir -p "$dir"
+	dir=$(cd "$dir" && pwd)
+	chmod 755 "$dir" # the PostgreSQL user must enter it
+	printf 'pgoutbox test environment, made %s\n' "$(date -u +%FT%TZ)" >"$dir/$MARKER"
+	STARTED_DIR=$dir
+
+	ports=$(ctl ports 3)
+	read -r PG_PORT KAFKA_PORT CONTROLLER_PORT <<<"$ports"
+	{
+		printf 'PG_PORT=%q\nKAFKA_PORT=%q\nCONTROLLER_PORT=%q\n' "$PG_PORT" "$KAFKA_PORT" "$CONTROLLER_PORT"
+		printf 'KAFKA_LIBS=%q\nPG_BIN=%q\nPG_USER=%q\n' "$KAFKA_LIBS" "$PG_BIN" "$PG_USER"
+	} >"$dir/state"
+
+	pg_init "$dir"
+	pg_start "$dir"
+	kafka_init "$dir"
+	kafka_start "$dir"
+	write_env "$dir"
+	STARTED_DIR=""
+	log "up: $dir ready in $((SECONDS - t0)) s (PostgreSQL 127.0.0.1:$PG_PORT, Kafka 127.0.0.1:$KAFKA_PORT)"
+	printf '%s\n' "$dir/env.sh"
+}
+
+cmd_down() {
+	local dir=${1:-${PGOUTBOX_TEST_ENV_DIR:-}}
+	[[ -n $dir ]] || die "down: give DIR or set PGOUTBOX_TEST_ENV_DIR"
+	if [[ ! -e $dir ]]; then
+		log "down: $dir does not exist"
+		return 0
+	fi
+	dir=$(state_dir "$dir")
+	if [[ -f $dir/state ]]; then
+		stop_all "$dir"
+	fi
+	if [[ ${KEEP:-0} == 1 ]]; then
+		log "down: kept $dir"
+	else
+		rm -rf -- "$dir"
+		log "down: removed $dir"
+	fi
+}
+
+cmd_exec() {
+	local dir rc=0
+	if [[ ${1:-} == -- ]]; then
+		shift
+	fi
+	(($# > 0)) || die "usage: scripts/testenv.sh exec -- CMD [ARGS...]"
+	if [[ -n ${PGOUTBOX_TEST_ENV_DIR:-} ]] && healthy "$PGOUTBOX_TEST_ENV_DIR"; then
+		dir=$(cd "$PGOUTBOX_TEST_ENV_DIR" && pwd)
+		log "exec: reusing $dir"
+		# shellcheck source=/dev/null
+		source "$dir/env.sh"
+		"$@" || rc=$?
+		if ((rc != 0)); then
+			print_logs "$dir"
+			log "exec: command failed (exit $rc); environment $dir left as it was"
+		fi
+		return "$rc"
+	fi
+	if [[ -n ${PGOUTBOX_TEST_ENV_DIR:-} ]]; then
+		log "exec: PGOUTBOX_TEST_ENV_DIR=$PGOUTBOX_TEST_ENV_DIR is not healthy; starting a new environment"
+	fi
+	cmd_install
+	dir=$(mktemp -d "${TMPDIR:-/tmp}/pgoutbox-testenv.XXXXXX")
+	cmd_up "$dir" >/dev/null
+	STARTED_DIR=$dir
+	# shellcheck source=/dev/null
+	source "$dir/env.sh"
+	"$@" || rc=$?
+	if ((rc != 0)); then
+		log "exec: command failed (exit $rc): $*"
+		return "$rc" # on_exit prints the logs, stops the servers, keeps $dir
+	fi
+	STARTED_DIR=""
+	cmd_down "$dir"
+}
+
+cmd_status() {
+	local dir pid
+	dir=$(state_dir "${1:-}")
+	load_state "$dir"
+	printf 'environment  %s\n' "$dir"
+	if pg_running "$dir"; then
+		printf 'postgresql   running on 127.0.0.1:%s\n' "$PG_PORT"
+	else
+		printf 'postgresql   stopped\n'
+	fi
+	if pid=$(kafka_pid "$dir"); then
+		printf 'kafka        pid %s, state %s, on 127.0.0.1:%s\n' "$pid" "$(proc_state "$pid")" "$KAFKA_PORT"
+	else
+		printf 'kafka        stopped\n'
+	fi
+	healthy "$dir"
+}
+
+main() {
+	local cmd=${1:-}
+	shift || true
+	case $cmd in
+	install) cmd_install ;;
+	up) cmd_up "${1:-}" ;;
+	down) cmd_down "${1:-}" ;;
+	exec) cmd_exec "$@" ;;
+	status) cmd_status "${1:-}" ;;
+	heal)
+		local dir
+		dir=$(state_dir "${1:-}")
+		heal "$dir"
+		;;
+	logs) print_logs "$(state_dir "${1:-}")" ;;
+	kafka-stop)
+		local dir
+		dir=$(state_dir "${2:-}")
+		load_state "$dir"
+		kafka_stop "$dir" "${1:-TERM}"
+		;;
+	kafka-start)
+		local dir
+		dir=$(state_dir "${1:-}")
+		load_state "$dir"
+		kafka_start "$dir"
+		;;
+	kafka-pause | kafka-resume)
+		local dir pid
+		dir=$(state_dir "${1:-}")
+		pid=$(kafka_pid "$dir") || die "$cmd: Kafka is not running"
+		if [[ $cmd == kafka-pause ]]; then
+			kill -STOP "$pid"
+		else
+			kill -CONT "$pid"
+		fi
+		;;
+	pg-ctl)
+		local dir arg log=1 start=0
+		dir=$(state_dir "")
+		load_state "$dir"
+		for arg in "$@"; do
+			case $arg in
+			start | restart) start=1 ;;
+			-l | --log | --log=*) log=0 ;;
+			esac
+		done
+		# The server must not inherit our output: a caller that reads it to
+		# the end (as Go's exec does) would wait for the server to exit.
+		if ((start && log)); then
+			set -- -l "$dir/pg/postgresql.log" "$@"
+		fi
+		as_pg "$PG_BIN/pg_ctl" -D "$(pg_data "$dir")" "$@" </dev/null
+		;;
+	-h | --help | help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" ;;
+	*)
+		die "unknown command '${cmd}'; see scripts/testenv.sh help"
+		;;
+	esac
+}
+
+main "$@"

@@ -1,0 +1,415 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+)
+
+// Sentinel errors callers act on.
+var (
+	ErrSlotInUse          = errors.New("replication: slot is in use by another connection")
+	ErrSlotMissing        = errors.New("replication: slot does not exist")
+	ErrPublicationMissing = errors.New("replication: publication does not exist")
+	ErrStreamEnded        = errors.New("replication: server ended the replication stream")
+	ErrSlotLost           = errors.New("replication: slot has wal_status 'lost'")
+	ErrReceive            = errors.New("replication: connection lost")
+)
+
+// Keepalive is a primary keepalive message.
+type Keepalive struct {
+	WALEnd         LSN
+	ServerTime     time.Time
+	ReplyRequested bool
+}
+
+// Event is what Receive returns: exactly one of its pointer fields is set,
+// or none when the deadline passed without a message.
+type Event struct {
+	// WALStart is the XLogData position of a decoded message (0 for others).
+	WALStart  LSN
+	Begin     *Begin
+	Commit    *Commit
+	Relation  *Relation
+	Change    *Change
+	Truncate  *Truncate
+	Message   *Message
+	Keepalive *Keepalive
+}
+
+// SlotState is a row of pg_replication_slots.
+type SlotState struct {
+	Name              string
+	Plugin            string
+	SlotType          string
+	Database          string
+	Active            bool
+	ActivePID         int32
+	RestartLSN        LSN
+	ConfirmedFlushLSN LSN
+	WALStatus         string
+}
+
+// Stream is one logical replication session on a slot.
+//
+// Concurrency: a Stream is owned by one goroutine. pgconn connections are not
+// safe for concurrent use, so Receive, SendStatus and Close must never run at
+// the same time.
+type Stream struct {
+	cfg     Config
+	log     *zap.Logger
+	conn    *pgconn.PgConn
+	dec     *Decoder
+	start   LSN
+	written LSN // highest WAL position received, reported as the write position
+}
+
+// Prepare checks the server and makes sure the publication and slot exist,
+// creating them when configured to. It uses an ordinary (non-replication)
+// connection that it closes before returning.
+func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (SlotState, error) {
+	if err := cfg.Validate(); err != nil {
+		return SlotState{}, err
+	}
+	conn, err := connectSQL(ctx, cfg)
+	if err != nil {
+		return SlotState{}, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return SlotState{}, fmt.Errorf("replication: read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return SlotState{}, fmt.Errorf("replication: wal_level is %q, logical decoding needs 'logical': set wal_level = logical in postgresql.conf and restart PostgreSQL", walLevel)
+	}
+	if err := ensurePublication(ctx, conn, cfg, log); err != nil {
+		return SlotState{}, err
+	}
+	return ensureSlot(ctx, conn, cfg, log)
+}
+
+func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {
+	pcfg, err := pgx.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("replication: parse dsn: %w", redact(err))
+	}
+	pcfg.ConnectTimeout = cfg.ConnectTimeout
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s: %w", hostPort(pcfg.Config), err)
+	}
+	return conn, nil
+}
+
+func hostPort(c pgconn.Config) string {
+	return fmt.Sprintf("%s:%d/%s as %s", c.Host, c.Port, c.Database, c.User)
+}
+
+// redact drops a DSN parse error's text, which may quote the password.
+func redact(err error) error {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		return errors.New("invalid connection string (its text is not shown because it may hold a password)")
+	}
+	return err
+}
+
+func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) error {
+	var allTables, insert bool
+	err := conn.QueryRow(ctx, "SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = $1", cfg.Publication).Scan(&allTables, &insert)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if cfg.PublicationAutocreate == PublicationDisabled {
+			return fmt.Errorf("%w: %q; create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or set publication.autocreate.mode=filtered",
+				ErrPublicationMissing, cfg.Publication, cfg.Publication, strings.Join(cfg.QualifiedTables(), ", "))
+		}
+		sql := "CREATE PUBLICATION " + quoteIdent(cfg.Publication)
+		if cfg.PublicationAutocreate == PublicationAllTables {
+			sql += " FOR ALL TABLES"
+		} else {
+			quoted := make([]string, 0, len(cfg.Tables))
+			for _, t := range cfg.Tables {
+				s, n, _ := splitTable(t)
+				quoted = append(quoted, quoteIdent(s)+"."+quoteIdent(n))
+			}
+			sql += " FOR TABLE " + strings.Join(quoted, ", ")
+		}
+		sql += " WITH (publish = 'insert')"
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("replication: create publication %q: %w", cfg.Publication, err)
+		}
+		log.Info("created publication", zap.String("publication", cfg.Publication), zap.Strings("tables", cfg.QualifiedTables()), zap.String("mode", cfg.PublicationAutocreate))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
+	}
+	if !insert {
+		return fmt.Errorf("replication: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", cfg.Publication, cfg.Publication)
+	}
+	if allTables {
+		return nil
+	}
+	rows, err := conn.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1", cfg.Publication)
+	if err != nil {
+		return fmt.Errorf("replication: list tables of publication %q: %w", cfg.Publication, err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("replication: list tables of publication %q: %w", cfg.Publication, err)
+	}
+	for _, t := range cfg.QualifiedTables() {
+		found := false
+		for _, h := range have {
+			if h == t {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("replication: publication %q does not include table %s (it has %v): ALTER PUBLICATION %s ADD TABLE %s", cfg.Publication, t, have, cfg.Publication, t)
+		}
+	}
+	return nil
+}
+
+// ReadSlot reads the slot's row from pg_replication_slots.
+func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
+	var s SlotState
+	var restart, confirmed *string
+	var pid *int32
+	var db, walStatus, plugin *string
+	err := conn.QueryRow(ctx, `SELECT slot_name, plugin, slot_type, database, active, active_pid,
+		restart_lsn::text, confirmed_flush_lsn::text, wal_status
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(
+		&s.Name, &plugin, &s.SlotType, &db, &s.Active, &pid, &restart, &confirmed, &walStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("%w: %q", ErrSlotMissing, slot)
+	}
+	if err != nil {
+		return s, fmt.Errorf("replication: read slot %q: %w", slot, err)
+	}
+	s.Plugin = deref(plugin)
+	s.Database = deref(db)
+	s.WALStatus = deref(walStatus)
+	if pid != nil {
+		s.ActivePID = *pid
+	}
+	if restart != nil {
+		l, err := pglogrepl.ParseLSN(*restart)
+		if err != nil {
+			return s, fmt.Errorf("replication: slot %q restart_lsn: %w", slot, err)
+		}
+		s.RestartLSN = LSN(l)
+	}
+	if confirmed != nil {
+		l, err := pglogrepl.ParseLSN(*confirmed)
+		if err != nil {
+			return s, fmt.Errorf("replication: slot %q confirmed_flush_lsn: %w", slot, err)
+		}
+		s.ConfirmedFlushLSN = LSN(l)
+	}
+	return s, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) (SlotState, error) {
+	s, err := ReadSlot(ctx, conn, cfg.Slot)
+	if errors.Is(err, ErrSlotMissing) {
+		if !cfg.CreateSlot {
+			return s, fmt.Errorf("%w: %q; create it with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), or set slot.create=true", ErrSlotMissing, cfg.Slot, cfg.Slot)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot); err != nil {
+			var pe *pgconn.PgError
+			// 42710: another instance created it at the same moment; use it.
+			if !errors.As(err, &pe) || pe.Code != "42710" {
+				return s, fmt.Errorf("replication: create slot %q: %w", cfg.Slot, err)
+			}
+		} else {
+			log.Info("created replication slot", zap.String("slot", cfg.Slot), zap.String("plugin", "pgoutput"))
+		}
+		s, err = ReadSlot(ctx, conn, cfg.Slot)
+	}
+	if err != nil {
+		return s, err
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return s, fmt.Errorf("replication: read current database: %w", err)
+	}
+	switch {
+	case s.SlotType != "logical":
+		return s, fmt.Errorf("replication: slot %q is a %s slot; pgoutbox needs a logical slot with plugin pgoutput", cfg.Slot, s.SlotType)
+	case s.Plugin != "pgoutput":
+		return s, fmt.Errorf("replication: slot %q uses plugin %q; pgoutbox needs pgoutput: drop it or choose another slot.name", cfg.Slot, s.Plugin)
+	case s.Database != db:
+		return s, fmt.Errorf("replication: slot %q belongs to database %q, not %q", cfg.Slot, s.Database, db)
+	case s.WALStatus == "lost":
+		return s, fmt.Errorf("%w: slot %q: the WAL it needed was removed and events may be gone; investigate, then drop and recreate the slot deliberately", ErrSlotLost, cfg.Slot)
+	}
+	return s, nil
+}
+
+// Open connects with replication=database and starts streaming from the
+// slot's own confirmed position (START_REPLICATION ... 0/0), protocol v1,
+// with the configured publication and logical decoding messages on. start
+// is the position the caller's tracker begins at (the slot's
+// confirmed_flush_lsn as read by Prepare); it is only used for reporting.
+func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pcfg, err := pgconn.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("replication: parse dsn: %w", redact(err))
+	}
+	pcfg.ConnectTimeout = cfg.ConnectTimeout
+	if pcfg.RuntimeParams == nil {
+		pcfg.RuntimeParams = map[string]string{}
+	}
+	pcfg.RuntimeParams["replication"] = "database"
+	pcfg.RuntimeParams["application_name"] = "pgoutbox"
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s for replication: %w", hostPort(*pcfg), err)
+	}
+	args := []string{
+		"proto_version '1'",
+		"publication_names '" + cfg.Publication + "'",
+		"messages 'true'",
+	}
+	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55006" { // object_in_use
+			return nil, fmt.Errorf("%w: slot %q: %s", ErrSlotInUse, cfg.Slot, pe.Message)
+		}
+		return nil, fmt.Errorf("replication: start replication on slot %q at its confirmed position %s: %w", cfg.Slot, start, err)
+	}
+	log.Info("replication started", zap.String("slot", cfg.Slot), zap.String("publication", cfg.Publication), zap.Stringer("confirmed_lsn", start))
+	return &Stream{cfg: cfg, log: log, conn: conn, dec: NewDecoder(), start: start, written: start}, nil
+}
+
+// Receive waits until deadline for the next message. It returns a zero Event
+// and no error when the deadline passes first. Errors other than that leave
+// the stream unusable: close it and open a new one.
+func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error) {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	msg, err := s.conn.ReceiveMessage(rctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() {
+			return Event{}, nil
+		}
+		return Event{}, fmt.Errorf("%w: receive from slot %q: %w", ErrReceive, s.cfg.Slot, err)
+	}
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		return s.handleCopyData(msg.Data)
+	case *pgproto3.ErrorResponse:
+		return Event{}, fmt.Errorf("replication: slot %q: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(msg))
+	case *pgproto3.CopyDone:
+		return Event{}, ErrStreamEnded
+	case *pgproto3.NoticeResponse:
+		s.log.Info("server notice", zap.String("message", msg.Message))
+		return Event{}, nil
+	default:
+		return Event{}, fmt.Errorf("replication: unexpected %T from server on slot %q", msg, s.cfg.Slot)
+	}
+}
+
+func (s *Stream) handleCopyData(data []byte) (Event, error) {
+	if len(data) == 0 {
+		return Event{}, errors.New("replication: empty CopyData message from server")
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return Event{}, fmt.Errorf("replication: keepalive: %w", err)
+		}
+		return Event{Keepalive: &Keepalive{WALEnd: LSN(k.ServerWALEnd), ServerTime: k.ServerTime, ReplyRequested: k.ReplyRequested}}, nil
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return Event{}, fmt.Errorf("replication: XLogData: %w", err)
+		}
+		// pgconn reuses its read buffer: the decoded change must own its bytes
+		// because records stay in flight until Kafka acknowledges them.
+		wal := make([]byte, len(x.WALData))
+		copy(wal, x.WALData)
+		if end := LSN(x.WALStart); end > s.written {
+			s.written = end
+		}
+		v, err := s.dec.Decode(wal)
+		if err != nil {
+			return Event{}, fmt.Errorf("at WAL %s: %w", LSN(x.WALStart), err)
+		}
+		ev := Event{WALStart: LSN(x.WALStart)}
+		switch v := v.(type) {
+		case *Begin:
+			ev.Begin = v
+		case *Commit:
+			ev.Commit = v
+		case *Relation:
+			ev.Relation = v
+		case *Change:
+			ev.Change = v
+		case *Truncate:
+			ev.Truncate = v
+		case *Message:
+			ev.Message = v
+		}
+		return ev, nil
+	}
+	return Event{}, fmt.Errorf("replication: unknown CopyData message type %q", data[0])
+}
+
+// SendStatus sends a standby status update whose flush and apply positions
+// are confirmed, the caller's tracker's confirmed LSN: PostgreSQL moves the
+// slot's confirmed_flush_lsn to the flush position. Every field is set
+// explicitly because pglogrepl fills a zero flush position from the write
+// position, which would confirm unacknowledged data.
+func (s *Stream) SendStatus(ctx context.Context, confirmed LSN, replyRequested bool) error {
+	if confirmed == 0 {
+		return errors.New("replication: refusing to send a status update with confirmed LSN 0/0")
+	}
+	write := s.written
+	if write < confirmed {
+		write = confirmed
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(write),
+		WALFlushPosition: pglogrepl.LSN(confirmed),
+		WALApplyPosition: pglogrepl.LSN(confirmed),
+		ClientTime:       time.Now(),
+		ReplyRequested:   replyRequested,
+	})
+	if err != nil {
+		return fmt.Errorf("replication: send status update (flush %s) on slot %q: %w", confirmed, s.cfg.Slot, err)
+	}
+	return nil
+}
+
+// Close ends the session. Send the final status before calling it.
+func (s *Stream) Close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return s.conn.Close(ctx)
+}

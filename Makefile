@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go build vet fmt-check env-up env-down
+.PHONY: test test-go demo build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down
 test:
@@ -27,6 +27,10 @@ test-go:
 		echo "integration tests did not run" >&2; exit 1; \
 	fi; \
 	echo "integration tests run: $$(wc -l <"$$marker")"
+
+## demo: start PostgreSQL and Kafka locally, run pgoutbox, write orders and print the records from Kafka
+demo:
+	bash scripts/demo.sh
 
 ## build: build the pgoutbox binary into bin/
 build:

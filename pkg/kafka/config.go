@@ -112,8 +112,9 @@ type Config struct {
 	// AckBuffer is the capacity of the Acks channel. The caller must never
 	// have more than AckBuffer records sent and not yet acknowledged (read
 	// from Acks); that guarantees the goroutine draining sarama never blocks,
-	// which is what keeps sarama from deadlocking. Default 8192.
-	AckBuffer int `yaml:"ack.buffer"`
+	// which is what keeps sarama from deadlocking. Default 8192. Not a file
+	// setting: the relay sets it from relay.max.inflight.records.
+	AckBuffer int `yaml:"-"`
 	// RetryBufferBytes bounds the bytes of records parked in sarama's retry
 	// buffer. Records that overflow it fail. Default 256 MiB.
 	RetryBufferBytes int64 `yaml:"retry.buffer.bytes"`

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+)
+
+// fileConfig is the YAML file: the relay's sections plus the process's own.
+type fileConfig struct {
+	relay.Config `yaml:",inline"`
+	Log          logConfig `yaml:"log"`
+}
+
+type logConfig struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // auto (console on a terminal, else JSON), json, console
+}
+
+func defaultFileConfig() fileConfig {
+	return fileConfig{Config: relay.DefaultConfig(), Log: logConfig{Level: "info", Format: "auto"}}
+}
+
+// loadConfig reads path (if not empty) over the defaults, then applies
+// environment overrides. Unknown keys in the file are errors: a typo must not
+// silently fall back to a default.
+func loadConfig(path string, environ []string) (fileConfig, error) {
+	cfg := defaultFileConfig()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("read config file: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(data)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) /* an empty file */ {
+			return cfg, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, environ); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// envName maps a section and a YAML key to its environment variable:
+// PGOUTBOX_<SECTION>_<KEY> with dots and dashes as underscores, upper case.
+// For example postgres.dsn → PGOUTBOX_POSTGRES_DSN and
+// router.table.field.event.key → PGOUTBOX_ROUTER_TABLE_FIELD_EVENT_KEY.
+func envName(section, key string) string {
+	r := strings.NewReplacer(".", "_", "-", "_")
+	return "PGOUTBOX_" + strings.ToUpper(r.Replace(section)) + "_" + strings.ToUpper(r.Replace(key))
+}
+
+// settings lists every configurable leaf: its section, key, and field.
+type setting struct {
+	section, key string
+	field        reflect.Value
+}
+
+func settings(cfg *fileConfig) []setting {
+	var out []setting
+	root := reflect.ValueOf(cfg).Elem()
+	var walkSection func(v reflect.Value)
+	walkSection = func(v reflect.Value) {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := strings.Split(f.Tag.Get("yaml"), ",")
+			if len(tag) > 1 && tag[1] == "inline" {
+				walkSection(v.Field(i))
+				continue
+			}
+			name := tag[0]
+			if name == "" || name == "-" || v.Field(i).Kind() != reflect.Struct {
+				continue
+			}
+			sv := v.Field(i)
+			st := sv.Type()
+			for j := 0; j < st.NumField(); j++ {
+				k := strings.Split(st.Field(j).Tag.Get("yaml"), ",")[0]
+				if k == "" || k == "-" || !st.Field(j).IsExported() {
+					continue
+				}
+				out = append(out, setting{section: name, key: k, field: sv.Field(j)})
+			}
+		}
+	}
+	walkSection(root)
+	return out
+}
+
+func applyEnv(cfg *fileConfig, environ []string) error {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	for _, s := range settings(cfg) {
+		name := envName(s.section, s.key)
+		v, ok := env[name]
+		if !ok {
+			continue
+		}
+		if err := setValue(s.field, v); err != nil {
+			return fmt.Errorf("environment variable %s (%s.%s): %w", name, s.section, s.key, err)
+		}
+	}
+	return nil
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// setValue parses text into a config field of a supported kind.
+func setValue(f reflect.Value, text string) error {
+	switch {
+	case f.Type() == durationType:
+		d, err := time.ParseDuration(text)
+		if err != nil {
+			return fmt.Errorf("want a duration such as 500ms or 10s: %w", err)
+		}
+		f.SetInt(int64(d))
+	case f.Kind() == reflect.String:
+		f.SetString(text)
+	case f.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(text)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", text)
+		}
+		f.SetBool(b)
+	case f.Kind() >= reflect.Int && f.Kind() <= reflect.Int64:
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", text)
+		}
+		f.SetInt(n)
+	case f.Kind() == reflect.Pointer && f.Type().Elem().Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(text)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", text)
+		}
+		f.Set(reflect.ValueOf(&b))
+	case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
+		var parts []string
+		for _, p := range strings.Split(text, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		f.Set(reflect.ValueOf(parts))
+	default:
+		return fmt.Errorf("unsupported setting type %s", f.Type())
+	}
+	return nil
+}
+
+// describeSettings lists every setting with its environment variable and
+// default, for --help.
+func describeSettings() string {
+	cfg := defaultFileConfig()
+	var b strings.Builder
+	section := ""
+	for _, s := range settings(&cfg) {
+		if s.section != section {
+			section = s.section
+			fmt.Fprintf(&b, "\n  %s:\n", section)
+		}
+		def := fmt.Sprint(s.field.Interface())
+		if s.field.Kind() == reflect.Pointer {
+			def = "unset"
+			if !s.field.IsNil() {
+				def = fmt.Sprint(s.field.Elem().Interface())
+			}
+		}
+		if s.field.Kind() == reflect.Slice {
+			def = strings.Trim(def, "[]")
+			def = strings.ReplaceAll(def, " ", ",")
+		}
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(&b, "    %-40s %-48s default %s\n", s.key, envName(s.section, s.key), def)
+	}
+	return b.String()
+}

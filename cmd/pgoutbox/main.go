@@ -1,0 +1,281 @@
+// Command pgoutbox relays transactional-outbox events from a PostgreSQL
+// logical replication slot to Apache Kafka.
+//
+// Exit codes: 0 success (including a stop by SIGINT/SIGTERM), 1 a runtime
+// failure, 2 bad configuration or usage, 3 a server that could not be reached
+// or refused us at start-up.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitConfig  = 2
+	exitStartup = 3
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+const usage = `pgoutbox relays transactional-outbox events from PostgreSQL to Kafka.
+
+Usage:
+  pgoutbox run     [flags]   stream the outbox to Kafka until SIGINT/SIGTERM
+  pgoutbox migrate [flags]   create the default outbox table and publication
+  pgoutbox version           print the version
+
+Run "pgoutbox <command> --help" for the command's flags and settings.
+`
+
+func run(args []string, environ []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitConfig
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], environ, stdout, stderr)
+	case "migrate":
+		return cmdMigrate(args[1:], environ, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "pgoutbox %s\n", buildVersion())
+		return exitOK
+	case "help", "--help", "-help", "-h":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "pgoutbox: unknown command %q\n\n%s", args[0], usage)
+	return exitConfig
+}
+
+// commonFlags are the flags run and migrate share; each overrides the
+// config file and the environment.
+type commonFlags struct {
+	fs                                      *flag.FlagSet
+	config, dsn, brokers, slot, publication string
+	tables, logLevel, logFormat             string
+}
+
+func newFlags(name string, stderr io.Writer, help string) *commonFlags {
+	c := &commonFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	c.fs.SetOutput(stderr)
+	c.fs.StringVar(&c.config, "config", "", "YAML config file (env PGOUTBOX_CONFIG)")
+	c.fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection string (postgres.dsn)")
+	c.fs.StringVar(&c.brokers, "brokers", "", "comma-separated Kafka bootstrap servers (kafka.brokers)")
+	c.fs.StringVar(&c.slot, "slot", "", "replication slot name (postgres.slot.name)")
+	c.fs.StringVar(&c.publication, "publication", "", "publication name (postgres.publication.name)")
+	c.fs.StringVar(&c.tables, "tables", "", "comma-separated outbox tables (postgres.table.include.list)")
+	c.fs.StringVar(&c.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
+	c.fs.StringVar(&c.logFormat, "log-format", "", "auto, json or console (log.format)")
+	c.fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\nFlags:\n", help)
+		c.fs.PrintDefaults()
+		fmt.Fprintf(stderr, "\nSettings (YAML section: key, environment variable, default):%s", describeSettings())
+	}
+	return c
+}
+
+// load parses flags and builds the configuration: defaults, then the file,
+// then the environment, then flags.
+func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
+	if err := c.fs.Parse(args); err != nil {
+		return fileConfig{}, err
+	}
+	if c.fs.NArg() > 0 {
+		return fileConfig{}, fmt.Errorf("unexpected arguments %q", c.fs.Args())
+	}
+	path := c.config
+	if path == "" {
+		for _, kv := range environ {
+			if v, ok := strings.CutPrefix(kv, "PGOUTBOX_CONFIG="); ok {
+				path = v
+			}
+		}
+	}
+	cfg, err := loadConfig(path, environ)
+	if err != nil {
+		return cfg, err
+	}
+	split := func(s string) []string {
+		var out []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	set := map[string]func(string){
+		"dsn":         func(v string) { cfg.Postgres.DSN = v },
+		"brokers":     func(v string) { cfg.Kafka.Brokers = split(v) },
+		"slot":        func(v string) { cfg.Postgres.Slot = v },
+		"publication": func(v string) { cfg.Postgres.Publication = v },
+		"tables":      func(v string) { cfg.Postgres.Tables = split(v) },
+		"log-level":   func(v string) { cfg.Log.Level = v },
+		"log-format":  func(v string) { cfg.Log.Format = v },
+	}
+	c.fs.Visit(func(f *flag.Flag) {
+		if fn, ok := set[f.Name]; ok {
+			fn(f.Value.String())
+		}
+	})
+	return cfg, nil
+}
+
+func newLogger(lc logConfig, stderr io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(lc.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level %q: use debug, info, warn or error", lc.Level)
+	}
+	format := lc.Format
+	if format == "auto" || format == "" {
+		format = "json"
+		if f, ok := stderr.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				format = "console"
+			}
+		}
+	}
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		ec := zap.NewProductionEncoderConfig()
+		ec.TimeKey = "ts"
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
+	case "console":
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, fmt.Errorf("log.format %q: use auto, json or console", lc.Format)
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(stderr)), level)
+	return zap.New(core), nil
+}
+
+func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
+	c := newFlags("run", stderr, "Usage: pgoutbox run [flags]\n\nStreams outbox inserts from the replication slot to Kafka. SIGINT or SIGTERM stops\nat a transaction boundary, waits for Kafka's acknowledgements, confirms and exits 0.\n")
+	cfg, err := c.load(args, environ)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	r, err := relay.New(cfg.Config, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitConfig
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("pgoutbox starting", zap.String("version", buildVersion()), zap.String("slot", cfg.Postgres.Slot),
+		zap.String("publication", cfg.Postgres.Publication), zap.Strings("tables", cfg.Postgres.Tables), zap.Strings("brokers", cfg.Kafka.Brokers))
+	err = r.Run(ctx)
+	if err == nil {
+		log.Info("pgoutbox stopped")
+		return exitOK
+	}
+	var se *relay.StartupError
+	var ce *relay.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		log.Error("bad configuration", zap.Error(err))
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitConfig
+	case errors.As(err, &se):
+		log.Error("could not start", zap.Error(err))
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitStartup
+	}
+	log.Error("relay failed", zap.Error(err))
+	fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+	return exitRuntime
+}
+
+func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
+	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry) and the\npublication if they do not exist. Safe to run again.\n")
+	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
+	cfg, err := c.load(args, environ)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	ctx := context.Background()
+	var conn *pgx.Conn
+	if !*dry {
+		if cfg.Postgres.DSN == "" {
+			fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.dsn is empty: pass --dsn or set PGOUTBOX_POSTGRES_DSN")
+			return exitConfig
+		}
+		conn, err = pgx.Connect(ctx, cfg.Postgres.DSN)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
+			return exitStartup
+		}
+		defer conn.Close(ctx)
+	}
+	for _, t := range cfg.Postgres.Tables {
+		p := migrations.Params{Table: t, Publication: cfg.Postgres.Publication}
+		if *dry {
+			stmts, err := migrations.Render(p)
+			if err != nil {
+				fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+				return exitConfig
+			}
+			fmt.Fprintln(stdout, strings.Join(stmts, "\n"))
+			continue
+		}
+		if err := migrations.Apply(ctx, conn, p); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: migrate %s: %v\n", t, err)
+			return exitRuntime
+		}
+		fmt.Fprintf(stdout, "migrated %s (publication %s)\n", t, cfg.Postgres.Publication)
+	}
+	return exitOK
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "pgoutbox.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigLayersFileThenEnvironmentThenFlags(t *testing.T) {
+	path := writeFile(t, `
+postgres:
+  dsn: postgres://file@127.0.0.1:1/db
+  slot.name: from_file
+  table.include.list: [public.outbox, app.events]
+  status.update.interval: 2s
+kafka:
+  brokers: [127.0.0.1:9092]
+  flush.frequency: 5ms
+router:
+  route.topic.replacement: events.${routedByValue}
+relay:
+  max.inflight.records: 500
+log:
+  level: debug
+`)
+	env := []string{
+		"PGOUTBOX_POSTGRES_SLOT_NAME=from_env",
+		"PGOUTBOX_KAFKA_BROKERS=a:1, b:2",
+		"PGOUTBOX_ROUTER_TABLE_FIELD_EVENT_KEY=aggregate_key",
+		"PGOUTBOX_RELAY_SHUTDOWN_TIMEOUT=7s",
+	}
+	c := newFlags("run", &bytes.Buffer{}, "")
+	cfg, err := c.load([]string{"--config", path, "--publication", "from_flag", "--brokers", "c:3"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"dsn from file", cfg.Postgres.DSN, "postgres://file@127.0.0.1:1/db"},
+		{"slot from env over file", cfg.Postgres.Slot, "from_env"},
+		{"publication from flag", cfg.Postgres.Publication, "from_flag"},
+		{"tables from file", strings.Join(cfg.Postgres.Tables, ","), "public.outbox,app.events"},
+		{"duration from file", cfg.Postgres.StatusInterval, 2 * time.Second},
+		{"brokers from flag over env and file", strings.Join(cfg.Kafka.Brokers, ","), "c:3"},
+		{"kafka duration", cfg.Kafka.FlushFrequency, 5 * time.Millisecond},
+		{"router option from file", cfg.Router.RouteTopicReplacement, "events.${routedByValue}"},
+		{"router option from env", cfg.Router.EventKeyField, "aggregate_key"},
+		{"router default kept", cfg.Router.EventIDField, "id"},
+		{"relay from file", cfg.Relay.MaxInFlightRecords, 500},
+		{"relay from env", cfg.Relay.ShutdownTimeout, 7 * time.Second},
+		{"log level", cfg.Log.Level, "debug"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestUnknownConfigKeyIsAnError(t *testing.T) {
+	path := writeFile(t, "postgres:\n  slot_name: typo\n")
+	_, err := loadConfig(path, nil)
+	if err == nil || !strings.Contains(err.Error(), "slot_name") {
+		t.Fatalf("want an error naming slot_name, got %v", err)
+	}
+}
+
+func TestBadEnvironmentValueNamesTheVariable(t *testing.T) {
+	_, err := loadConfig("", []string{"PGOUTBOX_RELAY_MAX_INFLIGHT_RECORDS=lots"})
+	if err == nil || !strings.Contains(err.Error(), "PGOUTBOX_RELAY_MAX_INFLIGHT_RECORDS") {
+		t.Fatalf("want an error naming the variable, got %v", err)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		code int
+		want string
+	}{
+		{"no command", nil, nil, exitConfig, "Usage"},
+		{"unknown command", []string{"frobnicate"}, nil, exitConfig, "unknown command"},
+		{"version", []string{"--version"}, nil, exitOK, "pgoutbox "},
+		{"missing dsn", []string{"run", "--brokers", "127.0.0.1:1"}, nil, exitConfig, "dsn is empty"},
+		{"bad slot name", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--slot", "Bad-Name"}, nil, exitConfig, "slot.name"},
+		{"bad log level", []string{"run", "--log-level", "loud"}, nil, exitConfig, "log.level"},
+		{"unreachable PostgreSQL", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db?connect_timeout=2", "--brokers", "127.0.0.1:1"}, nil, exitStartup, "127.0.0.1:1"},
+		{"help", []string{"run", "--help"}, nil, exitOK, "PGOUTBOX_POSTGRES_DSN"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(c.args, c.env, &out, &errOut)
+			if code != c.code {
+				t.Fatalf("exit code %d, want %d; stderr: %s", code, c.code, errOut.String())
+			}
+			if all := out.String() + errOut.String(); !strings.Contains(all, c.want) {
+				t.Fatalf("output lacks %q:\n%s", c.want, all)
+			}
+		})
+	}
+}
+
+func TestMigratePrintsTheSQL(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"migrate", "--print", "--tables", "app.events", "--publication", "pub1"}, nil, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "app"."events"`, `CREATE PUBLICATION "pub1" FOR TABLE "app"."events" WITH (publish = 'insert')`} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("SQL lacks %q:\n%s", want, out.String())
+		}
+	}
+}

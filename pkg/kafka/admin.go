@@ -1,0 +1,136 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// CreateTopics creates the topics that do not exist yet, with the given
+// partition count and replication factor, and waits until the cluster's
+// metadata lists them. Topics that already exist are left as they are.
+func CreateTopics(cfg Config, topics []string, partitions int32, replication int16) error {
+	cfg.Defaults()
+	sc, err := cfg.sarama()
+	if err != nil {
+		return err
+	}
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
+	if err != nil {
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	defer admin.Close()
+	for _, t := range topics {
+		err := admin.CreateTopic(t, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}, false)
+		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			return fmt.Errorf("kafka: create topic %q: %w", t, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		md, err := admin.DescribeTopics(topics)
+		missing := ""
+		if err == nil {
+			for _, m := range md {
+				if m.Err != sarama.ErrNoError || len(m.Partitions) == 0 {
+					missing = m.Name
+					break
+				}
+			}
+		}
+		if err == nil && missing == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("topic %q not in the metadata yet", missing)
+			}
+			return fmt.Errorf("kafka: wait for topics: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond) // metadata propagation; bounded by deadline
+	}
+}
+
+// Record is a record read back by Tail.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   map[string]string
+	Timestamp time.Time
+}
+
+// Tail reads every partition of topics from the oldest offset and calls fn
+// for each record until ctx ends or fn returns false. It is meant for the
+// demo and for tools, not for the relay's path.
+func Tail(ctx context.Context, cfg Config, topics []string, fn func(Record) bool) error {
+	cfg.Defaults()
+	sc, err := cfg.sarama()
+	if err != nil {
+		return err
+	}
+	sc.Consumer.Return.Errors = false
+	consumer, err := sarama.NewConsumer(cfg.Brokers, sc)
+	if err != nil {
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	defer consumer.Close()
+	out := make(chan *sarama.ConsumerMessage)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var pcs []sarama.PartitionConsumer
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	defer func() {
+		cancel()
+		close(done)
+		for _, pc := range pcs {
+			pc.AsyncClose()
+		}
+		wg.Wait() // each forwarder ends when its partition consumer closes
+	}()
+	for _, t := range topics {
+		parts, err := consumer.Partitions(t)
+		if err != nil {
+			return fmt.Errorf("kafka: partitions of %q: %w", t, err)
+		}
+		for _, p := range parts {
+			pc, err := consumer.ConsumePartition(t, p, sarama.OffsetOldest)
+			if err != nil {
+				return fmt.Errorf("kafka: consume %s/%d: %w", t, p, err)
+			}
+			pcs = append(pcs, pc)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for m := range pc.Messages() {
+					select {
+					case out <- m:
+					case <-done:
+					}
+				}
+			}()
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-out:
+			r := Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Timestamp: m.Timestamp, Headers: map[string]string{}}
+			for _, h := range m.Headers {
+				r.Headers[string(h.Key)] = string(h.Value)
+			}
+			if !fn(r) {
+				return nil
+			}
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// Config is the whole relay configuration: where to read, where to write,
+// how to map rows, and the relay's own limits.
+type Config struct {
+	Postgres replication.Config `yaml:"postgres"`
+	Kafka    kafka.Config       `yaml:"kafka"`
+	Router   router.Options     `yaml:"router"`
+	Relay    Limits             `yaml:"relay"`
+}
+
+// Limits bounds memory and time.
+type Limits struct {
+	// MaxInFlightRecords caps records sent to Kafka and not yet acknowledged.
+	// When reached, the relay stops reading WAL (it still answers the server).
+	MaxInFlightRecords int `yaml:"max.inflight.records"`
+	// MaxInFlightBytes caps the key, value and header bytes of those records.
+	MaxInFlightBytes int64 `yaml:"max.inflight.bytes"`
+	// ShutdownTimeout bounds how long a stop waits for the open transaction to
+	// end and for Kafka to acknowledge what is in flight.
+	ShutdownTimeout time.Duration `yaml:"shutdown.timeout"`
+	// RestartBackoff is the first wait before a new session after a failure;
+	// it doubles (with jitter) up to RestartBackoffMax.
+	RestartBackoff    time.Duration `yaml:"restart.backoff"`
+	RestartBackoffMax time.Duration `yaml:"restart.backoff.max"`
+}
+
+// DefaultConfig returns every default.
+func DefaultConfig() Config {
+	var k kafka.Config
+	k.Defaults()
+	return Config{
+		Postgres: replication.DefaultConfig(),
+		Kafka:    k,
+		Router:   router.DefaultOptions(),
+		Relay: Limits{
+			MaxInFlightRecords: 20000,
+			MaxInFlightBytes:   32 << 20,
+			ShutdownTimeout:    30 * time.Second,
+			RestartBackoff:     500 * time.Millisecond,
+			RestartBackoffMax:  30 * time.Second,
+		},
+	}
+}
+
+// Validate checks every section and names the offending option.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := c.Postgres.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Kafka.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Router.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	l := c.Relay
+	if l.MaxInFlightRecords < 1 || l.MaxInFlightRecords > 1_000_000 {
+		errs = append(errs, fmt.Errorf("relay: max.inflight.records %d out of range [1, 1000000]", l.MaxInFlightRecords))
+	}
+	if l.MaxInFlightBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("relay: max.inflight.bytes %d too small: use at least 1024", l.MaxInFlightBytes))
+	}
+	if l.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("relay: shutdown.timeout %s must be positive", l.ShutdownTimeout))
+	}
+	if l.RestartBackoff <= 0 || l.RestartBackoffMax < l.RestartBackoff {
+		errs = append(errs, fmt.Errorf("relay: restart.backoff %s and restart.backoff.max %s: need 0 < backoff <= max", l.RestartBackoff, l.RestartBackoffMax))
+	}
+	return errors.Join(errs...)
+}

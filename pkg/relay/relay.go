@@ -1,0 +1,488 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// Relay streams outbox rows from one replication slot to Kafka.
+//
+// Concurrency: Run owns everything it starts. Within a session one goroutine
+// (Run's) owns the replication connection and the checkpoint tracker; the
+// Kafka producer owns one more goroutine that drains acknowledgements into a
+// channel Run reads. Nothing else runs.
+type Relay struct {
+	cfg    Config
+	log    *zap.Logger
+	router *router.Router
+	tables map[string]bool
+	hooks  Hooks
+}
+
+// Hooks lets a caller observe the relay (tests, metrics). Every hook is
+// called from Run's goroutine and must not block.
+type Hooks struct {
+	// SessionStarted is called when streaming starts, with the slot's
+	// confirmed position.
+	SessionStarted func(start checkpoint.LSN)
+	// Confirmed is called after a status update carried a new flush position.
+	Confirmed func(lsn checkpoint.LSN)
+}
+
+// Option configures a Relay.
+type Option func(*Relay)
+
+// WithHooks installs observation hooks.
+func WithHooks(h Hooks) Option { return func(r *Relay) { r.hooks = h } }
+
+// New validates cfg and builds a relay. log must not be nil.
+func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	rt, err := router.New(cfg.Router)
+	if err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	r := &Relay{cfg: cfg, log: log, router: rt, tables: map[string]bool{}}
+	for _, t := range cfg.Postgres.QualifiedTables() {
+		r.tables[t] = true
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+// ConfigError is a configuration the relay cannot run with.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return "configuration: " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// StartupError is a failure before the first session streamed: a server that
+// cannot be reached or refuses us. Later failures are retried instead.
+type StartupError struct{ Err error }
+
+func (e *StartupError) Error() string { return "start-up: " + e.Err.Error() }
+func (e *StartupError) Unwrap() error { return e.Err }
+
+// FatalError is a failure that a restart would only repeat: a row the router
+// cannot map, a slot whose WAL is lost, an UPDATE with
+// table.op.invalid.behavior=fatal. Nothing past it was confirmed.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
+// ProduceError is a record Kafka did not accept after its retries. The
+// session stops; nothing after it is confirmed; the next session resends from
+// the slot's confirmed position.
+type ProduceError struct {
+	EventID string
+	Topic   string
+	LSN     checkpoint.LSN // commit end of the record's transaction, if known
+	Err     error
+}
+
+func (e *ProduceError) Error() string {
+	return fmt.Sprintf("produce event %s to topic %q: %v", e.EventID, e.Topic, e.Err)
+}
+func (e *ProduceError) Unwrap() error { return e.Err }
+
+// confirmEvery is the shortest time between two status updates sent because
+// the confirmed position moved.
+const confirmEvery = 100 * time.Millisecond
+
+// errStopped ends a session that stopped because Run's context was cancelled.
+var errStopped = errors.New("relay: stopped")
+
+// Run streams until ctx is cancelled or a fatal error occurs. On
+// cancellation it stops at a transaction boundary, waits for Kafka to
+// acknowledge what is in flight, confirms, and returns nil. A session that
+// fails for a reason a retry can cure (a lost connection, a Kafka error) is
+// restarted from the slot's confirmed position after a capped, jittered,
+// exponential backoff.
+func (r *Relay) Run(ctx context.Context) error {
+	backoff := r.cfg.Relay.RestartBackoff
+	streamed := false
+	for {
+		started := time.Now()
+		ran, err := r.session(ctx)
+		streamed = streamed || ran
+		if errors.Is(err, errStopped) || (err == nil && ctx.Err() != nil) {
+			return nil
+		}
+		var fe *FatalError
+		if errors.As(err, &fe) {
+			return err
+		}
+		if !streamed && !retriableAtStartup(err) {
+			return &StartupError{Err: err}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if ran && time.Since(started) > 4*r.cfg.Relay.RestartBackoffMax {
+			backoff = r.cfg.Relay.RestartBackoff
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.log.Warn("stream stopped; restarting from the slot's confirmed position", zap.Error(err), zap.Duration("backoff", wait))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, r.cfg.Relay.RestartBackoffMax)
+	}
+}
+
+// retriableAtStartup says which first-session failures are waited out rather
+// than reported: a slot held by another instance (this one is its standby).
+// Anything else before the first stream started is a start-up error: a
+// server that cannot be reached or refuses us is a deployment problem to
+// report at once, not to retry silently.
+func retriableAtStartup(err error) bool {
+	return errors.Is(err, replication.ErrSlotInUse)
+}
+
+type session struct {
+	r      *Relay
+	log    *zap.Logger
+	st     *replication.Stream
+	prod   *kafka.Producer
+	tr     *checkpoint.Tracker
+	rec    router.Record
+	cur    checkpoint.TxnID
+	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
+
+	inflightBytes int64
+	sentConfirmed checkpoint.LSN
+	lastStatus    time.Time
+	nextStatus    time.Time
+	walEnd        checkpoint.LSN
+}
+
+// session runs one replication session. ran reports whether streaming
+// started.
+func (r *Relay) session(ctx context.Context) (ran bool, err error) {
+	slot, err := replication.Prepare(ctx, r.cfg.Postgres, r.log)
+	if err != nil {
+		if errors.Is(err, replication.ErrPublicationMissing) || errors.Is(err, replication.ErrSlotMissing) || errors.Is(err, replication.ErrSlotLost) {
+			return false, &FatalError{Err: err}
+		}
+		return false, err
+	}
+	kcfg := r.cfg.Kafka
+	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords + 1
+	prod, err := kafka.New(kcfg, r.log)
+	if err != nil {
+		return false, err
+	}
+	st, err := replication.Open(ctx, r.cfg.Postgres, slot.ConfirmedFlushLSN, r.log)
+	if err != nil {
+		r.closeProducer(prod)
+		return false, err
+	}
+	s := &session{
+		r:             r,
+		log:           r.log,
+		st:            st,
+		prod:          prod,
+		tr:            checkpoint.New(slot.ConfirmedFlushLSN),
+		sentConfirmed: slot.ConfirmedFlushLSN,
+		walEnd:        slot.ConfirmedFlushLSN,
+	}
+	if r.hooks.SessionStarted != nil {
+		r.hooks.SessionStarted(slot.ConfirmedFlushLSN)
+	}
+	err = s.loop(ctx)
+	s.finish(ctx, err)
+	return true, err
+}
+
+// loop reads WAL and acks until the context is cancelled (at a transaction
+// boundary: errStopped) or something fails.
+func (s *session) loop(ctx context.Context) error {
+	lim := s.r.cfg.Relay
+	interval := s.r.cfg.Postgres.StatusInterval
+	// Receives use a context that outlives cancellation so the open
+	// transaction can be read to its commit; stopBy bounds that.
+	recvCtx := context.WithoutCancel(ctx)
+	var stopBy time.Time
+	s.nextStatus = time.Now().Add(interval)
+	for {
+		if stopBy.IsZero() && ctx.Err() != nil {
+			stopBy = time.Now().Add(lim.ShutdownTimeout)
+			s.log.Info("stopping at the next transaction boundary")
+		}
+		if err := s.drainAcks(); err != nil {
+			return err
+		}
+		if !stopBy.IsZero() {
+			if !s.tr.Open() {
+				return errStopped
+			}
+			if time.Now().After(stopBy) {
+				return fmt.Errorf("relay: transaction still open %s after the stop request; stopping without confirming it", lim.ShutdownTimeout)
+			}
+		}
+		now := time.Now()
+		// Confirm promptly when the position moved (so a crash repeats
+		// little), but at most every confirmEvery; otherwise on the interval.
+		if !now.Before(s.nextStatus) || (s.tr.Confirmed() != s.sentConfirmed && now.Sub(s.lastStatus) >= confirmEvery) {
+			if err := s.status(recvCtx, false); err != nil {
+				return err
+			}
+		}
+		if s.tr.InFlight() >= lim.MaxInFlightRecords || s.inflightBytes >= lim.MaxInFlightBytes {
+			// Back-pressure: stop reading WAL, keep sending status updates.
+			if err := s.waitAck(ctx, s.nextStatus); err != nil {
+				return err
+			}
+			continue
+		}
+		ev, err := s.st.Receive(recvCtx, s.nextStatus)
+		if err != nil {
+			return err
+		}
+		if err := s.handle(recvCtx, ev); err != nil {
+			return err
+		}
+	}
+}
+
+// waitAck blocks until an ack arrives, the deadline passes or ctx ends.
+func (s *session) waitAck(ctx context.Context, deadline time.Time) error {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case a, ok := <-s.prod.Acks():
+		if !ok {
+			return errors.New("relay: producer closed its acknowledgement channel")
+		}
+		return s.ack(a)
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (s *session) drainAcks() error {
+	for {
+		select {
+		case a, ok := <-s.prod.Acks():
+			if !ok {
+				return errors.New("relay: producer closed its acknowledgement channel")
+			}
+			if err := s.ack(a); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+func (s *session) ack(a kafka.Ack) error {
+	s.inflightBytes -= int64(a.Bytes)
+	id := checkpoint.TxnID(a.Ref)
+	if a.Err != nil {
+		s.tr.Fail(id)
+		s.log.Error("Kafka did not accept a record; no later position will be confirmed",
+			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Error(a.Err))
+		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, Err: a.Err}
+	}
+	if err := s.tr.Ack(id); err != nil {
+		return fmt.Errorf("relay: ack for transaction %d: %w", id, err)
+	}
+	return nil
+}
+
+// status sends a standby status update with the tracker's confirmed LSN. When
+// the relay is idle it asks the server to reply, so that the keepalive that
+// comes back carries a WAL end the tracker can adopt.
+func (s *session) status(ctx context.Context, force bool) error {
+	confirmed := s.tr.Confirmed()
+	idle := !s.tr.Open() && s.tr.InFlight() == 0 && !s.tr.Failed()
+	if err := s.st.SendStatus(ctx, confirmed, idle && !force); err != nil {
+		return err
+	}
+	s.lastStatus = time.Now()
+	s.nextStatus = s.lastStatus.Add(s.r.cfg.Postgres.StatusInterval)
+	if confirmed != s.sentConfirmed {
+		s.sentConfirmed = confirmed
+		if s.r.hooks.Confirmed != nil {
+			s.r.hooks.Confirmed(confirmed)
+		}
+	}
+	return nil
+}
+
+func (s *session) handle(ctx context.Context, ev replication.Event) error {
+	switch {
+	case ev.Begin != nil:
+		id, err := s.tr.Begin()
+		if err != nil {
+			return fmt.Errorf("relay: BEGIN of xid %d at %s: %w", ev.Begin.XID, ev.Begin.FinalLSN, err)
+		}
+		s.cur = id
+		s.commit = ev.Begin.FinalLSN
+	case ev.Change != nil:
+		return s.change(ev.Change)
+	case ev.Commit != nil:
+		if err := s.tr.Commit(ev.Commit.EndLSN); err != nil {
+			return fmt.Errorf("relay: COMMIT at %s: %w", ev.Commit.EndLSN, err)
+		}
+	case ev.Keepalive != nil:
+		k := ev.Keepalive
+		if k.WALEnd > s.walEnd {
+			s.walEnd = k.WALEnd
+		}
+		// Adopting the WAL end is safe only with nothing open or in flight;
+		// the tracker checks that. It keeps an idle outbox from pinning WAL.
+		s.tr.Idle(k.WALEnd)
+		if k.ReplyRequested {
+			return s.status(ctx, true)
+		}
+	case ev.Message != nil, ev.Truncate != nil, ev.Relation != nil:
+		// Relations are cached by the decoder; messages and truncates carry no
+		// outbox rows (table-less outbox messages are a later addition).
+	}
+	return nil
+}
+
+func (s *session) change(c *replication.Change) error {
+	if !s.tr.Open() {
+		return fmt.Errorf("relay: %s on %s outside a transaction", c.Op, c.Rel.Table)
+	}
+	if !s.r.tables[c.Rel.Table] {
+		return nil
+	}
+	row := router.Row{Table: c.Rel.Table, Names: c.Rel.Columns, Types: c.Rel.Types}
+	switch c.Op {
+	case replication.OpInsert:
+		row.Op, row.Values = router.OpInsert, c.Values
+	case replication.OpUpdate:
+		row.Op, row.Values = router.OpUpdate, c.Values
+	case replication.OpDelete:
+		row.Op, row.Values = router.OpDelete, c.Old
+	}
+	act, err := s.r.router.Route(&row, time.Now(), &s.rec)
+	if err != nil {
+		return &FatalError{Err: fmt.Errorf("relay: row in %s of the transaction committing at %s: %w (nothing at or after it was confirmed)", c.Rel.Table, s.commit, err)}
+	}
+	switch act {
+	case router.Emit:
+	case router.DropWarn:
+		s.log.Warn("dropped a change on the outbox table", zap.String("table", c.Rel.Table), zap.Stringer("op", c.Op),
+			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
+		return nil
+	case router.DropError:
+		s.log.Error("dropped a change on the outbox table", zap.String("table", c.Rel.Table), zap.Stringer("op", c.Op),
+			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
+		return nil
+	default:
+		return nil
+	}
+	if err := s.tr.Add(1); err != nil {
+		return fmt.Errorf("relay: track record: %w", err)
+	}
+	s.inflightBytes += int64(recordBytes(&s.rec))
+	s.prod.Send(&s.rec, uint64(s.cur))
+	return nil
+}
+
+func recordBytes(r *router.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// finish ends a session in the documented order: wait (bounded) for the
+// acks of what is in flight, send a final status with the confirmed LSN,
+// close the replication connection, close the producer.
+func (s *session) finish(ctx context.Context, cause error) {
+	lim := s.r.cfg.Relay
+	fctx := context.WithoutCancel(ctx)
+	if errors.Is(cause, errStopped) {
+		deadline := time.Now().Add(lim.ShutdownTimeout)
+		for s.tr.InFlight() > 0 && !s.tr.Failed() && time.Now().Before(deadline) {
+			next := s.nextStatus
+			if deadline.Before(next) {
+				next = deadline
+			}
+			if err := s.waitAck(fctx, next); err != nil {
+				s.log.Error("while draining acknowledgements", zap.Error(err))
+				break
+			}
+			if !time.Now().Before(s.nextStatus) {
+				_ = s.status(fctx, true)
+			}
+		}
+		if n := s.tr.InFlight(); n > 0 {
+			s.log.Warn("stopping with records unacknowledged; they will be sent again on restart", zap.Int("records", n))
+		}
+	}
+	if !isConnError(cause) {
+		sctx, cancel := context.WithTimeout(fctx, 5*time.Second)
+		if err := s.st.SendStatus(sctx, s.tr.Confirmed(), false); err != nil {
+			s.log.Warn("final status update", zap.Error(err))
+		} else {
+			s.sentConfirmed = s.tr.Confirmed()
+			if s.r.hooks.Confirmed != nil {
+				s.r.hooks.Confirmed(s.sentConfirmed)
+			}
+		}
+		cancel()
+	}
+	if err := s.st.Close(fctx); err != nil {
+		s.log.Debug("close replication connection", zap.Error(err))
+	}
+	s.r.closeProducer(s.prod)
+	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.tr.Confirmed()), zap.NamedError("cause", cause))
+}
+
+func isConnError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return true
+	}
+	return errors.Is(err, replication.ErrStreamEnded) || errors.Is(err, replication.ErrReceive)
+}
+
+func (r *Relay) closeProducer(p *kafka.Producer) {
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	t := time.NewTimer(r.cfg.Relay.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			r.log.Debug("close producer", zap.Error(err))
+		}
+	case <-t.C:
+		// Kafka is unreachable and sarama is still retrying. Its goroutines
+		// end when their retries are spent; nothing they ack can confirm
+		// anything, since this session's tracker is gone.
+		r.log.Warn("Kafka producer did not close in time; abandoning it", zap.Duration("timeout", r.cfg.Relay.ShutdownTimeout))
+	}
+}

@@ -20,6 +20,7 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 	if err != nil {
 		return err
 	}
+	sc.Metadata.Full = true // the admin client refreshes metadata without naming topics
 	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
 	if err != nil {
 		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)

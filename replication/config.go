@@ -120,9 +120,6 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("replication: invalid publication.autocreate.mode %q: use disabled, filtered or all_tables", c.PublicationAutocreate)
 	}
-	if len(c.Tables) == 0 {
-		return errors.New("replication: table.include.list is empty: name the outbox table, e.g. public.outbox")
-	}
 	for _, t := range c.Tables {
 		if _, _, err := splitTable(t); err != nil {
 			return err

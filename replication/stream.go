@@ -141,7 +141,9 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 				s, n, _ := splitTable(t)
 				quoted = append(quoted, quoteIdent(s)+"."+quoteIdent(n))
 			}
-			sql += " FOR TABLE " + strings.Join(quoted, ", ")
+			if len(quoted) > 0 { // none: a table-less outbox needs only messages
+				sql += " FOR TABLE " + strings.Join(quoted, ", ")
+			}
 		}
 		sql += " WITH (publish = 'insert')"
 		if _, err := conn.Exec(ctx, sql); err != nil {

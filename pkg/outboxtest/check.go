@@ -84,7 +84,7 @@ func Check(committed []Event, rolledBack map[string]Event, delivered []Delivered
 		return a.Offset < b.Offset
 	})
 	first := map[string]Delivered{}
-	firstOrder := map[string][]*Event{} // key → events in first-delivery order
+	firstOrder := map[string][]*Event{} // topic and key → events in first-delivery order
 	for _, d := range sorted {
 		e, ok := byID[d.ID]
 		if !ok {
@@ -108,7 +108,9 @@ func Check(committed []Event, rolledBack map[string]Event, delivered []Delivered
 			continue
 		}
 		rep.Verified++
-		firstOrder[e.AggregateID] = append(firstOrder[e.AggregateID], e)
+		// Kafka orders records per partition, so order is per topic and key.
+		k := e.Topic() + " " + e.AggregateID
+		firstOrder[k] = append(firstOrder[k], e)
 	}
 	for i := range committed {
 		if _, ok := first[committed[i].ID]; !ok {

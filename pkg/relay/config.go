@@ -17,6 +17,20 @@ type Config struct {
 	Kafka    kafka.Config       `yaml:"kafka"`
 	Router   router.Options     `yaml:"router"`
 	Relay    Limits             `yaml:"relay"`
+	Messages Messages           `yaml:"messages"`
+}
+
+// Messages configures the table-less outbox: events written with
+// pg_logical_emit_message(true, '<prefix>', '<json object>') inside the
+// business transaction, routed exactly like outbox rows.
+type Messages struct {
+	// Prefix selects the messages that are events; empty turns the
+	// table-less outbox off.
+	Prefix string `yaml:"prefix"`
+	// NonTransactional says what to do with a message written with
+	// transactional = false, which is not tied to any transaction's outcome:
+	// "refuse" (stop with an error naming it) or "accept" (route it too).
+	NonTransactional string `yaml:"nontransactional"`
 }
 
 // Limits bounds memory and time.
@@ -50,6 +64,7 @@ func DefaultConfig() Config {
 			RestartBackoff:     500 * time.Millisecond,
 			RestartBackoffMax:  30 * time.Second,
 		},
+		Messages: Messages{Prefix: "outbox", NonTransactional: "refuse"},
 	}
 }
 
@@ -77,6 +92,11 @@ func (c *Config) Validate() error {
 	}
 	if l.RestartBackoff <= 0 || l.RestartBackoffMax < l.RestartBackoff {
 		errs = append(errs, fmt.Errorf("relay: restart.backoff %s and restart.backoff.max %s: need 0 < backoff <= max", l.RestartBackoff, l.RestartBackoffMax))
+	}
+	switch c.Messages.NonTransactional {
+	case "refuse", "accept":
+	default:
+		errs = append(errs, fmt.Errorf("messages: nontransactional %q: use refuse or accept", c.Messages.NonTransactional))
 	}
 	return errors.Join(errs...)
 }

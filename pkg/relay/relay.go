@@ -358,11 +358,55 @@ func (s *session) handle(ctx context.Context, ev replication.Event) error {
 		if k.ReplyRequested {
 			return s.status(ctx, true)
 		}
-	case ev.Message != nil, ev.Truncate != nil, ev.Relation != nil:
-		// Relations are cached by the decoder; messages and truncates carry no
-		// outbox rows (table-less outbox messages are a later addition).
+	case ev.Message != nil:
+		return s.message(ev.Message)
+	case ev.Truncate != nil, ev.Relation != nil:
+		// Relations are cached by the decoder; a TRUNCATE carries no events.
 	}
 	return nil
+}
+
+// message routes a table-less outbox event. A transactional message belongs
+// to the open transaction; a non-transactional one (when accepted) is
+// tracked as a transaction of its own that ends just after its LSN, which is
+// where PostgreSQL resumes decoding past it.
+func (s *session) message(m *replication.Message) error {
+	cfg := s.r.cfg.Messages
+	if cfg.Prefix == "" || m.Prefix != cfg.Prefix {
+		return nil
+	}
+	if !m.Transactional {
+		if cfg.NonTransactional != "accept" {
+			return &FatalError{Err: fmt.Errorf("relay: non-transactional logical decoding message with prefix %q at %s: its event is not tied to a transaction's outcome; write it with pg_logical_emit_message(true, ...), or set messages.nontransactional=accept", m.Prefix, m.LSN)}
+		}
+		if s.tr.Open() {
+			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
+		}
+		id, err := s.tr.Begin()
+		if err != nil {
+			return err
+		}
+		s.cur, s.commit = id, m.LSN
+		if err := s.emitMessage(m); err != nil {
+			return err
+		}
+		if err := s.tr.Commit(m.LSN + 1); err != nil {
+			return fmt.Errorf("relay: message at %s: %w", m.LSN, err)
+		}
+		return nil
+	}
+	if !s.tr.Open() {
+		return fmt.Errorf("relay: transactional message at %s outside a transaction", m.LSN)
+	}
+	return s.emitMessage(m)
+}
+
+func (s *session) emitMessage(m *replication.Message) error {
+	row, err := messageRow(m.Prefix, m.Content)
+	if err != nil {
+		return &FatalError{Err: fmt.Errorf("relay: logical decoding message with prefix %q at %s in the transaction committing at %s: %w (nothing at or after it was confirmed)", m.Prefix, m.LSN, s.commit, err)}
+	}
+	return s.route(&row, "message "+m.Prefix)
 }
 
 func (s *session) change(c *replication.Change) error {
@@ -381,18 +425,23 @@ func (s *session) change(c *replication.Change) error {
 	case replication.OpDelete:
 		row.Op, row.Values = router.OpDelete, c.Old
 	}
-	act, err := s.r.router.Route(&row, time.Now(), &s.rec)
+	return s.route(&row, c.Op.String())
+}
+
+// route maps one row (of a table or a message) and sends its record.
+func (s *session) route(row *router.Row, what string) error {
+	act, err := s.r.router.Route(row, time.Now(), &s.rec)
 	if err != nil {
-		return &FatalError{Err: fmt.Errorf("relay: row in %s of the transaction committing at %s: %w (nothing at or after it was confirmed)", c.Rel.Table, s.commit, err)}
+		return &FatalError{Err: fmt.Errorf("relay: %s in %s of the transaction committing at %s: %w (nothing at or after it was confirmed)", what, row.Table, s.commit, err)}
 	}
 	switch act {
 	case router.Emit:
 	case router.DropWarn:
-		s.log.Warn("dropped a change on the outbox table", zap.String("table", c.Rel.Table), zap.Stringer("op", c.Op),
+		s.log.Warn("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
 			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
 		return nil
 	case router.DropError:
-		s.log.Error("dropped a change on the outbox table", zap.String("table", c.Rel.Table), zap.Stringer("op", c.Op),
+		s.log.Error("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
 			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
 		return nil
 	default:

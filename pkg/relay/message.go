@@ -1,0 +1,72 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// PostgreSQL type OIDs given to the fields of a table-less outbox message.
+const (
+	oidText    = 25
+	oidJSONB   = 3802
+	oidNumeric = 1700
+	oidBool    = 16
+)
+
+// errNotObject is returned for a message whose content is not a JSON object.
+var errNotObject = errors.New("content is not a JSON object")
+
+// messageRow turns the JSON object of a table-less outbox message
+// (pg_logical_emit_message(true, '<prefix>', '{"id": ..., "aggregatetype":
+// ..., "aggregateid": ..., "type": ..., "payload": {...}}')) into a row the
+// router maps exactly like an outbox table row: string fields are text,
+// objects and arrays are jsonb (a payload object becomes the record value as
+// JSON), numbers and booleans keep their JSON text, null is NULL. The row's
+// table is "message:<prefix>".
+func messageRow(prefix string, content []byte) (router.Row, error) {
+	var fields map[string]json.RawMessage
+	trimmed := bytes.TrimSpace(content)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return router.Row{}, errNotObject
+	}
+	if err := json.Unmarshal(trimmed, &fields); err != nil {
+		return router.Row{}, fmt.Errorf("content is not valid JSON: %w", err)
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names) // a stable column order lets the router reuse its lookup
+	row := router.Row{
+		Table:  "message:" + prefix,
+		Op:     router.OpInsert,
+		Names:  names,
+		Types:  make([]uint32, len(names)),
+		Values: make([][]byte, len(names)),
+	}
+	for i, k := range names {
+		raw := bytes.TrimSpace(fields[k])
+		switch {
+		case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+			row.Types[i] = oidText
+		case raw[0] == '"':
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return router.Row{}, fmt.Errorf("field %q: %w", k, err)
+			}
+			row.Types[i], row.Values[i] = oidText, []byte(s)
+		case raw[0] == '{' || raw[0] == '[':
+			row.Types[i], row.Values[i] = oidJSONB, raw
+		case raw[0] == 't' || raw[0] == 'f':
+			row.Types[i], row.Values[i] = oidBool, raw
+		default:
+			row.Types[i], row.Values[i] = oidNumeric, raw
+		}
+	}
+	return row, nil
+}

@@ -1,0 +1,57 @@
+package relay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+func TestMessageIsRoutedLikeAnOutboxRow(t *testing.T) {
+	row, err := messageRow("outbox", []byte(`{"id":"406c07f3-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"1","type":"OrderCreated","payload":{"total":12}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(router.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec router.Record
+	act, err := r.Route(&row, time.Now(), &rec)
+	if err != nil || act != router.Emit {
+		t.Fatalf("route: %v %v", act, err)
+	}
+	if rec.Topic != "outbox.event.Order" || string(rec.Key) != "1" || string(rec.Value) != `{"total":12}` ||
+		rec.Headers[0].Key != "id" || string(rec.Headers[0].Value) != "406c07f3-0000-4000-8000-000000000001" {
+		t.Fatalf("record: topic %q key %q value %q headers %v", rec.Topic, rec.Key, rec.Value, rec.Headers)
+	}
+}
+
+func TestMessageFieldTypes(t *testing.T) {
+	row, err := messageRow("p", []byte(` {"s":"a\"b","n":12.5,"b":true,"z":null,"arr":[1,2]} `))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		oid uint32
+		val string
+		nul bool
+	}{"s": {oidText, `a"b`, false}, "n": {oidNumeric, "12.5", false}, "b": {oidBool, "true", false}, "z": {oidText, "", true}, "arr": {oidJSONB, "[1,2]", false}}
+	if row.Table != "message:p" || len(row.Names) != len(want) {
+		t.Fatalf("row %+v", row)
+	}
+	for i, n := range row.Names {
+		w := want[n]
+		if row.Types[i] != w.oid || (row.Values[i] == nil) != w.nul || string(row.Values[i]) != w.val {
+			t.Errorf("%s: oid %d value %q", n, row.Types[i], row.Values[i])
+		}
+	}
+}
+
+func TestMessageThatIsNotAJSONObjectIsAnError(t *testing.T) {
+	for _, c := range []string{``, `[1]`, `"x"`, `{"a":`, `not json`} {
+		if _, err := messageRow("p", []byte(c)); err == nil {
+			t.Errorf("%q: no error", c)
+		}
+	}
+}

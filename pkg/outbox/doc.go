@@ -1,0 +1,58 @@
+// Package outbox is the application side of pgoutbox: it writes outbox
+// events in the application's own database transaction, and helps consumers
+// process each event once.
+//
+// # Writing events
+//
+// The transactional outbox pattern: record the event in the same
+// transaction as the business change it describes. Both commit or neither
+// does, so no event is lost and none is published for a change that rolled
+// back. pgoutbox reads committed events from PostgreSQL's WAL and produces
+// them to Kafka with Debezium's Outbox Event Router semantics: topic
+// "outbox.event.<aggregatetype>", key aggregateid, value payload, header
+// "id".
+//
+//	w, err := outbox.NewWriter(outbox.Config{}) // public.outbox, ModeTable
+//	...
+//	tx, err := conn.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	_, err = tx.Exec(ctx, "INSERT INTO orders (id, total) VALUES ($1, $2)", 42, 12)
+//	ev, err := outbox.NewEvent("Order", "42", "OrderCreated", map[string]any{"total": 12})
+//	ids, err := w.Write(ctx, tx, ev)
+//	err = tx.Commit(ctx)
+//
+// Write takes a pgx.Tx; WriteSQL takes a *sql.Tx (database/sql with any
+// PostgreSQL driver, e.g. github.com/jackc/pgx/v5/stdlib). Several events in
+// one call are sent in one statement. An event without an ID gets a UUIDv7
+// (NewID), which sorts by time; Write returns the ids.
+//
+// # Modes
+//
+// ModeTable inserts rows into the outbox table (Debezium's shape: id uuid,
+// aggregatetype, aggregateid, type varchar(255), payload jsonb, created_at
+// timestamptz default now(); `pgoutbox migrate` creates it). The rows stay
+// until the application deletes them.
+//
+// ModeTableDeleteAfterInsert inserts the rows and deletes them in the same
+// transaction: the table stays empty, and the WAL still carries the inserts
+// that the relay publishes (it ignores deletes).
+//
+// ModeMessage writes no row. Each event is a transactional logical decoding
+// message, pg_logical_emit_message(true, prefix, content), prefix "outbox"
+// by default, whose content is a JSON object with the row's fields:
+//
+//	{"id":"0192...","aggregatetype":"Order","aggregateid":"42","type":"OrderCreated","payload":{"total":12}}
+//
+// The keys are the configured column names (Debezium's by default) in that
+// order; the payload is embedded as JSON (null when the event has none). The
+// message is decoded at commit, in commit order with the transaction's
+// other changes, and discarded on rollback, as a row would be.
+//
+// # Consuming events once
+//
+// Kafka delivers at least once, and the relay, like Debezium, may deliver
+// an event again after a restart. Dedup records processed event ids in the
+// consumer's database, in the same transaction as the consumer's own change;
+// its Process method reports whether an id is new. See Dedup for the
+// pattern.
+package outbox

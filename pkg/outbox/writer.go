@@ -1,0 +1,260 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// maxEventsPerStatement bounds one statement's events, which keeps its
+// parameters (5 per event in the table modes) far below PostgreSQL's limit
+// of 65535. Larger writes take several statements in the same transaction.
+const maxEventsPerStatement = 1000
+
+// ErrNoTx is returned by Write and WriteSQL when given a nil transaction.
+var ErrNoTx = errors.New("outbox: no transaction")
+
+// Writer records outbox events inside the caller's transaction, so that an
+// event exists if and only if the business change it describes commits.
+//
+// A Writer holds no connection and no state beyond its configuration: it is
+// safe for concurrent use, and one Writer serves every transaction.
+type Writer struct {
+	cfg        Config
+	table      string    // quoted table name
+	insertHead string    // INSERT INTO t (cols) VALUES
+	deleteHead string    // DELETE FROM t WHERE id IN
+	jsonKeys   [5]string // the JSON object's keys, quoted, with their colon
+}
+
+// NewWriter returns a Writer for cfg after defaults (see Config).
+func NewWriter(cfg Config) (*Writer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	table, _ := quoteTable(cfg.Table) // validated
+	w := &Writer{cfg: cfg, table: table}
+	names := cfg.Columns.names()
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = quoteIdent(n)
+		w.jsonKeys[i] = string(appendJSONString(nil, n)) + ":"
+	}
+	w.insertHead = "INSERT INTO " + table + " (" + strings.Join(quoted, ", ") + ") VALUES "
+	w.deleteHead = "DELETE FROM " + table + " WHERE " + quoted[0] + " IN ("
+	return w, nil
+}
+
+// Config returns the Writer's configuration, defaults filled in.
+func (w *Writer) Config() Config { return w.cfg }
+
+// Write records events in tx, a pgx transaction, and returns their ids in
+// the order of events (generated where Event.ID is empty). The events are
+// sent in one statement (two in ModeTableDeleteAfterInsert); they become
+// visible to the relay when tx commits, and vanish if it rolls back.
+//
+// An invalid event (see EventError) fails the whole call before anything is
+// sent. After a database error the transaction is aborted: roll it back.
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]string, error) {
+	if tx == nil {
+		return nil, ErrNoTx
+	}
+	return w.write(ctx, pgxExec{tx}, events)
+}
+
+// WriteSQL is Write for a database/sql transaction (any PostgreSQL driver
+// that accepts $n placeholders, such as github.com/jackc/pgx/v5/stdlib).
+func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]string, error) {
+	if tx == nil {
+		return nil, ErrNoTx
+	}
+	return w.write(ctx, sqlExec{tx}, events)
+}
+
+func (w *Writer) write(ctx context.Context, db execer, events []Event) ([]string, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	ids, err := prepare(events)
+	if err != nil {
+		return nil, err
+	}
+	for lo := 0; lo < len(events); lo += maxEventsPerStatement {
+		hi := min(lo+maxEventsPerStatement, len(events))
+		if err := w.writeBatch(ctx, db, events[lo:hi], ids[lo:hi]); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+func (w *Writer) writeBatch(ctx context.Context, db execer, events []Event, ids []string) error {
+	if w.cfg.Mode == ModeMessage {
+		query, args := w.messageStatement(events, ids)
+		if _, err := db.exec(ctx, query, args); err != nil {
+			return fmt.Errorf("outbox: emit %d messages with prefix %q: %w", len(events), w.cfg.MessagePrefix, err)
+		}
+		return nil
+	}
+	query, args := w.insertStatement(events, ids)
+	if _, err := db.exec(ctx, query, args); err != nil {
+		return fmt.Errorf("outbox: insert %d events into %s: %w", len(events), w.cfg.Table, err)
+	}
+	if w.cfg.Mode == ModeTableDeleteAfterInsert {
+		query, args := w.deleteStatement(ids)
+		n, err := db.exec(ctx, query, args)
+		if err != nil {
+			return fmt.Errorf("outbox: delete %d events from %s: %w", len(ids), w.cfg.Table, err)
+		}
+		if n != int64(len(ids)) {
+			// A trigger or rule that renamed the ids would leave rows behind.
+			return fmt.Errorf("outbox: deleted %d of the %d events just inserted into %s", n, len(ids), w.cfg.Table)
+		}
+	}
+	return nil
+}
+
+// insertStatement returns one multi-row INSERT for events.
+func (w *Writer) insertStatement(events []Event, ids []string) (string, []any) {
+	var b strings.Builder
+	b.Grow(len(w.insertHead) + len(events)*32)
+	b.WriteString(w.insertHead)
+	args := make([]any, 0, 5*len(events))
+	for i := range events {
+		e := &events[i]
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for c := range 5 {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			writeParam(&b, len(args)+c+1)
+		}
+		b.WriteByte(')')
+		// The payload goes as text: the server parses it into the column's
+		// type (jsonb, json or text), and pgx sends a string for a json
+		// type as it is.
+		var payload any
+		if len(e.Payload) > 0 {
+			payload = string(e.Payload)
+		}
+		args = append(args, ids[i], e.AggregateType, e.AggregateID, e.Type, payload)
+	}
+	return b.String(), args
+}
+
+// deleteStatement returns the DELETE of the rows with ids.
+func (w *Writer) deleteStatement(ids []string) (string, []any) {
+	var b strings.Builder
+	b.WriteString(w.deleteHead)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeParam(&b, i+1)
+		args[i] = id
+	}
+	b.WriteByte(')')
+	return b.String(), args
+}
+
+// messageStatement returns one SELECT that emits a transactional message
+// per event, in the order of events (a VALUES list is scanned in order).
+// The casts pick pg_logical_emit_message's text variant.
+func (w *Writer) messageStatement(events []Event, ids []string) (string, []any) {
+	var b strings.Builder
+	b.WriteString("SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ")
+	args := make([]any, 1, 1+len(events))
+	args[0] = w.cfg.MessagePrefix
+	for i := range events {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		writeParam(&b, i+2)
+		b.WriteString("::text)")
+		args = append(args, string(w.messageJSON(&events[i], ids[i])))
+	}
+	b.WriteString(") AS m(content)")
+	return b.String(), args
+}
+
+func writeParam(b *strings.Builder, n int) {
+	var buf [12]byte
+	b.WriteByte('$')
+	b.Write(strconv.AppendInt(buf[:0], int64(n), 10))
+}
+
+// messageJSON returns the content of e's message: a JSON object with the
+// row's columns as keys, in the order id, aggregate type, aggregate id,
+// type, payload; the payload embedded as JSON (compacted), or null.
+func (w *Writer) messageJSON(e *Event, id string) []byte {
+	b := make([]byte, 0, 96+len(id)+len(e.AggregateType)+len(e.AggregateID)+len(e.Type)+len(e.Payload))
+	b = append(b, '{')
+	for i, v := range [...]string{id, e.AggregateType, e.AggregateID, e.Type} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, w.jsonKeys[i]...)
+		b = appendJSONString(b, v)
+	}
+	b = append(b, ',')
+	b = append(b, w.jsonKeys[4]...)
+	if len(e.Payload) == 0 {
+		b = append(b, "null"...)
+	} else {
+		buf := bytes.NewBuffer(b)
+		// The payload was validated, so Compact cannot fail.
+		_ = json.Compact(buf, e.Payload)
+		b = buf.Bytes()
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s, which is valid UTF-8, as a JSON string. Unlike
+// encoding/json it leaves <, > and & alone: the content is for machines.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, s[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		switch {
+		case c == '"', c == '\\':
+			b = append(b, '\\', c)
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+		default:
+			b = append(b, c)
+		}
+		i++
+	}
+	return append(b, '"')
+}

@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go demo build vet fmt-check env-up env-down
+.PHONY: test test-go demo fuzz build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down
 test:
@@ -31,6 +31,16 @@ test-go:
 ## demo: start PostgreSQL and Kafka locally, run pgoutbox, write orders and print the records from Kafka
 demo:
 	bash scripts/demo.sh
+
+## fuzz: run every fuzzer for FUZZTIME each (default 60s); the seed corpora run in make test too
+FUZZTIME ?= 60s
+FUZZERS := ./checkpoint:FuzzTrackerMatchesModel ./replication:FuzzDecode ./router:FuzzRoute ./router:FuzzJSONEncoding ./cmd/pgoutbox:FuzzLoadConfig
+fuzz:
+	@for f in $(FUZZERS); do \
+		pkg=$${f%%:*}; name=$${f##*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	done
 
 ## build: build the pgoutbox binary into bin/
 build:

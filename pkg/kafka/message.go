@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"time"
 	"unsafe"
 
 	"github.com/IBM/sarama"
@@ -19,6 +20,8 @@ type message struct {
 	pm      sarama.ProducerMessage
 	ref     uint64
 	bytes   int // key, value and header bytes, reported back in the Ack
+	stamp   int64
+	sent    time.Time
 	eventID []byte
 	key     bytesEncoder
 	value   bytesEncoder
@@ -88,6 +91,8 @@ func ack(pm *sarama.ProducerMessage, err error) Ack {
 		a.Ref = m.ref
 		a.EventID = m.eventID
 		a.Bytes = m.bytes
+		a.Stamp = m.stamp
+		a.Sent = m.sent
 	}
 	if err != nil {
 		a.Offset = -1

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 	"go.uber.org/zap"
@@ -34,6 +35,10 @@ type Ack struct {
 	// Bytes is the record's key, value and header size, as Send counted it,
 	// so the caller can keep a byte budget of what is in flight.
 	Bytes int
+	// Stamp is what SendStamped was given (0 for Send); Sent is when the
+	// record was handed to the producer.
+	Stamp int64
+	Sent  time.Time
 	Err   error
 }
 
@@ -147,10 +152,20 @@ func probe(brokers []string, sc *sarama.Config) error {
 //
 // Send must not be called after Close; it panics if it is.
 func (p *Producer) Send(rec *router.Record, ref uint64) {
+	p.SendStamped(rec, ref, 0)
+}
+
+// SendStamped is Send with a caller's stamp (for example the transaction's
+// commit time in Unix nanoseconds) that comes back in the Ack, so latencies
+// can be measured without a lookup table.
+func (p *Producer) SendStamped(rec *router.Record, ref uint64, stamp int64) {
 	if p.closed.Load() {
 		panic("kafka: Send called after Close")
 	}
-	p.ap.Input() <- &newMessage(rec, ref).pm
+	m := newMessage(rec, ref)
+	m.stamp = stamp
+	m.sent = time.Now()
+	p.ap.Input() <- &m.pm
 }
 
 // Acks returns the channel on which every Send yields exactly one Ack, in

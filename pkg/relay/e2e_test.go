@@ -94,18 +94,8 @@ func TestDeliversEveryCommittedEventInCommitOrderPerKey(t *testing.T) {
 func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
-	started := make(chan checkpoint.LSN, 1)
-	runRelay(t, f.config(), relay.WithHooks(relay.Hooks{SessionStarted: func(l checkpoint.LSN) {
-		select {
-		case started <- l:
-		default:
-		}
-	}}))
-	select {
-	case <-started:
-	case <-time.After(60 * time.Second):
-		t.Fatal("relay did not start streaming")
-	}
+	runRelay(t, f.config())
+	f.waitStreaming(t)
 	ctx := context.Background()
 	_, err := f.conn.Exec(ctx, "INSERT INTO outbox_other (note) SELECT repeat(md5(g::text), 16) FROM generate_series(1, 70000) g")
 	if err != nil {

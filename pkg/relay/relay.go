@@ -27,24 +27,67 @@ type Relay struct {
 	log    *zap.Logger
 	router *router.Router
 	tables map[string]bool
-	hooks  Hooks
+	obs    Observer
+
+	// Owned by Run's goroutine, across sessions: whether the slot was seen,
+	// and the furthest position this process sent as confirmed. A slot
+	// found ahead of it was moved by someone else.
+	slotSeen      bool
+	lastConfirmed checkpoint.LSN
 }
 
-// Hooks lets a caller observe the relay (tests, metrics). Every hook is
-// called from Run's goroutine and must not block.
-type Hooks struct {
-	// SessionStarted is called when streaming starts, with the slot's
-	// confirmed position.
-	SessionStarted func(start checkpoint.LSN)
-	// Confirmed is called after a status update carried a new flush position.
-	Confirmed func(lsn checkpoint.LSN)
+// Observer receives what the relay does, for metrics, health and tests.
+// Every method is called from Run's goroutine and must return quickly.
+// Embed NopObserver to implement only some methods.
+type Observer interface {
+	// SessionStarted: streaming started at the slot's confirmed position.
+	SessionStarted(start checkpoint.LSN)
+	// SessionEnded: the session ended; cause is nil for a clean stop.
+	SessionEnded(cause error)
+	// Routed: an outbox row or message became a record for topic.
+	Routed(table, topic string)
+	// Dropped: a change on an outbox table produced no record (a DELETE,
+	// an UPDATE per table.op.invalid.behavior).
+	Dropped(table, reason string)
+	// Acked: Kafka acknowledged a record; commitToAck is measured from the
+	// transaction's commit time on the server, sendToAck from the send.
+	Acked(topic string, bytes int, commitToAck, sendToAck time.Duration)
+	// Failed: Kafka rejected a record after its retries.
+	Failed(topic string, err error)
+	// Progress: the positions and in-flight amounts, after every status
+	// update (at least once per postgres.status.update.interval).
+	Progress(p Progress)
 }
+
+// Progress is a snapshot of a session's positions.
+type Progress struct {
+	Received        checkpoint.LSN // highest WAL position received
+	Confirmed       checkpoint.LSN // what the slot was last told (flush)
+	ServerWALEnd    checkpoint.LSN // the server's WAL end from its last keepalive
+	InFlightRecords int
+	InFlightBytes   int64
+	PendingTxns     int
+	// Idle: no transaction open and nothing in flight, so Confirmed is as
+	// far as the relay has been told the WAL goes.
+	Idle bool
+}
+
+// NopObserver implements Observer with methods that do nothing.
+type NopObserver struct{}
+
+func (NopObserver) SessionStarted(checkpoint.LSN)                   {}
+func (NopObserver) SessionEnded(error)                              {}
+func (NopObserver) Routed(string, string)                           {}
+func (NopObserver) Dropped(string, string)                          {}
+func (NopObserver) Acked(string, int, time.Duration, time.Duration) {}
+func (NopObserver) Failed(string, error)                            {}
+func (NopObserver) Progress(Progress)                               {}
 
 // Option configures a Relay.
 type Option func(*Relay)
 
-// WithHooks installs observation hooks.
-func WithHooks(h Hooks) Option { return func(r *Relay) { r.hooks = h } }
+// WithObserver installs an observer.
+func WithObserver(o Observer) Option { return func(r *Relay) { r.obs = o } }
 
 // New validates cfg and builds a relay. log must not be nil.
 func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
@@ -55,7 +98,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 	if err != nil {
 		return nil, &ConfigError{Err: err}
 	}
-	r := &Relay{cfg: cfg, log: log, router: rt, tables: map[string]bool{}}
+	r := &Relay{cfg: cfg, log: log, router: rt, tables: map[string]bool{}, obs: NopObserver{}}
 	for _, t := range cfg.Postgres.QualifiedTables() {
 		r.tables[t] = true
 	}
@@ -101,6 +144,9 @@ func (e *ProduceError) Error() string {
 }
 func (e *ProduceError) Unwrap() error { return e.Err }
 
+// standbyPoll is how often a standby instance tries to take the slot over.
+const standbyPoll = 2 * time.Second
+
 // confirmEvery is the shortest time between two status updates sent because
 // the confirmed position moved.
 const confirmEvery = 100 * time.Millisecond
@@ -138,7 +184,14 @@ func (r *Relay) Run(ctx context.Context) error {
 			backoff = r.cfg.Relay.RestartBackoff
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		r.log.Warn("stream stopped; restarting from the slot's confirmed position", zap.Error(err), zap.Duration("backoff", wait))
+		if errors.Is(err, replication.ErrSlotInUse) {
+			// Standby: another instance streams from the slot. Poll often
+			// enough to take over within a few seconds of its end.
+			wait = standbyPoll/2 + rand.N(standbyPoll/2+1)
+			r.log.Info("standby: the slot is in use by another instance; waiting to take over", zap.Error(err), zap.Duration("retry_in", wait))
+		} else {
+			r.log.Warn("stream stopped; restarting from the slot's confirmed position", zap.Error(err), zap.Duration("backoff", wait))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -168,6 +221,10 @@ type session struct {
 	rec    router.Record
 	cur    checkpoint.TxnID
 	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
+	// commitTime is the open transaction's commit time (Unix ns), stamped
+	// on its records to measure commit-to-ack latency.
+	commitTime int64
+	received   checkpoint.LSN
 
 	inflightBytes int64
 	sentConfirmed checkpoint.LSN
@@ -179,13 +236,27 @@ type session struct {
 // session runs one replication session. ran reports whether streaming
 // started.
 func (r *Relay) session(ctx context.Context) (ran bool, err error) {
-	slot, err := replication.Prepare(ctx, r.cfg.Postgres, r.log)
+	pcfg := r.cfg.Postgres
+	if r.slotSeen {
+		// The slot is created at most once, at the first start. One that
+		// vanished since was dropped under the relay: recreating it would
+		// silently skip every event written in between.
+		pcfg.CreateSlot = false
+	}
+	slot, err := replication.Prepare(ctx, pcfg, r.log)
 	if err != nil {
+		if r.slotSeen && errors.Is(err, replication.ErrSlotMissing) {
+			return false, &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately: %w", pcfg.Slot, r.lastConfirmed, err)}
+		}
 		if errors.Is(err, replication.ErrPublicationMissing) || errors.Is(err, replication.ErrSlotMissing) || errors.Is(err, replication.ErrSlotLost) {
 			return false, &FatalError{Err: err}
 		}
 		return false, err
 	}
+	if r.slotSeen && slot.ConfirmedFlushLSN > r.lastConfirmed {
+		return false, &FatalError{Err: fmt.Errorf("relay: slot %q is at %s, past %s, the furthest pgoutbox confirmed: it was advanced or dropped and recreated by someone else, and the events in between were skipped; investigate before restarting", pcfg.Slot, slot.ConfirmedFlushLSN, r.lastConfirmed)}
+	}
+
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords + 1
 	prod, err := kafka.New(kcfg, r.log)
@@ -195,8 +266,15 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	st, err := replication.Open(ctx, r.cfg.Postgres, slot.ConfirmedFlushLSN, r.log)
 	if err != nil {
 		r.closeProducer(prod)
+		if errors.Is(err, replication.ErrSlotInUse) {
+			// Another instance owns the slot and may advance it: when this
+			// one takes over, the slot's position is legitimately ahead.
+			r.slotSeen, r.lastConfirmed = false, 0
+		}
 		return false, err
 	}
+	r.slotSeen = true
+	r.lastConfirmed = max(r.lastConfirmed, slot.ConfirmedFlushLSN)
 	s := &session{
 		r:             r,
 		log:           r.log,
@@ -206,11 +284,14 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		sentConfirmed: slot.ConfirmedFlushLSN,
 		walEnd:        slot.ConfirmedFlushLSN,
 	}
-	if r.hooks.SessionStarted != nil {
-		r.hooks.SessionStarted(slot.ConfirmedFlushLSN)
-	}
+	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
 	err = s.loop(ctx)
 	s.finish(ctx, err)
+	if errors.Is(err, errStopped) {
+		r.obs.SessionEnded(nil)
+	} else {
+		r.obs.SessionEnded(err)
+	}
 	return true, err
 }
 
@@ -259,6 +340,9 @@ func (s *session) loop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if ev.WALStart > s.received {
+			s.received = ev.WALStart
+		}
 		if err := s.handle(recvCtx, ev); err != nil {
 			return err
 		}
@@ -301,6 +385,7 @@ func (s *session) ack(a kafka.Ack) error {
 	s.inflightBytes -= int64(a.Bytes)
 	id := checkpoint.TxnID(a.Ref)
 	if a.Err != nil {
+		s.r.obs.Failed(a.Topic, a.Err)
 		s.tr.Fail(id)
 		s.log.Error("Kafka did not accept a record; no later position will be confirmed",
 			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Error(a.Err))
@@ -309,6 +394,8 @@ func (s *session) ack(a kafka.Ack) error {
 	if err := s.tr.Ack(id); err != nil {
 		return fmt.Errorf("relay: ack for transaction %d: %w", id, err)
 	}
+	now := time.Now()
+	s.r.obs.Acked(a.Topic, a.Bytes, now.Sub(time.Unix(0, a.Stamp)), now.Sub(a.Sent))
 	return nil
 }
 
@@ -318,18 +405,29 @@ func (s *session) ack(a kafka.Ack) error {
 func (s *session) status(ctx context.Context, force bool) error {
 	confirmed := s.tr.Confirmed()
 	idle := !s.tr.Open() && s.tr.InFlight() == 0 && !s.tr.Failed()
+	// Recorded before sending: if the send fails half-way the server may
+	// still have taken it.
+	s.r.lastConfirmed = max(s.r.lastConfirmed, confirmed)
 	if err := s.st.SendStatus(ctx, confirmed, idle && !force); err != nil {
 		return err
 	}
 	s.lastStatus = time.Now()
 	s.nextStatus = s.lastStatus.Add(s.r.cfg.Postgres.StatusInterval)
-	if confirmed != s.sentConfirmed {
-		s.sentConfirmed = confirmed
-		if s.r.hooks.Confirmed != nil {
-			s.r.hooks.Confirmed(confirmed)
-		}
-	}
+	s.sentConfirmed = confirmed
+	s.progress()
 	return nil
+}
+
+func (s *session) progress() {
+	s.r.obs.Progress(Progress{
+		Received:        s.received,
+		Confirmed:       s.sentConfirmed,
+		ServerWALEnd:    s.walEnd,
+		InFlightRecords: s.tr.InFlight(),
+		InFlightBytes:   s.inflightBytes,
+		PendingTxns:     s.tr.Pending(),
+		Idle:            !s.tr.Open() && s.tr.InFlight() == 0,
+	})
 }
 
 func (s *session) handle(ctx context.Context, ev replication.Event) error {
@@ -341,6 +439,7 @@ func (s *session) handle(ctx context.Context, ev replication.Event) error {
 		}
 		s.cur = id
 		s.commit = ev.Begin.FinalLSN
+		s.commitTime = ev.Begin.CommitTime.UnixNano()
 	case ev.Change != nil:
 		return s.change(ev.Change)
 	case ev.Commit != nil:
@@ -439,19 +538,23 @@ func (s *session) route(row *router.Row, what string) error {
 	case router.DropWarn:
 		s.log.Warn("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
 			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
+		s.r.obs.Dropped(row.Table, s.rec.Reason)
 		return nil
 	case router.DropError:
 		s.log.Error("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
 			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
+		s.r.obs.Dropped(row.Table, s.rec.Reason)
 		return nil
 	default:
+		s.r.obs.Dropped(row.Table, "delete")
 		return nil
 	}
 	if err := s.tr.Add(1); err != nil {
 		return fmt.Errorf("relay: track record: %w", err)
 	}
 	s.inflightBytes += int64(recordBytes(&s.rec))
-	s.prod.Send(&s.rec, uint64(s.cur))
+	s.r.obs.Routed(row.Table, s.rec.Topic)
+	s.prod.SendStamped(&s.rec, uint64(s.cur), s.commitTime)
 	return nil
 }
 
@@ -490,13 +593,12 @@ func (s *session) finish(ctx context.Context, cause error) {
 	}
 	if !isConnError(cause) {
 		sctx, cancel := context.WithTimeout(fctx, 5*time.Second)
+		s.r.lastConfirmed = max(s.r.lastConfirmed, s.tr.Confirmed())
 		if err := s.st.SendStatus(sctx, s.tr.Confirmed(), false); err != nil {
 			s.log.Warn("final status update", zap.Error(err))
 		} else {
 			s.sentConfirmed = s.tr.Confirmed()
-			if s.r.hooks.Confirmed != nil {
-				s.r.hooks.Confirmed(s.sentConfirmed)
-			}
+			s.progress()
 		}
 		cancel()
 	}

@@ -1,0 +1,132 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+)
+
+func (f *fixture) activePID(t testing.TB) int {
+	t.Helper()
+	var pid *int
+	err := f.checkDB.QueryRow(context.Background(), "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&pid)
+	if err != nil || pid == nil {
+		return 0
+	}
+	return *pid
+}
+
+// TestStandbyTakesOverWithinTenSeconds starts two instances for one slot:
+// the second waits as a standby and takes over within 10 s of the first
+// one's death, with nothing lost.
+func TestStandbyTakesOverWithinTenSeconds(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 3)
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 7)
+	c := env.NewConsumer(t, f.topics)
+	active := startBinary(t, f, "active.log")
+	standby := startBinary(t, f, "standby.log")
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		data, _ := os.ReadFile(standby.log)
+		return strings.Contains(string(data), "standby"), "the second instance has not logged that it is a standby"
+	})
+	ctx := context.Background()
+	for i := 0; i < 50; i++ {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+	before := f.activePID(t)
+	if err := active.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	active.wait(t, 30*time.Second)
+	killed := time.Now()
+	restart := restartPoint(t, f)
+	testenv.Eventually(t, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
+		pid := f.activePID(t)
+		return pid != 0 && pid != before, "no instance took the slot over"
+	})
+	took := time.Since(killed)
+	t.Logf("standby took over %s after the kill", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Fatalf("standby took %s to take over", took)
+	}
+	for i := 0; i < 50; i++ {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+	if err := standby.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := standby.wait(t, time.Minute); code != 0 {
+		t.Fatalf("standby exit code %d", code)
+	}
+	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), []outboxtest.Restart{restart})
+	if !rep.OK() {
+		t.Fatalf("after takeover: %s", rep)
+	}
+}
+
+// TestSlotDroppedUnderTheRelayIsFatal drops the relay's slot while it is
+// disconnected and recreates it: the relay must stop with an error naming
+// the slot instead of streaming from the new slot and skipping what was
+// written in between.
+func TestSlotDroppedUnderTheRelayIsFatal(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	cfg := f.config()
+	cfg.Relay.RestartBackoff = 2 * time.Second
+	cfg.Relay.RestartBackoffMax = 4 * time.Second
+	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	f.waitStreaming(t)
+	ctx := context.Background()
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	// Drop the slot as soon as the walsender is gone, write an event the
+	// new slot will never see, and recreate the slot.
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		_, err := f.checkDB.Exec(ctx, "SELECT pg_drop_replication_slot($1)", f.slot)
+		return err == nil, fmt.Sprint("drop slot: ", err)
+	})
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 8)
+	if err := w.Txn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("relay did not stop by itself within a minute")
+	}
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), f.slot) {
+		t.Fatalf("want a fatal error naming slot %s, got %v", f.slot, err)
+	}
+	t.Logf("relay stopped with: %v", err)
+}

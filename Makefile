@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go demo fuzz build vet fmt-check env-up env-down
+.PHONY: test test-go test-faults demo fuzz build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down
 test:
@@ -27,6 +27,16 @@ test-go:
 		echo "integration tests did not run" >&2; exit 1; \
 	fi; \
 	echo "integration tests run: $$(wc -l <"$$marker")"
+
+## test-faults: the full fault suite (30 relay SIGKILLs, Kafka killed and paused, PostgreSQL restarts,
+## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM); results in faults-report.md
+test-faults:
+	@echo "| scenario | events written | verified | lost | out of order | duplicates | wall time | peak RSS |" > faults-report.md
+	@echo "|---|---|---|---|---|---|---|---|" >> faults-report.md
+	bash scripts/testenv.sh exec -- env PGOUTBOX_FAULTS=full PGOUTBOX_REQUIRE_INTEGRATION=1 \
+		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' -v ./pkg/relay/ \
+		| grep -v 'logger.go'
+	@cat faults-report.md
 
 ## demo: start PostgreSQL and Kafka locally, run pgoutbox, write orders and print the records from Kafka
 demo:

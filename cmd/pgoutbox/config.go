@@ -34,6 +34,12 @@ func defaultFileConfig() fileConfig {
 // environment overrides. Unknown keys in the file are errors: a typo must not
 // silently fall back to a default.
 func loadConfig(path string, environ []string) (fileConfig, error) {
+	return loadConfigWith(path, environ, nil)
+}
+
+// loadConfigWith is loadConfig with a step between the file and the
+// environment (the Kafka Connect import).
+func loadConfigWith(path string, environ []string, between func(*fileConfig) error) (fileConfig, error) {
 	cfg := defaultFileConfig()
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -44,6 +50,11 @@ func loadConfig(path string, environ []string) (fileConfig, error) {
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) /* an empty file */ {
 			return cfg, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	if between != nil {
+		if err := between(&cfg); err != nil {
+			return cfg, err
 		}
 	}
 	if err := applyEnv(&cfg, environ); err != nil {

@@ -56,6 +56,9 @@ const usage = `pgoutbox relays transactional-outbox events from PostgreSQL to Ka
 Usage:
   pgoutbox run     [flags]   stream the outbox to Kafka until SIGINT/SIGTERM
   pgoutbox migrate [flags]   create the default outbox table and publication
+  pgoutbox status  [flags]   show the slot, its lag and WAL retention, and the publication
+  pgoutbox validate [flags]  check configuration, servers, permissions, publication, slot and topics
+  pgoutbox convert FILE      print the native YAML equivalent of a Debezium connector JSON
   pgoutbox version           print the version
 
 Run "pgoutbox <command> --help" for the command's flags and settings.
@@ -71,6 +74,12 @@ func run(args []string, environ []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], environ, stdout, stderr)
 	case "migrate":
 		return cmdMigrate(args[1:], environ, stdout, stderr)
+	case "convert":
+		return cmdConvert(args[1:], environ, stdout, stderr)
+	case "status":
+		return cmdStatus(args[1:], environ, stdout, stderr)
+	case "validate":
+		return cmdValidate(args[1:], environ, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "pgoutbox %s\n", buildVersion())
 		return exitOK
@@ -88,6 +97,9 @@ type commonFlags struct {
 	fs                                      *flag.FlagSet
 	config, dsn, brokers, slot, publication string
 	tables, logLevel, logFormat             string
+	connector                               string
+	// ignored lists the connector keys pgoutbox ignored, for one warning.
+	ignored []string
 }
 
 func newFlags(name string, stderr io.Writer, help string) *commonFlags {
@@ -126,7 +138,19 @@ func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
 			}
 		}
 	}
-	cfg, err := loadConfig(path, environ)
+	var between func(*fileConfig) error
+	if c.connector != "" {
+		conn, err := readConnector(c.connector)
+		if err != nil {
+			return fileConfig{}, err
+		}
+		between = func(cfg *fileConfig) error {
+			ignored, err := applyConnector(cfg, conn)
+			c.ignored = ignored
+			return err
+		}
+	}
+	cfg, err := loadConfigWith(path, environ, between)
 	if err != nil {
 		return cfg, err
 	}
@@ -190,6 +214,7 @@ func newLogger(lc logConfig, stderr io.Writer) (*zap.Logger, error) {
 
 func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("run", stderr, "Usage: pgoutbox run [flags]\n\nStreams outbox inserts from the replication slot to Kafka. SIGINT or SIGTERM stops\nat a transaction boundary, waits for Kafka's acknowledgements, confirms and exits 0.\n")
+	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON with the outbox EventRouter (as POSTed to Kafka Connect); applied over the config file, under the environment and flags")
 	cfg, err := c.load(args, environ)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -204,6 +229,9 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	if len(c.ignored) > 0 {
+		log.Warn("connector settings ignored by pgoutbox", zap.Strings("keys", describeIgnored(c.ignored)))
+	}
 	r, err := relay.New(cfg.Config, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)

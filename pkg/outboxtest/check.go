@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
 )
@@ -18,16 +19,21 @@ type Delivered struct {
 	Offset    int64
 	Key       []byte
 	Value     []byte
-	ID        string // the "id" header
+	ID        string    // the "id" header
+	Timestamp time.Time // the record timestamp (pgoutbox sets the routing time)
 }
 
-// Restart describes one restart of the relay: the slot's confirmed position
-// when the old process was gone, and each partition's high-water offset then
-// (key "topic/partition"). A record redelivered after it is explained only if
-// its transaction ended after Confirmed.
+// Restart describes one (re)start of a relay session: the slot's confirmed
+// position it started from, and either the time it started (At: records
+// carry their routing time, so each delivery belongs to the last session
+// started at or before it) or each partition's high-water offset when the
+// old process was gone (key "topic/partition"). A record delivered again
+// after a restart is explained only if its transaction ended after the
+// restart's Confirmed position.
 type Restart struct {
 	Confirmed checkpoint.LSN
 	HighWater map[string]int64
+	At        time.Time
 }
 
 // Report is the checker's verdict.
@@ -137,8 +143,27 @@ func Check(committed []Event, rolledBack map[string]Event, delivered []Delivered
 // covered by a restart between the two whose confirmed position had not
 // reached e's transaction.
 func explained(e *Event, f, d Delivered, restarts []Restart) bool {
+	// By time: the session that delivered d again must have started after
+	// f was routed, from a position before e's commit.
+	var last *Restart
+	for i := range restarts {
+		r := &restarts[i]
+		if !r.At.IsZero() && !r.At.Truncate(time.Millisecond).After(d.Timestamp) {
+			if last == nil || r.At.After(last.At) {
+				last = r
+			}
+		}
+	}
+	if last != nil && !d.Timestamp.IsZero() {
+		if last.At.Truncate(time.Millisecond).After(f.Timestamp) {
+			return e.TxnHigh > last.Confirmed
+		}
+	}
 	key := fmt.Sprintf("%s/%d", d.Topic, d.Partition)
 	for _, r := range restarts {
+		if r.HighWater == nil {
+			continue
+		}
 		hw, ok := r.HighWater[key]
 		if !ok || f.Offset >= hw || d.Offset < hw {
 			continue

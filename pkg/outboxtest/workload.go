@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
+	"sort"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -55,8 +56,14 @@ type Writer struct {
 	rng        *mrand.Rand
 	Committed  []Event          // in commit order
 	RolledBack map[string]Event // by id
-	Txns       int              // transactions attempted
-	seq        int
+	// Uncertain holds events whose COMMIT failed (the server went away
+	// during it): they may or may not have committed.
+	Uncertain map[string]Event
+	Txns      int // transactions attempted
+	// BatchRows caps the rows of one INSERT statement (default 1000), so
+	// large transactions stay under PostgreSQL's bind parameter limit.
+	BatchRows int
+	seq       int
 }
 
 // Setup creates the outbox table (Debezium's shape) and a business table
@@ -76,7 +83,20 @@ func Setup(ctx context.Context, conn *pgx.Conn, table string) error {
 // NewWriter returns a writer with a seeded random source (so a failing run
 // can be repeated with the same seed).
 func NewWriter(conn *pgx.Conn, table string, shape Shape, seed uint64) *Writer {
-	return &Writer{conn: conn, table: table, shape: shape, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), RolledBack: map[string]Event{}}
+	return &Writer{conn: conn, table: table, shape: shape, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		RolledBack: map[string]Event{}, Uncertain: map[string]Event{}}
+}
+
+// SetConn replaces the writer's connection, after the old one broke.
+func (w *Writer) SetConn(conn *pgx.Conn) { w.conn = conn }
+
+// fail records evs as never committed (an error before COMMIT aborts the
+// transaction) and returns err.
+func (w *Writer) fail(evs []Event, err error) error {
+	for _, e := range evs {
+		w.RolledBack[e.ID] = e
+	}
+	return err
 }
 
 // NewID returns a random (version 4) UUID in canonical text form.
@@ -113,9 +133,6 @@ func (w *Writer) Txn(ctx context.Context) error {
 		n += w.rng.IntN(s.MaxRows - s.MinRows + 1)
 	}
 	evs := make([]Event, n)
-	var sql strings.Builder
-	sql.WriteString("INSERT INTO " + w.table + " (id, aggregatetype, aggregateid, type, payload) VALUES ")
-	args := make([]any, 0, 5*n)
 	pad := strings.Repeat("x", s.PayloadBytes)
 	for i := range evs {
 		agg := w.rng.IntN(s.Aggregates)
@@ -127,17 +144,29 @@ func (w *Writer) Txn(ctx context.Context) error {
 		}
 		e.Payload = fmt.Sprintf(`{"agg": %q, "pad": %q, "seq": %d}`, e.AggregateID, pad, w.seq+i)
 		evs[i] = e
-		if i > 0 {
-			sql.WriteString(", ")
-		}
-		fmt.Fprintf(&sql, "($%d, $%d, $%d, $%d, $%d)", 5*i+1, 5*i+2, 5*i+3, 5*i+4, 5*i+5)
-		args = append(args, e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload)
 	}
-	if _, err := tx.Exec(ctx, sql.String(), args...); err != nil {
-		return fmt.Errorf("outboxtest: insert %d rows: %w", n, err)
+	batch := w.BatchRows
+	if batch <= 0 {
+		batch = 1000
+	}
+	for from := 0; from < n; from += batch {
+		part := evs[from:min(n, from+batch)]
+		var sql strings.Builder
+		sql.WriteString("INSERT INTO " + w.table + " (id, aggregatetype, aggregateid, type, payload) VALUES ")
+		args := make([]any, 0, 5*len(part))
+		for i, e := range part {
+			if i > 0 {
+				sql.WriteString(", ")
+			}
+			fmt.Fprintf(&sql, "($%d, $%d, $%d, $%d, $%d)", 5*i+1, 5*i+2, 5*i+3, 5*i+4, 5*i+5)
+			args = append(args, e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload)
+		}
+		if _, err := tx.Exec(ctx, sql.String(), args...); err != nil {
+			return w.fail(evs, fmt.Errorf("outboxtest: insert %d rows: %w", len(part), err))
+		}
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO "+w.table+"_other (note) VALUES ('with events')"); err != nil {
-		return fmt.Errorf("outboxtest: other table: %w", err)
+		return w.fail(evs, fmt.Errorf("outboxtest: other table: %w", err))
 	}
 	roll -= s.OtherTablePct
 	if roll < s.RollbackPct {
@@ -153,19 +182,27 @@ func (w *Writer) Txn(ctx context.Context) error {
 			ids[i] = e.ID
 		}
 		if _, err := tx.Exec(ctx, "DELETE FROM "+w.table+" WHERE id = ANY($1::uuid[])", ids); err != nil {
-			return fmt.Errorf("outboxtest: delete: %w", err)
+			return w.fail(evs, fmt.Errorf("outboxtest: delete: %w", err))
 		}
 	}
 	var lo, hi checkpoint.LSN
 	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan((*lsnText)(&lo)); err != nil {
-		return fmt.Errorf("outboxtest: read LSN: %w", err)
+		return w.fail(evs, fmt.Errorf("outboxtest: read LSN: %w", err))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		// The outcome of a failed COMMIT is unknown; callers stop here.
+		// The outcome of a failed COMMIT is unknown: the events may or may
+		// not arrive. They keep their place in the commit order.
+		for i := range evs {
+			evs[i].Seq = w.seq
+			evs[i].TxnLow, evs[i].TxnHigh = lo, ^checkpoint.LSN(0)
+			w.Uncertain[evs[i].ID] = evs[i]
+			w.seq++
+		}
 		return fmt.Errorf("outboxtest: commit (outcome unknown): %w", err)
 	}
 	if err := w.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan((*lsnText)(&hi)); err != nil {
-		return fmt.Errorf("outboxtest: read LSN: %w", err)
+		// Committed; the upper bound is unknown.
+		hi = ^checkpoint.LSN(0)
 	}
 	for i := range evs {
 		evs[i].Seq = w.seq
@@ -173,7 +210,31 @@ func (w *Writer) Txn(ctx context.Context) error {
 		w.seq++
 	}
 	w.Committed = append(w.Committed, evs...)
+	if hi == ^checkpoint.LSN(0) {
+		return fmt.Errorf("outboxtest: committed, but the connection failed after the commit")
+	}
 	return nil
+}
+
+// Check verifies delivered against what the writer did. Uncertain events
+// that were delivered count as committed (in their place in commit order);
+// those that were not are neither missing nor unexpected.
+func (w *Writer) Check(delivered []Delivered, restarts []Restart) Report {
+	committed := w.Committed
+	if len(w.Uncertain) > 0 {
+		got := map[string]bool{}
+		for _, d := range delivered {
+			got[d.ID] = true
+		}
+		committed = append([]Event(nil), w.Committed...)
+		for id, e := range w.Uncertain {
+			if got[id] {
+				committed = append(committed, e)
+			}
+		}
+		sort.Slice(committed, func(i, j int) bool { return committed[i].Seq < committed[j].Seq })
+	}
+	return Check(committed, w.RolledBack, delivered, restarts)
 }
 
 // lsnText scans PostgreSQL's text form of an LSN.

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -123,7 +124,7 @@ func delivered(msgs []testenv.Message) []outboxtest.Delivered {
 	out := make([]outboxtest.Delivered, 0, len(msgs))
 	for _, m := range msgs {
 		id, _ := m.Header("id")
-		out = append(out, outboxtest.Delivered{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, ID: string(id)})
+		out = append(out, outboxtest.Delivered{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, ID: string(id), Timestamp: m.Timestamp})
 	}
 	return out
 }
@@ -285,6 +286,41 @@ func (p *process) peakRSS() int64 {
 		}
 	}
 	return -1
+}
+
+// sessionStarts reads the "replication started" lines of pgoutbox logs:
+// when each session started and from which confirmed position.
+func sessionStarts(t testing.TB, logs ...string) []outboxtest.Restart {
+	t.Helper()
+	var out []outboxtest.Restart
+	for _, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(line, `"msg":"replication started"`) {
+				continue
+			}
+			var rec struct {
+				TS        string `json:"ts"`
+				Confirmed string `json:"confirmed_lsn"`
+			}
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("%s: %v: %s", path, err, line)
+			}
+			at, err := time.Parse("2006-01-02T15:04:05.000Z0700", rec.TS)
+			if err != nil {
+				t.Fatalf("%s: timestamp %q: %v", path, rec.TS, err)
+			}
+			lsn, err := outboxtest.ParseLSN(rec.Confirmed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, outboxtest.Restart{At: at, Confirmed: lsn})
+		}
+	}
+	return out
 }
 
 // reconnect replaces the fixture's connections after a server restart.

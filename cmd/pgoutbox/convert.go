@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// describeIgnored adds the reason to each ignored connector key we know.
+func describeIgnored(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k
+		if why := connectorIgnored[k]; why != "" {
+			out[i] = k + " (" + why + ")"
+		}
+	}
+	return out
+}
+
+// cmdConvert prints the native configuration equivalent to a connector
+// JSON. The database password is left out: give it with PGPASSWORD or in
+// PGOUTBOX_POSTGRES_DSN.
+func cmdConvert(args, environ []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: pgoutbox convert connector.json\n\nPrints the pgoutbox YAML configuration equivalent to a Debezium PostgreSQL connector\nconfiguration with the outbox EventRouter transform. Kafka brokers are not part of a\nconnector configuration: add kafka.brokers.")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitConfig
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitConfig
+	}
+	conn, err := readConnector(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitConfig
+	}
+	cfg := defaultFileConfig()
+	ignored, err := applyConnector(&cfg, conn)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitConfig
+	}
+	hadPassword := false
+	if u, err := url.Parse(cfg.Postgres.DSN); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			hadPassword = true
+			u.User = url.User(u.User.Username())
+			cfg.Postgres.DSN = u.String()
+		}
+	}
+	out, err := yaml.Marshal(&cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitRuntime
+	}
+	fmt.Fprintf(stdout, "# pgoutbox configuration converted from %s\n", fs.Arg(0))
+	fmt.Fprintln(stdout, "# kafka.brokers: set them here or with PGOUTBOX_KAFKA_BROKERS (a connector does not name them)")
+	if hadPassword {
+		fmt.Fprintln(stdout, "# the database password is not written here: set PGPASSWORD, or PGOUTBOX_POSTGRES_DSN with the password")
+	}
+	for _, k := range describeIgnored(ignored) {
+		fmt.Fprintf(stdout, "# ignored: %s\n", k)
+	}
+	fmt.Fprint(stdout, strings.TrimRight(string(out), "\n")+"\n")
+	return exitOK
+}

@@ -1,0 +1,483 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+const statusHelp = `Usage: pgoutbox status [--format table|json] [flags]
+
+Prints the replication slot's state (plugin, activity, confirmed and restart
+LSN, lag, wal_status, safe_wal_size), the publication and its tables, and the
+server version, read over an ordinary SQL connection. Exit status 0, 1 when
+the slot does not exist, 2 for bad flags or settings, 3 when PostgreSQL cannot
+be reached or refuses the connection.
+`
+
+// statusQueryTimeout bounds the queries of status and validate once
+// connected (the connection itself is bounded by postgres.connect.timeout).
+const statusQueryTimeout = 30 * time.Second
+
+// cmdStatus implements "pgoutbox status".
+func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
+	c := newFlags("status", stderr, statusHelp)
+	format := c.fs.String("format", "table", "output format: table or json")
+	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
+	cfg, err := c.load(args, environ)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN), scrubSecrets(stderr, cfg.Postgres.DSN)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	if *format != "table" && *format != "json" {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: --format %q: use table or json\n", *format)
+		return exitConfig
+	}
+	if err := cfg.Postgres.Validate(); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Postgres.ConnectTimeout+statusQueryTimeout)
+	defer cancel()
+	conn, target, err := connectPG(ctx, cfg.Postgres)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		if errors.Is(err, errBadDSN) {
+			return exitConfig
+		}
+		return exitStartup
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	st, err := readStatus(ctx, conn, target, cfg.Postgres)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: read status: %s\n", oneLine(err))
+		return exitRuntime
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+			return exitRuntime
+		}
+	} else {
+		writeStatusTable(stdout, st)
+	}
+	if !st.Slot.Exists {
+		fmt.Fprintf(stderr, "pgoutbox: replication slot %q does not exist on %s (pgoutbox run creates it when postgres.slot.create is true)\n", st.Slot.Name, target)
+		return exitRuntime
+	}
+	return exitOK
+}
+
+// statusReport is the output of "pgoutbox status". The JSON field names
+// are stable; nullable values are JSON null when PostgreSQL has none.
+type statusReport struct {
+	Server      serverStatus      `json:"server"`
+	Slot        slotStatus        `json:"slot"`
+	Publication publicationStatus `json:"publication"`
+}
+
+type serverStatus struct {
+	// Address is host:port as configured; never the DSN, which may hold a
+	// password.
+	Address    string `json:"address"`
+	Database   string `json:"database"`
+	User       string `json:"user"`
+	Version    string `json:"version"`     // server_version, e.g. "15.18 (Debian 15.18-1)"
+	VersionNum int    `json:"version_num"` // server_version_num, e.g. 150018
+	InRecovery bool   `json:"in_recovery"`
+	// CurrentWALLSN is pg_current_wal_lsn() (pg_last_wal_replay_lsn() on a
+	// standby): what lag is measured against.
+	CurrentWALLSN string `json:"current_wal_lsn"`
+}
+
+type slotStatus struct {
+	Name   string `json:"name"`
+	Exists bool   `json:"exists"`
+	// The rest is pg_replication_slots' row, null when the slot does not
+	// exist (or when the column is NULL).
+	Plugin            *string `json:"plugin"`
+	SlotType          *string `json:"slot_type"`
+	Database          *string `json:"database"`
+	Active            bool    `json:"active"`
+	ActivePID         *int32  `json:"active_pid"`
+	ConfirmedFlushLSN *string `json:"confirmed_flush_lsn"`
+	RestartLSN        *string `json:"restart_lsn"`
+	// LagBytes is current_wal_lsn - confirmed_flush_lsn: WAL written since
+	// the last position pgoutbox confirmed.
+	LagBytes *int64 `json:"lag_bytes"`
+	// RetainedWALBytes is current_wal_lsn - restart_lsn: WAL the server
+	// keeps on disk for this slot.
+	RetainedWALBytes *int64  `json:"retained_wal_bytes"`
+	WALStatus        *string `json:"wal_status"`
+	// SafeWALSize is how many more bytes of WAL can be written before the
+	// slot risks losing WAL; null when max_slot_wal_keep_size is -1
+	// (unlimited) or the slot is lost.
+	SafeWALSize *int64 `json:"safe_wal_size"`
+}
+
+type publicationStatus struct {
+	Name            string   `json:"name"`
+	Exists          bool     `json:"exists"`
+	PublishesInsert bool     `json:"publishes_insert"`
+	AllTables       bool     `json:"all_tables"`
+	Tables          []string `json:"tables"` // pg_publication_tables, schema.table, sorted
+}
+
+// readStatus reads the server's, the slot's and the publication's state.
+func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replication.Config) (statusReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusQueryTimeout)
+	defer cancel()
+	st := statusReport{Server: serverStatus{Address: target.Address, User: target.User}}
+	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int,
+		current_database(), current_user, pg_is_in_recovery(),
+		(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text`).Scan(
+		&st.Server.Version, &st.Server.VersionNum, &st.Server.Database, &st.Server.User, &st.Server.InRecovery, &st.Server.CurrentWALLSN)
+	if err != nil {
+		return st, fmt.Errorf("server version: %w", err)
+	}
+	if st.Slot, err = readSlotStatus(ctx, conn, rc.Slot); err != nil {
+		return st, err
+	}
+	if st.Publication, err = readPublicationStatus(ctx, conn, rc.Publication); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// readSlotStatus reads the slot's row of pg_replication_slots; Exists is
+// false when there is none.
+func readSlotStatus(ctx context.Context, conn *pgx.Conn, slot string) (slotStatus, error) {
+	s := slotStatus{Name: slot}
+	err := conn.QueryRow(ctx, `SELECT plugin::text, slot_type, database::text, active, active_pid,
+		confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
+		(w.lsn - confirmed_flush_lsn)::bigint, (w.lsn - restart_lsn)::bigint
+		FROM pg_replication_slots,
+		(SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
+		WHERE slot_name = $1`, slot).Scan(
+		&s.Plugin, &s.SlotType, &s.Database, &s.Active, &s.ActivePID,
+		&s.ConfirmedFlushLSN, &s.RestartLSN, &s.WALStatus, &s.SafeWALSize,
+		&s.LagBytes, &s.RetainedWALBytes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return slotStatus{Name: slot}, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("replication slot %q: %w", slot, err)
+	}
+	s.Exists = true
+	return s, nil
+}
+
+// readPublicationStatus reads the publication and its tables; Exists is
+// false when there is none.
+func readPublicationStatus(ctx context.Context, conn *pgx.Conn, pub string) (publicationStatus, error) {
+	p := publicationStatus{Name: pub, Tables: []string{}}
+	err := conn.QueryRow(ctx, "SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1", pub).Scan(&p.PublishesInsert, &p.AllTables)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, nil
+	}
+	if err != nil {
+		return p, fmt.Errorf("publication %q: %w", pub, err)
+	}
+	p.Exists = true
+	rows, err := conn.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1", pub)
+	if err != nil {
+		return p, fmt.Errorf("tables of publication %q: %w", pub, err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return p, fmt.Errorf("tables of publication %q: %w", pub, err)
+	}
+	if tables != nil {
+		p.Tables = tables
+	}
+	return p, nil
+}
+
+// writeStatusTable prints the report as key/value lines under a heading per
+// section, with the JSON field names as keys and every value starting in
+// the same column.
+func writeStatusTable(w io.Writer, st statusReport) {
+	type line struct{ key, value string } // key "" marks a heading
+	var lines []line
+	head := func(h string) { lines = append(lines, line{value: h}) }
+	row := func(k, v string) { lines = append(lines, line{key: k, value: v}) }
+	str := func(p *string) string {
+		if p == nil {
+			return "-"
+		}
+		return *p
+	}
+	head("server")
+	row("address", st.Server.Address)
+	row("database", st.Server.Database)
+	row("user", st.Server.User)
+	row("version", st.Server.Version)
+	row("in_recovery", strconv.FormatBool(st.Server.InRecovery))
+	row("current_wal_lsn", st.Server.CurrentWALLSN)
+
+	s := st.Slot
+	head("slot")
+	row("name", s.Name)
+	row("exists", strconv.FormatBool(s.Exists))
+	if s.Exists {
+		row("plugin", str(s.Plugin))
+		row("slot_type", str(s.SlotType))
+		db := str(s.Database)
+		if s.Database != nil && *s.Database != st.Server.Database {
+			db += " (not this database)"
+		}
+		row("database", db)
+		row("active", strconv.FormatBool(s.Active))
+		pid := "-"
+		if s.ActivePID != nil {
+			pid = strconv.Itoa(int(*s.ActivePID))
+		}
+		row("active_pid", pid)
+		row("confirmed_flush_lsn", str(s.ConfirmedFlushLSN))
+		row("restart_lsn", str(s.RestartLSN))
+		row("lag_bytes", byteCount(s.LagBytes))
+		row("retained_wal_bytes", byteCount(s.RetainedWALBytes))
+		row("wal_status", str(s.WALStatus))
+		safe := byteCount(s.SafeWALSize)
+		if s.SafeWALSize == nil && str(s.WALStatus) != "lost" {
+			safe = "unlimited"
+		}
+		row("safe_wal_size", safe)
+	}
+
+	p := st.Publication
+	head("publication")
+	row("name", p.Name)
+	row("exists", strconv.FormatBool(p.Exists))
+	if p.Exists {
+		row("publishes_insert", strconv.FormatBool(p.PublishesInsert))
+		row("all_tables", strconv.FormatBool(p.AllTables))
+		tables := strings.Join(p.Tables, ", ")
+		if tables == "" {
+			tables = "-"
+		}
+		row("tables", tables)
+	}
+
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l.key))
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		if l.key == "" {
+			fmt.Fprintln(&b, l.value)
+			continue
+		}
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, l.key, l.value)
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// byteCount formats a byte count as the number and, from 1 KiB, a
+// human-readable size: "1536 (1.5 KiB)". nil is "-".
+func byteCount(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	v := *n
+	s := strconv.FormatInt(v, 10)
+	if v < 1024 && v > -1024 {
+		return s
+	}
+	f := float64(v)
+	unit := ""
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
+		f /= 1024
+		unit = u
+		if f < 1024 && f > -1024 {
+			break
+		}
+	}
+	return fmt.Sprintf("%s (%.1f %s)", s, f, unit)
+}
+
+// pgTarget is where a DSN points, without its password.
+type pgTarget struct {
+	Address  string // host:port
+	Database string
+	User     string
+}
+
+func (t pgTarget) String() string {
+	return fmt.Sprintf("%s/%s as %s", t.Address, t.Database, t.User)
+}
+
+// errBadDSN is the error of a connection string that does not parse. Its
+// text is never shown: it may hold a password.
+var errBadDSN = errors.New("postgres.dsn is not a valid connection string (its text is not shown because it may hold a password)")
+
+// pgConnectError is a failed connection attempt. Its text names the target
+// as host:port/database as user, never the DSN.
+type pgConnectError struct {
+	Target pgTarget
+	Err    error
+}
+
+func (e *pgConnectError) Error() string {
+	return fmt.Sprintf("connect to PostgreSQL at %s: %s", e.Target, connectReason(e.Err))
+}
+
+// connectReason shortens pgconn's connection error to one line: without
+// its "failed to connect to `user=... database=...`:" prefix (the caller
+// names the target) and without repeats (pgconn tries TLS, then plain
+// text, and lists the same failure for both).
+func connectReason(err error) string {
+	s := err.Error()
+	if strings.HasPrefix(s, "failed to connect to `") {
+		if i := strings.Index(s, "`:"); i >= 0 {
+			s = s[i+2:]
+		}
+	}
+	var parts []string
+	for _, p := range strings.Split(s, "\n") {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e *pgConnectError) Unwrap() error { return e.Err }
+
+// Refused tells whether the server answered and turned us away (bad
+// password, no pg_hba.conf entry, no such database or role) rather than
+// not answering at all.
+func (e *pgConnectError) Refused() bool {
+	switch sqlState(e.Err) {
+	case "28P01", "28000", "3D000":
+		return true
+	}
+	return false
+}
+
+// sqlState returns the SQLSTATE of a PostgreSQL error in err's chain, or "".
+func sqlState(err error) string {
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) {
+		return pe.SQLState()
+	}
+	return ""
+}
+
+// connectPG opens an ordinary SQL connection with rc's DSN, bounded by
+// postgres.connect.timeout. Its errors are errBadDSN or a *pgConnectError;
+// neither contains the DSN's text.
+func connectPG(ctx context.Context, rc replication.Config) (*pgx.Conn, pgTarget, error) {
+	pcfg, err := pgx.ParseConfig(rc.DSN)
+	if err != nil {
+		return nil, pgTarget{}, errBadDSN
+	}
+	if pcfg.ConnectTimeout == 0 {
+		pcfg.ConnectTimeout = rc.ConnectTimeout
+	}
+	if pcfg.RuntimeParams == nil {
+		pcfg.RuntimeParams = map[string]string{}
+	}
+	pcfg.RuntimeParams["application_name"] = "pgoutbox-check"
+	target := pgTarget{
+		Address:  fmt.Sprintf("%s:%d", pcfg.Host, pcfg.Port),
+		Database: pcfg.Database,
+		User:     pcfg.User,
+	}
+	if strings.HasPrefix(pcfg.Host, "/") { // a unix socket directory
+		target.Address = fmt.Sprintf("%s/.s.PGSQL.%d", pcfg.Host, pcfg.Port)
+	}
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, target, &pgConnectError{Target: target, Err: err}
+	}
+	return conn, target, nil
+}
+
+// oneLine joins a multi-line error text (pgconn lists one line per host
+// tried) into one line.
+func oneLine(err error) string {
+	s := strings.TrimSpace(err.Error())
+	s = strings.ReplaceAll(s, "\n\t", "; ")
+	return strings.ReplaceAll(s, "\n", "; ")
+}
+
+// minSecretLen is the shortest password scrubSecrets replaces: replacing a
+// shorter one would garble the output (every "1" in an LSN) while it could
+// not be told apart anyway. Nothing prints the DSN; scrubbing is the second
+// line of defence.
+const minSecretLen = 4
+
+// scrubSecrets returns w, or a writer that replaces the DSN's password
+// (as given, parsed from a passfile, or percent-encoded) with "xxxxx" in
+// everything written through it. Each write must hold whole secrets: the
+// commands write whole lines.
+func scrubSecrets(w io.Writer, dsn string) io.Writer {
+	seen := map[string]bool{}
+	var secrets [][]byte
+	add := func(s string) {
+		if len(s) >= minSecretLen && !seen[s] {
+			seen[s] = true
+			secrets = append(secrets, []byte(s))
+		}
+	}
+	if pcfg, err := pgx.ParseConfig(dsn); err == nil {
+		add(pcfg.Password)
+	}
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+		for _, k := range []string{"password", "sslpassword"} {
+			add(u.Query().Get(k))
+		}
+	}
+	for _, s := range append([][]byte(nil), secrets...) {
+		add(url.QueryEscape(string(s)))
+		add(url.PathEscape(string(s)))
+	}
+	if len(secrets) == 0 {
+		return w
+	}
+	return &scrubWriter{w: w, secrets: secrets}
+}
+
+type scrubWriter struct {
+	w       io.Writer
+	secrets [][]byte
+}
+
+func (s *scrubWriter) Write(p []byte) (int, error) {
+	out := p
+	for _, sec := range s.secrets {
+		if bytes.Contains(out, sec) {
+			out = bytes.ReplaceAll(out, sec, []byte("xxxxx"))
+		}
+	}
+	if _, err := s.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

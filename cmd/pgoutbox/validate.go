@@ -1,0 +1,600 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+const validateHelp = `Usage: pgoutbox validate [--topics a,b] [flags]
+
+Checks everything pgoutbox run needs: the settings, PostgreSQL (reachable,
+wal_level, replication privilege, free slots and walsenders, outbox tables,
+publication, slot) and Kafka (reachable, topics). Prints one line per check,
+"PASS|WARN|FAIL <check>: <detail>", and under each FAIL (and some WARNs) a
+"fix:" line saying what to do. Nothing is created or changed.
+
+Topics are computed from each row, so only the topics named with --topics,
+and the topic of a route.topic.replacement without group references, are
+checked.
+
+Exit status 0 when nothing failed, 1 when a check failed, 2 for bad flags or
+an unreadable config file, 3 when PostgreSQL or Kafka cannot be reached or
+refuses the connection.
+`
+
+// Check outcomes.
+const (
+	checkPass = "PASS"
+	checkWarn = "WARN"
+	checkFail = "FAIL"
+)
+
+// checkResult is one line of "pgoutbox validate" and its fix.
+type checkResult struct {
+	Status string // PASS, WARN or FAIL
+	Name   string
+	Detail string
+	Fix    string // what to do; empty for PASS
+}
+
+func pass(name, detail string) checkResult {
+	return checkResult{Status: checkPass, Name: name, Detail: detail}
+}
+
+func warn(name, detail, fix string) checkResult {
+	return checkResult{Status: checkWarn, Name: name, Detail: detail, Fix: fix}
+}
+
+func fail(name, detail, fix string) checkResult {
+	return checkResult{Status: checkFail, Name: name, Detail: detail, Fix: fix}
+}
+
+// validation collects and prints results as they come.
+type validation struct {
+	out         io.Writer
+	failed      bool
+	unreachable bool
+}
+
+func (v *validation) report(rs ...checkResult) {
+	for _, r := range rs {
+		fmt.Fprintf(v.out, "%s %s: %s\n", r.Status, r.Name, r.Detail)
+		if r.Fix != "" {
+			fmt.Fprintf(v.out, "  fix: %s\n", r.Fix)
+		}
+		if r.Status == checkFail {
+			v.failed = true
+		}
+	}
+}
+
+// cmdValidate implements "pgoutbox validate".
+func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
+	c := newFlags("validate", stderr, validateHelp)
+	topicsFlag := c.fs.String("topics", "", "comma-separated Kafka topics the outbox routes to, to check that each exists")
+	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
+	cfg, err := c.load(args, environ)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN), scrubSecrets(stderr, cfg.Postgres.DSN)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	v := &validation{out: stdout}
+
+	// Configuration. Go on after a failure: the other checks that have
+	// what they need still tell the whole story at once.
+	if err := cfg.Config.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			v.report(fail("config", line, "correct the setting named above in the config file, its PGOUTBOX_* environment variable or its flag (pgoutbox validate --help lists them)"))
+		}
+	} else {
+		v.report(pass("config", "valid"))
+	}
+	if len(c.ignored) > 0 {
+		v.report(warn("connector", "settings pgoutbox ignores: "+strings.Join(describeIgnored(c.ignored), ", "), ""))
+	}
+
+	if strings.TrimSpace(cfg.Postgres.DSN) != "" {
+		validatePostgres(v, cfg)
+	}
+	// An invalid Kafka section is already a FAIL above; asking the brokers
+	// with it would only blame them.
+	if len(cfg.Kafka.Brokers) > 0 && cfg.Kafka.Validate() == nil {
+		validateKafka(v, cfg, splitList(*topicsFlag))
+	}
+
+	switch {
+	case v.unreachable:
+		return exitStartup
+	case v.failed:
+		return exitRuntime
+	}
+	return exitOK
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// pgFacts is what validate reads from PostgreSQL before judging it.
+type pgFacts struct {
+	target                 pgTarget
+	version                string
+	versionNum             int
+	walLevel               string
+	database, user         string
+	superuser, replication bool
+	canCreate              bool // CREATE on the database (for CREATE PUBLICATION)
+	maxSlots, usedSlots    int
+	maxSenders, usedSender int
+	tables                 []tableFacts
+	pub                    publicationStatus
+	slot                   slotStatus
+	// slotHolder describes the client of the slot's active walsender,
+	// when known ("application_name pgoutbox from 10.0.0.7").
+	slotHolder string
+}
+
+// tableFacts describes one configured outbox table.
+type tableFacts struct {
+	name    string // schema.table
+	exists  bool
+	relkind string
+	owned   bool // the role owns it (or is a member of its owner)
+	columns []string
+}
+
+func validatePostgres(v *validation, cfg fileConfig) {
+	rc := cfg.Postgres
+	if rc.ConnectTimeout <= 0 { // invalid, and reported as such above
+		rc.ConnectTimeout = replication.DefaultConfig().ConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rc.ConnectTimeout+statusQueryTimeout)
+	defer cancel()
+	conn, target, err := connectPG(ctx, rc)
+	if err != nil {
+		v.report(connectResult(err))
+		var ce *pgConnectError
+		if errors.As(err, &ce) {
+			v.unreachable = true
+		}
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	f, err := readPGFacts(ctx, conn, target, rc)
+	if err != nil {
+		v.report(fail("postgres", "connected to "+target.String()+", but reading its state failed: "+oneLine(err),
+			"run pgoutbox validate again; if it persists, check the server's log"))
+		return
+	}
+	v.report(checkServer(f))
+	v.report(checkWALLevel(f.walLevel))
+	v.report(checkRole(f))
+	v.report(checkSlotCapacity(f, rc))
+	v.report(checkWALSenders(f))
+	v.report(checkTables(f, cfg)...)
+	v.report(checkPublication(f, rc)...)
+	v.report(checkSlot(f, rc)...)
+}
+
+// connectResult turns a failed connection into its FAIL line.
+func connectResult(err error) checkResult {
+	if errors.Is(err, errBadDSN) {
+		return fail("postgres", err.Error(), "correct postgres.dsn: a libpq key=value string or a postgres:// URL")
+	}
+	var ce *pgConnectError
+	if errors.As(err, &ce) && ce.Refused() {
+		fix := "check the user and password in postgres.dsn (or PGPASSWORD / ~/.pgpass) and that pg_hba.conf lets this user connect from this host"
+		if sqlState(err) == "3D000" {
+			fix = "create the database or correct the database name in postgres.dsn"
+		}
+		return fail("postgres", "refused: "+err.Error(), fix)
+	}
+	return fail("postgres", "unreachable: "+err.Error(),
+		"check the host and port in postgres.dsn, that PostgreSQL runs and listens there (listen_addresses, port) and that no firewall is in the way")
+}
+
+// readPGFacts reads everything the PostgreSQL checks judge.
+func readPGFacts(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replication.Config) (pgFacts, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusQueryTimeout)
+	defer cancel()
+	f := pgFacts{target: target}
+	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int,
+		current_setting('wal_level'),
+		current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)::int,
+		current_setting('max_wal_senders')::int, (SELECT count(*) FROM pg_stat_replication)::int,
+		current_database(), current_user,
+		coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false),
+		coalesce((SELECT rolreplication FROM pg_roles WHERE rolname = current_user), false),
+		has_database_privilege(current_database(), 'CREATE')`).Scan(
+		&f.version, &f.versionNum, &f.walLevel,
+		&f.maxSlots, &f.usedSlots, &f.maxSenders, &f.usedSender,
+		&f.database, &f.user, &f.superuser, &f.replication, &f.canCreate)
+	if err != nil {
+		return f, fmt.Errorf("server settings: %w", err)
+	}
+	for _, t := range rc.QualifiedTables() {
+		schema, name, _ := strings.Cut(t, ".")
+		tf := tableFacts{name: t}
+		err := conn.QueryRow(ctx, `SELECT c.relkind::text, pg_has_role(c.relowner, 'USAGE'),
+			array(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2`, schema, name).Scan(&tf.relkind, &tf.owned, &tf.columns)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return f, fmt.Errorf("table %s: %w", t, err)
+		default:
+			tf.exists = true
+		}
+		f.tables = append(f.tables, tf)
+	}
+	if f.pub, err = readPublicationStatus(ctx, conn, rc.Publication); err != nil {
+		return f, err
+	}
+	if f.slot, err = readSlotStatus(ctx, conn, rc.Slot); err != nil {
+		return f, err
+	}
+	if f.slot.ActivePID != nil {
+		var app, addr *string
+		err := conn.QueryRow(ctx, "SELECT application_name, host(client_addr) FROM pg_stat_replication WHERE pid = $1", *f.slot.ActivePID).Scan(&app, &addr)
+		if err == nil {
+			var parts []string
+			if app != nil && *app != "" {
+				parts = append(parts, "application_name "+*app)
+			}
+			if addr != nil && *addr != "" {
+				parts = append(parts, "from "+*addr)
+			}
+			f.slotHolder = strings.Join(parts, " ")
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return f, fmt.Errorf("walsender of slot %q: %w", rc.Slot, err)
+		}
+	}
+	return f, nil
+}
+
+// minServerVersion is PostgreSQL 14: pgoutbox always asks pgoutput for
+// logical decoding messages (the table-less outbox), an option PostgreSQL
+// 14 introduced.
+const minServerVersion = 140000
+
+func checkServer(f pgFacts) checkResult {
+	if f.versionNum < minServerVersion {
+		return fail("postgres", fmt.Sprintf("connected to %s, but PostgreSQL %s is too old: pgoutbox needs 14 or newer (pgoutput's messages option)", f.target, f.version),
+			"upgrade PostgreSQL to 14 or newer")
+	}
+	version := f.version
+	if fs := strings.Fields(version); len(fs) > 0 {
+		version = fs[0] // "15.18", not "15.18 (Debian 15.18-1.pgdg120+1)"
+	}
+	return pass("postgres", fmt.Sprintf("connected to %s (PostgreSQL %s)", f.target, version))
+}
+
+// checkWALLevel judges the wal_level setting.
+func checkWALLevel(level string) checkResult {
+	if level == "logical" {
+		return pass("wal_level", "logical")
+	}
+	return fail("wal_level", fmt.Sprintf("is %q; logical decoding needs \"logical\"", level),
+		"run ALTER SYSTEM SET wal_level = logical; as a superuser (or set wal_level = logical in postgresql.conf), then restart PostgreSQL")
+}
+
+func checkRole(f pgFacts) checkResult {
+	switch {
+	case f.superuser:
+		return pass("role", fmt.Sprintf("%q is a superuser", f.user))
+	case f.replication:
+		return pass("role", fmt.Sprintf("%q has the REPLICATION attribute", f.user))
+	}
+	return fail("role", fmt.Sprintf("%q has neither REPLICATION nor SUPERUSER, so it can neither create nor stream from a replication slot", f.user),
+		fmt.Sprintf("as a superuser: ALTER ROLE %s WITH REPLICATION;", pgx.Identifier{f.user}.Sanitize()))
+}
+
+func checkSlotCapacity(f pgFacts, rc replication.Config) checkResult {
+	detail := fmt.Sprintf("%d of %d slots in use", f.usedSlots, f.maxSlots)
+	if f.slot.Exists || f.usedSlots < f.maxSlots {
+		return pass("max_replication_slots", detail)
+	}
+	// The slot is missing and there is no room for it: creating it fails
+	// for certain, so this is a failure, not a warning.
+	return fail("max_replication_slots", detail+fmt.Sprintf(", none free for slot %q", rc.Slot),
+		"drop a slot nobody uses (SELECT pg_drop_replication_slot('name');) or raise max_replication_slots (ALTER SYSTEM SET max_replication_slots = ...; then restart PostgreSQL)")
+}
+
+func checkWALSenders(f pgFacts) checkResult {
+	detail := fmt.Sprintf("%d of %d walsenders in use", f.usedSender, f.maxSenders)
+	if f.usedSender < f.maxSenders {
+		return pass("max_wal_senders", detail)
+	}
+	return warn("max_wal_senders", detail+": pgoutbox's replication connection is refused until one ends",
+		"stop a replication client nobody needs, or raise max_wal_senders (ALTER SYSTEM SET max_wal_senders = ...; then restart PostgreSQL)")
+}
+
+// checkTables checks each configured outbox table and the columns the
+// router needs from it.
+func checkTables(f pgFacts, cfg fileConfig) []checkResult {
+	ro := cfg.Router
+	need := []struct{ col, option string }{
+		{ro.EventIDField, "table.field.event.id"},
+		{ro.EventPayloadField, "table.field.event.payload"},
+		{ro.RouteByField, "route.by.field"},
+		{ro.EventTimestampField, "table.field.event.timestamp"},
+	}
+	var out []checkResult
+	for _, t := range f.tables {
+		name := "table " + t.name
+		switch {
+		case !t.exists:
+			out = append(out, fail(name, "does not exist",
+				fmt.Sprintf("create it: pgoutbox migrate --tables %s creates the default outbox table; or correct postgres.table.include.list", t.name)))
+			continue
+		case t.relkind != "r" && t.relkind != "p":
+			out = append(out, fail(name, fmt.Sprintf("is not a table (relkind %q): only tables can be published", t.relkind),
+				"point postgres.table.include.list at the outbox table itself"))
+			continue
+		}
+		var missing, fixes []string
+		for _, n := range need {
+			if n.col != "" && !slices.Contains(t.columns, n.col) {
+				missing = append(missing, n.col)
+				fixes = append(fixes, fmt.Sprintf("router.%s=%s", n.option, n.col))
+			}
+		}
+		if len(missing) > 0 {
+			out = append(out, fail(name, fmt.Sprintf("lacks column(s) %s that the router needs (it has %s)", strings.Join(missing, ", "), strings.Join(t.columns, ", ")),
+				fmt.Sprintf("add the column(s) to %s, or set %s to the right column names", t.name, strings.Join(fixes, ", "))))
+			continue
+		}
+		out = append(out, pass(name, "exists with the columns the router needs"))
+	}
+	return out
+}
+
+func quotedTables(tables []string) string {
+	q := make([]string, len(tables))
+	for i, t := range tables {
+		q[i] = pgx.Identifier(strings.SplitN(t, ".", 2)).Sanitize()
+	}
+	return strings.Join(q, ", ")
+}
+
+// checkPublication checks the publication: it exists (or will be created),
+// publishes inserts and contains every configured table.
+func checkPublication(f pgFacts, rc replication.Config) []checkResult {
+	pubSQL := pgx.Identifier{rc.Publication}.Sanitize()
+	tables := rc.QualifiedTables()
+	createSQL := "CREATE PUBLICATION " + pubSQL
+	if len(tables) > 0 {
+		createSQL += " FOR TABLE " + quotedTables(tables)
+	}
+	createSQL += " WITH (publish = 'insert');"
+	p := f.pub
+	if !p.Exists {
+		switch rc.PublicationAutocreate {
+		case replication.PublicationDisabled:
+			return []checkResult{fail("publication", fmt.Sprintf("%q does not exist and publication.autocreate.mode is disabled", rc.Publication),
+				"run "+createSQL+" or set publication.autocreate.mode=filtered")}
+		case replication.PublicationAllTables:
+			if !f.superuser {
+				return []checkResult{fail("publication", fmt.Sprintf("%q does not exist; pgoutbox would create it FOR ALL TABLES, which needs a superuser, and %q is not one", rc.Publication, f.user),
+					"as a superuser: CREATE PUBLICATION "+pubSQL+" FOR ALL TABLES WITH (publish = 'insert'); or set publication.autocreate.mode=filtered")}
+			}
+			return []checkResult{warn("publication", fmt.Sprintf("%q does not exist; pgoutbox will create it FOR ALL TABLES (publication.autocreate.mode=all_tables), so every table's inserts are decoded and sent to pgoutbox", rc.Publication),
+				"set publication.autocreate.mode=filtered to publish only the outbox tables")}
+		}
+		var notOwned []string
+		for _, t := range f.tables {
+			if t.exists && !t.owned {
+				notOwned = append(notOwned, t.name)
+			}
+		}
+		switch {
+		case f.superuser:
+		case !f.canCreate:
+			return []checkResult{fail("publication", fmt.Sprintf("%q does not exist and %q may not create it: it lacks CREATE on database %q", rc.Publication, f.user, f.database),
+				fmt.Sprintf("as the database owner: GRANT CREATE ON DATABASE %s TO %s; or create the publication yourself: %s",
+					pgx.Identifier{f.database}.Sanitize(), pgx.Identifier{f.user}.Sanitize(), createSQL))}
+		case len(notOwned) > 0:
+			return []checkResult{fail("publication", fmt.Sprintf("%q does not exist and %q may not create it: it does not own %s", rc.Publication, f.user, strings.Join(notOwned, ", ")),
+				"create it as the tables' owner: "+createSQL)}
+		}
+		return []checkResult{pass("publication", fmt.Sprintf("%q does not exist yet; pgoutbox will create it (publication.autocreate.mode=filtered): %s", rc.Publication, createSQL))}
+	}
+
+	if !p.PublishesInsert {
+		return []checkResult{fail("publication", fmt.Sprintf("%q does not publish inserts", rc.Publication),
+			"run ALTER PUBLICATION "+pubSQL+" SET (publish = 'insert');")}
+	}
+	if p.AllTables {
+		return []checkResult{pass("publication", fmt.Sprintf("%q publishes inserts of all tables", rc.Publication))}
+	}
+	out := []checkResult{pass("publication", fmt.Sprintf("%q publishes inserts of %d table(s)", rc.Publication, len(p.Tables)))}
+	for _, t := range tables {
+		name := "publication table " + t
+		if slices.Contains(p.Tables, t) {
+			out = append(out, pass(name, "published"))
+			continue
+		}
+		out = append(out, fail(name, fmt.Sprintf("%q does not include %s", rc.Publication, t),
+			fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s;", pubSQL, quotedTables([]string{t}))))
+	}
+	return out
+}
+
+// checkSlot checks the replication slot: it exists (or will be created),
+// is a logical pgoutput slot of this database, has not lost WAL, and
+// whether another connection streams from it.
+func checkSlot(f pgFacts, rc replication.Config) []checkResult {
+	s := f.slot
+	lit := "'" + strings.ReplaceAll(rc.Slot, "'", "''") + "'"
+	if !s.Exists {
+		if rc.CreateSlot && !f.superuser && !f.replication {
+			return []checkResult{fail("slot", fmt.Sprintf("%q does not exist, and %q may not create it (no REPLICATION attribute)", rc.Slot, f.user),
+				fmt.Sprintf("as a superuser: ALTER ROLE %s WITH REPLICATION; or create the slot yourself: SELECT pg_create_logical_replication_slot(%s, 'pgoutput');",
+					pgx.Identifier{f.user}.Sanitize(), lit))}
+		}
+		if rc.CreateSlot {
+			return []checkResult{pass("slot", fmt.Sprintf("%q does not exist yet; pgoutbox will create it with plugin pgoutput (postgres.slot.create=true)", rc.Slot))}
+		}
+		return []checkResult{fail("slot", fmt.Sprintf("%q does not exist and postgres.slot.create is false", rc.Slot),
+			fmt.Sprintf("run SELECT pg_create_logical_replication_slot(%s, 'pgoutput'); or set postgres.slot.create=true", lit))}
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	detail := fmt.Sprintf("%q exists, confirmed_flush_lsn %s", rc.Slot, str(s.ConfirmedFlushLSN))
+	if s.LagBytes != nil {
+		detail += ", lag_bytes " + byteCount(s.LagBytes)
+	}
+	out := []checkResult{pass("slot", detail)}
+
+	drop := fmt.Sprintf("if nothing else uses it, drop it (SELECT pg_drop_replication_slot(%s);) and let pgoutbox create it, or choose another postgres.slot.name", lit)
+	switch {
+	case str(s.SlotType) != "logical":
+		out = append(out, fail("slot plugin", fmt.Sprintf("%q is a %s slot; pgoutbox needs a logical slot with plugin pgoutput", rc.Slot, str(s.SlotType)), drop))
+	case str(s.Plugin) != "pgoutput":
+		out = append(out, fail("slot plugin", fmt.Sprintf("%q uses plugin %q; pgoutbox needs pgoutput", rc.Slot, str(s.Plugin)), drop))
+	default:
+		out = append(out, pass("slot plugin", "pgoutput"))
+	}
+	if db := str(s.Database); db != "" && db != f.database {
+		out = append(out, fail("slot database", fmt.Sprintf("%q belongs to database %q, not %q", rc.Slot, db, f.database),
+			fmt.Sprintf("point postgres.dsn at database %q, or choose another postgres.slot.name", db)))
+	} else if db != "" {
+		out = append(out, pass("slot database", db))
+	}
+	out = append(out, checkSlotWALStatus(rc.Slot, str(s.WALStatus), s.SafeWALSize))
+	out = append(out, checkSlotActive(s, f.slotHolder))
+	return out
+}
+
+func checkSlotWALStatus(slot, status string, safe *int64) checkResult {
+	lit := "'" + strings.ReplaceAll(slot, "'", "''") + "'"
+	switch status {
+	case "lost":
+		return fail("slot wal_status", fmt.Sprintf("%q is lost: WAL it needed was removed, so events written meanwhile were never relayed", slot),
+			fmt.Sprintf("find out which events are missing (max_slot_wal_keep_size was exceeded), then drop the slot deliberately (SELECT pg_drop_replication_slot(%s);) and let pgoutbox create a new one; raise max_slot_wal_keep_size to avoid a repeat", lit))
+	case "unreserved":
+		return warn("slot wal_status", fmt.Sprintf("%q is unreserved: WAL it needs is past max_slot_wal_keep_size and will be removed at the next checkpoint unless pgoutbox catches up", slot),
+			"start pgoutbox now, or raise max_slot_wal_keep_size (ALTER SYSTEM SET max_slot_wal_keep_size = ...; SELECT pg_reload_conf();)")
+	}
+	d := status
+	if safe != nil {
+		d += ", safe_wal_size " + byteCount(safe)
+	} else {
+		d += ", safe_wal_size unlimited"
+	}
+	return pass("slot wal_status", d)
+}
+
+func checkSlotActive(s slotStatus, holder string) checkResult {
+	if !s.Active {
+		return pass("slot active", "no other connection streams from it")
+	}
+	pid := "an unknown PID"
+	if s.ActivePID != nil {
+		pid = "PID " + strconv.Itoa(int(*s.ActivePID))
+	}
+	if holder != "" {
+		pid += " (" + holder + ")"
+	}
+	return warn("slot active", fmt.Sprintf("in use by %s — a running pgoutbox? this instance would wait as standby", pid),
+		"")
+}
+
+// validateKafka checks the brokers and the topics.
+func validateKafka(v *validation, cfg fileConfig, topics []string) {
+	kc := cfg.Kafka
+	if err := kafka.Ping(kc); err != nil {
+		v.report(fail("kafka", "unreachable: "+oneLine(err),
+			"check kafka.brokers (--brokers, PGOUTBOX_KAFKA_BROKERS) and that the brokers listen there and advertise addresses this host can reach"))
+		v.unreachable = true
+		return
+	}
+	v.report(pass("kafka", "reachable at "+strings.Join(kc.Brokers, ",")))
+
+	fixed, ok := fixedTopic(cfg.Router.RouteTopicReplacement)
+	if ok && !slices.Contains(topics, fixed) {
+		topics = append(topics, fixed)
+	}
+	if len(topics) == 0 {
+		v.report(warn("topics", fmt.Sprintf("none checked: each row's %s column picks its topic through route.topic.replacement %q, so the topics are not known in advance",
+			cfg.Router.RouteByField, cfg.Router.RouteTopicReplacement),
+			"pass --topics a,b with the topics you expect the outbox to write to"))
+		return
+	}
+	states, err := kafka.CheckTopics(kc, topics)
+	if err != nil {
+		v.report(fail("topics", oneLine(err), "check that the brokers are healthy and run pgoutbox validate again"))
+		v.unreachable = true
+		return
+	}
+	for _, s := range states {
+		v.report(checkTopic(s, kc))
+	}
+}
+
+func checkTopic(s kafka.TopicState, kc kafka.Config) checkResult {
+	name := "topic " + s.Topic
+	switch {
+	case s.Err == nil:
+		return pass(name, fmt.Sprintf("exists, %d partition(s)", s.Partitions))
+	case errors.Is(s.Err, kafka.ErrTopicMissing):
+		create := fmt.Sprintf("kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions N --replication-factor R", strings.Join(kc.Brokers, ","), s.Topic)
+		if kc.AutoCreateTopics {
+			return warn(name, "does not exist; the broker creates it on the first record only if its auto.create.topics.enable is true, with the broker's default partitions",
+				"create it yourself with the partitions you want: "+create)
+		}
+		return fail(name, "does not exist (kafka.auto.create.topics is false)", "create it: "+create)
+	}
+	return fail(name, oneLine(s.Err), "check the topic and this client's ACLs on it")
+}
+
+// fixedTopic returns the topic of a route.topic.replacement that refers to
+// no capture group (Java's replacement syntax: no unescaped $), with its
+// backslash escapes resolved. Rows whose routing value matches
+// route.topic.regex all go to that topic.
+func fixedTopic(replacement string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(replacement); i++ {
+		switch c := replacement[i]; c {
+		case '$':
+			return "", false
+		case '\\':
+			if i+1 < len(replacement) {
+				i++
+				b.WriteByte(replacement[i])
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if b.Len() == 0 {
+		return "", false
+	}
+	return b.String(), true
+}

@@ -71,7 +71,7 @@ func BenchmarkTopicUncached(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if t := tr.topic("Order"); !validTopic(t) {
+		if t := tr.topic("Order", "public.outbox"); !validTopic(t) {
 			b.Fatal(t)
 		}
 	}
@@ -122,4 +122,52 @@ func BenchmarkColumnLookup(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchPayload is a realistic jsonb payload as PostgreSQL prints it.
+const benchPayload = `{"total": 12.50, "currency": "EUR", "note": null, "lines": [{"sku": "A-1", "qty": 2, "price": 5.25}, {"sku": "B-2", "qty": 1, "price": 2.00}]}`
+
+func BenchmarkRouteExpandRaw(b *testing.B) {
+	o := DefaultOptions()
+	o.ExpandJSONPayload = true
+	benchRoute(b, o, []*Row{outbox(set("payload", 3802, benchPayload))})
+}
+
+func BenchmarkRouteExpandJSONConverter(b *testing.B) {
+	o := DefaultOptions()
+	o.ExpandJSONPayload = true
+	o.ValueConverter, o.ValueConverterSchemasEnable = ConverterJSON, new(false)
+	benchRoute(b, o, []*Row{outbox(set("payload", 3802, benchPayload))})
+}
+
+func BenchmarkRouteJSONConverter(b *testing.B) {
+	o := DefaultOptions()
+	o.KeyConverter, o.KeyConverterSchemasEnable = ConverterJSON, new(false)
+	o.ValueConverter, o.ValueConverterSchemasEnable = ConverterJSON, new(false)
+	benchRoute(b, o, []*Row{outbox(set("payload", 3802, benchPayload))})
+}
+
+func BenchmarkRouteTrace(b *testing.B) {
+	o := DefaultOptions()
+	o.EventTraceField = "traceparent"
+	benchRoute(b, o, []*Row{outbox(set("traceparent", 25, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))})
+}
+
+// BenchmarkSetRoute routes rows of two tables through a Set.
+func BenchmarkSetRoute(b *testing.B) {
+	orders := DefaultOptions()
+	orders.RouteTopic = "orders"
+	s, err := NewSet(DefaultOptions(), map[string]Options{"public.orders_outbox": orders})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := []*Row{outbox(), outbox()}
+	rows[1].Table = "public.orders_outbox"
+	var rec Record
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Route(rows[i%2], testNow, &rec); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -16,11 +16,18 @@
 //	switch {
 //	case err != nil:                 // *RowError: stop the relay; do not skip the row
 //	case action == router.Emit:      // produce rec
+//	case action == router.EmitWarn:  // log rec.Reason at warn level, then produce rec
 //	case action == router.DropWarn:  // log rec.Reason at warn level, with row.Table and rec.EventID
 //	case action == router.DropError: // log rec.Reason at error level
 //	}                                // router.Drop: nothing to do
 //
-// A Router is not safe for concurrent use; give each goroutine its own.
+// Action.Emits reports whether a record is to be produced (Emit or
+// EmitWarn); a caller that treats actions it does not know as drops must
+// use it, or it loses the records of EmitWarn.
+//
+// Several outbox tables with options of their own are routed by a Set
+// (see NewSet), which picks a Router by Row.Table. A Router or a Set is
+// not safe for concurrent use; give each goroutine its own.
 //
 // # The default outbox table
 //
@@ -38,16 +45,21 @@
 //
 // # Options
 //
-// The option names are Debezium's; Options carries them as YAML keys and
-// Options.Set accepts them by name with string values, as in a Kafka
-// Connect connector configuration (transforms.<name>.<option>).
+// The option names are Debezium's, and Kafka Connect's for the converters;
+// Options carries them as YAML keys and Options.Set accepts them by name
+// with string values, as in a Kafka Connect connector configuration
+// (transforms.<name>.<option> for the router's, key.converter and
+// value.converter at the top level). pgoutbox's own options, which
+// Debezium does not have, and the converter options, which are Kafka
+// Connect's worker and connector options, are described after Debezium's.
 //
 // table.field.event.id (default "id"): the column copied to the header "id".
 // A row without the column is an error; a NULL id gives an "id" header with
 // a null value.
 //
 // table.field.event.key (default "aggregateid"): the column whose text is
-// the record key. A NULL value, or a row without the column, gives a record
+// the record key (with the default key.converter=raw; see key.converter
+// for the Kafka Connect encodings). A NULL value, or a row without the column, gives a record
 // without a key (the producer's partitioner then spreads such records).
 // Debezium would fall back to the outbox row's primary key instead, which
 // pgoutbox does not have at this stage.
@@ -57,9 +69,12 @@
 // table.fields.additional.placement, e.g. "type:header:eventType".
 //
 // table.field.event.payload (default "payload"): the column whose value is
-// the record value, as its raw text bytes (a jsonb payload is its JSON text,
-// byte for byte as PostgreSQL sends it). A row without the column is an
-// error. For NULL and empty payloads see route.tombstone.on.empty.payload.
+// the record value. With the default value.converter=raw the value is the
+// column's raw text bytes (a jsonb payload is its JSON text, byte for byte
+// as PostgreSQL sends it, e.g. {"total": 12}; a bytea payload its decoded
+// bytes). A row without the column is an error. For NULL and empty
+// payloads see route.tombstone.on.empty.payload; for other encodings,
+// value.converter.
 //
 // table.field.event.timestamp (default none): the column used as the record
 // timestamp; without it, or when its value is NULL, the record timestamp is
@@ -80,14 +95,16 @@
 //     in the configured order.
 //   - envelope: the record value becomes the JSON object
 //     {"payload": <payload>, "<alias>": <value>, ...}, fields in the
-//     configured order. Values are converted by type: json and jsonb as
-//     they are, booleans as true/false, integer, float and numeric columns
-//     as JSON numbers (NaN and Infinity as strings), bytea as a base64
-//     string (as Kafka Connect's JsonConverter writes bytes), NULL as null,
-//     anything else (text, uuid, timestamps, …) as a JSON string of its
-//     text. A text payload therefore becomes a JSON string, as in Debezium
-//     without table.expand.json.payload. The alias "payload" and repeated
-//     aliases are rejected.
+//     configured order. With value.converter=raw, values are converted by
+//     type: json and jsonb as they are, booleans as true/false, integer,
+//     float and numeric columns as JSON numbers (NaN and Infinity as
+//     strings), bytea as a base64 string (as Kafka Connect's JsonConverter
+//     writes bytes), NULL as null, anything else (text, uuid, timestamps,
+//     …) as a JSON string of its text. A text payload therefore becomes a
+//     JSON string, as in Debezium without table.expand.json.payload. With
+//     value.converter=JsonConverter they are converted as described under
+//     Kafka Connect encodings. The alias "payload" and repeated aliases are
+//     rejected.
 //   - partition: the column's value is the record's explicit partition. It
 //     must be a non-negative integer that fits an int32 (any column type
 //     whose text is such a number); NULL lets the partitioner choose. At
@@ -110,17 +127,53 @@
 // the caller logs it at that level), "fatal" fails with ErrInvalidOperation
 // so the relay stops.
 //
-// table.expand.json.payload (default false): not supported yet; true is
-// rejected by Validate. With pgoutbox's raw payload bytes a jsonb payload is
-// already emitted as JSON.
+// table.expand.json.payload (default false): with true, a payload of a
+// string type (text, varchar, json, jsonb, ...: every type Debezium reads
+// as a string, so not bytea, boolean, numbers or arrays) whose text starts
+// with { or [ (after JSON whitespace) is parsed as JSON and emitted as
+// JSON. With value.converter=raw (and in a raw envelope) the expanded
+// payload is the document in compact form: no whitespace, strings
+// re-escaped as Jackson writes them (\u00e9 becomes é, \/ becomes /),
+// numbers as written, a repeated key keeping its first position and its
+// last value (as Jackson reads it), and null object members dropped or kept
+// per table.json.payload.null.behavior. An already compact payload is
+// emitted as it is, without a copy. With value.converter=JsonConverter the
+// expanded payload is written as Kafka Connect writes the Struct Debezium
+// builds from the document; see "Kafka Connect encodings" below.
 //
-// table.json.payload.null.behavior (default "ignore"): "ignore" or
-// "optional_bytes"; accepted for compatibility, it only matters with
-// table.expand.json.payload.
+// A payload that cannot be expanded is emitted unchanged with Action
+// EmitWarn and Record.Reason saying why, as Debezium logs "JSON expansion
+// failed" and emits it unchanged: a payload of a type that is not a string,
+// text that does not start with { or [ (an empty text, a jsonb scalar such
+// as "hello"), text that is not valid JSON as Jackson parses it, and, with
+// JsonConverter, JSON that Debezium cannot convert to a Connect value. A
+// NULL payload is left alone without a warning (Debezium warns that it is
+// "not a string"), and so is a payload that route.tombstone.on.empty.payload
+// turns into a tombstone.
+//
+// The parser follows Jackson's ObjectMapper defaults: no comments, trailing
+// commas, single quotes, leading zeros, NaN or unescaped control characters;
+// at most 1000 levels of nesting and 1000 characters per number. Two
+// differences, both to avoid emitting something silently different from
+// the row: content after the JSON value (which Jackson ignores) makes the
+// payload invalid, and so do unpaired UTF-16 surrogate escapes (which
+// Jackson reads but then cannot write). And where Debezium takes only a
+// payload whose first character is { or [, pgoutbox skips leading
+// whitespace first (Debezium warns and keeps such a payload a string).
+//
+// table.json.payload.null.behavior (default "ignore"): what expansion does
+// with object members whose value is null. "ignore" drops them, at every
+// depth, including in objects inside arrays, as Debezium's schema
+// inference gives a null no schema and leaves the field out; an object
+// whose members are all null stays as {}. Null array elements are kept
+// (dropping them would move the elements after them; Debezium keeps them
+// too). "optional_bytes" keeps null members (Debezium gives them an
+// optional bytes schema, which Kafka Connect's JsonConverter writes as
+// null).
 //
 // route.by.field (default "aggregatetype"): the column whose text is the
 // routing value. A row without the column, or with a NULL value, is an
-// error (ErrMissingColumn, ErrNullRoutingValue).
+// error (ErrMissingColumn, ErrNullRoutingValue), unless route.topic is set.
 //
 // route.topic.regex (default "(?<routedByValue>.*)") and
 // route.topic.replacement (default "outbox.event.${routedByValue}"): the
@@ -148,14 +201,166 @@
 // regex runs once per distinct value.
 //
 // route.tombstone.on.empty.payload (default false): with true, a NULL or
-// empty (zero-length) payload gives a tombstone: a record with a nil Value,
-// keeping its key, headers and partition. With false such a payload gives a
-// record with an empty, non-nil Value, which Kafka stores as an empty value,
-// not a tombstone; with an envelope it is {"payload":null,…} or
-// {"payload":"",…}. (Kafka Connect with JsonConverter and
-// schemas.enable=false happens to write a null payload as a null value
-// either way; pgoutbox keeps the two settings distinct, as the option
-// intends.)
+// empty payload gives a tombstone: a record with a nil Value, keeping its
+// key, headers and partition. Empty is Debezium's
+// payload.toString().trim().isEmpty(): text of nothing but characters up to
+// U+0020 (spaces, tabs, line breaks, other control characters); pgoutbox
+// also counts an empty bytea. With false such a payload gives, with
+// value.converter=raw, a record with an empty, non-nil Value (for NULL and
+// empty text) or the blank text, which Kafka stores as a value, not a
+// tombstone; with an envelope it is {"payload":null,…} or
+// {"payload":"",…}. With the Kafka Connect converters a NULL payload is
+// what they write for a null (see below): JsonConverter the four bytes
+// null, StringConverter a null value, i.e. a tombstone.
+//
+// # pgoutbox's own options and the converters
+//
+// table.field.event.trace (default none): a column holding a W3C Trace
+// Context traceparent, 00-<32 hex trace id>-<16 hex parent id>-<2 hex
+// flags> in lower case (ids not all zeros; versions 01 to fe may append
+// fields after a dash, as the specification asks parsers to accept). A
+// valid value becomes the header "traceparent", after the other headers, so
+// consumers can continue the producer's trace. A NULL value gives no
+// header. An invalid value gives no header and Action EmitWarn with
+// Record.Reason saying so: the event still goes out. A row without the
+// column follows table.field.additional.missing (an error by default).
+// This is not Debezium's tracing (tracing.span.context.field, which holds a
+// serialized OpenTelemetry context and starts spans inside Kafka Connect).
+//
+// route.topic (default none): a fixed topic for every row, instead of the
+// topic computed from route.by.field, route.topic.regex and
+// route.topic.replacement; the routing column is then not needed. It must
+// be a legal Kafka topic name. Useful in a Set for a table whose events all
+// belong to one topic.
+//
+// ${table} in route.topic.replacement: when the regex has no group named
+// table, ${table} stands for the row's table, schema-qualified as
+// Row.Table ("public.outbox"), so that several tables routed with one
+// Options get topics of their own, e.g. "${table}.${routedByValue}". (Java
+// would reject the replacement, having no such group.)
+//
+// key.converter and value.converter (default "raw"), with
+// key.converter.schemas.enable and value.converter.schemas.enable: the
+// encoding of the record key and value. "raw" is pgoutbox's: the column's
+// own bytes. The Kafka Connect converters, named by class
+// (org.apache.kafka.connect.json.JsonConverter,
+// org.apache.kafka.connect.storage.StringConverter) or simple class name
+// (JsonConverter, StringConverter), reproduce byte for byte what a Kafka
+// Connect worker with that converter writes for Debezium's record, for
+// users who migrate and whose consumers expect those bytes. JsonConverter
+// requires schemas.enable=false, given explicitly: Kafka Connect's default
+// is true, which wraps every value in a schema envelope pgoutbox cannot
+// write (it has no Connect schemas), so true or unset is rejected. Other
+// converters (Avro, Protobuf, ByteArrayConverter, ...) are rejected.
+// value.converter=StringConverter cannot be combined with envelope
+// placements or table.expand.json.payload: Kafka Connect would write Java's
+// Struct.toString() (Struct{total=12}).
+//
+// # Kafka Connect encodings
+//
+// Debezium's PostgreSQL connector makes a Connect value of each column:
+// text-like types (text, varchar, char, uuid, json, jsonb, xml, ...) a
+// string, boolean a boolean, int2 and int4 an int16 and int32, int8 and
+// oid an int64, float4 and float8 a float and a double, bytea bytes.
+// JsonConverter (with schemas.enable=false) writes that value with
+// Jackson, as compact JSON:
+//
+//   - a string as a JSON string literal, so a jsonb payload that is not
+//     expanded becomes "{\"total\": 12}" (Debezium's json type is a
+//     string). Jackson escapes " and \ with a backslash, \b \t \n \f \r
+//     with their short escapes and other control characters (below U+0020)
+//     as \u00XX with upper-case hex; it does not escape /, DEL, U+2028 or
+//     U+2029, and writes other characters as UTF-8.
+//   - integers as JSON numbers; booleans as true or false.
+//   - floats as Java's Float.toString or Double.toString print them
+//     (1.5e+20 becomes 1.5E20, 12.50 becomes 12.5, 100 becomes 100.0; NaN
+//     and the infinities as the strings "NaN", "Infinity", "-Infinity"),
+//     following the exact algorithm of Java 19 and later; Java 17's
+//     older algorithm prints a few values with extra digits.
+//   - bytea as a base64 string (standard alphabet, padded).
+//   - NULL as null. A NULL key or payload is the four bytes null, not a
+//     Kafka null: Debezium passes the column's optional schema with the null
+//     value, and JsonConverter writes null bytes unless both schema and value
+//     are null. A row without the key column gets no key (Debezium would
+//     fail), and route.tombstone.on.empty.payload still gives a real
+//     tombstone (Debezium then passes no schema).
+//   - an envelope as a JSON object, its fields converted the same way.
+//   - an expanded payload as the Struct Debezium's JsonSchemaData infers
+//     from the document: object members in document order; null members
+//     dropped ("ignore") or written as null ("optional_bytes"); members
+//     whose value is an empty array dropped (an empty array has no schema);
+//     integers as int or long, other numbers as doubles in Java's form
+//     (12.50 becomes 12.5, 1e2 becomes 100.0); the elements of an array of
+//     objects sharing one struct with the fields of all of them in order of
+//     first appearance, so an element lacking a field gets it as null.
+//     Debezium's conversion fails, and pgoutbox emits the payload as a
+//     string literal with EmitWarn, for an array mixing types or number
+//     classes (1 and 2.5, 1 and 3000000000), an array of only nulls (with
+//     "ignore") or whose first non-null element is an empty array, integers
+//     beyond 64 bits, an empty member name, and array elements giving one
+//     member conflicting types. Where Debezium's output is not defined
+//     pgoutbox chooses: Debezium cannot expand a top-level array (it fails
+//     the record), pgoutbox expands it by the same rules; for arrays of
+//     objects with different members Debezium's field order depends on
+//     hash codes and varies between JVMs, pgoutbox uses first appearance
+//     (and, as Debezium, merges only the top-level members of the
+//     elements: the first element's nested object schema wins).
+//
+// StringConverter writes Java's toString() of the Connect value as UTF-8:
+// text as it is, booleans as true and false, floats in Java's form, and a
+// NULL key or payload as a null key or value (so a NULL payload is a
+// tombstone). For bytea, whose Java toString() is an object address,
+// pgoutbox writes the decoded bytes.
+//
+// Headers are not converted: Kafka Connect encodes them with its
+// header.converter (SimpleHeaderConverter by default), not with
+// key.converter or value.converter, and pgoutbox always writes the
+// column's text (bytea decoded). For the usual header columns (uuid id,
+// varchar type) the bytes are the same; SimpleHeaderConverter would write
+// booleans as true or false and bytea as base64.
+//
+// Types Debezium gives logical types whose encoding depends on connector
+// options pgoutbox does not emulate (decimal.handling.mode,
+// time.precision.mode, binary.handling.mode, ...) are written as in the
+// raw envelope: numeric as a JSON number of its text (Debezium's default
+// writes a base64 decimal), dates, times and timestamps as strings of
+// their PostgreSQL text (Debezium writes epoch numbers or ISO-8601
+// strings), arrays as strings of their PostgreSQL text (Debezium writes
+// JSON arrays).
+//
+// # Column types
+//
+// Values arrive in PostgreSQL's text format. By encoding:
+//
+//	type                   raw                      StringConverter   JsonConverter      raw envelope
+//	text, varchar, char    text                     text              "text"             "text"
+//	uuid                   canonical text           text              "text"             "text"
+//	json, jsonb            JSON text as sent        JSON text         "JSON text"        JSON embedded
+//	bytea                  decoded bytes            decoded bytes     "base64"           "base64"
+//	int2, int4, int8, oid  decimal text             decimal text      number             number
+//	float4, float8         PostgreSQL text          Java text         Java number        number
+//	numeric                PostgreSQL text          text              number             number
+//	boolean                t or f                   true or false     true or false      true or false
+//	timestamp(tz), date    PostgreSQL ISO text      text              "text"             "text"
+//	arrays, others         PostgreSQL text          text              "text"             "text"
+//	NULL                   no key, empty value      Kafka null        null (4 bytes)     null
+//
+// (In the JSON encodings NaN and infinite floats and numerics are strings.
+// A NULL payload with route.tombstone.on.empty.payload is a tombstone in
+// every encoding.) A partition
+// column may be of any type whose text is a non-negative int32 (int2,
+// int4, int8, numeric without fraction, text). A timestamp column may be
+// timestamp (taken as UTC), timestamptz, date, or an integer of epoch
+// milliseconds (see table.field.event.timestamp).
+//
+// # Several outbox tables
+//
+// NewSet builds a Set from default Options and a map from table
+// ("schema.table", or "table" meaning public) to that table's complete
+// Options (start each from a copy of the default). Set.Route picks the
+// Router by Row.Table and falls back to the default Options' Router for
+// tables without options of their own. Per-table options are validated
+// like any Options; their errors name the table (OptionError.Table).
 //
 // # Row operations
 //
@@ -168,11 +373,17 @@
 //
 // Record.Key, Record.Value and header values alias the row's Values
 // wherever no conversion is needed; bytea columns are decoded into new
-// memory and an envelope value is newly built. The caller must keep the
-// row's bytes alive and unchanged until the record has been produced, or
-// copy them. Route reuses the Record's Headers backing array. With the
-// default options, and with header and partition placements, Route
-// allocates nothing once a routing value's topic is cached.
+// memory, and an envelope, an expanded payload that differs from the row's
+// text and a JsonConverter key or value are newly built (one allocation
+// each). StringConverter's true and false are shared read-only slices. The
+// caller must keep the row's bytes alive and unchanged until the record has
+// been produced, or copy them, and must not write into a record's bytes.
+// Route reuses the Record's Headers backing array. With the default
+// options, and with header and partition placements, a fixed topic, a
+// trace column and StringConverter, Route allocates nothing once a routing
+// value's topic is cached. JSON expansion parses into memory the Router
+// keeps and reuses (up to about 1 MiB; the scratch of a larger payload is
+// dropped at the next one).
 //
 // Column positions are looked up once per distinct column list and cached
 // (up to 64 lists); passing the same Names slice for every row of a table,
@@ -185,6 +396,7 @@
 // one of the Err* sentinels for errors.Is) when a row cannot be mapped as
 // configured. Every such error should stop the relay, as it stops a Kafka
 // Connect task: skipping the row would let later positions be confirmed
-// and the event be lost. Validate, New and Options.Set report bad options
-// as *OptionError values naming the option.
+// and the event be lost. Validate, New, NewSet and Options.Set report bad
+// options as *OptionError values naming the option (and for NewSet the
+// table).
 package router

@@ -38,9 +38,9 @@ var (
 
 	// ErrInvalidOption: an option has a value outside its domain.
 	ErrInvalidOption = errors.New("router: invalid option")
-	// ErrUnsupportedOption: a Debezium option (or value) that pgoutbox
-	// recognises but does not implement yet, or an unknown option name
-	// given to Options.Set.
+	// ErrUnsupportedOption: a Debezium or Kafka Connect option (or value)
+	// that pgoutbox recognises but does not implement, or an unknown option
+	// name given to Options.Set.
 	ErrUnsupportedOption = errors.New("router: unsupported option")
 )
 
@@ -89,18 +89,37 @@ func (e *RowError) Error() string {
 // Unwrap returns the error class, for errors.Is.
 func (e *RowError) Unwrap() error { return e.Err }
 
-// OptionError reports an option value that Validate, New or Options.Set
-// rejects. Option is Debezium's option name.
+// OptionError reports an option value that Validate, New, NewSet or
+// Options.Set rejects. Option is the option's name (Debezium's, or
+// pgoutbox's own).
 type OptionError struct {
-	Option string // e.g. "route.topic.regex"
+	// Table is the table whose per-table options (NewSet) hold the value,
+	// or "" for a Router's or a Set's default options.
+	Table  string
+	Option string // e.g. "route.topic.regex"; "" for a bad table name given to NewSet
 	Value  string // the rejected value
 	Reason string // why, in words
 	Err    error  // ErrInvalidOption or ErrUnsupportedOption
 }
 
-// Error names the option, the value and the reason.
+// Error names the table (if any), the option, the value and the reason.
 func (e *OptionError) Error() string {
-	return "router: option " + e.Option + "=" + strconv.Quote(e.Value) + ": " + e.Reason
+	var b strings.Builder
+	b.WriteString("router: ")
+	if e.Table != "" || e.Option == "" {
+		b.WriteString("table ")
+		b.WriteString(strconv.Quote(e.Table))
+		b.WriteString(": ")
+	}
+	if e.Option != "" {
+		b.WriteString("option ")
+		b.WriteString(e.Option)
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(e.Value))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
 }
 
 // Unwrap returns ErrInvalidOption or ErrUnsupportedOption.

@@ -2,7 +2,9 @@ package router
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -30,6 +32,38 @@ var fuzzOptionSets = []func(*Options){
 		o.OpInvalidBehavior = "error"
 		f := false
 		o.AdditionalErrorOnMissing = &f
+	},
+	// pgoutbox's own options and the Kafka Connect encodings.
+	func(o *Options) { // raw expansion, trace, tombstones
+		o.ExpandJSONPayload = true
+		o.EventTraceField = "type"
+		o.RouteTombstoneOnEmptyPayload = true
+		o.AdditionalMissing = "ignore"
+	},
+	func(o *Options) { // JsonConverter, expanded into an envelope, nulls kept
+		o.KeyConverter, o.KeyConverterSchemasEnable = ConverterJSON, new(false)
+		o.ValueConverter, o.ValueConverterSchemasEnable = ConverterJSON, new(false)
+		o.ExpandJSONPayload = true
+		o.JSONPayloadNullBehavior = "optional_bytes"
+		o.AdditionalPlacement = "type:envelope:eventType,shard:envelope,ts:header"
+		o.AdditionalMissing = "ignore"
+	},
+	func(o *Options) { // JsonConverter, expanded, topics by table
+		o.KeyConverter, o.KeyConverterSchemasEnable = ConverterJSON, new(false)
+		o.ValueConverter, o.ValueConverterSchemasEnable = ConverterJSON, new(false)
+		o.ExpandJSONPayload = true
+		o.RouteTopicReplacement = "${table}.${routedByValue}"
+		o.EventTraceField = "ts"
+	},
+	func(o *Options) { // StringConverter, fixed topic
+		o.KeyConverter, o.ValueConverter = ConverterString, ConverterString
+		o.RouteTopic = "orders"
+		o.EventTraceField = "ts"
+		o.AdditionalMissing = "ignore"
+	},
+	func(o *Options) { // JsonConverter values, raw keys
+		o.ValueConverter, o.ValueConverterSchemasEnable = ConverterJSON, new(false)
+		o.RouteTombstoneOnEmptyPayload = true
 	},
 }
 
@@ -109,9 +143,17 @@ func FuzzRoute(f *testing.F) {
 			}
 			return
 		case Emit:
+			if rec.Reason != "" {
+				t.Fatalf("Emit with reason %q", rec.Reason)
+			}
+		case EmitWarn:
+			if rec.Reason == "" {
+				t.Fatal("EmitWarn without a reason")
+			}
 		default:
 			t.Fatalf("unknown action %v", a)
 		}
+		o := optionSets[i]
 		if row.Op != OpInsert {
 			t.Fatalf("%v emitted", row.Op)
 		}
@@ -124,12 +166,29 @@ func FuzzRoute(f *testing.F) {
 		if rec.Partition < -1 {
 			t.Fatalf("partition %d", rec.Partition)
 		}
-		if rec.Value == nil && !optionSets[i].RouteTombstoneOnEmptyPayload {
+		if rec.Value == nil && !o.RouteTombstoneOnEmptyPayload && o.ValueConverter != ConverterString {
 			t.Fatal("tombstone without route.tombstone.on.empty.payload")
+		}
+		if o.RouteTopic != "" && rec.Topic != o.RouteTopic {
+			t.Fatalf("topic %q, want the fixed %q", rec.Topic, o.RouteTopic)
+		}
+		if o.ValueConverter == ConverterJSON && rec.Value != nil && !json.Valid(rec.Value) {
+			t.Fatalf("JsonConverter value %q is not JSON", rec.Value)
+		}
+		if o.KeyConverter == ConverterJSON && rec.Key != nil && !json.Valid(rec.Key) {
+			t.Fatalf("JsonConverter key %q is not JSON", rec.Key)
+		}
+		if o.ExpandJSONPayload && a == Emit && rec.Value != nil && len(rec.Value) > 0 && (rec.Value[0] == '{' || rec.Value[0] == '[') && !json.Valid(rec.Value) {
+			t.Fatalf("expanded value %q is not JSON", rec.Value)
+		}
+		for _, h := range rec.Headers {
+			if h.Key == "traceparent" && !validTraceparent(h.Value) {
+				t.Fatalf("invalid traceparent header %q", h.Value)
+			}
 		}
 		if rec.Topic != fresh.Topic || !bytes.Equal(rec.Key, fresh.Key) || (rec.Key == nil) != (fresh.Key == nil) ||
 			!bytes.Equal(rec.Value, fresh.Value) || (rec.Value == nil) != (fresh.Value == nil) ||
-			rec.Partition != fresh.Partition || !rec.Timestamp.Equal(fresh.Timestamp) || len(rec.Headers) != len(fresh.Headers) {
+			rec.Partition != fresh.Partition || !rec.Timestamp.Equal(fresh.Timestamp) || len(rec.Headers) != len(fresh.Headers) || rec.Reason != fresh.Reason {
 			t.Fatalf("cached router gave %+v, fresh router %+v", rec, fresh)
 		}
 		for j, h := range rec.Headers {
@@ -138,4 +197,71 @@ func FuzzRoute(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzExpandJSON checks the JSON parser against encoding/json: it accepts
+// only valid JSON, rejects valid JSON only for Jackson's limits and for
+// unpaired surrogate escapes, and its raw rendering means the same as the
+// input with null members dropped (or kept). The JsonConverter rendering,
+// when the conversion succeeds, is valid JSON.
+func FuzzExpandJSON(f *testing.F) {
+	for _, s := range []string{`{"total":12}`, `{"a": [1, null, {"b": null}], "a": "\u00e9"}`, `[{"x":1},{"y":2.5e3}]`, `{"s":"\ud83d\ude00"}`, ` [] `} {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, keepNulls bool) {
+		d := jsonDoc{keepNulls: keepNulls}
+		ok := d.parse(in)
+		i := skipJSONSpace(in, 0)
+		goValid := json.Valid(in) && i < len(in) && (in[i] == '{' || in[i] == '[')
+		switch {
+		case ok && !goValid:
+			t.Fatalf("accepted invalid JSON %q", in)
+		case !ok && goValid:
+			lower := bytes.ToLower(in)
+			if len(in) <= maxJSONNumberLen && !bytes.Contains(lower, []byte(`\ud`)) {
+				t.Fatalf("rejected valid JSON %q", in)
+			}
+			return
+		case !ok:
+			return
+		}
+		out := d.appendRaw(nil, 0)
+		want, got := decodeJSON(t, in, !keepNulls), decodeJSON(t, out, false)
+		if !reflect.DeepEqual(want, got) {
+			t.Fatalf("raw rendering of %q is %q:\n got %#v\nwant %#v", in, out, got, want)
+		}
+		if c, ok := d.appendConnect(nil); ok && !json.Valid(c) {
+			t.Fatalf("connect rendering of %q is not JSON: %q", in, c)
+		}
+	})
+}
+
+// decodeJSON decodes b with numbers as written, dropping null object
+// members when dropNulls.
+func decodeJSON(t *testing.T, b []byte, dropNulls bool) any {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("decode %q: %v", b, err)
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if e == nil && dropNulls {
+					delete(x, k)
+					continue
+				}
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		}
+		return v
+	}
+	return walk(v)
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // Options configures a Router. The YAML keys are Debezium's EventRouter
-// option names, so a Kafka Connect configuration carries over unchanged;
-// the package documentation describes each option.
+// option names and Kafka Connect's converter option names, so a Kafka
+// Connect configuration carries over unchanged, plus a few options of
+// pgoutbox's own; the package documentation describes each option.
 //
 // Start from DefaultOptions and overwrite what is configured (for example
 // by unmarshalling YAML into the result, or with Set for the string map of
@@ -32,11 +33,12 @@ type Options struct {
 	// OpInvalidBehavior is "warn", "error" or "fatal".
 	OpInvalidBehavior string `yaml:"table.op.invalid.behavior"`
 
-	// ExpandJSONPayload is accepted for compatibility; true is not supported
-	// yet and Validate rejects it.
+	// ExpandJSONPayload parses a string payload that starts with { or [ as
+	// JSON and emits it as JSON.
 	ExpandJSONPayload bool `yaml:"table.expand.json.payload"`
-	// JSONPayloadNullBehavior is "ignore" or "optional_bytes"; it only
-	// matters with ExpandJSONPayload.
+	// JSONPayloadNullBehavior is "ignore" (object fields whose value is null
+	// are dropped from an expanded payload) or "optional_bytes" (they are
+	// kept); it only matters with ExpandJSONPayload.
 	JSONPayloadNullBehavior string `yaml:"table.json.payload.null.behavior"`
 
 	RouteByField          string `yaml:"route.by.field"`
@@ -44,6 +46,31 @@ type Options struct {
 	RouteTopicReplacement string `yaml:"route.topic.replacement"`
 
 	RouteTombstoneOnEmptyPayload bool `yaml:"route.tombstone.on.empty.payload"`
+
+	// The options below are pgoutbox's own; Debezium has no such options.
+
+	// EventTraceField names a column holding a W3C trace context
+	// (traceparent) that becomes the header "traceparent"; empty for none.
+	EventTraceField string `yaml:"table.field.event.trace"`
+	// RouteTopic, when not empty, is the topic of every row, instead of the
+	// topic computed from route.by.field.
+	RouteTopic string `yaml:"route.topic"`
+
+	// KeyConverter and ValueConverter choose the bytes of the record key and
+	// value: "raw" (the default: the column's own bytes), or a Kafka Connect
+	// converter reproduced byte for byte:
+	// "org.apache.kafka.connect.json.JsonConverter" or
+	// "org.apache.kafka.connect.storage.StringConverter" (the simple class
+	// names JsonConverter and StringConverter are accepted too). The names
+	// are Kafka Connect's worker and connector options.
+	KeyConverter   string `yaml:"key.converter"`
+	ValueConverter string `yaml:"value.converter"`
+	// KeyConverterSchemasEnable and ValueConverterSchemasEnable are
+	// JsonConverter's schemas.enable; nil when not given, which for
+	// JsonConverter means Kafka Connect's default, true. pgoutbox has no
+	// schemas, so JsonConverter requires them to be false.
+	KeyConverterSchemasEnable   *bool `yaml:"key.converter.schemas.enable"`
+	ValueConverterSchemasEnable *bool `yaml:"value.converter.schemas.enable"`
 }
 
 // Option names, as Debezium spells them.
@@ -63,9 +90,25 @@ const (
 	optRouteTopicRegex     = "route.topic.regex"
 	optRouteReplacement    = "route.topic.replacement"
 	optTombstoneOnEmpty    = "route.tombstone.on.empty.payload"
+
+	// pgoutbox's own.
+	optEventTrace         = "table.field.event.trace"
+	optRouteTopic         = "route.topic"
+	optKeyConverter       = "key.converter"
+	optValueConverter     = "value.converter"
+	optKeySchemasEnable   = "key.converter.schemas.enable"
+	optValueSchemasEnable = "value.converter.schemas.enable"
 )
 
-// DefaultOptions returns Debezium's defaults.
+// Converter names accepted by key.converter and value.converter.
+const (
+	ConverterRaw    = "raw"
+	ConverterJSON   = "org.apache.kafka.connect.json.JsonConverter"
+	ConverterString = "org.apache.kafka.connect.storage.StringConverter"
+)
+
+// DefaultOptions returns Debezium's defaults, and for pgoutbox's own
+// options: no trace column, no fixed topic, raw key and value.
 func DefaultOptions() Options {
 	return Options{
 		EventIDField:            "id",
@@ -78,12 +121,16 @@ func DefaultOptions() Options {
 		RouteByField:            "aggregatetype",
 		RouteTopicRegex:         "(?<routedByValue>.*)",
 		RouteTopicReplacement:   "outbox.event.${routedByValue}",
+		KeyConverter:            ConverterRaw,
+		ValueConverter:          ConverterRaw,
 	}
 }
 
-// Set assigns one option from its Debezium name and string value, as found
-// in a Kafka Connect connector configuration (transforms.<name>.<option>).
-// Booleans are "true" or "false" in any case, as Kafka Connect reads them.
+// Set assigns one option from its name and string value, as found in a
+// Kafka Connect connector configuration (transforms.<name>.<option> for the
+// router's options; key.converter, value.converter and their
+// schemas.enable at the top level). Booleans are "true" or "false" in any
+// case, as Kafka Connect reads them.
 // An unknown name gives an *OptionError wrapping ErrUnsupportedOption; Set
 // does not validate values otherwise (Validate does).
 func (o *Options) Set(name, value string) error {
@@ -130,6 +177,24 @@ func (o *Options) Set(name, value string) error {
 			return err
 		}
 		o.RouteTombstoneOnEmptyPayload = b
+	case optEventTrace:
+		o.EventTraceField = value
+	case optRouteTopic:
+		o.RouteTopic = value
+	case optKeyConverter:
+		o.KeyConverter = value
+	case optValueConverter:
+		o.ValueConverter = value
+	case optKeySchemasEnable, optValueSchemasEnable:
+		b, err := parseBool(name, value)
+		if err != nil {
+			return err
+		}
+		if name == optKeySchemasEnable {
+			o.KeyConverterSchemasEnable = &b
+		} else {
+			o.ValueConverterSchemasEnable = &b
+		}
 	default:
 		return &OptionError{Option: name, Value: value, Reason: "unknown or unsupported outbox router option", Err: ErrUnsupportedOption}
 	}
@@ -149,7 +214,7 @@ func parseBool(name, value string) (bool, error) {
 // Validate reports every invalid option, each as an *OptionError naming the
 // option, joined with errors.Join. New calls it.
 func (o Options) Validate() error {
-	_, err := compile(o)
+	_, err := compile(o, "")
 	return err
 }
 
@@ -244,23 +309,57 @@ const (
 	opFatal
 )
 
+// converter is key.converter or value.converter.
+type converter uint8
+
+const (
+	convRaw    converter = iota // the column's own bytes
+	convString                  // Kafka Connect's StringConverter
+	convJSON                    // Kafka Connect's JsonConverter, schemas.enable=false
+)
+
 // config is Options compiled for routing.
 type config struct {
-	idCol, keyCol, payloadCol, routeCol, tsCol string
+	idCol, keyCol, payloadCol, routeCol, tsCol, traceCol string
 
 	extras        []additionalField
 	missingIgnore bool
 	hasEnvelope   bool
 	onUpdate      opBehavior
 	route         *topicRoute
+	fixedTopic    string
 	tombstone     bool
+
+	expand    bool
+	keepNulls bool // table.json.payload.null.behavior=optional_bytes
+
+	keyConv, valueConv converter
 }
 
-// compile validates o and compiles it. Every problem is reported, joined.
-func compile(o Options) (*config, error) {
+// parseConverter reads key.converter or value.converter: pgoutbox's raw
+// (or empty), or a Kafka Connect converter by class name or simple class
+// name, as Kafka Connect accepts plugin aliases.
+func parseConverter(s string) (converter, bool) {
+	switch strings.TrimSpace(s) {
+	case "", ConverterRaw:
+		return convRaw, true
+	case ConverterJSON, "JsonConverter":
+		return convJSON, true
+	case ConverterString, "StringConverter":
+		return convString, true
+	}
+	return 0, false
+}
+
+// compile validates o and compiles it. Every problem is reported, joined;
+// table, when not empty, names the table whose per-table options o are.
+func compile(o Options, table string) (*config, error) {
 	var errs []error
 	invalid := func(opt, value, reason string) {
 		errs = append(errs, &OptionError{Option: opt, Value: value, Reason: reason, Err: ErrInvalidOption})
+	}
+	unsupported := func(opt, value, reason string) {
+		errs = append(errs, &OptionError{Option: opt, Value: value, Reason: reason, Err: ErrUnsupportedOption})
 	}
 	c := &config{
 		idCol:      o.EventIDField,
@@ -268,7 +367,10 @@ func compile(o Options) (*config, error) {
 		payloadCol: o.EventPayloadField,
 		routeCol:   o.RouteByField,
 		tsCol:      o.EventTimestampField,
+		traceCol:   o.EventTraceField,
+		fixedTopic: o.RouteTopic,
 		tombstone:  o.RouteTombstoneOnEmptyPayload,
+		expand:     o.ExpandJSONPayload,
 	}
 	for _, f := range []struct{ opt, v string }{
 		{optEventID, o.EventIDField},
@@ -316,12 +418,10 @@ func compile(o Options) (*config, error) {
 		invalid(optOpInvalidBehavior, o.OpInvalidBehavior, "must be warn, error or fatal")
 	}
 
-	if o.ExpandJSONPayload {
-		errs = append(errs, &OptionError{Option: optExpandJSONPayload, Value: "true",
-			Reason: "JSON payload expansion is not supported yet", Err: ErrUnsupportedOption})
-	}
 	switch strings.ToLower(strings.TrimSpace(o.JSONPayloadNullBehavior)) {
-	case "ignore", "optional_bytes":
+	case "ignore":
+	case "optional_bytes":
+		c.keepNulls = true
 	default:
 		invalid(optJSONNullBehavior, o.JSONPayloadNullBehavior, "must be ignore or optional_bytes")
 	}
@@ -331,8 +431,58 @@ func compile(o Options) (*config, error) {
 		errs = append(errs, err)
 	}
 	c.route = route
+	if o.RouteTopic != "" && !validTopic(o.RouteTopic) {
+		invalid(optRouteTopic, o.RouteTopic, "is not a legal Kafka topic name (1 to 249 characters of [a-zA-Z0-9._-], not . or ..)")
+	}
+
+	const converters = "must be raw, " + ConverterJSON + " or " + ConverterString
+	for _, cv := range []struct {
+		opt, schemasOpt string
+		value           string
+		schemas         *bool
+		dst             *converter
+	}{
+		{optKeyConverter, optKeySchemasEnable, o.KeyConverter, o.KeyConverterSchemasEnable, &c.keyConv},
+		{optValueConverter, optValueSchemasEnable, o.ValueConverter, o.ValueConverterSchemasEnable, &c.valueConv},
+	} {
+		conv, ok := parseConverter(cv.value)
+		if !ok {
+			unsupported(cv.opt, cv.value, converters+" (other Kafka Connect converters are not supported)")
+			continue
+		}
+		*cv.dst = conv
+		if conv == convJSON && (cv.schemas == nil || *cv.schemas) {
+			value := "true"
+			reason := "pgoutbox has no schemas and writes JsonConverter's schemaless form only; set " + cv.schemasOpt + "=false"
+			if cv.schemas == nil {
+				value = ""
+				reason = "is not set, and Kafka Connect's default for JsonConverter is true (a schema envelope); " + reason
+			}
+			unsupported(cv.schemasOpt, value, reason)
+		}
+	}
+	if c.valueConv == convString {
+		// StringConverter writes Java's toString() of a Struct, e.g.
+		// Struct{total=12}; nobody wants that reproduced.
+		if c.hasEnvelope {
+			unsupported(optValueConverter, o.ValueConverter,
+				"StringConverter would write an envelope as Java's Struct.toString() (Struct{payload=...}); use JsonConverter or raw with envelope placements")
+		}
+		if c.expand {
+			unsupported(optValueConverter, o.ValueConverter,
+				"StringConverter would write an expanded payload as Java's Struct.toString() (Struct{total=12}); use JsonConverter or raw with "+optExpandJSONPayload+"=true")
+		}
+	}
 
 	if len(errs) > 0 {
+		if table != "" {
+			for _, e := range errs {
+				var oe *OptionError
+				if errors.As(e, &oe) {
+					oe.Table = table
+				}
+			}
+		}
 		return nil, errors.Join(errs...)
 	}
 	return c, nil

@@ -7,8 +7,18 @@ import (
 	"testing"
 )
 
+// TestDefaultOptionsAreDebeziums checks every option's default: Debezium's
+// for its options, and for pgoutbox's own the documented ones.
 func TestDefaultOptionsAreDebeziums(t *testing.T) {
 	want := map[string]string{
+		// pgoutbox's own.
+		"table.field.event.trace":        "",
+		"route.topic":                    "",
+		"key.converter":                  "raw",
+		"value.converter":                "raw",
+		"key.converter.schemas.enable":   "<nil>",
+		"value.converter.schemas.enable": "<nil>",
+		// Debezium's.
 		"table.field.event.id":                     "id",
 		"table.field.event.key":                    "aggregateid",
 		"table.field.event.type":                   "type",
@@ -33,7 +43,7 @@ func TestDefaultOptionsAreDebeziums(t *testing.T) {
 		seen[tag] = true
 		w, ok := want[tag]
 		if !ok {
-			t.Errorf("field %s has yaml tag %q, not a known Debezium option", typ.Field(i).Name, tag)
+			t.Errorf("field %s has yaml tag %q, not a known option", typ.Field(i).Name, tag)
 			continue
 		}
 		f := d.Field(i)
@@ -97,6 +107,22 @@ func TestSet(t *testing.T) {
 	if !errors.As(err, &oe) || oe.Option != "route.tombstone.on.empty.payload" || !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("Set with a bad boolean: %v", err)
 	}
+	for _, kv := range [][2]string{
+		{"table.field.event.trace", "tp"}, {"route.topic", "orders"},
+		{"key.converter", ConverterJSON}, {"value.converter", ConverterString},
+		{"key.converter.schemas.enable", "false"}, {"value.converter.schemas.enable", "TRUE"},
+	} {
+		if err := o.Set(kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.EventTraceField != "tp" || o.RouteTopic != "orders" || o.KeyConverter != ConverterJSON || o.ValueConverter != ConverterString ||
+		o.KeyConverterSchemasEnable == nil || *o.KeyConverterSchemasEnable || o.ValueConverterSchemasEnable == nil || !*o.ValueConverterSchemasEnable {
+		t.Errorf("pgoutbox options not set: %+v", o)
+	}
+	if err := o.Set("value.converter.schemas.enable", "no"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("Set with a bad schemas.enable: %v", err)
+	}
 	err = o.Set("tracing.span.context.field", "tracingspancontext")
 	if !errors.Is(err, ErrUnsupportedOption) || !strings.Contains(err.Error(), "tracing.span.context.field") {
 		t.Errorf("Set with an unknown name: %v", err)
@@ -127,7 +153,6 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{"bad missing behavior", func(o *Options) { o.AdditionalMissing = "skip" }, "table.field.additional.missing", "must be error or ignore", ErrInvalidOption},
 		{"conflicting missing options", func(o *Options) { o.AdditionalMissing = "ignore"; o.AdditionalErrorOnMissing = &tr }, "table.fields.additional.error.on.missing", "conflicts with table.field.additional.missing=ignore", ErrInvalidOption},
 		{"bad op behavior", func(o *Options) { o.OpInvalidBehavior = "panic" }, "table.op.invalid.behavior", "must be warn, error or fatal", ErrInvalidOption},
-		{"expand json payload", func(o *Options) { o.ExpandJSONPayload = true }, "table.expand.json.payload", "not supported yet", ErrUnsupportedOption},
 		{"bad null behavior", func(o *Options) { o.JSONPayloadNullBehavior = "keep" }, "table.json.payload.null.behavior", "must be ignore or optional_bytes", ErrInvalidOption},
 		{"empty regex", func(o *Options) { o.RouteTopicRegex = "" }, "route.topic.regex", "must not be empty", ErrInvalidOption},
 		{"regex does not compile", func(o *Options) { o.RouteTopicRegex = "(?<x>a" }, "route.topic.regex", "does not compile", ErrInvalidOption},
@@ -142,6 +167,20 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{"replacement unclosed name", func(o *Options) { o.RouteTopicReplacement = "t.${routedByValue" }, "route.topic.replacement", "missing trailing '}'", ErrInvalidOption},
 		{"replacement empty name", func(o *Options) { o.RouteTopicReplacement = "t.${}" }, "route.topic.replacement", "0 length name", ErrInvalidOption},
 		{"replacement name starts with digit", func(o *Options) { o.RouteTopicReplacement = "t.${1a}" }, "route.topic.replacement", "starts with digit", ErrInvalidOption},
+		{"bad fixed topic", func(o *Options) { o.RouteTopic = "orders/eu" }, "route.topic", "not a legal Kafka topic name", ErrInvalidOption},
+		{"fixed topic dot", func(o *Options) { o.RouteTopic = "." }, "route.topic", "not a legal Kafka topic name", ErrInvalidOption},
+		{"unknown key converter", func(o *Options) { o.KeyConverter = "io.confluent.connect.avro.AvroConverter" }, "key.converter", "must be raw, org.apache.kafka.connect.json.JsonConverter or org.apache.kafka.connect.storage.StringConverter", ErrUnsupportedOption},
+		{"byte array value converter", func(o *Options) { o.ValueConverter = "org.apache.kafka.connect.converters.ByteArrayConverter" }, "value.converter", "other Kafka Connect converters are not supported", ErrUnsupportedOption},
+		{"json converter schemas default", func(o *Options) { o.ValueConverter = "org.apache.kafka.connect.json.JsonConverter" }, "value.converter.schemas.enable", "Kafka Connect's default for JsonConverter is true", ErrUnsupportedOption},
+		{"json converter schemas true", func(o *Options) { o.KeyConverter = "JsonConverter"; o.KeyConverterSchemasEnable = &tr }, "key.converter.schemas.enable", "set key.converter.schemas.enable=false", ErrUnsupportedOption},
+		{"string converter envelope", func(o *Options) {
+			o.ValueConverter = "org.apache.kafka.connect.storage.StringConverter"
+			o.AdditionalPlacement = "type:envelope"
+		}, "value.converter", "Struct.toString()", ErrUnsupportedOption},
+		{"string converter expansion", func(o *Options) {
+			o.ValueConverter = "StringConverter"
+			o.ExpandJSONPayload = true
+		}, "value.converter", "Struct{total=12}", ErrUnsupportedOption},
 	}
 	_ = f
 	for _, tc := range cases {
@@ -198,6 +237,22 @@ func TestValidateAccepts(t *testing.T) {
 		func(o *Options) { o.RouteTopicRegex = `[(?<]+`; o.RouteTopicReplacement = "t" },
 		func(o *Options) { o.RouteTopicReplacement = `literal\$sign` },
 		func(o *Options) { o.EventTypeField = "" }, // unused by itself
+		func(o *Options) { o.ExpandJSONPayload = true },
+		func(o *Options) { o.ExpandJSONPayload = true; o.JSONPayloadNullBehavior = "OPTIONAL_BYTES" },
+		func(o *Options) { o.RouteTopic = "orders.v1" },
+		func(o *Options) { o.RouteTopicReplacement = "${table}.${routedByValue}" }, // pgoutbox's ${table}
+		func(o *Options) { o.EventTraceField = "traceparent" },
+		func(o *Options) { o.KeyConverter, o.ValueConverter = "", "" }, // empty means raw
+		func(o *Options) {
+			o.KeyConverter, o.KeyConverterSchemasEnable = "org.apache.kafka.connect.json.JsonConverter", &f
+			o.ValueConverter, o.ValueConverterSchemasEnable = "JsonConverter", &f
+			o.ExpandJSONPayload = true
+			o.AdditionalPlacement = "type:envelope"
+		},
+		func(o *Options) {
+			o.KeyConverter, o.ValueConverter = "StringConverter", "org.apache.kafka.connect.storage.StringConverter"
+			o.ValueConverterSchemasEnable = new(true) // ignored by StringConverter
+		},
 	} {
 		o := DefaultOptions()
 		mod(&o)

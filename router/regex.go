@@ -15,14 +15,24 @@ type topicRoute struct {
 	re    *regexp.Regexp // the regex as given, for replaceFirst
 	whole *regexp.Regexp // \A(?:re)\z, for matches
 	parts []replPart     // the parsed replacement
+
+	// usesTable is set when the replacement holds ${table}, pgoutbox's
+	// reference to the row's table, so topics depend on the table too.
+	usesTable bool
 }
 
-// replPart is a literal (group < 0) or a reference to capture group number
-// group (0 is the whole match).
+// replPart is a literal (group == groupLiteral), the row's table (group ==
+// groupTable) or a reference to capture group number group (0 is the whole
+// match).
 type replPart struct {
 	lit   string
 	group int
 }
+
+const (
+	groupLiteral = -1
+	groupTable   = -2
+)
 
 // compileRoute compiles the Java regex and replacement.
 func compileRoute(javaRegex, replacement string) (*topicRoute, error) {
@@ -51,11 +61,17 @@ func compileRoute(javaRegex, replacement string) (*topicRoute, error) {
 	if err != nil {
 		return nil, bad(optRouteReplacement, replacement, err.Error())
 	}
-	return &topicRoute{re: re, whole: whole, parts: parts}, nil
+	t := &topicRoute{re: re, whole: whole, parts: parts}
+	for _, p := range parts {
+		if p.group == groupTable {
+			t.usesTable = true
+		}
+	}
+	return t, nil
 }
 
-// topic maps a routing value to its topic.
-func (t *topicRoute) topic(v string) string {
+// topic maps a routing value of a row of table to its topic.
+func (t *topicRoute) topic(v, table string) string {
 	if !t.whole.MatchString(v) {
 		return v
 	}
@@ -70,8 +86,12 @@ func (t *topicRoute) topic(v string) string {
 	var b strings.Builder
 	b.WriteString(v[:m[0]])
 	for _, p := range t.parts {
-		if p.group < 0 {
+		switch p.group {
+		case groupLiteral:
 			b.WriteString(p.lit)
+			continue
+		case groupTable:
+			b.WriteString(table)
 			continue
 		}
 		// A group that did not take part in the match appends nothing, as in Java.
@@ -149,14 +169,15 @@ func translateJavaRegex(s string) (string, error) {
 // parseReplacement parses a replacement string as Java's
 // Matcher.appendReplacement does: \x is a literal x; $n refers to group n,
 // taking further digits while the number stays a valid group; ${name}
-// refers to a named group; any other $ is an error.
+// refers to a named group; any other $ is an error. pgoutbox adds ${table},
+// the row's table, when the regex has no group named table.
 func parseReplacement(s string, re *regexp.Regexp) ([]replPart, error) {
 	groups := re.NumSubexp()
 	var parts []replPart
 	var lit strings.Builder
 	flush := func() {
 		if lit.Len() > 0 {
-			parts = append(parts, replPart{lit: lit.String(), group: -1})
+			parts = append(parts, replPart{lit: lit.String(), group: groupLiteral})
 			lit.Reset()
 		}
 	}
@@ -191,7 +212,10 @@ func parseReplacement(s string, re *regexp.Regexp) ([]replPart, error) {
 					return nil, errors.New("capturing group name {" + name + "} starts with digit character")
 				}
 				ref = re.SubexpIndex(name)
-				if ref < 0 {
+				if ref < 0 && name == "table" {
+					ref = groupTable
+				}
+				if ref == -1 {
 					return nil, errors.New("no group with name {" + name + "} in " + optRouteTopicRegex)
 				}
 				i = j + 1

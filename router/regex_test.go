@@ -50,7 +50,7 @@ func TestTopicRouteFollowsJavaReplacement(t *testing.T) {
 			t.Errorf("compileRoute(%q, %q): %v", c.regex, c.repl, err)
 			continue
 		}
-		if got := tr.topic(c.in); got != c.want {
+		if got := tr.topic(c.in, "public.outbox"); got != c.want {
 			t.Errorf("regex %q replacement %q on %q = %q, want %q", c.regex, c.repl, c.in, got, c.want)
 		}
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"slices"
 	"strconv"
 	"time"
@@ -79,9 +80,9 @@ type Record struct {
 	// EventID is the event id column's text (nil when absent or NULL), for
 	// logs and errors. It is set on drops too.
 	EventID []byte
-	// Reason says why a row was dropped with DropWarn or DropError; empty
-	// otherwise. It is a constant string, to be logged with the table and
-	// EventID.
+	// Reason says why a row was dropped with DropWarn or DropError, or what
+	// was wrong with a row emitted with EmitWarn; empty otherwise. It is a
+	// constant string, to be logged with the table and EventID.
 	Reason string
 }
 
@@ -100,7 +101,18 @@ const (
 	DropWarn
 	// DropError: nothing to produce; log Record.Reason at error level.
 	DropError
+	// EmitWarn: the Record is ready to be produced, as with Emit; also log
+	// Record.Reason at warn level. Route gives it when an option could not
+	// be applied to the row and the record was made without it: a payload
+	// that table.expand.json.payload could not expand (emitted unchanged,
+	// as Debezium does), or a table.field.event.trace value that is not a
+	// W3C traceparent (the header is left out). A caller that treats
+	// unknown actions as drops would lose these records: test with Emits.
+	EmitWarn
 )
+
+// Emits reports whether the action produces a record: Emit or EmitWarn.
+func (a Action) Emits() bool { return a == Emit || a == EmitWarn }
 
 // String returns the action's name.
 func (a Action) String() string {
@@ -113,15 +125,43 @@ func (a Action) String() string {
 		return "drop-warn"
 	case DropError:
 		return "drop-error"
+	case EmitWarn:
+		return "emit-warn"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
 
-// Reasons for drops.
+// Reasons for drops and warnings.
 const (
 	reasonUpdateWarn  = "UPDATE on an outbox table ignored: outbox rows must only be inserted (table.op.invalid.behavior=warn)"
 	reasonUpdateError = "UPDATE on an outbox table ignored: outbox rows must only be inserted (table.op.invalid.behavior=error)"
+
+	reasonExpandNotString = "payload not expanded (table.expand.json.payload): its column type is not a string type (bytea, boolean, number or array); emitted unchanged"
+	reasonExpandNotJSON   = "payload not expanded (table.expand.json.payload): it does not start with { or [; emitted unchanged"
+	reasonExpandBadJSON   = "payload not expanded (table.expand.json.payload): it is not valid JSON; emitted unchanged"
+	reasonExpandNoConnect = "payload not expanded (table.expand.json.payload): Debezium cannot convert this JSON to a Kafka Connect value (an array mixing types or number classes, an integer beyond 64 bits, an array of nulls only or whose first element is an empty array, an empty member name, or array elements whose members conflict); emitted unchanged"
+	reasonTraceInvalid    = "header traceparent left out: the table.field.event.trace value is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lower case, ids not all zero)"
 )
+
+// warnReason returns Record.Reason for an emitted row: the expansion's
+// reason (or ""), and the trace value's when it was invalid. The strings
+// are constants, so nothing is allocated.
+func warnReason(expand string, badTrace bool) string {
+	if !badTrace {
+		return expand
+	}
+	switch expand {
+	case reasonExpandNotString:
+		return reasonExpandNotString + "; " + reasonTraceInvalid
+	case reasonExpandNotJSON:
+		return reasonExpandNotJSON + "; " + reasonTraceInvalid
+	case reasonExpandBadJSON:
+		return reasonExpandBadJSON + "; " + reasonTraceInvalid
+	case reasonExpandNoConnect:
+		return reasonExpandNoConnect + "; " + reasonTraceInvalid
+	}
+	return reasonTraceInvalid
+}
 
 // Cache bounds. Past them a cache is emptied and refilled, so memory stays
 // bounded and a steady working set still allocates nothing.
@@ -133,6 +173,11 @@ const (
 	// a longer one (a topic name has at most 249 characters) is mapped
 	// anew each time.
 	maxCachedRoutingValue = 512
+
+	// maxScratch bounds the scratch memory (in bytes, or in elements) a
+	// Router keeps between rows for JSON expansion; a larger payload's
+	// scratch is dropped when the next payload is expanded.
+	maxScratch = 1 << 20
 )
 
 // emptyValue is the value of a non-tombstone record with an empty payload.
@@ -147,33 +192,44 @@ type Router struct {
 	topics  map[string]string
 	layouts []*layout
 	last    *layout
+
+	topicKey []byte  // scratch: the topic cache key when topics depend on the table
+	json     jsonDoc // scratch: the parsed payload for table.expand.json.payload
+	expanded []byte  // scratch: the expanded payload
 }
 
 // layout is the position of each configured column in one column list,
 // -1 where absent.
 type layout struct {
-	names                       []string
-	id, key, payload, route, ts int
-	extras                      []int // parallel to config.extras
+	names                              []string
+	id, key, payload, route, ts, trace int
+	extras                             []int // parallel to config.extras
 }
 
 // New validates opts and returns a Router.
 func New(opts Options) (*Router, error) {
-	cfg, err := compile(opts)
+	return newRouter(opts, "")
+}
+
+func newRouter(opts Options, table string) (*Router, error) {
+	cfg, err := compile(opts, table)
 	if err != nil {
 		return nil, err
 	}
-	return &Router{cfg: cfg, topics: make(map[string]string)}, nil
+	r := &Router{cfg: cfg, topics: make(map[string]string)}
+	r.json.keepNulls = cfg.keepNulls
+	return r, nil
 }
 
 // Route maps row into rec, reusing rec's Headers backing array; now is the
 // processing time, used as the record timestamp unless a timestamp column
 // is configured and not NULL.
 //
-// An INSERT gives Emit with rec filled. A DELETE gives Drop. An UPDATE gives
-// DropWarn or DropError with rec.Reason set, or, with
-// table.op.invalid.behavior=fatal, an error. A row that cannot be mapped
-// gives a *RowError; rec's contents are then unspecified.
+// An INSERT gives Emit with rec filled, or EmitWarn with rec filled and
+// rec.Reason set. A DELETE gives Drop. An UPDATE gives DropWarn or
+// DropError with rec.Reason set, or, with table.op.invalid.behavior=fatal,
+// an error. A row that cannot be mapped gives a *RowError; rec's contents
+// are then unspecified.
 //
 // For the default options Route allocates nothing once the routing value's
 // topic is cached.
@@ -214,26 +270,30 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 	if lay.payload < 0 {
 		return 0, rowErr(row, rec, cfg.payloadCol, ErrMissingColumn, "the payload column ("+optEventPayload+") is not in the row")
 	}
-	if lay.route < 0 {
-		return 0, rowErr(row, rec, cfg.routeCol, ErrMissingColumn, "the routing column ("+optRouteByField+") is not in the row")
-	}
 
 	// Topic.
-	rv := row.Values[lay.route]
-	if rv == nil {
-		return 0, rowErr(row, rec, cfg.routeCol, ErrNullRoutingValue, "")
+	if cfg.fixedTopic != "" {
+		rec.Topic = cfg.fixedTopic
+	} else {
+		if lay.route < 0 {
+			return 0, rowErr(row, rec, cfg.routeCol, ErrMissingColumn, "the routing column ("+optRouteByField+") is not in the row")
+		}
+		rv := row.Values[lay.route]
+		if rv == nil {
+			return 0, rowErr(row, rec, cfg.routeCol, ErrNullRoutingValue, "")
+		}
+		topic, err := r.topicFor(row, rec, rv)
+		if err != nil {
+			return 0, err
+		}
+		rec.Topic = topic
 	}
-	topic, err := r.topicFor(row, rec, rv)
-	if err != nil {
-		return 0, err
-	}
-	rec.Topic = topic
 
 	// Key. Debezium falls back to the source record's key (the outbox
 	// table's primary key) when the key column is absent or NULL; pgoutbox
 	// has no such key and sends none.
 	if lay.key >= 0 {
-		k, err := raw(row, rec, lay.key)
+		k, err := r.convert(row, rec, lay.key, cfg.keyConv)
 		if err != nil {
 			return 0, err
 		}
@@ -288,33 +348,150 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 			rec.Partition = p
 		}
 	}
+	badTrace := false
+	if cfg.traceCol != "" {
+		switch {
+		case lay.trace < 0:
+			if !cfg.missingIgnore {
+				return 0, rowErr(row, rec, cfg.traceCol, ErrMissingColumn, "the trace column ("+optEventTrace+") is not in the row")
+			}
+		case row.Values[lay.trace] != nil:
+			v, err := raw(row, rec, lay.trace)
+			if err != nil {
+				return 0, err
+			}
+			if validTraceparent(v) {
+				rec.Headers = append(rec.Headers, Header{Key: "traceparent", Value: v})
+			} else {
+				badTrace = true
+			}
+		}
+	}
 
 	// Value.
 	pv := row.Values[lay.payload]
+	poid := typeOf(row, lay.payload)
+	var expandReason string
 	switch {
-	case cfg.tombstone && (len(pv) == 0 || typeOf(row, lay.payload) == oidBytea && string(pv) == `\x`):
+	case cfg.tombstone && emptyPayload(poid, pv):
 		rec.Value = nil
-	case cfg.hasEnvelope:
-		if rec.Value, err = r.envelope(row, rec, lay); err != nil {
-			return 0, err
-		}
 	default:
-		if rec.Value, err = raw(row, rec, lay.payload); err != nil {
-			return 0, err
+		var expanded []byte
+		if cfg.expand && pv != nil {
+			expanded, expandReason = r.expand(poid, pv)
 		}
-		if len(rec.Value) == 0 {
-			rec.Value = emptyValue
+		switch {
+		case cfg.hasEnvelope:
+			if rec.Value, err = r.envelope(row, rec, lay, expanded); err != nil {
+				return 0, err
+			}
+		case expanded != nil:
+			if bytes.Equal(expanded, pv) {
+				rec.Value = pv
+			} else {
+				rec.Value = bytes.Clone(expanded)
+			}
+		default:
+			if rec.Value, err = r.convert(row, rec, lay.payload, cfg.valueConv); err != nil {
+				return 0, err
+			}
+			if rec.Value != nil && len(rec.Value) == 0 {
+				rec.Value = emptyValue
+			}
+			if rec.Value == nil && cfg.valueConv == convRaw {
+				rec.Value = emptyValue // NULL payload without tombstone
+			}
 		}
+	}
+	if rec.Reason = warnReason(expandReason, badTrace); rec.Reason != "" {
+		return EmitWarn, nil
 	}
 	return Emit, nil
 }
 
+// emptyPayload reports whether a payload counts as empty for
+// route.tombstone.on.empty.payload: NULL, or, as Debezium tests
+// payload.toString().trim().isEmpty(), text of nothing but characters up to
+// U+0020 (Java's String.trim). An empty bytea counts too.
+func emptyPayload(oid uint32, v []byte) bool {
+	if oid == oidBytea {
+		return len(v) == 0 || string(v) == `\x`
+	}
+	for _, c := range v {
+		if c > ' ' {
+			return false
+		}
+	}
+	return true
+}
+
+// convert returns column i's value as record key or value bytes for conv:
+// raw (aliased text, or decoded bytea), StringConverter's text, or
+// JsonConverter's JSON (newly allocated; NULL is the JSON null).
+func (r *Router) convert(row *Row, rec *Record, i int, conv converter) ([]byte, error) {
+	switch conv {
+	case convString:
+		b, err := connectText(typeOf(row, i), row.Values[i])
+		if err != nil {
+			return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
+		}
+		return b, nil
+	case convJSON:
+		v := row.Values[i]
+		if v == nil {
+			return nullJSON, nil
+		}
+		b, err := appendConnectJSON(make([]byte, 0, len(v)+2+escapeGrowth(v)), typeOf(row, i), v)
+		if err != nil {
+			return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
+		}
+		return b, nil
+	}
+	return raw(row, rec, i)
+}
+
+// expand applies table.expand.json.payload to payload v of type oid. It
+// returns the expanded JSON, in Router scratch memory valid until the next
+// call, or nil and the reason the payload stays as it is.
+func (r *Router) expand(oid uint32, v []byte) ([]byte, string) {
+	r.json.shrink()
+	if cap(r.expanded) > maxScratch {
+		r.expanded = nil
+	}
+	if !stringType(oid) {
+		return nil, reasonExpandNotString
+	}
+	if i := skipJSONSpace(v, 0); i == len(v) || v[i] != '{' && v[i] != '[' {
+		return nil, reasonExpandNotJSON
+	}
+	defer func() { r.json.src = nil }() // keep no reference to the row
+	if !r.json.parse(v) {
+		return nil, reasonExpandBadJSON
+	}
+	if r.cfg.valueConv == convJSON {
+		out, ok := r.json.appendConnect(r.expanded[:0])
+		r.expanded = out
+		if !ok {
+			return nil, reasonExpandNoConnect
+		}
+		return out, ""
+	}
+	r.expanded = r.json.appendRaw(r.expanded[:0], 0)
+	return r.expanded, ""
+}
+
 // topicFor maps a routing value to its topic, through the cache.
 func (r *Router) topicFor(row *Row, rec *Record, rv []byte) (string, error) {
-	if topic, ok := r.topics[string(rv)]; ok {
+	key := rv
+	if r.cfg.route.usesTable {
+		// The topic depends on the table too: key the cache on both.
+		r.topicKey = append(append(append(r.topicKey[:0], row.Table...), 0), rv...)
+		key = r.topicKey
+	}
+	if topic, ok := r.topics[string(key)]; ok {
 		return topic, nil
 	}
-	topic := r.cfg.route.topic(string(rv))
+	topic := r.cfg.route.topic(string(rv), row.Table)
 	if !validTopic(topic) {
 		return "", rowErr(row, rec, r.cfg.routeCol, ErrInvalidTopic,
 			strconv.Quote(topic)+" from routing value "+strconv.Quote(string(rv))+" (a topic is 1 to 249 characters of [a-zA-Z0-9._-])")
@@ -323,7 +500,7 @@ func (r *Router) topicFor(row *Row, rec *Record, rv []byte) (string, error) {
 		if len(r.topics) >= maxTopics {
 			clear(r.topics)
 		}
-		r.topics[string(rv)] = topic
+		r.topics[string(key)] = topic
 	}
 	return topic, nil
 }
@@ -343,20 +520,33 @@ func raw(row *Row, rec *Record, i int) ([]byte, error) {
 }
 
 // envelope builds the JSON object {"payload": <payload>, "<name>": <value>,
-// ...} from the payload and the envelope-placed columns, in configuration
-// order.
-func (r *Router) envelope(row *Row, rec *Record, lay *layout) ([]byte, error) {
-	size := 16 + len(row.Values[lay.payload])
+// ...} from the payload (or its expansion, when not nil) and the
+// envelope-placed columns, in configuration order. Values are converted as
+// pgoutbox's raw envelope or, with value.converter=JsonConverter, as Kafka
+// Connect writes them.
+func (r *Router) envelope(row *Row, rec *Record, lay *layout, expanded []byte) ([]byte, error) {
+	size := 16 + len(row.Values[lay.payload]) + len(expanded)
+	if expanded == nil {
+		size += escapeGrowth(row.Values[lay.payload])
+	}
 	for i, f := range r.cfg.extras {
 		if f.place == placeEnvelope && lay.extras[i] >= 0 {
 			size += 8 + len(f.jsonKey) + len(row.Values[lay.extras[i]])
 		}
 	}
+	appendValue := appendJSONValue
+	if r.cfg.valueConv == convJSON {
+		appendValue = appendConnectJSON
+	}
 	b := make([]byte, 0, size)
 	b = append(b, `{"payload":`...)
-	b, err := appendJSONValue(b, typeOf(row, lay.payload), row.Values[lay.payload])
-	if err != nil {
-		return nil, rowErr(row, rec, r.cfg.payloadCol, ErrBadValue, err.Error())
+	if expanded != nil {
+		b = append(b, expanded...)
+	} else {
+		var err error
+		if b, err = appendValue(b, typeOf(row, lay.payload), row.Values[lay.payload]); err != nil {
+			return nil, rowErr(row, rec, r.cfg.payloadCol, ErrBadValue, err.Error())
+		}
 	}
 	for i, f := range r.cfg.extras {
 		idx := lay.extras[i]
@@ -365,7 +555,8 @@ func (r *Router) envelope(row *Row, rec *Record, lay *layout) ([]byte, error) {
 		}
 		b = append(b, ',')
 		b = append(b, f.jsonKey...)
-		if b, err = appendJSONValue(b, typeOf(row, idx), row.Values[idx]); err != nil {
+		var err error
+		if b, err = appendValue(b, typeOf(row, idx), row.Values[idx]); err != nil {
 			return nil, rowErr(row, rec, f.column, ErrBadValue, err.Error())
 		}
 	}
@@ -423,10 +614,14 @@ func (r *Router) layoutFor(names []string) *layout {
 		payload: slices.Index(names, cfg.payloadCol),
 		route:   slices.Index(names, cfg.routeCol),
 		ts:      -1,
+		trace:   -1,
 		extras:  make([]int, len(cfg.extras)),
 	}
 	if cfg.tsCol != "" {
 		l.ts = slices.Index(names, cfg.tsCol)
+	}
+	if cfg.traceCol != "" {
+		l.trace = slices.Index(names, cfg.traceCol)
 	}
 	for i, f := range cfg.extras {
 		l.extras[i] = slices.Index(names, f.column)

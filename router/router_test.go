@@ -22,6 +22,10 @@ type routeCase struct {
 	wantTopic  string
 	wantKey    *string // nil: not checked; use nilKey for "no key"
 	wantValue  *string // nil: not checked; use tombstone for nil value
+	wantReason string  // a substring of Record.Reason, for EmitWarn
+
+	// check, when not nil, asserts more about an emitted record.
+	check func(t *testing.T, rec *Record)
 }
 
 var (
@@ -176,7 +180,19 @@ func routeCases(t testing.TB) []routeCase {
 }
 
 func TestRoute(t *testing.T) {
-	for _, tc := range routeCases(t) {
+	runRouteCases(t, routeCases(t))
+}
+
+// runRouteCases runs each case through a new Router, compares the result
+// with the case's golden file and asserts the case's want fields.
+func runRouteCases(t *testing.T, cases []routeCase) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		if seen[tc.name] {
+			t.Fatalf("two cases named %s share a golden file", tc.name)
+		}
+		seen[tc.name] = true
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := New(tc.opts)
 			if err != nil {
@@ -208,7 +224,7 @@ func TestRoute(t *testing.T) {
 			if a != tc.wantAction {
 				t.Fatalf("action = %v, want %v", a, tc.wantAction)
 			}
-			if a != Emit {
+			if !a.Emits() {
 				if rec.Topic != "" || rec.Value != nil || len(rec.Headers) != 0 {
 					t.Errorf("dropped row left a record: %+v", rec)
 				}
@@ -217,6 +233,14 @@ func TestRoute(t *testing.T) {
 				}
 				return
 			}
+			switch {
+			case a == Emit && rec.Reason != "":
+				t.Errorf("Emit with a reason: %q", rec.Reason)
+			case a == EmitWarn && rec.Reason == "":
+				t.Error("EmitWarn without a reason")
+			case !strings.Contains(rec.Reason, tc.wantReason):
+				t.Errorf("reason = %q, want it to contain %q", rec.Reason, tc.wantReason)
+			}
 			if tc.wantTopic != "" && rec.Topic != tc.wantTopic {
 				t.Errorf("topic = %q, want %q", rec.Topic, tc.wantTopic)
 			}
@@ -224,6 +248,9 @@ func TestRoute(t *testing.T) {
 			checkBytes(t, "value", rec.Value, tc.wantValue, tombstone)
 			if len(rec.Headers) == 0 || rec.Headers[0].Key != "id" {
 				t.Errorf("headers = %v, want id first", rec.Headers)
+			}
+			if tc.check != nil {
+				tc.check(t, &rec)
 			}
 		})
 	}
@@ -407,7 +434,7 @@ func TestRowErrorMessage(t *testing.T) {
 func TestStrings(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{OpInsert.String(), "INSERT"}, {OpUpdate.String(), "UPDATE"}, {OpDelete.String(), "DELETE"}, {Op(9).String(), "Op(9)"},
-		{Emit.String(), "emit"}, {Drop.String(), "drop"}, {DropWarn.String(), "drop-warn"}, {DropError.String(), "drop-error"}, {Action(0).String(), "Action(0)"},
+		{Emit.String(), "emit"}, {Drop.String(), "drop"}, {DropWarn.String(), "drop-warn"}, {DropError.String(), "drop-error"}, {EmitWarn.String(), "emit-warn"}, {Action(0).String(), "Action(0)"},
 	} {
 		if c.got != c.want {
 			t.Errorf("%q, want %q", c.got, c.want)

@@ -26,6 +26,63 @@ const (
 	oidJSONB       = 3802
 )
 
+// stringType reports whether Debezium's PostgreSQL connector gives columns
+// of type oid a string value (text, varchar, char, json, jsonb, uuid, xml,
+// timestamptz, unknown and extension types, ...), which is what
+// table.expand.json.payload expands. Bytea, booleans, numbers and arrays
+// are not strings; Debezium warns that such a payload is not a string.
+func stringType(oid uint32) bool {
+	switch oid {
+	case oidBool, oidBytea, oidInt2, oidInt4, oidInt8, oidOID, oidFloat4, oidFloat8, oidNumeric,
+		// Arrays of the built-in types (_bool, _bytea, _int2, _int4, _text,
+		// _bpchar, _varchar, _int8, _float4, _float8, _oid, _timestamp,
+		// _date, _time, _timestamptz, _numeric, _uuid, _json, _jsonb).
+		1000, 1001, 1005, 1007, 1009, 1014, 1015, 1016, 1021, 1022, 1028,
+		1115, 1182, 1183, 1185, 1231, 2951, 199, 3807:
+		return false
+	}
+	return true
+}
+
+// validTraceparent reports whether v is a W3C Trace Context traceparent:
+// version-traceid-parentid-flags in lower-case hex, version 00 to fe,
+// trace and parent ids not all zeros. Version 00 is exactly 55 characters;
+// later versions may append fields after a dash, as the specification
+// requires parsers to accept.
+func validTraceparent(v []byte) bool {
+	if len(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return false
+	}
+	if !lowerHex(v[0:2]) || !lowerHex(v[3:35]) || !lowerHex(v[36:52]) || !lowerHex(v[53:55]) {
+		return false
+	}
+	if string(v[0:2]) == "ff" || allZeros(v[3:35]) || allZeros(v[36:52]) {
+		return false
+	}
+	if string(v[0:2]) == "00" {
+		return len(v) == 55
+	}
+	return len(v) == 55 || v[55] == '-'
+}
+
+func lowerHex(b []byte) bool {
+	for _, c := range b {
+		if !isDigit(c) && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func allZeros(b []byte) bool {
+	for _, c := range b {
+		if c != '0' {
+			return false
+		}
+	}
+	return true
+}
+
 // decodeBytea decodes bytea text output: the hex format ("\x0a0b", the
 // default since PostgreSQL 9.0) or the escape format (bytea_output=escape).
 func decodeBytea(v []byte) ([]byte, error) {
@@ -293,6 +350,21 @@ func isJSONNumber(v []byte) bool {
 	return i == len(v)
 }
 
+// escapeGrowth returns how many bytes appendJSONString adds to s besides
+// the quotes, except for invalid UTF-8, so that one allocation holds it.
+func escapeGrowth(s []byte) int {
+	n := 0
+	for _, c := range s {
+		switch {
+		case c == '"' || c == '\\' || c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r':
+			n++
+		case c < 0x20:
+			n += 5
+		}
+	}
+	return n
+}
+
 // appendJSONString appends s as a JSON string the way Jackson (Kafka
 // Connect's JSON library) writes one: ", \ and control characters escaped
 // (\b \t \n \f \r, others as \u00XX), everything else as UTF-8; invalid
@@ -301,6 +373,15 @@ func appendJSONString(dst, s []byte) []byte {
 	const hexDigits = "0123456789ABCDEF"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
+		// Copy a run of characters that need no escaping at once.
+		j := i
+		for j < len(s) && s[j] >= 0x20 && s[j] < utf8.RuneSelf && s[j] != '"' && s[j] != '\\' {
+			j++
+		}
+		dst = append(dst, s[i:j]...)
+		if i = j; i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {

@@ -1,0 +1,295 @@
+package router
+
+import (
+	"testing"
+)
+
+const (
+	jsonConv   = "org.apache.kafka.connect.json.JsonConverter"
+	stringConv = "org.apache.kafka.connect.storage.StringConverter"
+	traceOK    = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+)
+
+// jsonValue is the options for value.converter=JsonConverter (schemas off),
+// plus more name, value pairs.
+func jsonValue(t testing.TB, kv ...string) Options {
+	return opts(t, append([]string{optValueConverter, jsonConv, optValueSchemasEnable, "false"}, kv...)...)
+}
+
+// jsonBoth is JsonConverter for key and value.
+func jsonBoth(t testing.TB, kv ...string) Options {
+	return jsonValue(t, append([]string{optKeyConverter, jsonConv, optKeySchemasEnable, "false"}, kv...)...)
+}
+
+func header(name string, want *string) func(t *testing.T, rec *Record) {
+	return func(t *testing.T, rec *Record) {
+		t.Helper()
+		for _, h := range rec.Headers {
+			if h.Key == name {
+				if want == nil {
+					t.Errorf("header %s = %q, want none", name, h.Value)
+				} else if string(h.Value) != *want {
+					t.Errorf("header %s = %q, want %q", name, h.Value, *want)
+				}
+				return
+			}
+		}
+		if want != nil {
+			t.Errorf("no header %s in %v", name, rec.Headers)
+		}
+	}
+}
+
+func TestRouteExpandJSONPayload(t *testing.T) {
+	x := func(kv ...string) Options { return opts(t, append([]string{optExpandJSONPayload, "true"}, kv...)...) }
+	withNull := `{"total": 12, "note": null, "lines": [{"sku": "a", "qty": 2.50}]}`
+	compact := outbox(set("payload", 3802, `{"total":12}`))
+	runRouteCases(t, []routeCase{
+		{name: "expand_off_keeps_payload_text", opts: DefaultOptions(), row: outbox(set("payload", 3802, withNull)),
+			wantAction: Emit, wantValue: str(withNull)},
+		{name: "expand_raw_jsonb_compacts_and_drops_nulls", opts: x(), row: outbox(set("payload", 3802, withNull)),
+			wantAction: Emit, wantValue: str(`{"total":12,"lines":[{"sku":"a","qty":2.50}]}`)},
+		{name: "expand_raw_optional_bytes_keeps_nulls", opts: x(optJSONNullBehavior, "optional_bytes"), row: outbox(set("payload", 3802, withNull)),
+			wantAction: Emit, wantValue: str(`{"total":12,"note":null,"lines":[{"sku":"a","qty":2.50}]}`)},
+		{name: "expand_raw_compact_payload_is_aliased", opts: x(), row: compact,
+			wantAction: Emit, wantValue: str(`{"total":12}`), check: func(t *testing.T, rec *Record) {
+				if &rec.Value[0] != &compact.Values[4][0] {
+					t.Error("an already compact payload was copied")
+				}
+			}},
+		{name: "expand_text_payload", opts: x(), row: outbox(set("payload", 25, `{"a": [1, 2], "b": {"c": null}}`)),
+			wantAction: Emit, wantValue: str(`{"a":[1,2],"b":{}}`)},
+		{name: "expand_varchar_payload_after_whitespace", opts: x(), row: outbox(set("payload", 1043, "\n  [{\"a\": null}]")),
+			wantAction: Emit, wantValue: str(`[{}]`)},
+		{name: "expand_json_payload_repeated_keys", opts: x(), row: outbox(set("payload", 114, `{"a": 1, "b": 2, "a": 3}`)),
+			wantAction: Emit, wantValue: str(`{"a":3,"b":2}`)},
+		{name: "expand_text_not_json_warns", opts: x(), row: outbox(set("payload", 25, "plain text")),
+			wantAction: EmitWarn, wantValue: str("plain text"), wantReason: "does not start with { or ["},
+		{name: "expand_text_bad_json_warns", opts: x(), row: outbox(set("payload", 25, `{"a": }`)),
+			wantAction: EmitWarn, wantValue: str(`{"a": }`), wantReason: "not valid JSON"},
+		{name: "expand_text_trailing_content_warns", opts: x(), row: outbox(set("payload", 25, `{"a": 1} and more`)),
+			wantAction: EmitWarn, wantValue: str(`{"a": 1} and more`), wantReason: "not valid JSON"},
+		{name: "expand_jsonb_scalar_warns", opts: x(), row: outbox(set("payload", 3802, `"hello"`)),
+			wantAction: EmitWarn, wantValue: str(`"hello"`), wantReason: "does not start with { or ["},
+		{name: "expand_bytea_payload_warns", opts: x(), row: outbox(set("payload", 17, `\x7b7d`)),
+			wantAction: EmitWarn, wantValue: str("{}"), wantReason: "not a string type"},
+		{name: "expand_integer_payload_warns", opts: x(), row: outbox(set("payload", 23, "12")),
+			wantAction: EmitWarn, wantValue: str("12"), wantReason: "not a string type"},
+		{name: "expand_null_payload_does_not_warn", opts: x(), row: outbox(val("payload", nil)),
+			wantAction: Emit, wantValue: str("")},
+		{name: "expand_empty_payload_warns", opts: x(), row: outbox(set("payload", 25, "")),
+			wantAction: EmitWarn, wantValue: str(""), wantReason: "does not start with { or ["},
+		{name: "expand_blank_payload_with_tombstone", opts: x(optTombstoneOnEmpty, "true"), row: outbox(set("payload", 25, " \n")),
+			wantAction: Emit, wantValue: tombstone},
+		{name: "expand_top_level_array", opts: x(), row: outbox(set("payload", 3802, `[1, {"a": null}]`)),
+			wantAction: Emit, wantValue: str(`[1,{}]`)},
+		{name: "expand_raw_envelope_embeds_expanded_text", opts: x(optAdditionalPlacement, "type:envelope:eventType"), row: outbox(set("payload", 25, `{"total": 12, "x": null}`)),
+			wantAction: Emit, wantValue: str(`{"payload":{"total":12},"eventType":"OrderCreated"}`)},
+		{name: "expand_raw_envelope_failure_keeps_string", opts: x(optAdditionalPlacement, "type:envelope:eventType"), row: outbox(set("payload", 25, "plain")),
+			wantAction: EmitWarn, wantValue: str(`{"payload":"plain","eventType":"OrderCreated"}`), wantReason: "does not start"},
+		{name: "expand_json_converter", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 3802, withNull)),
+			wantAction: Emit, wantValue: str(`{"total":12,"lines":[{"sku":"a","qty":2.5}]}`)},
+		{name: "expand_json_converter_optional_bytes", opts: jsonValue(t, optExpandJSONPayload, "true", optJSONNullBehavior, "optional_bytes"), row: outbox(set("payload", 3802, withNull)),
+			wantAction: Emit, wantValue: str(`{"total":12,"note":null,"lines":[{"sku":"a","qty":2.5}]}`)},
+		{name: "expand_json_converter_array_of_objects_share_fields", opts: jsonValue(t, optExpandJSONPayload, "true"),
+			row:        outbox(set("payload", 3802, `{"lines": [{"sku": "a"}, {"qty": 2}], "tags": []}`)),
+			wantAction: Emit, wantValue: str(`{"lines":[{"sku":"a","qty":null},{"sku":null,"qty":2}]}`)},
+		{name: "expand_json_converter_failure_is_string_literal", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 3802, `{"a": [1, "x"]}`)),
+			wantAction: EmitWarn, wantValue: str(`"{\"a\": [1, \"x\"]}"`), wantReason: "cannot convert"},
+		{name: "expand_json_converter_envelope", opts: jsonValue(t, optExpandJSONPayload, "true", optAdditionalPlacement, "type:envelope:eventType"),
+			row:        outbox(set("payload", 3802, `{"total": 1e2}`)),
+			wantAction: Emit, wantValue: str(`{"payload":{"total":100.0},"eventType":"OrderCreated"}`)},
+	})
+}
+
+func TestRouteConverters(t *testing.T) {
+	runRouteCases(t, []routeCase{
+		{name: "converter_json_key_and_value", opts: jsonBoth(t), row: outbox(set("payload", 3802, `{"total": 12}`)),
+			wantAction: Emit, wantKey: str(`"1"`), wantValue: str(`"{\"total\": 12}"`)},
+		{name: "converter_json_simple_class_name", opts: opts(t, optValueConverter, "JsonConverter", optValueSchemasEnable, "false"), row: outbox(),
+			wantAction: Emit, wantKey: str("1"), wantValue: str(`"{\"total\":12}"`)},
+		{name: "converter_json_null_key_is_json_null", opts: jsonBoth(t), row: outbox(val("aggregateid", nil)),
+			wantAction: Emit, wantKey: str("null")},
+		{name: "converter_json_missing_key_column_gives_no_key", opts: jsonBoth(t), row: outbox(del("aggregateid")),
+			wantAction: Emit, wantKey: nilKey},
+		{name: "converter_json_integer_key_is_number", opts: jsonBoth(t), row: outbox(set("aggregateid", 20, "42")),
+			wantAction: Emit, wantKey: str("42")},
+		{name: "converter_json_uuid_key_is_string", opts: jsonBoth(t, optEventKey, "id"), row: outbox(),
+			wantAction: Emit, wantKey: str(`"` + eventID + `"`)},
+		{name: "converter_json_bytea_key_is_base64", opts: jsonBoth(t), row: outbox(set("aggregateid", 17, `\x0102`)),
+			wantAction: Emit, wantKey: str(`"AQI="`)},
+		{name: "converter_json_text_payload_is_string", opts: jsonValue(t), row: outbox(set("payload", 25, "line1\nline2 \"q\" / é")),
+			wantAction: Emit, wantValue: str(`"line1\nline2 \"q\" / é"`)},
+		{name: "converter_json_bytea_payload_is_base64", opts: jsonValue(t), row: outbox(set("payload", 17, `\x7b7dff`)),
+			wantAction: Emit, wantValue: str(`"e33/"`)},
+		{name: "converter_json_float_payload_as_java", opts: jsonValue(t), row: outbox(set("payload", 701, "1.5e+20")),
+			wantAction: Emit, wantValue: str(`1.5E20`)},
+		{name: "converter_json_null_payload_is_json_null", opts: jsonValue(t), row: outbox(val("payload", nil)),
+			wantAction: Emit, wantValue: str("null")},
+		{name: "converter_json_null_payload_with_tombstone", opts: jsonValue(t, optTombstoneOnEmpty, "true"), row: outbox(val("payload", nil)),
+			wantAction: Emit, wantValue: tombstone},
+		{name: "converter_json_empty_payload_is_empty_string", opts: jsonValue(t), row: outbox(set("payload", 25, "")),
+			wantAction: Emit, wantValue: str(`""`)},
+		{name: "converter_json_envelope", opts: jsonValue(t, optAdditionalPlacement, "type:envelope:eventType,n:envelope,f:envelope,b:envelope,bin:envelope,j:envelope,nul:envelope"),
+			row:        outbox(set("n", 23, "-42"), set("f", 701, "0.00012"), set("b", 16, "f"), set("bin", 17, `\x6869`), set("j", 3802, `{"k": [1]}`), set("nul", 25, nil)),
+			wantAction: Emit, wantValue: str(`{"payload":"{\"total\":12}","eventType":"OrderCreated","n":-42,"f":1.2E-4,"b":false,"bin":"aGk=","j":"{\"k\": [1]}","nul":null}`)},
+		{name: "converter_json_headers_stay_raw", opts: jsonBoth(t, optAdditionalPlacement, "type:header:eventType,bin:header"), row: outbox(set("bin", 17, `\x6869`)),
+			wantAction: Emit, check: func(t *testing.T, rec *Record) {
+				header("eventType", str("OrderCreated"))(t, rec)
+				header("bin", str("hi"))(t, rec)
+				header("id", str(eventID))(t, rec)
+			}},
+		{name: "converter_string_key_and_value", opts: opts(t, optKeyConverter, stringConv, optValueConverter, stringConv), row: outbox(),
+			wantAction: Emit, wantKey: str("1"), wantValue: str(`{"total":12}`)},
+		{name: "converter_string_bool_key_is_java_text", opts: opts(t, optKeyConverter, stringConv), row: outbox(set("aggregateid", 16, "t")),
+			wantAction: Emit, wantKey: str("true")},
+		{name: "converter_string_float_payload_as_java", opts: opts(t, optValueConverter, stringConv), row: outbox(set("payload", 700, "1e+10")),
+			wantAction: Emit, wantValue: str("1.0E10")},
+		{name: "converter_string_null_payload_is_tombstone", opts: opts(t, optValueConverter, stringConv), row: outbox(val("payload", nil)),
+			wantAction: Emit, wantValue: tombstone},
+		{name: "converter_string_empty_payload_is_empty", opts: opts(t, optValueConverter, stringConv), row: outbox(set("payload", 25, "")),
+			wantAction: Emit, wantValue: str("")},
+		{name: "converter_string_bytea_payload_is_bytes", opts: opts(t, optValueConverter, stringConv), row: outbox(set("payload", 17, `\x00ff`)),
+			wantAction: Emit, wantValue: str("\x00\xff")},
+		{name: "converter_string_key_json_value", opts: opts(t, optKeyConverter, stringConv, optValueConverter, jsonConv, optValueSchemasEnable, "false"), row: outbox(),
+			wantAction: Emit, wantKey: str("1"), wantValue: str(`"{\"total\":12}"`)},
+		{name: "converter_json_bad_bytea_key_is_error", opts: jsonBoth(t), row: outbox(set("aggregateid", 17, `\x0`)),
+			wantErr: ErrBadValue, wantColumn: "aggregateid"},
+		{name: "converter_string_bad_bytea_payload_is_error", opts: opts(t, optValueConverter, stringConv), row: outbox(set("payload", 17, `\x0`)),
+			wantErr: ErrBadValue, wantColumn: "payload"},
+	})
+}
+
+func TestRouteTrace(t *testing.T) {
+	tr := func(kv ...string) Options { return opts(t, append([]string{optEventTrace, "traceparent"}, kv...)...) }
+	runRouteCases(t, []routeCase{
+		{name: "trace_off_by_default", opts: DefaultOptions(), row: outbox(set("traceparent", 25, traceOK)),
+			wantAction: Emit, check: header("traceparent", nil)},
+		{name: "trace_valid_becomes_header", opts: tr(), row: outbox(set("traceparent", 25, traceOK)),
+			wantAction: Emit, check: header("traceparent", str(traceOK))},
+		{name: "trace_follows_other_headers", opts: tr(optAdditionalPlacement, "type:header:eventType"), row: outbox(set("traceparent", 25, traceOK)),
+			wantAction: Emit, check: func(t *testing.T, rec *Record) {
+				if len(rec.Headers) != 3 || rec.Headers[1].Key != "eventType" || rec.Headers[2].Key != "traceparent" {
+					t.Errorf("headers %v", rec.Headers)
+				}
+			}},
+		{name: "trace_null_gives_no_header", opts: tr(), row: outbox(set("traceparent", 25, nil)),
+			wantAction: Emit, check: header("traceparent", nil)},
+		{name: "trace_invalid_warns_without_header", opts: tr(), row: outbox(set("traceparent", 25, "not-a-trace")),
+			wantAction: EmitWarn, wantReason: "not a W3C traceparent", check: header("traceparent", nil)},
+		{name: "trace_upper_case_is_invalid", opts: tr(), row: outbox(set("traceparent", 25, "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01")),
+			wantAction: EmitWarn, wantReason: "not a W3C traceparent", check: header("traceparent", nil)},
+		{name: "trace_bytea_column_is_decoded", opts: tr(), row: outbox(set("traceparent", 17, `\x`+hexOf(traceOK))),
+			wantAction: Emit, check: header("traceparent", str(traceOK))},
+		{name: "trace_missing_column_is_error", opts: tr(), row: outbox(),
+			wantErr: ErrMissingColumn, wantColumn: "traceparent"},
+		{name: "trace_missing_column_ignored", opts: tr(optAdditionalMissing, "ignore"), row: outbox(),
+			wantAction: Emit, check: header("traceparent", nil)},
+		{name: "trace_invalid_and_expansion_failure", opts: tr(optExpandJSONPayload, "true"), row: outbox(set("payload", 25, "plain"), set("traceparent", 25, "x")),
+			wantAction: EmitWarn, wantReason: "does not start with { or [; emitted unchanged; header traceparent left out"},
+	})
+}
+
+func hexOf(s string) string {
+	const digits = "0123456789abcdef"
+	b := make([]byte, 0, 2*len(s))
+	for i := 0; i < len(s); i++ {
+		b = append(b, digits[s[i]>>4], digits[s[i]&15])
+	}
+	return string(b)
+}
+
+func TestRouteTopics(t *testing.T) {
+	runRouteCases(t, []routeCase{
+		{name: "topic_fixed", opts: opts(t, optRouteTopic, "orders"), row: outbox(),
+			wantAction: Emit, wantTopic: "orders"},
+		{name: "topic_fixed_needs_no_routing_column", opts: opts(t, optRouteTopic, "orders"), row: outbox(del("aggregatetype")),
+			wantAction: Emit, wantTopic: "orders"},
+		{name: "topic_fixed_ignores_null_routing_value", opts: opts(t, optRouteTopic, "orders"), row: outbox(val("aggregatetype", nil)),
+			wantAction: Emit, wantTopic: "orders"},
+		{name: "topic_replacement_with_table", opts: opts(t, optRouteReplacement, "${table}.${routedByValue}"), row: outbox(),
+			wantAction: Emit, wantTopic: "public.outbox.Order"},
+		{name: "topic_group_named_table_wins_over_table", opts: opts(t, optRouteTopicRegex, "(?<table>.*)", optRouteReplacement, "x.${table}"), row: outbox(),
+			wantAction: Emit, wantTopic: "x.Order"},
+		{name: "topic_no_match_ignores_table", opts: opts(t, optRouteTopicRegex, "[a-z]+", optRouteReplacement, "${table}.x"), row: outbox(),
+			wantAction: Emit, wantTopic: "Order"},
+	})
+}
+
+// TestRouteColumnTypes routes payloads of each common column type under
+// each encoding, and the column types usable for partitions and
+// timestamps.
+func TestRouteColumnTypes(t *testing.T) {
+	payloads := []struct {
+		name  string
+		oid   uint32
+		value string
+		raw   string // raw and StringConverter
+		json  string // JsonConverter
+	}{
+		{"uuid", 2950, eventID, eventID, `"` + eventID + `"`},
+		{"text", 25, "hello", "hello", `"hello"`},
+		{"varchar", 1043, `{"total":12}`, `{"total":12}`, `"{\"total\":12}"`},
+		{"json", 114, `{"total": 12,  "x": [1]}`, `{"total": 12,  "x": [1]}`, `"{\"total\": 12,  \"x\": [1]}"`},
+		{"jsonb", 3802, `{"total": 12}`, `{"total": 12}`, `"{\"total\": 12}"`},
+		{"bytea", 17, `\x00017b`, "\x00\x01{", `"AAF7"`},
+		{"int4", 23, "12", "12", "12"},
+		{"numeric", 1700, "12.50", "12.50", "12.50"},
+		{"bool", 16, "t", "t", "true"},
+		{"int4_array", 1007, "{1,2}", "{1,2}", `"{1,2}"`},
+		{"timestamptz", 1184, "2024-01-02 03:04:05.5+01", "2024-01-02 03:04:05.5+01", `"2024-01-02 03:04:05.5+01"`},
+	}
+	var cases []routeCase
+	for _, p := range payloads {
+		row := func() *Row { return outbox(set("payload", p.oid, p.value)) }
+		stringWant := p.raw
+		if p.oid == 16 {
+			stringWant = "true" // Java's Boolean.toString
+		}
+		cases = append(cases,
+			routeCase{name: "types_" + p.name + "_payload_raw", opts: DefaultOptions(), row: row(), wantAction: Emit, wantValue: str(p.raw)},
+			routeCase{name: "types_" + p.name + "_payload_string_converter", opts: opts(t, optValueConverter, stringConv), row: row(), wantAction: Emit, wantValue: str(stringWant)},
+			routeCase{name: "types_" + p.name + "_payload_json_converter", opts: jsonValue(t), row: row(), wantAction: Emit, wantValue: str(p.json)},
+		)
+	}
+	for _, c := range []struct {
+		name  string
+		oid   uint32
+		value string
+	}{
+		{"int2", 21, "3"}, {"int4", 23, "3"}, {"int8", 20, "3"}, {"numeric", 1700, "3"}, {"text", 25, "3"},
+	} {
+		cases = append(cases, routeCase{name: "types_partition_from_" + c.name, opts: opts(t, optAdditionalPlacement, "shard:partition"),
+			row: outbox(set("shard", c.oid, c.value)), wantAction: Emit, check: func(t *testing.T, rec *Record) {
+				if rec.Partition != 3 {
+					t.Errorf("partition = %d, want 3", rec.Partition)
+				}
+			}})
+	}
+	for _, c := range []struct {
+		name  string
+		oid   uint32
+		value string
+		want  string
+	}{
+		{"timestamp", 1114, "2024-01-02 03:04:05.123456", "2024-01-02T03:04:05.123456Z"},
+		{"timestamptz", 1184, "2024-01-02 03:04:05.123+05:30", "2024-01-01T21:34:05.123Z"},
+		{"date", 1082, "2024-01-02", "2024-01-02T00:00:00Z"},
+		{"int8_epoch_millis", 20, "1704164645123", "2024-01-02T03:04:05.123Z"},
+		{"text_epoch_millis", 25, "1704164645123", "2024-01-02T03:04:05.123Z"},
+	} {
+		cases = append(cases, routeCase{name: "types_timestamp_from_" + c.name, opts: opts(t, optEventTimestamp, "ts"),
+			row: outbox(set("ts", c.oid, c.value)), wantAction: Emit, check: func(t *testing.T, rec *Record) {
+				if got := rec.Timestamp.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"); got != c.want {
+					t.Errorf("timestamp = %s, want %s", got, c.want)
+				}
+			}})
+	}
+	cases = append(cases,
+		routeCase{name: "types_blank_text_payload_with_tombstone", opts: opts(t, optTombstoneOnEmpty, "true"), row: outbox(set("payload", 25, " \t\n")),
+			wantAction: Emit, wantValue: tombstone},
+		routeCase{name: "types_blank_text_payload_without_tombstone", opts: DefaultOptions(), row: outbox(set("payload", 25, " \t\n")),
+			wantAction: Emit, wantValue: str(" \t\n")},
+	)
+	runRouteCases(t, cases)
+}

@@ -41,10 +41,17 @@ const (
 	// ride out a broker restart or a ~30 s outage. The metadata refresh that
 	// runs before each retry waits with the same backoff, so it too outlasts
 	// an outage instead of failing the record early.
-	DefaultRetryMax         = 40
+	// DefaultRetryMax and DefaultMetadataRetryMax retry for a long time
+	// (1000 tries, about 16 minutes at the 1 s backoff cap): a record that
+	// fails after its retries leaves a gap, and sarama goes on sending later
+	// records of the same partition, which then land before the failed one
+	// is resent. Retrying through an outage keeps per-key order; the relay's
+	// in-flight caps bound memory meanwhile. (sarama keeps per-partition
+	// state for every retry level, so "unlimited" is not an option.)
+	DefaultRetryMax         = 1000
 	DefaultRetryBackoff     = 100 * time.Millisecond
 	DefaultRetryBackoffMax  = time.Second
-	DefaultMetadataRetryMax = 40
+	DefaultMetadataRetryMax = 1000
 
 	// DefaultAckBuffer is the capacity of [Producer.Acks]: the most records
 	// a caller may have sent but not yet received the ack of. 8192 covers
@@ -103,7 +110,8 @@ type Config struct {
 	// change, broker down, not enough replicas) before it fails. Backoff
 	// between tries doubles from RetryBackoff up to RetryBackoffMax; the
 	// same backoff applies to metadata refreshes, which are retried
-	// MetadataRetryMax times. Defaults 40, 100 ms, 1 s, 40.
+	// MetadataRetryMax times. Defaults: 1000, 100 ms, 1 s, 1000 (see
+	// DefaultRetryMax for why so many).
 	RetryMax         int           `yaml:"retry.max"`
 	RetryBackoff     time.Duration `yaml:"retry.backoff"`
 	RetryBackoffMax  time.Duration `yaml:"retry.backoff.max"`

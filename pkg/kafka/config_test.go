@@ -18,7 +18,7 @@ func TestDefaultsFillOnlyZeroFields(t *testing.T) {
 	want := Config{
 		Brokers: []string{"b:9092"}, ClientID: "mine", Version: "4.0.0", MaxMessageBytes: 1 << 20,
 		Compression: "none", FlushBytes: 256 << 10, FlushMessages: 1000, FlushFrequency: 5 * time.Millisecond,
-		RetryMax: 40, RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: time.Second, MetadataRetryMax: 40,
+		RetryMax: 1000, RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: time.Second, MetadataRetryMax: 1000,
 		AckBuffer: 8192, RetryBufferBytes: 256 << 20,
 		DialTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		RequestTimeout: 10 * time.Second,
@@ -174,7 +174,7 @@ func TestSaramaConfigIsSafeForARelay(t *testing.T) {
 		{"Idempotent", p.Idempotent},
 		{"RequiredAcks=WaitForAll", p.RequiredAcks == sarama.WaitForAll},
 		{"Net.MaxOpenRequests=1", sc.Net.MaxOpenRequests == 1},
-		{"Retry.Max=40", p.Retry.Max == 40},
+		{"Retry.Max unlimited", p.Retry.Max == 1000},
 		{"Return.Successes", p.Return.Successes},
 		{"Return.Errors", p.Return.Errors},
 		{"Version=4.0.0", sc.Version == sarama.V4_0_0_0},
@@ -183,7 +183,7 @@ func TestSaramaConfigIsSafeForARelay(t *testing.T) {
 		{"Retry.MaxBufferLength covers AckBuffer", p.Retry.MaxBufferLength >= 10000},
 		{"Retry.MaxBufferBytes", p.Retry.MaxBufferBytes == 256<<20},
 		{"Flush.Frequency", p.Flush.Frequency == time.Millisecond},
-		{"Metadata.Retry.Max", sc.Metadata.Retry.Max == 40},
+		{"Metadata.Retry.Max unlimited", sc.Metadata.Retry.Max == 1000},
 		{"no auto topic creation", !sc.Metadata.AllowAutoTopicCreation},
 		{"partitioner consistent", p.Partitioner("t").RequiresConsistency()},
 	}

@@ -74,6 +74,10 @@ type Producer struct {
 	acks   chan Ack
 	done   chan struct{} // closed when the drain goroutine has returned
 	closed atomic.Bool
+	cfg    Config
+	// known holds the topics whose existence was checked; owned by the
+	// goroutine that calls Send.
+	known map[string]bool
 }
 
 // New connects to the cluster and starts the producer. It fails with an
@@ -108,6 +112,8 @@ func New(cfg Config, log *zap.Logger) (*Producer, error) {
 		ap:     ap,
 		acks:   make(chan Ack, cfg.AckBuffer),
 		done:   make(chan struct{}),
+		cfg:    cfg,
+		known:  map[string]bool{},
 	}
 	go p.drain()
 	log.Info("kafka producer started",
@@ -165,6 +171,21 @@ func (p *Producer) SendStamped(rec *router.Record, ref uint64, stamp int64) {
 	m := newMessage(rec, ref)
 	m.stamp = stamp
 	m.sent = time.Now()
+	if !p.known[rec.Topic] {
+		// Retries last long, so a record for a topic that does not exist
+		// (or may not be written) would wait for many minutes: check each
+		// new topic once and fail its records at once instead.
+		st, err := CheckTopics(p.cfg, []string{rec.Topic})
+		switch {
+		case err != nil:
+			// The cluster did not answer: leave it to sarama's retries.
+		case st[0].Err != nil:
+			p.acks <- ack(&m.pm, st[0].Err)
+			return
+		default:
+			p.known[rec.Topic] = true
+		}
+	}
 	p.ap.Input() <- &m.pm
 }
 
@@ -181,16 +202,20 @@ func (p *Producer) Acks() <-chan Ack { return p.acks }
 // have sent and not yet received the ack of.
 func (p *Producer) AckBuffer() int { return cap(p.acks) }
 
-// Partitions returns the partition IDs of topic, refreshing the metadata
-// first. A missing topic is retried like any metadata error (MetadataRetryMax
-// times with backoff) before the error is returned.
+// Partitions returns the partition IDs of topic, from one metadata request
+// (the client's own refresh retries for many minutes by default for a topic
+// that does not exist). A missing topic is ErrTopicMissing.
 func (p *Producer) Partitions(topic string) ([]int32, error) {
-	if err := p.client.RefreshMetadata(topic); err != nil {
-		return nil, fmt.Errorf("kafka: partitions of topic %q: %w", topic, err)
-	}
-	parts, err := p.client.Partitions(topic)
+	st, err := CheckTopics(p.cfg, []string{topic})
 	if err != nil {
 		return nil, fmt.Errorf("kafka: partitions of topic %q: %w", topic, err)
+	}
+	if st[0].Err != nil {
+		return nil, fmt.Errorf("kafka: partitions of topic %q: %w", topic, st[0].Err)
+	}
+	parts := make([]int32, st[0].Partitions)
+	for i := range parts {
+		parts[i] = int32(i)
 	}
 	return parts, nil
 }

@@ -250,10 +250,10 @@ func TestUnknownTopicFailsWithErrorAck(t *testing.T) {
 	if a.Ref != 42 || a.Err == nil {
 		t.Fatalf("ack = %+v, want an error for ref 42", a)
 	}
-	if !errors.Is(a.Err, sarama.ErrUnknownTopicOrPartition) {
-		t.Errorf("error %v does not wrap sarama.ErrUnknownTopicOrPartition", a.Err)
+	if !errors.Is(a.Err, ErrTopicMissing) {
+		t.Errorf("error %v does not wrap ErrTopicMissing", a.Err)
 	}
-	if _, err := p.Partitions("no-such-topic"); !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+	if _, err := p.Partitions("no-such-topic"); !errors.Is(err, ErrTopicMissing) {
 		t.Errorf("Partitions(no-such-topic) error = %v", err)
 	}
 }

@@ -12,13 +12,15 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 )
 
 // fileConfig is the YAML file: the relay's sections plus the process's own.
 type fileConfig struct {
 	relay.Config `yaml:",inline"`
-	Log          logConfig `yaml:"log"`
+	Log          logConfig      `yaml:"log"`
+	Metrics      metrics.Config `yaml:"metrics"`
 }
 
 type logConfig struct {
@@ -27,7 +29,7 @@ type logConfig struct {
 }
 
 func defaultFileConfig() fileConfig {
-	return fileConfig{Config: relay.DefaultConfig(), Log: logConfig{Level: "info", Format: "auto"}}
+	return fileConfig{Config: relay.DefaultConfig(), Log: logConfig{Level: "info", Format: "auto"}, Metrics: metrics.DefaultConfig()}
 }
 
 // loadConfig reads path (if not empty) over the defaults, then applies

@@ -16,13 +16,17 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 )
 
@@ -232,10 +236,53 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 	if len(c.ignored) > 0 {
 		log.Warn("connector settings ignored by pgoutbox", zap.Strings("keys", describeIgnored(c.ignored)))
 	}
-	r, err := relay.New(cfg.Config, log)
+	if err := cfg.Metrics.Validate(); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), cfg.Metrics, metrics.WithVersion(buildVersion()))
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: metrics: %v\n", err)
+		return exitConfig
+	}
+	r, err := relay.New(cfg.Config, log, relay.WithObserver(m))
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitConfig
+	}
+
+	// Goroutines and shutdown order: the relay runs on this goroutine until
+	// a signal (it drains and confirms itself); the HTTP server and the slot
+	// poller run on their own contexts so /metrics and /readyz stay up while
+	// the relay drains; after Run returns the poller is stopped, then the
+	// server, each waited for.
+	var wg sync.WaitGroup
+	auxCtx, stopAux := context.WithCancel(context.Background())
+	defer func() {
+		stopAux()
+		wg.Wait()
+	}()
+	if cfg.Metrics.Listen != "" {
+		srv := metrics.NewServer(cfg.Metrics.Listen, m.Handler())
+		if err := srv.Listen(); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: metrics listener: %v\n", err)
+			return exitStartup
+		}
+		log.Info("serving /metrics, /healthz and /readyz", zap.String("addr", srv.Addr()))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Run(auxCtx); err != nil {
+				log.Warn("metrics server", zap.Error(err))
+			}
+		}()
+	}
+	if cfg.Metrics.SlotPollInterval > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.PollSlot(auxCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, cfg.Metrics.SlotPollInterval, log.Named("slot"))
+		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,52 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config configures metrics and health. Embed it in the process's
+// configuration under a "metrics" key.
+type Config struct {
+	// Listen is the HTTP address of /metrics, /healthz and /readyz, such
+	// as ":9180" or "127.0.0.1:9180". Empty: no HTTP server.
+	Listen string `yaml:"listen"`
+	// ReadyStaleAfter is how long the confirmed LSN may stand still, while
+	// the relay is not idle and caught up, before /readyz reports 503. Keep
+	// it well above postgres.status.update.interval.
+	ReadyStaleAfter time.Duration `yaml:"ready.stale.after"`
+	// SlotPollInterval is how often the slot's WAL usage is read from
+	// pg_replication_slots; 0 turns the poller off.
+	SlotPollInterval time.Duration `yaml:"slot.poll.interval"`
+	// MaxTopics caps the distinct values of the topic label. Topics come
+	// from data; past the cap, events are counted under topic="(other)".
+	MaxTopics int `yaml:"max.topics"`
+}
+
+// DefaultConfig returns every default: no HTTP server, readiness stale
+// after 30 s, the slot polled every 15 s, at most 1000 topic labels.
+func DefaultConfig() Config {
+	return Config{ReadyStaleAfter: 30 * time.Second, SlotPollInterval: 15 * time.Second, MaxTopics: 1000}
+}
+
+// Validate checks every field and names the offending option.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("metrics: listen %q: want host:port or :port: %w", c.Listen, err))
+		}
+	}
+	if c.ReadyStaleAfter < time.Second {
+		errs = append(errs, fmt.Errorf("metrics: ready.stale.after %s: use at least 1s", c.ReadyStaleAfter))
+	}
+	if c.SlotPollInterval != 0 && c.SlotPollInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("metrics: slot.poll.interval %s: use 0 (off) or at least 100ms", c.SlotPollInterval))
+	}
+	if c.MaxTopics < 1 || c.MaxTopics > 100_000 {
+		errs = append(errs, fmt.Errorf("metrics: max.topics %d out of range [1, 100000]", c.MaxTopics))
+	}
+	return errors.Join(errs...)
+}

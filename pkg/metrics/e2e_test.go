@@ -1,0 +1,394 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/pgoutbox/pgoutbox/pkg/metrics"
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+)
+
+// offsetClock is the real clock plus an offset the test can move forward,
+// to see readiness after a long quiet spell without waiting for it.
+type offsetClock struct{ offset atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time        { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *offsetClock) Skip(d time.Duration)  { c.offset.Add(int64(d)) }
+func (c *offsetClock) Offset() time.Duration { return time.Duration(c.offset.Load()) }
+
+// e2e is one test's database, slot, topics, metrics and HTTP endpoint.
+type e2e struct {
+	env    *testenv.Env
+	dsn    string
+	name   string // slot, publication and aggregate type prefix
+	shape  outboxtest.Shape
+	topics []string
+	conn   *pgx.Conn
+	m      *metrics.Metrics
+	srv    *httptest.Server
+	clk    *offsetClock
+	log    *zap.Logger
+}
+
+func newE2E(t *testing.T, env *testenv.Env, mcfg metrics.Config) *e2e {
+	t.Helper()
+	ctx := context.Background()
+	e := &e2e{env: env, dsn: env.NewDatabase(t), name: strings.ToLower(testenv.UniqueName(t, "m")),
+		shape: outboxtest.DefaultShape(), clk: &offsetClock{},
+		log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))}
+	// Topics are cluster-wide: this test's aggregate types get a prefix of
+	// their own.
+	for i, a := range e.shape.AggregateTypes {
+		e.shape.AggregateTypes[i] = e.name + "_" + a
+		topic := "outbox.event." + e.shape.AggregateTypes[i]
+		env.CreateTopic(t, topic, 3)
+		e.topics = append(e.topics, topic)
+	}
+	var err error
+	e.conn, err = pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.conn.Close(context.Background()) })
+	if err := outboxtest.Setup(ctx, e.conn, "outbox"); err != nil {
+		t.Fatal(err)
+	}
+	e.m, err = metrics.New(prometheus.NewRegistry(), mcfg, metrics.WithClock(e.clk.Now), metrics.WithVersion("e2e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(e.m.Handler())
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *e2e) relayConfig() relay.Config {
+	cfg := relay.DefaultConfig()
+	cfg.Postgres.DSN = e.dsn
+	cfg.Postgres.Slot = e.name
+	cfg.Postgres.Publication = e.name
+	cfg.Postgres.Tables = []string{"public.outbox"}
+	cfg.Kafka.Brokers = e.env.KafkaBrokers
+	cfg.Relay.RestartBackoff = 200 * time.Millisecond
+	cfg.Relay.RestartBackoffMax = 2 * time.Second
+	return cfg
+}
+
+// runRelay runs an in-process relay observed by the metrics until stop is
+// called or the test ends.
+func (e *e2e) runRelay(t *testing.T, cfg relay.Config) (stop func() error) {
+	t.Helper()
+	r, err := relay.New(cfg, e.log, relay.WithObserver(e.m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var stopped bool
+	var result error
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(60 * time.Second):
+				t.Fatal("relay did not stop within 60s")
+			}
+		}
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// pollSlot runs the slot poller until the test ends, and waits for it.
+func (e *e2e) pollSlot(t *testing.T, every time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.m.PollSlot(ctx, e.dsn, e.name, every, e.log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func (e *e2e) readyz(t testing.TB) (int, string) {
+	t.Helper()
+	code, body := get(t, e.srv.URL+"/readyz")
+	return code, strings.TrimSpace(body)
+}
+
+func (e *e2e) waitReady(t *testing.T, timeout time.Duration, what string) string {
+	t.Helper()
+	var body string
+	testenv.Eventually(t, timeout, 50*time.Millisecond, func() (bool, string) {
+		var code int
+		code, body = e.readyz(t)
+		return code == http.StatusOK, fmt.Sprintf("%s: /readyz %d %s", what, code, body)
+	})
+	return body
+}
+
+// perTopic counts committed events by topic.
+func perTopic(w *outboxtest.Writer) map[string]int {
+	n := map[string]int{}
+	for _, ev := range w.Committed {
+		n[ev.Topic()]++
+	}
+	return n
+}
+
+// TestMetricsFollowARealRelay runs a relay against the real servers and
+// checks what the metrics and health endpoints say while it streams, once
+// it is idle, and after it stops.
+func TestMetricsFollowARealRelay(t *testing.T) {
+	env := testenv.Require(t)
+	e := newE2E(t, env, metrics.DefaultConfig())
+	e.pollSlot(t, 200*time.Millisecond)
+	if code, body := e.readyz(t); code != 503 || !strings.Contains(body, "no session has started") {
+		t.Fatalf("before the relay: /readyz %d %s", code, body)
+	}
+	stop := e.runRelay(t, e.relayConfig())
+	t.Logf("streaming: %s", e.waitReady(t, time.Minute, "relay start"))
+
+	// The poller sees the slot the relay created, held by its walsender.
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		f := scrape(t, e.srv.URL)
+		ok := f.value("pgoutbox_slot_wal_status", "status", "reserved") == 1 &&
+			f.value("pgoutbox_slot_active") == 1 && f.value("pgoutbox_slot_retained_wal_bytes") > 0
+		return ok, fmt.Sprintf("slot gauges: wal_status %v, active %v, retained %v bytes",
+			f.labelValues("pgoutbox_slot_wal_status", "status"), f.value("pgoutbox_slot_active"), f.value("pgoutbox_slot_retained_wal_bytes"))
+	})
+
+	w := outboxtest.NewWriter(e.conn, "outbox", e.shape, 11)
+	ctx := context.Background()
+	for i := 1; i <= 150; i++ {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i%25 == 0 {
+			if code, body := e.readyz(t); code != 200 {
+				t.Fatalf("while streaming (%d transactions written): /readyz %d %s", i, code, body)
+			}
+		}
+	}
+	want := perTopic(w)
+	t.Logf("%d events committed in %d transactions: %v", w.Events(), w.Txns, want)
+
+	// Every committed event is routed and acknowledged exactly once, and
+	// the relay catches up with the server's WAL.
+	testenv.Eventually(t, 2*time.Minute, 100*time.Millisecond, func() (bool, string) {
+		f := scrape(t, e.srv.URL)
+		produced, routed := f.sum("pgoutbox_events_produced_total"), f.sum("pgoutbox_events_routed_total")
+		lag, inflight := f.value("pgoutbox_replication_lag_bytes"), f.value("pgoutbox_inflight_records")
+		done := produced == float64(w.Events()) && routed == produced && inflight == 0 && lag <= 64<<10
+		return done, fmt.Sprintf("produced %v, routed %v of %d events; %v in flight; lag %v bytes", produced, routed, w.Events(), inflight, lag)
+	})
+	f := scrape(t, e.srv.URL)
+	for topic, n := range want {
+		if got := f.value("pgoutbox_events_produced_total", "topic", topic); got != float64(n) {
+			t.Errorf("produced to %s: %v, want %d", topic, got, n)
+		}
+	}
+	if got := f.histogram("pgoutbox_commit_to_ack_latency_seconds").GetSampleCount(); got != uint64(w.Events()) {
+		t.Errorf("commit-to-ack latencies observed %d, want %d", got, w.Events())
+	}
+	if got := f.histogram("pgoutbox_produce_latency_seconds").GetSampleCount(); got != uint64(w.Events()) {
+		t.Errorf("produce latencies observed %d, want %d", got, w.Events())
+	}
+	if got, min := f.value("pgoutbox_confirmed_lsn_bytes"), float64(w.Committed[len(w.Committed)-1].TxnLow); got <= min {
+		t.Errorf("confirmed LSN %v, not past the last commit (> %v)", got, min)
+	}
+	if f.value("pgoutbox_sessions_started_total") != 1 || f.sum("pgoutbox_sessions_ended_total") != 0 || f.value("pgoutbox_streaming") != 1 {
+		t.Errorf("sessions: started %v, ended %v, streaming %v", f.value("pgoutbox_sessions_started_total"),
+			f.sum("pgoutbox_sessions_ended_total"), f.value("pgoutbox_streaming"))
+	}
+	if f.sum("pgoutbox_events_dropped_total") != 0 || f.sum("pgoutbox_events_failed_total") != 0 {
+		t.Errorf("dropped %v, failed %v", f.sum("pgoutbox_events_dropped_total"), f.sum("pgoutbox_events_failed_total"))
+	}
+
+	// Idle and caught up for ten minutes (by the metrics' clock): still
+	// ready, once the next progress report arrives.
+	e.clk.Skip(10 * time.Minute)
+	t.Logf("idle and caught up, 10 minutes later: %s", e.waitReady(t, 30*time.Second, "idle"))
+
+	if err := stop(); err != nil {
+		t.Fatalf("relay stopped with %v", err)
+	}
+	if code, body := e.readyz(t); code != 503 || !strings.Contains(body, "not streaming: stopped") {
+		t.Fatalf("after the stop: /readyz %d %s", code, body)
+	}
+	f = scrape(t, e.srv.URL)
+	if f.value("pgoutbox_sessions_ended_total", "cause", "stopped") != 1 || f.value("pgoutbox_streaming") != 0 || f.value("pgoutbox_ready") != 0 {
+		t.Errorf("after the stop: ended %v, streaming %v, ready %v", f.labelValues("pgoutbox_sessions_ended_total", "cause"),
+			f.value("pgoutbox_streaming"), f.value("pgoutbox_ready"))
+	}
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		v := scrape(t, e.srv.URL).value("pgoutbox_slot_active")
+		return v == 0, fmt.Sprintf("slot active %v after the relay stopped", v)
+	})
+}
+
+// TestReadinessFollowsAKafkaOutage stops Kafka while events are written:
+// /readyz must turn 503 with a reason naming Kafka within a few seconds
+// (ReadyStaleAfter is 3 s), and 200 again once Kafka is back and the
+// events are through.
+func TestReadinessFollowsAKafkaOutage(t *testing.T) {
+	env := testenv.RequireExclusive(t)
+	mcfg := metrics.DefaultConfig()
+	mcfg.ReadyStaleAfter = 3 * time.Second
+	e := newE2E(t, env, mcfg)
+	stop := e.runRelay(t, e.relayConfig())
+	e.waitReady(t, time.Minute, "relay start")
+
+	w := outboxtest.NewWriter(e.conn, "outbox", e.shape, 12)
+	ctx := context.Background()
+	write := func(n int) {
+		for i := 0; i < n; i++ {
+			if err := w.Txn(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produced := func() float64 { return scrape(t, e.srv.URL).sum("pgoutbox_events_produced_total") }
+	write(20)
+	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+		p := produced()
+		return p == float64(w.Events()), fmt.Sprintf("produced %v of %d before the outage", p, w.Events())
+	})
+
+	env.KafkaStop(t, "TERM")
+	write(20)
+	before := w.Events()
+	var body string
+	testenv.Eventually(t, time.Minute, 100*time.Millisecond, func() (bool, string) {
+		var code int
+		code, body = e.readyz(t)
+		return code == 503 && strings.Contains(body, "kafka"), fmt.Sprintf("Kafka down: /readyz %d %s", code, body)
+	})
+	t.Logf("Kafka down: 503 %s", body)
+	if v := scrape(t, e.srv.URL).value("pgoutbox_ready"); v != 0 {
+		t.Errorf("pgoutbox_ready %v while /readyz says 503", v)
+	}
+
+	env.KafkaStart(t)
+	testenv.Eventually(t, 3*time.Minute, 100*time.Millisecond, func() (bool, string) {
+		p := produced()
+		code, body := e.readyz(t)
+		// A resend after the outage may produce an event twice.
+		return p >= float64(before) && code == 200, fmt.Sprintf("Kafka back: produced %v of %d; /readyz %d %s", p, before, code, body)
+	})
+	f := scrape(t, e.srv.URL)
+	t.Logf("after the outage: %v sessions started; ended by kafka %v, other %v", f.value("pgoutbox_sessions_started_total"),
+		f.value("pgoutbox_sessions_ended_total", "cause", "kafka"), f.value("pgoutbox_sessions_ended_total", "cause", "other"))
+	if f.value("pgoutbox_sessions_ended_total", "cause", "postgres") != 0 || f.value("pgoutbox_sessions_ended_total", "cause", "fatal") != 0 {
+		t.Errorf("a Kafka outage counted as a postgres or fatal session end")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("relay stopped with %v", err)
+	}
+}
+
+// TestPollerReportsALostSlotAsNotReady lowers max_slot_wal_keep_size until
+// a checkpoint invalidates an unused slot, with the slot poller watching
+// it: wal_status="lost" must show in the gauges and turn /readyz to 503
+// even while a session streams. It changes a server setting, so it runs
+// alone.
+func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
+	env := testenv.RequireExclusive(t)
+	dsn := env.NewDatabase(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	slot := strings.ToLower(testenv.UniqueName(t, "m"))
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), metrics.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	pctx, cancel := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		m.PollSlot(pctx, dsn, slot, 100*time.Millisecond, zaptest.NewLogger(t))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-polled
+	})
+	// A session is streaming as far as the metrics know.
+	m.SessionStarted(1)
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		f := scrape(t, srv.URL)
+		code, body := get(t, srv.URL+"/readyz")
+		return f.value("pgoutbox_slot_wal_status", "status", "reserved") == 1 && code == 200,
+			fmt.Sprintf("wal_status %v; /readyz %d %s", f["pgoutbox_slot_wal_status"], code, body)
+	})
+
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), env.PGDSN)
+		if err != nil {
+			t.Errorf("reset max_slot_wal_keep_size: %v", err)
+			return
+		}
+		defer c.Close(context.Background())
+		for _, sql := range []string{"ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()"} {
+			if _, err := c.Exec(context.Background(), sql); err != nil {
+				t.Errorf("%s: %v", sql, err)
+			}
+		}
+	})
+	for _, sql := range []string{"ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()", "CREATE TABLE filler (note text)"} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	var body string
+	testenv.Eventually(t, 60*time.Second, 10*time.Millisecond, func() (bool, string) {
+		// Fill and switch a WAL segment and checkpoint: the checkpoint
+		// invalidates slots that retain more than the limit.
+		for _, sql := range []string{
+			"INSERT INTO filler SELECT repeat(md5(g::text), 8) FROM generate_series(1, 2000) g",
+			"SELECT pg_switch_wal()",
+			"CHECKPOINT",
+		} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				return false, fmt.Sprintf("%s: %v", sql, err)
+			}
+		}
+		f := scrape(t, srv.URL)
+		var code int
+		code, body = get(t, srv.URL+"/readyz")
+		return f.value("pgoutbox_slot_wal_status", "status", "lost") == 1 && code == 503,
+			fmt.Sprintf("wal_status %v; /readyz %d %s", f.labelValues("pgoutbox_slot_wal_status", "status"), code, body)
+	})
+	if !strings.Contains(body, "slot lost") {
+		t.Fatalf("/readyz reason %q does not say the slot is lost", body)
+	}
+	t.Logf("lost slot: 503 %s", strings.TrimSpace(body))
+}

@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// caughtUpSlack is how far the confirmed LSN of an idle relay may trail
+// the server's WAL end in its last progress report and still count as
+// caught up: between a keepalive that moves the WAL end and the status
+// update that confirms it, a report can see the two apart.
+const caughtUpSlack = 64 << 10
+
+// Ready reports whether the relay is ready, and why or why not in one
+// line. See the package documentation for the rules.
+func (m *Metrics) Ready() (ready bool, reason string) {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.st
+	if s.slotLost {
+		return false, fmt.Sprintf("slot lost: replication slot %q has wal_status lost; the WAL it needed was removed and events may be gone", s.slot)
+	}
+	if !s.streaming {
+		return false, "not streaming: " + s.lastCause
+	}
+	stale := m.cfg.ReadyStaleAfter
+	stuck := now.Sub(s.lastAdvance)
+	if stuck <= stale {
+		return true, fmt.Sprintf("streaming: confirmed LSN %s advanced %s ago", s.confirmed, human(stuck))
+	}
+	p := s.progress
+	fresh := s.haveProgress && now.Sub(s.progressAt) <= stale
+	end := walEnd(p)
+	if fresh && p.Idle && end <= p.Confirmed+caughtUpSlack {
+		return true, fmt.Sprintf("idle and caught up: confirmed LSN %s, server WAL end %s", p.Confirmed, end)
+	}
+	switch {
+	case !fresh:
+		last := "none this session"
+		if s.haveProgress {
+			last = human(now.Sub(s.progressAt)) + " ago"
+		}
+		return false, fmt.Sprintf("stalled: no progress report from the relay (last: %s), confirmed LSN stuck at %s for %s", last, s.confirmed, human(stuck))
+	case p.InFlightRecords > 0:
+		return false, fmt.Sprintf("kafka: %d records (%d bytes) unacknowledged for %s, confirmed LSN stuck at %s", p.InFlightRecords, p.InFlightBytes, human(stuck), s.confirmed)
+	case !p.Idle:
+		return false, fmt.Sprintf("transaction open: confirmed LSN stuck at %s for %s, received up to %s", s.confirmed, human(stuck), p.Received)
+	default:
+		return false, fmt.Sprintf("behind: confirmed LSN %s is %d bytes behind the server's WAL end %s and has not advanced for %s", p.Confirmed, lagBytes(p), end, human(stuck))
+	}
+}
+
+// human rounds a duration for a reason line.
+func human(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// Handler serves /metrics, /healthz and /readyz (and a short index at /).
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+func (m *Metrics) newHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry:            reg, // counts its own errors there
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	})))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		text(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, reason := m.Ready()
+		if ok {
+			text(w, http.StatusOK, "ready: "+reason)
+			return
+		}
+		text(w, http.StatusServiceUnavailable, reason)
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		text(w, http.StatusOK, "pgoutbox: /metrics /healthz /readyz")
+	})
+	return mux
+}
+
+func text(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, body+"\n")
+}

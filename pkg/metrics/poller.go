@@ -1,0 +1,134 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+// pollTimeout bounds one poll: connecting (when needed) and the query.
+const pollTimeout = 10 * time.Second
+
+// PollSlot reads the slot's WAL usage (replication.ReadSlotStats) at once
+// and then every interval until ctx ends, and records it with ObserveSlot:
+// the pgoutbox_slot_* gauges, and readiness, which a wal_status of "lost"
+// turns to 503. It keeps one ordinary connection open between polls and
+// reconnects on the next tick after an error; errors are counted in
+// pgoutbox_slot_poll_errors_total and logged (a repeated error at debug
+// level). A missing slot is not an error: the relay may not have created
+// it yet. every <= 0 means Config.SlotPollInterval's default.
+//
+// The caller owns the goroutine: start it with go, cancel ctx to stop it,
+// and wait for PollSlot to return (it closes its connection first, within
+// a few seconds) before the process exits. Stop it after the relay: it has
+// nothing to do with the relay's shutdown.
+func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *zap.Logger) {
+	if every <= 0 {
+		every = DefaultConfig().SlotPollInterval
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	p := &poller{m: m, dsn: dsn, slot: slot, log: log.With(zap.String("slot", slot))}
+	defer p.close(ctx)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		p.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+type poller struct {
+	m          *Metrics
+	dsn, slot  string
+	log        *zap.Logger
+	conn       *pgx.Conn
+	lastErr    string
+	lastStatus string
+}
+
+func (p *poller) poll(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	if p.conn == nil {
+		conn, err := replication.ConnectSQL(pctx, p.dsn, "pgoutbox-slot-stats", pollTimeout)
+		if err != nil {
+			p.failed(ctx, err)
+			return
+		}
+		p.conn = conn
+	}
+	st, err := replication.ReadSlotStats(pctx, p.conn, p.slot)
+	switch {
+	case errors.Is(err, replication.ErrSlotMissing):
+		p.m.slotMissing(p.slot)
+		p.status("missing")
+		p.lastErr = ""
+		return
+	case err != nil:
+		p.failed(ctx, err)
+		p.close(ctx)
+		return
+	}
+	p.m.ObserveSlot(st)
+	p.status(st.WALStatus)
+	p.lastErr = ""
+}
+
+// failed counts and logs an error, unless it is only ctx ending.
+func (p *poller) failed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.m.slotPollErrors.Inc()
+	if msg := err.Error(); msg != p.lastErr {
+		p.lastErr = msg
+		p.log.Warn("read replication slot WAL usage", zap.Error(err))
+		return
+	}
+	p.log.Debug("read replication slot WAL usage", zap.Error(err))
+}
+
+// status logs changes of wal_status: the server's warning that the slot is
+// about to cost events, and the news that it has.
+func (p *poller) status(s string) {
+	if s == p.lastStatus {
+		return
+	}
+	prev := p.lastStatus
+	p.lastStatus = s
+	switch s {
+	case "lost":
+		p.log.Error("replication slot is lost: PostgreSQL removed WAL it still needed, so events may be gone; the relay is not ready. Investigate, then drop and recreate the slot deliberately",
+			zap.String("wal_status", s))
+	case "unreserved":
+		p.log.Warn("replication slot retains more WAL than max_slot_wal_keep_size allows: PostgreSQL will remove it at the next checkpoint unless the relay catches up",
+			zap.String("wal_status", s))
+	case "missing":
+		p.log.Info("replication slot does not exist (yet)")
+	default:
+		if prev != "" {
+			p.log.Info("replication slot wal_status changed", zap.String("wal_status", s), zap.String("was", prev))
+		}
+	}
+}
+
+func (p *poller) close(ctx context.Context) {
+	if p.conn == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = p.conn.Close(cctx)
+	p.conn = nil
+}

@@ -1,0 +1,112 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// SlotStats is what a slot costs the server: how much WAL it holds back and
+// how close that is to the limit (max_slot_wal_keep_size) past which
+// PostgreSQL removes the WAL anyway and the slot is lost.
+type SlotStats struct {
+	Name string
+	// Active says whether a walsender (normally this relay) holds the slot.
+	Active bool
+	// WALStatus is pg_replication_slots.wal_status: "reserved", "extended",
+	// "unreserved" or "lost" ("" if the server reports none).
+	WALStatus string
+	// RetainedWALBytes is the server's current WAL position minus the
+	// slot's restart_lsn: the WAL the slot keeps from being recycled. It is
+	// 0 when restart_lsn is NULL (a lost slot).
+	RetainedWALBytes int64
+	// SafeWALSize is pg_replication_slots.safe_wal_size: how many more bytes
+	// of WAL can be written before the slot is in danger of being lost. Nil
+	// when the server reports NULL (max_slot_wal_keep_size = -1, no limit,
+	// or a lost slot).
+	SafeWALSize *int64
+	// RestartLSN is the oldest WAL position the slot still needs.
+	RestartLSN LSN
+	// ConfirmedFlushLSN is the position the relay last confirmed.
+	ConfirmedFlushLSN LSN
+	// CurrentLSN is the server's current WAL position (the last received
+	// position on a standby), which RetainedWALBytes is measured from.
+	CurrentLSN LSN
+}
+
+// slotStatsSQL reads one slot with the server's current WAL position. On a
+// standby (which can hold logical slots from PostgreSQL 16 on)
+// pg_current_wal_lsn() fails, so the last received position stands in.
+const slotStatsSQL = `SELECT s.active, s.wal_status, s.safe_wal_size,
+	s.restart_lsn::text, s.confirmed_flush_lsn::text, w.lsn::text,
+	pg_wal_lsn_diff(w.lsn, s.restart_lsn)::bigint
+	FROM pg_replication_slots s,
+	(SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
+	WHERE s.slot_name = $1`
+
+// ReadSlotStats reads the slot's WAL usage on an ordinary (non-replication)
+// connection. A slot that does not exist is ErrSlotMissing. It is cheap
+// enough to run every few seconds.
+func ReadSlotStats(ctx context.Context, conn *pgx.Conn, slot string) (SlotStats, error) {
+	s := SlotStats{Name: slot}
+	var walStatus, restart, confirmed, current *string
+	var retained *int64
+	err := conn.QueryRow(ctx, slotStatsSQL, slot).Scan(
+		&s.Active, &walStatus, &s.SafeWALSize, &restart, &confirmed, &current, &retained)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("%w: %q", ErrSlotMissing, slot)
+	}
+	if err != nil {
+		return s, fmt.Errorf("replication: read WAL usage of slot %q: %w", slot, err)
+	}
+	s.WALStatus = deref(walStatus)
+	if retained != nil && *retained > 0 {
+		s.RetainedWALBytes = *retained
+	}
+	for _, f := range []struct {
+		name string
+		text *string
+		dst  *LSN
+	}{
+		{"restart_lsn", restart, &s.RestartLSN},
+		{"confirmed_flush_lsn", confirmed, &s.ConfirmedFlushLSN},
+		{"current WAL position", current, &s.CurrentLSN},
+	} {
+		if f.text == nil {
+			continue
+		}
+		l, err := pglogrepl.ParseLSN(*f.text)
+		if err != nil {
+			return s, fmt.Errorf("replication: slot %q %s: %w", slot, f.name, err)
+		}
+		*f.dst = LSN(l)
+	}
+	return s, nil
+}
+
+// ConnectSQL opens an ordinary (non-replication) connection for queries
+// such as ReadSlotStats, named in pg_stat_activity by applicationName
+// unless the DSN names one. An invalid DSN's error does not quote it, since
+// it may hold a password.
+func ConnectSQL(ctx context.Context, dsn, applicationName string, timeout time.Duration) (*pgx.Conn, error) {
+	pcfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("replication: parse dsn: %w", redact(err))
+	}
+	pcfg.ConnectTimeout = timeout
+	if pcfg.RuntimeParams == nil {
+		pcfg.RuntimeParams = map[string]string{}
+	}
+	if pcfg.RuntimeParams["application_name"] == "" && applicationName != "" {
+		pcfg.RuntimeParams["application_name"] = applicationName
+	}
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s: %w", hostPort(pcfg.Config), err)
+	}
+	return conn, nil
+}

@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
@@ -16,8 +17,12 @@ type Config struct {
 	Postgres replication.Config `yaml:"postgres"`
 	Kafka    kafka.Config       `yaml:"kafka"`
 	Router   router.Options     `yaml:"router"`
-	Relay    Limits             `yaml:"relay"`
-	Messages Messages           `yaml:"messages"`
+	// Routes gives outbox tables their own router options, by Debezium
+	// option name, over the router section: for example a fixed topic
+	// (route.topic) or other column names for a second outbox table.
+	Routes   map[string]map[string]string `yaml:"routes"`
+	Relay    Limits                       `yaml:"relay"`
+	Messages Messages                     `yaml:"messages"`
 }
 
 // Messages configures the table-less outbox: events written with
@@ -31,6 +36,38 @@ type Messages struct {
 	// transactional = false, which is not tied to any transaction's outcome:
 	// "refuse" (stop with an error naming it) or "accept" (route it too).
 	NonTransactional string `yaml:"nontransactional"`
+}
+
+// RouterSet builds the router for every table: the router section for all,
+// with each table's routes entry applied over a copy of it.
+func (c *Config) RouterSet() (*router.Set, error) {
+	per := make(map[string]router.Options, len(c.Routes))
+	tables := map[string]bool{}
+	for _, t := range c.Postgres.QualifiedTables() {
+		tables[t] = true
+	}
+	var errs []error
+	for table, opts := range c.Routes {
+		qualified := table
+		if !strings.Contains(table, ".") {
+			qualified = "public." + table
+		}
+		if !tables[qualified] {
+			errs = append(errs, fmt.Errorf("routes: table %q is not in postgres.table.include.list %v", table, c.Postgres.Tables))
+			continue
+		}
+		o := c.Router
+		for k, v := range opts {
+			if err := o.Set(k, v); err != nil {
+				errs = append(errs, fmt.Errorf("routes.%s: %w", table, err))
+			}
+		}
+		per[qualified] = o
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return router.NewSet(c.Router, per)
 }
 
 // Limits bounds memory and time.
@@ -78,6 +115,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Router.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.RouterSet(); err != nil {
 		errs = append(errs, err)
 	}
 	l := c.Relay

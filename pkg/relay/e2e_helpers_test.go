@@ -229,8 +229,17 @@ func startBinary(t *testing.T, f *fixture, logName string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run")
-	cmd.Env = f.environ()
+	p := startProcess(t, bin, []string{"run"}, f.environ(), lf, logPath)
+	f.waitStreaming(t)
+	return p
+}
+
+// startProcess starts bin with args and environ, output to lf (logPath),
+// and makes the test's cleanup kill it and show its log on failure.
+func startProcess(t *testing.T, bin string, args, environ []string, lf *os.File, logPath string) *process {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = environ
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -241,7 +250,6 @@ func startBinary(t *testing.T, f *fixture, logName string) *process {
 		lf.Close()
 		close(p.done)
 	}()
-	f.waitStreaming(t)
 	t.Cleanup(func() {
 		select {
 		case <-p.done:
@@ -255,7 +263,7 @@ func startBinary(t *testing.T, f *fixture, logName string) *process {
 			if len(lines) > 60 {
 				lines = lines[len(lines)-60:]
 			}
-			t.Logf("%s (last lines):\n%s", logName, strings.Join(lines, "\n"))
+			t.Logf("%s (last lines):\n%s", filepath.Base(logPath), strings.Join(lines, "\n"))
 		}
 	})
 	return p

@@ -25,7 +25,7 @@ import (
 type Relay struct {
 	cfg    Config
 	log    *zap.Logger
-	router *router.Router
+	router *router.Set
 	tables map[string]bool
 	obs    Observer
 
@@ -94,7 +94,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, &ConfigError{Err: err}
 	}
-	rt, err := router.New(cfg.Router)
+	rt, err := cfg.RouterSet()
 	if err != nil {
 		return nil, &ConfigError{Err: err}
 	}
@@ -535,6 +535,9 @@ func (s *session) route(row *router.Row, what string) error {
 	}
 	switch act {
 	case router.Emit:
+	case router.EmitWarn:
+		s.log.Warn("routed a record with a warning", zap.String("table", row.Table), zap.String("topic", s.rec.Topic),
+			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
 	case router.DropWarn:
 		s.log.Warn("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
 			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))

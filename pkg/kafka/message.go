@@ -97,6 +97,10 @@ func ack(pm *sarama.ProducerMessage, err error) Ack {
 	if err != nil {
 		a.Offset = -1
 		a.Err = &ProduceError{Topic: pm.Topic, Partition: pm.Partition, Err: err}
+		// A failed record's bytes come back so that it can be dead-lettered.
+		if m, ok := pm.Metadata.(*message); ok {
+			a.Key, a.Value = m.key, m.value
+		}
 	}
 	return a
 }

@@ -35,6 +35,8 @@ type Ack struct {
 	// Bytes is the record's key, value and header size, as Send counted it,
 	// so the caller can keep a byte budget of what is in flight.
 	Bytes int
+	// Key and Value are the record's bytes, set on failure only.
+	Key, Value []byte
 	// Stamp is what SendStamped was given (0 for Send); Sent is when the
 	// record was handed to the producer.
 	Stamp int64

@@ -84,6 +84,14 @@ type Limits struct {
 	// it doubles (with jitter) up to RestartBackoffMax.
 	RestartBackoff    time.Duration `yaml:"restart.backoff"`
 	RestartBackoffMax time.Duration `yaml:"restart.backoff.max"`
+	// PoisonPolicy says what happens to a row that cannot become a record
+	// (the router cannot map it) or a record Kafka can never accept (too
+	// large, topic missing or not writable): "fail" stops with the event
+	// id, the LSN and the reason, confirming nothing at or after it;
+	// "dead-letter" produces the original bytes to DeadLetterTopic with
+	// headers giving the reason, source and LSN, and goes on.
+	PoisonPolicy    string `yaml:"poison.policy"`
+	DeadLetterTopic string `yaml:"dead.letter.topic"`
 }
 
 // DefaultConfig returns every default.
@@ -100,6 +108,8 @@ func DefaultConfig() Config {
 			ShutdownTimeout:    30 * time.Second,
 			RestartBackoff:     500 * time.Millisecond,
 			RestartBackoffMax:  30 * time.Second,
+			PoisonPolicy:       "fail",
+			DeadLetterTopic:    "pgoutbox.dead-letter",
 		},
 		Messages: Messages{Prefix: "outbox", NonTransactional: "refuse"},
 	}
@@ -132,6 +142,15 @@ func (c *Config) Validate() error {
 	}
 	if l.RestartBackoff <= 0 || l.RestartBackoffMax < l.RestartBackoff {
 		errs = append(errs, fmt.Errorf("relay: restart.backoff %s and restart.backoff.max %s: need 0 < backoff <= max", l.RestartBackoff, l.RestartBackoffMax))
+	}
+	switch l.PoisonPolicy {
+	case "fail":
+	case "dead-letter":
+		if l.DeadLetterTopic == "" {
+			errs = append(errs, errors.New("relay: dead.letter.topic is empty but poison.policy is dead-letter"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("relay: poison.policy %q: use fail or dead-letter", l.PoisonPolicy))
 	}
 	switch c.Messages.NonTransactional {
 	case "refuse", "accept":

@@ -347,3 +347,5 @@ func (f *fixture) reconnect(t *testing.T) {
 	}
 	t.Cleanup(func() { f.checkDB.Close(context.Background()) })
 }
+
+func parseLSN(s string) (checkpoint.LSN, error) { return outboxtest.ParseLSN(s) }

@@ -70,3 +70,18 @@ func messageRow(prefix string, content []byte) (router.Row, error) {
 	}
 	return row, nil
 }
+
+// rowJSON renders a row as a JSON object of its columns' text (null for
+// NULL), the dead-letter value of a row the router could not map.
+func rowJSON(row *router.Row) []byte {
+	m := make(map[string]any, len(row.Names))
+	for i, n := range row.Names {
+		if i < len(row.Values) && row.Values[i] != nil {
+			m[n] = string(row.Values[i])
+		} else {
+			m[n] = nil
+		}
+	}
+	b, _ := json.Marshal(m)
+	return b
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -54,6 +55,8 @@ type Observer interface {
 	Acked(topic string, bytes int, commitToAck, sendToAck time.Duration)
 	// Failed: Kafka rejected a record after its retries.
 	Failed(topic string, err error)
+	// DeadLettered: a poison row or record went to the dead-letter topic.
+	DeadLettered(topic string)
 	// Progress: the positions and in-flight amounts, after every status
 	// update (at least once per postgres.status.update.interval).
 	Progress(p Progress)
@@ -81,6 +84,7 @@ func (NopObserver) Routed(string, string)                           {}
 func (NopObserver) Dropped(string, string)                          {}
 func (NopObserver) Acked(string, int, time.Duration, time.Duration) {}
 func (NopObserver) Failed(string, error)                            {}
+func (NopObserver) DeadLettered(string)                             {}
 func (NopObserver) Progress(Progress)                               {}
 
 // Option configures a Relay.
@@ -225,6 +229,8 @@ type session struct {
 	// on its records to measure commit-to-ack latency.
 	commitTime int64
 	received   checkpoint.LSN
+	// commits maps pending transactions to their commit LSN, for errors.
+	commits map[checkpoint.TxnID]checkpoint.LSN
 
 	inflightBytes int64
 	sentConfirmed checkpoint.LSN
@@ -283,6 +289,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		tr:            checkpoint.New(slot.ConfirmedFlushLSN),
 		sentConfirmed: slot.ConfirmedFlushLSN,
 		walEnd:        slot.ConfirmedFlushLSN,
+		commits:       map[checkpoint.TxnID]checkpoint.LSN{},
 	}
 	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
 	err = s.loop(ctx)
@@ -386,10 +393,25 @@ func (s *session) ack(a kafka.Ack) error {
 	id := checkpoint.TxnID(a.Ref)
 	if a.Err != nil {
 		s.r.obs.Failed(a.Topic, a.Err)
+		lsn := s.commits[id]
+		lim := s.r.cfg.Relay
+		if kafka.IsPoison(a.Err) {
+			if lim.PoisonPolicy == "dead-letter" && a.Topic != lim.DeadLetterTopic {
+				// The dead-letter record takes the failed one's place in
+				// its transaction's count.
+				s.log.Warn("dead-lettering a record Kafka cannot accept", zap.ByteString("event_id", a.EventID),
+					zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
+				s.deadLetter(id, a.Key, a.Value, a.EventID, a.Err.Error(), "", a.Topic, lsn, a.Stamp)
+				return nil
+			}
+			s.tr.Fail(id)
+			return &FatalError{Err: &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn,
+				Err: fmt.Errorf("%w (poison.policy=%s: stopping; nothing at or after transaction %s was confirmed)", a.Err, lim.PoisonPolicy, lsn)}}
+		}
 		s.tr.Fail(id)
 		s.log.Error("Kafka did not accept a record; no later position will be confirmed",
-			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Error(a.Err))
-		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, Err: a.Err}
+			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
+		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
 	}
 	if err := s.tr.Ack(id); err != nil {
 		return fmt.Errorf("relay: ack for transaction %d: %w", id, err)
@@ -440,6 +462,16 @@ func (s *session) handle(ctx context.Context, ev replication.Event) error {
 		s.cur = id
 		s.commit = ev.Begin.FinalLSN
 		s.commitTime = ev.Begin.CommitTime.UnixNano()
+		s.commits[id] = ev.Begin.FinalLSN
+		// Forget transactions that are confirmed: only pending ones can
+		// still produce an error ack.
+		if oldest := id - checkpoint.TxnID(s.tr.Pending()); oldest > 0 {
+			for k := range s.commits {
+				if k < oldest && len(s.commits) > 2*s.tr.Pending()+16 {
+					delete(s.commits, k)
+				}
+			}
+		}
 	case ev.Change != nil:
 		return s.change(ev.Change)
 	case ev.Commit != nil:
@@ -531,7 +563,16 @@ func (s *session) change(c *replication.Change) error {
 func (s *session) route(row *router.Row, what string) error {
 	act, err := s.r.router.Route(row, time.Now(), &s.rec)
 	if err != nil {
-		return &FatalError{Err: fmt.Errorf("relay: %s in %s of the transaction committing at %s: %w (nothing at or after it was confirmed)", what, row.Table, s.commit, err)}
+		if s.r.cfg.Relay.PoisonPolicy == "dead-letter" {
+			s.log.Warn("dead-lettering a row the router cannot map", zap.String("table", row.Table),
+				zap.ByteString("event_id", s.rec.EventID), zap.Stringer("commit_lsn", s.commit), zap.Error(err))
+			if err := s.tr.Add(1); err != nil {
+				return fmt.Errorf("relay: track record: %w", err)
+			}
+			s.deadLetter(s.cur, nil, rowJSON(row), s.rec.EventID, err.Error(), row.Table, "", s.commit, s.commitTime)
+			return nil
+		}
+		return &FatalError{Err: fmt.Errorf("relay: %s in %s of the transaction committing at %s: %w (poison.policy=fail: nothing at or after it was confirmed)", what, row.Table, s.commit, err)}
 	}
 	switch act {
 	case router.Emit:
@@ -559,6 +600,36 @@ func (s *session) route(row *router.Row, what string) error {
 	s.r.obs.Routed(row.Table, s.rec.Topic)
 	s.prod.SendStamped(&s.rec, uint64(s.cur), s.commitTime)
 	return nil
+}
+
+// deadLetter produces a poison row or record to the dead-letter topic as a
+// record of transaction id, with headers saying why and where it came from.
+func (s *session) deadLetter(id checkpoint.TxnID, key, value, eventID []byte, reason, table, topic string, lsn checkpoint.LSN, stamp int64) {
+	rec := router.Record{
+		Topic:     s.r.cfg.Relay.DeadLetterTopic,
+		Key:       key,
+		Value:     value,
+		Partition: -1,
+		Timestamp: time.Now(),
+		EventID:   eventID,
+		Headers: []router.Header{
+			{Key: "id", Value: eventID},
+			{Key: "pgoutbox.error.reason", Value: []byte(reason)},
+			{Key: "pgoutbox.source.table", Value: []byte(table)},
+			{Key: "pgoutbox.source.topic", Value: []byte(topic)},
+			{Key: "pgoutbox.commit.lsn", Value: []byte(lsn.String())},
+		},
+	}
+	// A record refused for its size would be refused again: keep the head
+	// of it, and say so.
+	if limit := s.r.cfg.Kafka.MaxMessageBytes / 2; limit > 0 && len(rec.Value) > limit {
+		rec.Headers = append(rec.Headers,
+			router.Header{Key: "pgoutbox.truncated.from", Value: []byte(strconv.Itoa(len(rec.Value)))})
+		rec.Value = rec.Value[:limit]
+	}
+	s.inflightBytes += int64(recordBytes(&rec))
+	s.r.obs.DeadLettered(s.r.cfg.Relay.DeadLetterTopic)
+	s.prod.SendStamped(&rec, uint64(id), stamp)
 }
 
 func recordBytes(r *router.Record) int {

@@ -1,0 +1,35 @@
+package kafka
+
+import (
+	"errors"
+
+	"github.com/IBM/sarama"
+)
+
+// IsPoison reports whether a produce error is about the record itself or
+// its topic, so that sending it again cannot succeed: it is larger than the
+// producer or the broker accepts, its topic does not exist or is invalid,
+// or the credentials may not write to it. Broker outages, leader changes and
+// timeouts are retriable and never poison.
+func IsPoison(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrTopicMissing) {
+		return true
+	}
+	var ce sarama.ConfigurationError
+	if errors.As(err, &ce) {
+		// sarama refuses a record above Producer.MaxMessageBytes this way.
+		return true
+	}
+	var ke sarama.KError
+	if errors.As(err, &ke) {
+		switch ke {
+		case sarama.ErrMessageSizeTooLarge, sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidTopic,
+			sarama.ErrTopicAuthorizationFailed, sarama.ErrInvalidRecord, sarama.ErrUnknownTopicOrPartition:
+			return true
+		}
+	}
+	return false
+}

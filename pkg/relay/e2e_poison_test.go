@@ -1,0 +1,130 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+)
+
+// TestPoisonRowsFollowThePolicy writes a good event, a poison one and
+// another good event, for each kind of poison, under both policies: with
+// fail the relay stops with the event id, the LSN and the reason, and the
+// slot stays below the poison row; with dead-letter the poison goes to the
+// dead-letter topic with its reason and the stream goes on.
+func TestPoisonRowsFollowThePolicy(t *testing.T) {
+	env := testenv.Require(t)
+	const good1, bad, good2 = "00000000-0000-4000-8000-0000000000a1", "00000000-0000-4000-8000-0000000000b2", "00000000-0000-4000-8000-0000000000c3"
+	cases := []struct {
+		name   string
+		setup  func(*relay.Config)
+		insert string // the poison row; $P is the test's prefix
+		reason string // expected in the error or dead-letter reason
+	}{
+		{"null routing value", nil,
+			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', NULL, 'k', 'T', '{}')`, "NULL"},
+		{"record larger than Kafka accepts", func(c *relay.Config) { c.Kafka.MaxMessageBytes = 2000 },
+			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', '$P', 'k', 'T', json_build_object('pad', repeat('x', 5000)))`, "larger"},
+		{"topic does not exist", nil,
+			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', '$P_nowhere', 'k', 'T', '{}')`, "does not exist"},
+	}
+	for _, c := range cases {
+		for _, policy := range []string{"fail", "dead-letter"} {
+			t.Run(c.name+"/"+policy, func(t *testing.T) {
+				f := newFixture(t, env, 1)
+				ctx := context.Background()
+				if _, err := f.conn.Exec(ctx, "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL"); err != nil {
+					t.Fatal(err)
+				}
+				topic := "outbox.event." + f.slot
+				dlq := f.slot + ".dlq"
+				env.CreateTopic(t, topic, 1)
+				env.CreateTopic(t, dlq, 1)
+				cfg := f.config()
+				cfg.Relay.PoisonPolicy = policy
+				cfg.Relay.DeadLetterTopic = dlq
+				if c.setup != nil {
+					c.setup(&cfg)
+				}
+				r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				runCtx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan error, 1)
+				go func() { done <- r.Run(runCtx) }()
+				f.waitStreaming(t)
+				insert := func(sql string) {
+					t.Helper()
+					if _, err := f.conn.Exec(ctx, strings.ReplaceAll(sql, "$P", f.slot)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				insert(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + good1 + `', '$P', 'k', 'T', '{"n": 1}')`)
+				c1 := env.NewConsumer(t, []string{topic})
+				c1.WaitFor(t, 1, time.Minute)
+				var before string
+				if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&before); err != nil {
+					t.Fatal(err)
+				}
+				insert(c.insert)
+				insert(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + good2 + `', '$P', 'k', 'T', '{"n": 2}')`)
+
+				if policy == "fail" {
+					var err error
+					select {
+					case err = <-done:
+					case <-time.After(time.Minute):
+						t.Fatal("relay did not stop on the poison row")
+					}
+					var fe *relay.FatalError
+					if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.reason) || !strings.Contains(err.Error(), "0/") {
+						t.Fatalf("want a fatal error with the reason %q and an LSN, got %v", c.reason, err)
+					}
+					if !strings.Contains(err.Error(), bad) && c.name != "null routing value" {
+						t.Fatalf("error does not name event %s: %v", bad, err)
+					}
+					// The error names the poison transaction's commit LSN;
+					// the slot must not have been confirmed past it.
+					m := regexp.MustCompile(`[0-9A-F]+/[0-9A-F]+`).FindString(err.Error())
+					commit, perr := parseLSN(m)
+					if perr != nil {
+						t.Fatalf("no commit LSN in %v", err)
+					}
+					confirmed, _ := f.slotState(t)
+					beforeLSN, _ := parseLSN(before)
+					if confirmed > commit || commit < beforeLSN {
+						t.Fatalf("slot confirmed %s, past the poison transaction's commit %s (written after %s)", confirmed, commit, before)
+					}
+					return
+				}
+				// dead-letter: the second good event arrives, the poison is on the DLQ.
+				msgs := c1.WaitFor(t, 2, time.Minute)
+				if id, _ := msgs[1].Header("id"); string(id) != good2 {
+					t.Fatalf("second record is %s, want %s", id, good2)
+				}
+				d := env.NewConsumer(t, []string{dlq}).WaitFor(t, 1, time.Minute)[0]
+				id, _ := d.Header("id")
+				reason, _ := d.Header("pgoutbox.error.reason")
+				lsn, _ := d.Header("pgoutbox.commit.lsn")
+				if string(id) != bad || !strings.Contains(string(reason), c.reason) || !strings.HasPrefix(string(lsn), "0/") || len(d.Value) == 0 {
+					t.Fatalf("dead-letter record: id %q reason %q lsn %q value %d bytes", id, reason, lsn, len(d.Value))
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("relay stopped: %v", err)
+				default:
+				}
+			})
+		}
+	}
+}

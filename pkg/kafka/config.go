@@ -341,6 +341,11 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	// records fit (sarama raises anything below 4096 to 4096); the slack
 	// covers sarama's own marker messages, which share the buffer.
 	p.Retry.MaxBufferLength = 2 * c.AckBuffer
+	// Input (and sarama's internal channels) hold as many records as the
+	// caller may have unacknowledged, so Send never blocks: a caller that
+	// blocked in Send while Kafka is down could not answer PostgreSQL, whose
+	// wal_sender_timeout would then end the replication connection.
+	sc.ChannelBufferSize = c.AckBuffer
 	p.Retry.MaxBufferBytes = c.RetryBufferBytes
 
 	if err := sc.Validate(); err != nil {

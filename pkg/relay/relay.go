@@ -271,7 +271,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	}
 	st, err := replication.Open(ctx, r.cfg.Postgres, slot.ConfirmedFlushLSN, r.log)
 	if err != nil {
-		r.closeProducer(prod)
+		r.closeProducer(ctx, prod)
 		if errors.Is(err, replication.ErrSlotInUse) {
 			// Another instance owns the slot and may advance it: when this
 			// one takes over, the slot's position is legitimately ahead.
@@ -679,7 +679,7 @@ func (s *session) finish(ctx context.Context, cause error) {
 	if err := s.st.Close(fctx); err != nil {
 		s.log.Debug("close replication connection", zap.Error(err))
 	}
-	s.r.closeProducer(s.prod)
+	s.r.closeProducer(ctx, s.prod)
 	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.tr.Confirmed()), zap.NamedError("cause", cause))
 }
 
@@ -694,9 +694,22 @@ func isConnError(err error) bool {
 	return errors.Is(err, replication.ErrStreamEnded) || errors.Is(err, replication.ErrReceive)
 }
 
-func (r *Relay) closeProducer(p *kafka.Producer) {
+func (r *Relay) closeProducer(ctx context.Context, p *kafka.Producer) {
 	done := make(chan error, 1)
 	go func() { done <- p.Close() }()
+	// Between sessions the old producer must be gone before a new one
+	// starts: records it still delivers would interleave with the new
+	// session's resends and break per-key order. Only when the process is
+	// stopping is it abandoned after a timeout (its goroutines end with the
+	// process; nothing it acks can confirm anything, the tracker is gone).
+	select {
+	case err := <-done:
+		if err != nil {
+			r.log.Debug("close producer", zap.Error(err))
+		}
+		return
+	case <-ctx.Done():
+	}
 	t := time.NewTimer(r.cfg.Relay.ShutdownTimeout)
 	defer t.Stop()
 	select {
@@ -705,9 +718,6 @@ func (r *Relay) closeProducer(p *kafka.Producer) {
 			r.log.Debug("close producer", zap.Error(err))
 		}
 	case <-t.C:
-		// Kafka is unreachable and sarama is still retrying. Its goroutines
-		// end when their retries are spent; nothing they ack can confirm
-		// anything, since this session's tracker is gone.
-		r.log.Warn("Kafka producer did not close in time; abandoning it", zap.Duration("timeout", r.cfg.Relay.ShutdownTimeout))
+		r.log.Warn("Kafka producer did not close in time; abandoning it as the process stops", zap.Duration("timeout", r.cfg.Relay.ShutdownTimeout))
 	}
 }

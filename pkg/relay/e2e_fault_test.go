@@ -112,12 +112,7 @@ func TestSIGKILLMidStreamLosesNothing(t *testing.T) {
 	}
 	bw.Stop(t)
 	msgs := waitAll(t, c, w, 3*time.Minute)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("final SIGTERM: exit code %d", code)
-	}
+	p.terminate(t, 60*time.Second)
 	msgs = drain(t, c, f)
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(msgs), restarts)
 	t.Logf("5 SIGKILLs: %s", rep)
@@ -176,12 +171,7 @@ func TestKafkaDownHoldsTheSlotAndRecovers(t *testing.T) {
 	t.Logf("Kafka down %s; %d events written meanwhile; peak RSS %d MB", time.Since(stopped).Round(time.Second), len(w.Committed)-downAt, maxRSS>>20)
 	env.KafkaStart(t)
 	msgs := waitAll(t, c, w, 3*time.Minute)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("SIGTERM: exit code %d", code)
-	}
+	p.terminate(t, 60*time.Second)
 	msgs = drain(t, c, f)
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(msgs), nil)
 	t.Logf("%s", rep)
@@ -227,10 +217,5 @@ func TestDatabaseFastShutdownIsNotHeldUpByTheRelay(t *testing.T) {
 		}
 	}
 	waitAll(t, c, w2, 2*time.Minute)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("SIGTERM: exit code %d", code)
-	}
+	p.terminate(t, 60*time.Second)
 }

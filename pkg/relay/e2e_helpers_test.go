@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,6 +279,17 @@ func (p *process) wait(t testing.TB, timeout time.Duration) int {
 		t.Fatalf("pgoutbox did not exit within %s", timeout)
 	}
 	return p.cmd.ProcessState.ExitCode()
+}
+
+// terminate sends SIGTERM and requires a clean exit (code 0) in time.
+func (p *process) terminate(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, timeout); code != 0 {
+		t.Fatalf("SIGTERM: exit code %d, want 0", code)
+	}
 }
 
 // peakRSS returns the process's peak resident set (VmHWM) in bytes.

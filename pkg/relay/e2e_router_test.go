@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -216,10 +215,5 @@ func TestConnectorJSONRunsTheRelay(t *testing.T) {
 	if !strings.Contains(string(logText), "connector settings ignored") || !strings.Contains(string(logText), "tombstones.on.delete") {
 		t.Errorf("the ignored connector keys were not listed in a warning:\n%s", logText)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("exit code %d", code)
-	}
+	p.terminate(t, time.Minute)
 }

@@ -71,12 +71,7 @@ func TestStandbyTakesOverWithinTenSeconds(t *testing.T) {
 		}
 	}
 	waitAll(t, c, w, time.Minute)
-	if err := standby.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := standby.wait(t, time.Minute); code != 0 {
-		t.Fatalf("standby exit code %d", code)
-	}
+	standby.terminate(t, time.Minute)
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), []outboxtest.Restart{restart})
 	if !rep.OK() {
 		t.Fatalf("after takeover: %s", rep)

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -160,21 +159,11 @@ func TestSIGTERMUnderLoadExitsZeroAndRestartHasNoDuplicates(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() (bool, string) {
 		return c.Len() >= 1000, fmt.Sprintf("%d records delivered, %d events written", c.Len(), bw.Events())
 	})
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("SIGTERM: exit code %d, want 0", code)
-	}
+	p.terminate(t, 60*time.Second)
 	bw.Stop(t)
 	p2 := startBinary(t, f, "pgoutbox-2.log")
 	msgs := waitAll(t, c, w, 2*time.Minute)
-	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p2.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("second SIGTERM: exit code %d, want 0", code)
-	}
+	p2.terminate(t, 60*time.Second)
 	msgs = drain(t, c, f)
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(msgs), nil)
 	t.Logf("%s", rep)

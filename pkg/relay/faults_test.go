@@ -168,12 +168,7 @@ func (r *faultRun) finish() outboxtest.Report {
 	w := r.sw.w
 	waitAll(t, r.c, w, 5*time.Minute)
 	r.peakRSS = max(r.peakRSS, r.p.peakRSS())
-	if err := r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := r.p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("SIGTERM at the end: exit code %d", code)
-	}
+	r.p.terminate(t, time.Minute)
 	rep := w.Check(delivered(drain(t, r.c, r.f)), sessionStarts(t, r.logs...))
 	report(t, rep, time.Since(r.start), r.peakRSS)
 	if !rep.OK() {
@@ -286,12 +281,7 @@ func TestFaults(t *testing.T) {
 			return c.Len() >= rows, fmt.Sprintf("%d of %d records", c.Len(), rows)
 		})
 		peak = max(peak, p.peakRSS())
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := p.wait(t, time.Minute); code != 0 {
-			t.Fatalf("exit code %d", code)
-		}
+		p.terminate(t, time.Minute)
 		rep := w.Check(delivered(drain(t, c, f)), nil)
 		report(t, rep, time.Since(start), peak)
 		if !rep.OK() || peak > 128<<20 {
@@ -303,12 +293,7 @@ func TestFaults(t *testing.T) {
 		env := testenv.Require(t)
 		r := newFaultRun(t, env, 16, 2*time.Millisecond)
 		r.progress(1000)
-		if err := r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := r.p.wait(t, time.Minute); code != 0 {
-			t.Fatalf("SIGTERM under load: exit code %d", code)
-		}
+		r.p.terminate(t, time.Minute)
 		r.restart()
 		if rep := r.finish(); rep.Duplicates != 0 {
 			t.Fatalf("a restart after SIGTERM repeated %d records", rep.Duplicates)

@@ -229,8 +229,11 @@ type session struct {
 	// on its records to measure commit-to-ack latency.
 	commitTime int64
 	received   checkpoint.LSN
-	// commits maps pending transactions to their commit LSN, for errors.
-	commits map[checkpoint.TxnID]checkpoint.LSN
+	// commits holds the commit LSN of transactions commitsBase,
+	// commitsBase+1, ... that may still be pending, for error messages.
+	// TxnIDs are sequential, so a slice trimmed from the front is enough.
+	commits     []checkpoint.LSN
+	commitsBase checkpoint.TxnID
 
 	inflightBytes int64
 	sentConfirmed checkpoint.LSN
@@ -289,7 +292,6 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		tr:            checkpoint.New(slot.ConfirmedFlushLSN),
 		sentConfirmed: slot.ConfirmedFlushLSN,
 		walEnd:        slot.ConfirmedFlushLSN,
-		commits:       map[checkpoint.TxnID]checkpoint.LSN{},
 	}
 	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
 	err = s.loop(ctx)
@@ -393,7 +395,7 @@ func (s *session) ack(a kafka.Ack) error {
 	id := checkpoint.TxnID(a.Ref)
 	if a.Err != nil {
 		s.r.obs.Failed(a.Topic, a.Err)
-		lsn := s.commits[id]
+		lsn := s.commitLSN(id)
 		lim := s.r.cfg.Relay
 		if kafka.IsPoison(a.Err) {
 			if lim.PoisonPolicy == "dead-letter" && a.Topic != lim.DeadLetterTopic {
@@ -462,16 +464,7 @@ func (s *session) handle(ctx context.Context, ev replication.Event) error {
 		s.cur = id
 		s.commit = ev.Begin.FinalLSN
 		s.commitTime = ev.Begin.CommitTime.UnixNano()
-		s.commits[id] = ev.Begin.FinalLSN
-		// Forget transactions that are confirmed: only pending ones can
-		// still produce an error ack.
-		if oldest := id - checkpoint.TxnID(s.tr.Pending()); oldest > 0 {
-			for k := range s.commits {
-				if k < oldest && len(s.commits) > 2*s.tr.Pending()+16 {
-					delete(s.commits, k)
-				}
-			}
-		}
+		s.rememberCommit(id, ev.Begin.FinalLSN)
 	case ev.Change != nil:
 		return s.change(ev.Change)
 	case ev.Commit != nil:
@@ -600,6 +593,29 @@ func (s *session) route(row *router.Row, what string) error {
 	s.r.obs.Routed(row.Table, s.rec.Topic)
 	s.prod.SendStamped(&s.rec, uint64(s.cur), s.commitTime)
 	return nil
+}
+
+// rememberCommit records transaction id's commit LSN and forgets those that
+// are no longer pending (amortised O(1) per transaction).
+func (s *session) rememberCommit(id checkpoint.TxnID, lsn checkpoint.LSN) {
+	if len(s.commits) == 0 {
+		s.commitsBase = id
+	}
+	s.commits = append(s.commits, lsn)
+	// The oldest transaction that can still be pending.
+	oldest := id + 1 - checkpoint.TxnID(s.tr.Pending())
+	if drop := int(oldest) - int(s.commitsBase); drop > 0 && drop <= len(s.commits) && drop > len(s.commits)/2 {
+		s.commits = append(s.commits[:0], s.commits[drop:]...)
+		s.commitsBase = oldest
+	}
+}
+
+// commitLSN is the commit LSN of a pending transaction (0 if unknown).
+func (s *session) commitLSN(id checkpoint.TxnID) checkpoint.LSN {
+	if id < s.commitsBase || int(id-s.commitsBase) >= len(s.commits) {
+		return 0
+	}
+	return s.commits[id-s.commitsBase]
 }
 
 // deadLetter produces a poison row or record to the dead-letter topic as a

@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go test-faults demo fuzz build vet fmt-check env-up env-down
+.PHONY: test test-go test-faults demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down
 test:
@@ -51,6 +51,21 @@ fuzz:
 		echo "== $$name ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 	done
+
+BENCHFLAGS ?=
+
+## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s,
+## resources, micro-benchmarks) into bench-results/; shorten with e.g. BENCHFLAGS='--events 50000 --duration 20s'
+bench:
+	bash scripts/bench.sh $(BENCHFLAGS)
+
+## bench-smoke: check the benchmark harness end to end in under a minute (the numbers mean nothing)
+bench-smoke:
+	bash scripts/bench.sh --smoke $(BENCHFLAGS)
+
+## bench-micro: only the Go micro-benchmarks of the hot paths
+bench-micro:
+	$(GO) test -run='^$$' -bench=. -benchmem ./checkpoint ./router ./replication ./pkg/kafka ./pkg/relay
 
 ## build: build the pgoutbox binary into bin/
 build:

@@ -1,0 +1,610 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+)
+
+// LatencyResult is one steady-state scenario: single-event transactions at
+// a fixed rate, and the time from each commit to a Kafka consumer receiving
+// the record.
+//
+// Latency of an event = the consumer's clock when the record reached the
+// consumer callback − clock_timestamp() evaluated inside the event's INSERT,
+// which is the only statement of its transaction (the commit follows at
+// once, at the Sync that ends the statement). Both clocks are this
+// machine's. It spans the commit, the WAL flush, decoding, pgoutbox,
+// Kafka's acks=all produce and the consumer's fetch.
+type LatencyResult struct {
+	TargetRate      int     `json:"target_rate"`
+	DurationSeconds float64 `json:"duration_s"` // how long the writers ran
+	Writers         int     `json:"writers"`
+	Topic           string  `json:"topic"`
+	Committed       int64   `json:"events_committed"`
+	AchievedRate    float64 `json:"achieved_rate"`
+	WriteErrors     int64   `json:"write_errors"`
+	// Received counts committed events that arrived (each once), Missing
+	// those that had not arrived DrainTimeout after the writers stopped.
+	Received   int64 `json:"events_received"`
+	Missing    int64 `json:"events_missing"`
+	Duplicates int64 `json:"duplicates"`
+
+	LatencyMs Percentiles `json:"latency_ms"`
+	// RouteLatencyMs splits the path: from the commit to pgoutbox routing
+	// the row (the Kafka record's timestamp, which pgoutbox sets to the
+	// routing time; millisecond precision). LatencyMs minus this is
+	// produce, acknowledgement and the consumer's fetch.
+	RouteLatencyMs Percentiles `json:"route_latency_ms"`
+	// P50 of the events committed in the first and in the last quarter of
+	// the run, and the growth of the lag over the run (the least-squares
+	// slope of latency against commit time, times the duration).
+	FirstQuarterP50Ms float64 `json:"first_quarter_p50_ms"`
+	LastQuarterP50Ms  float64 `json:"last_quarter_p50_ms"`
+	LagGrowthMs       float64 `json:"lag_growth_ms"`
+	// DrainSeconds is from the writers' stop to the last event's arrival.
+	DrainSeconds float64 `json:"drain_s"`
+	KeptUp       bool    `json:"kept_up"`
+	KeptUpReason string  `json:"kept_up_reason"`
+
+	// Pgoutbox's resources over the scenario (start, warm-up, writing,
+	// draining), read from /proc before it was stopped.
+	Pgoutbox          ProcStats `json:"pgoutbox"`
+	CPUSecondsPer100k float64   `json:"pgoutbox_cpu_s_per_100k_events"`
+	// While the writers ran: the CPU time of the walsender decoding for
+	// pgoutbox and of this harness (writers and consumer), and the share
+	// of the machine's CPU time that was busy (all processes, 0-1).
+	WalsenderCPUSeconds float64 `json:"walsender_cpu_s"`
+	HarnessCPUSeconds   float64 `json:"harness_cpu_s"`
+	MachineCPUBusy      float64 `json:"machine_cpu_busy"`
+
+	// Timeline has one entry per second of commit time.
+	Timeline []SecondStats `json:"timeline"`
+
+	Error string `json:"error,omitempty"`
+}
+
+// Percentiles of latency in milliseconds (nearest rank).
+type Percentiles struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99_9"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// SecondStats describes the events committed in one second of a run.
+type SecondStats struct {
+	Second     int     `json:"second"`
+	Events     int     `json:"events"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	RouteP50Ms float64 `json:"route_p50_ms"`
+}
+
+// keptUpMaxGrowthMs is the growth of the lag over a run (LagGrowthMs)
+// beyond which the relay counts as falling behind.
+const keptUpMaxGrowthMs = 250
+
+// latencyInsert writes one event whose payload carries its sequence number
+// and the commit time (microseconds since the epoch).
+const latencyInsert = `INSERT INTO ` + outboxTable + ` (id, aggregatetype, aggregateid, type, payload)
+VALUES (gen_random_uuid(), $1, $2, 'Created', jsonb_build_object('seq', $3::bigint,
+	'ts', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'pad', $4::text))`
+
+// receiver collects what the consumer receives.
+type receiver struct {
+	mu        sync.Mutex
+	commitUS  []int64 // by seq: commit time from the payload, µs
+	recvUS    []int64 // by seq: receive time, µs; 0 = not received
+	routeUS   []int64 // by seq: the record's timestamp (pgoutbox's routing time), µs
+	received  int64
+	dups      int64
+	warm      int64 // warm-up events (negative seq)
+	unknown   int64
+	lastRecv  time.Time
+	decodeErr error
+}
+
+func (rc *receiver) add(value []byte, routed, now time.Time) {
+	var ev struct {
+		Seq int64 `json:"seq"`
+		TS  int64 `json:"ts"`
+	}
+	err := json.Unmarshal(value, &ev)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if err != nil {
+		if rc.decodeErr == nil {
+			rc.decodeErr = fmt.Errorf("record value %q: %w", value, err)
+		}
+		return
+	}
+	switch {
+	case ev.Seq < 0:
+		rc.warm++
+	case ev.Seq >= int64(len(rc.recvUS)):
+		rc.unknown++
+	case rc.recvUS[ev.Seq] != 0:
+		rc.dups++
+	default:
+		rc.recvUS[ev.Seq] = now.UnixMicro()
+		rc.commitUS[ev.Seq] = ev.TS
+		rc.routeUS[ev.Seq] = routed.UnixMicro()
+		rc.received++
+		rc.lastRecv = now
+	}
+}
+
+func (rc *receiver) counts() (received, warm int64) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.received, rc.warm
+}
+
+func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) {
+	o := h.o
+	res := LatencyResult{TargetRate: rate, Writers: o.LatencyWriters}
+	tag := fmt.Sprintf("lat%d", rate)
+	aggType := h.name(tag)
+	res.Topic = "outbox.event." + aggType
+	slot := h.name(tag)
+	h.logf("latency at %d events/s for %s with %d writers", rate, o.Duration, o.LatencyWriters)
+	if err := h.createTopic(res.Topic); err != nil {
+		return res, err
+	}
+	defer h.dropSlot(context.WithoutCancel(ctx), slot)
+
+	// pgoutbox creates its slot, at the current end of WAL.
+	p, err := startRelay(o.Pgoutbox, h.relayEnv(slot), filepath.Join(h.logDir, "pgoutbox-"+tag+".log"))
+	if err != nil {
+		return res, err
+	}
+	defer p.stop(time.Minute) // on the error paths
+	if err := h.waitSlotActive(ctx, p, slot); err != nil {
+		return res, err
+	}
+
+	maxEvents := int(math.Ceil(float64(rate)*o.Duration.Seconds())) + 1
+	rc := &receiver{commitUS: make([]int64, maxEvents), recvUS: make([]int64, maxEvents), routeUS: make([]int64, maxEvents)}
+	cctx, stopConsumer := context.WithCancel(ctx)
+	consumerDone := make(chan error, 1)
+	go func() {
+		consumerDone <- kafka.Tail(cctx, h.kcfg, []string{res.Topic}, func(r kafka.Record) bool {
+			rc.add(r.Value, r.Timestamp, time.Now())
+			return true
+		})
+	}()
+	defer func() {
+		stopConsumer()
+		<-consumerDone
+	}()
+
+	// Warm-up: a few events through the whole path (relation message,
+	// producer metadata, consumer fetch) before the clock starts.
+	pad := strings.Repeat("x", o.PayloadBytes)
+	if err := h.warmUp(ctx, p, rc, aggType, pad, consumerDone); err != nil {
+		return res, err
+	}
+
+	// The writers.
+	committed := make([]bool, maxEvents)
+	ws := startWalsenderSampler(h.dsn, slot)
+	defer ws.stop()
+	wsStart := ws.wait(time.Second)
+	selfStart, _ := readCPUSeconds(os.Getpid())
+	busyStart := readMachineCPU()
+	start := time.Now()
+	wres, err := writeAtRate(ctx, h.dsn, rate, o.Duration, o.LatencyWriters, aggType, pad, int64(maxEvents), committed)
+	writersEnd := time.Now()
+	res.MachineCPUBusy = busyStart.busySince()
+	if self, err := readCPUSeconds(os.Getpid()); err == nil {
+		res.HarnessCPUSeconds = self - selfStart
+	}
+	if cpu := ws.sample(); cpu > 0 {
+		res.WalsenderCPUSeconds = cpu - wsStart
+	}
+	res.DurationSeconds = writersEnd.Sub(start).Seconds()
+	res.Committed, res.WriteErrors = wres.committed, wres.errors
+	res.AchievedRate = float64(res.Committed) / res.DurationSeconds
+	if err != nil {
+		return res, fmt.Errorf("writers: %w", err)
+	}
+	h.logf("  wrote %d events in %.1f s: %.0f events/s (%d errors)", res.Committed, res.DurationSeconds, res.AchievedRate, res.WriteErrors)
+
+	// Drain: wait for every committed event.
+	deadline := writersEnd.Add(o.DrainTimeout)
+	for {
+		got, _ := rc.counts()
+		if got >= res.Committed || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		if err := p.exited(); err != nil {
+			return res, err
+		}
+		time.Sleep(pollInterval)
+	}
+	st, err := p.stats()
+	if err != nil {
+		return res, err
+	}
+	res.Pgoutbox = st
+	if err := p.stop(time.Minute); err != nil {
+		return res, err
+	}
+	stopConsumer()
+	if err := <-consumerDone; err != nil {
+		consumerDone <- nil
+		return res, fmt.Errorf("consumer: %w", err)
+	}
+	consumerDone <- nil // for the deferred cleanup
+
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.decodeErr != nil {
+		return res, rc.decodeErr
+	}
+	res.Duplicates = rc.dups
+	res.summarize(latencyData{committed: committed, commitUS: rc.commitUS, recvUS: rc.recvUS, routeUS: rc.routeUS,
+		start: start, writersEnd: writersEnd, lastRecv: rc.lastRecv, keepUpBound: o.KeepUpBound, drainTimeout: o.DrainTimeout})
+	if res.Committed > 0 {
+		res.CPUSecondsPer100k = st.CPUSeconds / float64(res.Committed) * 100_000
+	}
+	h.logf("  latency ms: p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f (commit to routed: p50 %.1f p99 %.1f); kept up: %v (%s)",
+		res.LatencyMs.P50, res.LatencyMs.P90, res.LatencyMs.P99, res.LatencyMs.P999, res.LatencyMs.Max, res.RouteLatencyMs.P50, res.RouteLatencyMs.P99,
+		res.KeptUp, res.KeptUpReason)
+	h.logf("  pgoutbox CPU %.2f s, peak RSS %d MB; while writing: walsender CPU %.2f s, harness CPU %.2f s, machine CPU %.0f%% busy",
+		st.CPUSeconds, st.PeakRSSBytes>>20, res.WalsenderCPUSeconds, res.HarnessCPUSeconds, res.MachineCPUBusy*100)
+	if res.Received == 0 {
+		return res, errors.New("no event arrived")
+	}
+	return res, nil
+}
+
+// waitSlotActive waits until pgoutbox streams from slot.
+func (h *harness) waitSlotActive(ctx context.Context, p *relayProc, slot string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var active bool
+		err := h.admin.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("read slot %s: %w", slot, err)
+		}
+		if active {
+			return nil
+		}
+		if err := p.exited(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("pgoutbox did not start streaming from slot %s within a minute; last log lines:\n%s", slot, p.logTail(15))
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// warmUp writes h.o.Warmup events with negative sequence numbers and waits
+// until the consumer has received them all.
+func (h *harness) warmUp(ctx context.Context, p *relayProc, rc *receiver, aggType, pad string, consumerDone chan error) error {
+	for i := range h.o.Warmup {
+		if _, err := h.admin.Exec(ctx, latencyInsert, aggType, "warm", -1-i, pad); err != nil {
+			return fmt.Errorf("warm-up insert: %w", err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, warm := rc.counts(); warm >= int64(h.o.Warmup) {
+			return nil
+		}
+		if err := p.exited(); err != nil {
+			return err
+		}
+		select {
+		case err := <-consumerDone:
+			consumerDone <- err
+			return fmt.Errorf("consumer stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_, warm := rc.counts()
+			return fmt.Errorf("warm-up: %d of %d events arrived within a minute", warm, h.o.Warmup)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+type writeResult struct {
+	committed, errors int64
+}
+
+// maxPipeline caps the events one writer sends in one round trip.
+const maxPipeline = 64
+
+// writeAtRate commits single-event transactions at rate for dur with
+// workers connections. Event k is due at start + k/rate; a worker claims
+// every event already due (up to maxPipeline) and sends them pipelined,
+// each INSERT followed by its own Sync, so each is its own transaction.
+// Writers that fall behind catch up in bigger pipelines; nothing is claimed
+// after dur. committed[k] is set for each event whose commit succeeded.
+func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, workers int, aggType, pad string, maxEvents int64, committed []bool) (writeResult, error) {
+	var (
+		next      atomic.Int64
+		nCommit   atomic.Int64
+		nErr      atomic.Int64
+		wg        sync.WaitGroup
+		errs      = make([]error, workers)
+		conns     = make([]*pgx.Conn, workers)
+		perEvent  = float64(time.Second) / float64(rate)
+		padBytes  = []byte(pad)
+		aggBytes  = []byte(aggType)
+		firstErrs sync.Once
+		firstErr  error
+	)
+	// Connect and prepare before the clock starts.
+	for w := range workers {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return writeResult{}, err
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.PgConn().Prepare(ctx, "bench_insert", latencyInsert, nil); err != nil {
+			return writeResult{}, fmt.Errorf("prepare: %w", err)
+		}
+		conns[w] = conn
+	}
+	start := time.Now()
+	end := start.Add(dur)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pc := conns[w].PgConn()
+			for ctx.Err() == nil {
+				k := next.Load()
+				if k >= maxEvents {
+					return
+				}
+				now := time.Now()
+				if !now.Before(end) {
+					return
+				}
+				due := start.Add(time.Duration(float64(k) * perEvent))
+				if due.After(now) {
+					time.Sleep(min(due.Sub(now), end.Sub(now))) // pacing
+					continue
+				}
+				upto := int64(float64(now.Sub(start))/perEvent) + 1 // events due by now
+				n := min(upto, maxEvents) - k
+				n = max(1, min(n, maxPipeline))
+				if !next.CompareAndSwap(k, k+n) {
+					continue
+				}
+				ok, failed, err := sendPipeline(ctx, pc, aggBytes, padBytes, k, n, committed)
+				nCommit.Add(ok)
+				nErr.Add(failed)
+				if failed > 0 {
+					firstErrs.Do(func() { firstErr = err })
+				}
+				if err != nil && failed == 0 {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res := writeResult{committed: nCommit.Load(), errors: nErr.Load()}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if res.errors > 0 && res.committed == 0 {
+		return res, fmt.Errorf("every insert failed: %w", firstErr)
+	}
+	return res, nil
+}
+
+// sendPipeline sends events k..k+n-1 as n single-statement transactions in
+// one round trip. It returns how many committed and how many failed with a
+// server error (the error is the first such); a non-nil error with failed
+// == 0 is a broken connection.
+func sendPipeline(ctx context.Context, pc *pgconn.PgConn, agg, pad []byte, k, n int64, committed []bool) (ok, failed int64, err error) {
+	pl := pc.StartPipeline(ctx)
+	for i := range n {
+		seq := k + i
+		params := [][]byte{agg, []byte("agg-" + strconv.FormatInt(seq%1000, 10)), []byte(strconv.FormatInt(seq, 10)), pad}
+		pl.SendQueryPrepared("bench_insert", params, nil, nil)
+		pl.SendPipelineSync()
+	}
+	if err := pl.Flush(); err != nil {
+		_ = pl.Close()
+		return 0, 0, err
+	}
+	var firstErr error
+	for i := range n {
+		good := true
+		res, err := pl.GetResults()
+		if err == nil {
+			if rr, isRR := res.(*pgconn.ResultReader); isRR {
+				_, err = rr.Close()
+			} else {
+				err = fmt.Errorf("unexpected pipeline result %T", res)
+			}
+		}
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) {
+				_ = pl.Close()
+				return ok, 0, err
+			}
+			good = false
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+		res, err = pl.GetResults() // the Sync: the commit's outcome
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) {
+				_ = pl.Close()
+				return ok, 0, err
+			}
+			good = false
+			if firstErr == nil {
+				firstErr = err
+			}
+		} else if _, isSync := res.(*pgconn.PipelineSync); !isSync {
+			_ = pl.Close()
+			return ok, 0, fmt.Errorf("unexpected pipeline result %T, want the Sync", res)
+		}
+		if good {
+			committed[k+i] = true
+			ok++
+		} else {
+			failed++
+		}
+	}
+	if err := pl.Close(); err != nil && failed == 0 {
+		return ok, 0, err
+	}
+	return ok, failed, firstErr
+}
+
+// latencyData is what summarize works from.
+type latencyData struct {
+	committed                 []bool
+	commitUS, recvUS, routeUS []int64 // by seq, µs
+	start, writersEnd         time.Time
+	lastRecv                  time.Time
+	keepUpBound, drainTimeout time.Duration
+}
+
+// summarize computes the latency statistics of the committed events.
+func (r *LatencyResult) summarize(d latencyData) {
+	type sample struct {
+		commit, lat, route int64 // µs
+		routed             bool  // route is known
+	}
+	var samples []sample
+	for k, c := range d.committed {
+		if !c {
+			continue
+		}
+		if d.recvUS[k] == 0 {
+			r.Missing++
+			continue
+		}
+		x := sample{commit: d.commitUS[k], lat: d.recvUS[k] - d.commitUS[k]}
+		if d.routeUS != nil && d.routeUS[k] > 0 {
+			// The record timestamp has millisecond precision: routed in the
+			// millisecond of the commit can come out a little negative.
+			x.route, x.routed = max(0, d.routeUS[k]-d.commitUS[k]), true
+		}
+		samples = append(samples, x)
+	}
+	r.Received = int64(len(samples))
+	if len(samples) == 0 {
+		r.KeptUpReason = "no event arrived"
+		return
+	}
+	ms := func(s []sample, route bool) []float64 {
+		out := make([]float64, 0, len(s))
+		for _, x := range s {
+			switch {
+			case !route:
+				out = append(out, float64(x.lat)/1000)
+			case x.routed:
+				out = append(out, float64(x.route)/1000)
+			}
+		}
+		return out
+	}
+	r.LatencyMs = percentiles(ms(samples, false))
+	r.RouteLatencyMs = percentiles(ms(samples, true))
+	if dr := d.lastRecv.Sub(d.writersEnd).Seconds(); dr > 0 {
+		r.DrainSeconds = dr
+	}
+
+	// Lag growth: the first and last quarter by commit time, and the
+	// least-squares slope of latency against commit time.
+	slices.SortFunc(samples, func(a, b sample) int { return cmp.Compare(a.commit, b.commit) })
+	q := max(1, len(samples)/4)
+	r.FirstQuarterP50Ms = percentiles(ms(samples[:q], false)).P50
+	r.LastQuarterP50Ms = percentiles(ms(samples[len(samples)-q:], false)).P50
+	var sx, sy, sxx, sxy float64
+	t0 := samples[0].commit
+	for _, x := range samples {
+		tx, ly := float64(x.commit-t0)/1e6, float64(x.lat)/1000 // s, ms
+		sx, sy, sxx, sxy = sx+tx, sy+ly, sxx+tx*tx, sxy+tx*ly
+	}
+	n := float64(len(samples))
+	span := float64(samples[len(samples)-1].commit-t0) / 1e6
+	if den := n*sxx - sx*sx; den > 0 && span > 0 {
+		r.LagGrowthMs = (n*sxy - sx*sy) / den * span
+	}
+
+	// Per second of commit time.
+	startUS := d.start.UnixMicro()
+	from := 0
+	for i := 1; i <= len(samples); i++ {
+		sec := func(j int) int64 { return max(0, samples[j].commit-startUS) / 1_000_000 }
+		if i < len(samples) && sec(i) == sec(from) {
+			continue
+		}
+		part := samples[from:i]
+		p := percentiles(ms(part, false))
+		r.Timeline = append(r.Timeline, SecondStats{Second: int(sec(from)), Events: len(part), P50Ms: p.P50, P99Ms: p.P99, MaxMs: p.Max,
+			RouteP50Ms: percentiles(ms(part, true)).P50})
+		from = i
+	}
+
+	switch {
+	case r.Missing > 0:
+		r.KeptUpReason = fmt.Sprintf("%d events had not arrived %s after the writers stopped", r.Missing, d.drainTimeout)
+	case r.DrainSeconds > d.keepUpBound.Seconds():
+		r.KeptUpReason = fmt.Sprintf("the last event arrived %.2f s after the writers stopped (bound %s)", r.DrainSeconds, d.keepUpBound)
+	case r.LagGrowthMs > keptUpMaxGrowthMs:
+		r.KeptUpReason = fmt.Sprintf("lag grew by %.0f ms over the run (p50 %.1f ms in the first quarter, %.1f ms in the last)", r.LagGrowthMs, r.FirstQuarterP50Ms, r.LastQuarterP50Ms)
+	default:
+		r.KeptUp = true
+		r.KeptUpReason = fmt.Sprintf("all arrived within %.2f s of the writers' stop; lag growth %.0f ms (p50 %.1f ms in the first quarter, %.1f ms in the last)",
+			r.DrainSeconds, r.LagGrowthMs, r.FirstQuarterP50Ms, r.LastQuarterP50Ms)
+	}
+}
+
+// percentiles of values (nearest rank); values are sorted in place.
+func percentiles(values []float64) Percentiles {
+	if len(values) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(values)
+	rank := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(values)))) - 1
+		return values[min(max(i, 0), len(values)-1)]
+	}
+	var sum float64
+	for _, v := range values {
+		sum += v
+	}
+	return Percentiles{P50: rank(0.50), P90: rank(0.90), P99: rank(0.99), P999: rank(0.999), Max: values[len(values)-1], Mean: sum / float64(len(values))}
+}

@@ -1,0 +1,335 @@
+// Command pgoutbox-bench measures pgoutbox against a running PostgreSQL and
+// Kafka (normally the environment of scripts/testenv.sh, which
+// scripts/bench.sh brings up and tears down around it):
+//
+//  1. catch-up throughput: N events pre-inserted as 1-event and as
+//     100-event transactions, read once by pg_recvlogical (the reference:
+//     how fast the server decodes and sends) and once by pgoutbox until Kafka
+//     has acknowledged every record, from two slots created at the same LSN;
+//  2. steady-state latency at fixed write rates, from the commit to a Kafka
+//     consumer receiving the record;
+//  3. peak RSS and CPU time of the pgoutbox process in each scenario;
+//  4. the Go micro-benchmarks of the hot paths.
+//
+// It writes bench-results/results.json, summary.md and latency.png. Run
+// `pgoutbox-bench -h` for the flags; `--smoke` is a quick check of the
+// harness itself whose numbers mean nothing.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox-bench: %v\n", err)
+		return exitUsage
+	}
+	opts.Log = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := Run(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox-bench: %v\n", err)
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "results: %s, %s, %s\n", res.Files.JSON, res.Files.Summary, res.Files.Plot)
+	return exitOK
+}
+
+// parseFlags turns the command line into Options: smoke defaults first when
+// --smoke is given, then every flag given explicitly.
+func parseFlags(args []string, stderr io.Writer) (Options, error) {
+	fs := flag.NewFlagSet("pgoutbox-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		smoke          = fs.Bool("smoke", false, "quick check of the harness: 2,000 events, 200 events/s for 3 s, short micro-benchmarks")
+		pgDSN          = fs.String("pg-dsn", os.Getenv("PGOUTBOX_TEST_PG_DSN"), "superuser DSN of the PostgreSQL server (default $PGOUTBOX_TEST_PG_DSN)")
+		pgBin          = fs.String("pg-bin", os.Getenv("PGOUTBOX_TEST_PG_BIN"), "directory holding pg_recvlogical (default $PGOUTBOX_TEST_PG_BIN)")
+		brokers        = fs.String("kafka", os.Getenv("PGOUTBOX_TEST_KAFKA"), "comma-separated Kafka brokers (default $PGOUTBOX_TEST_KAFKA)")
+		database       = fs.String("database", "pgoutbox_bench", "database to (re)create and work in; empty: work in the DSN's database")
+		binary         = fs.String("pgoutbox", "bin/pgoutbox", "the pgoutbox binary to measure")
+		out            = fs.String("out", "bench-results", "output directory")
+		root           = fs.String("repo", ".", "repository root (for the micro-benchmarks and scripts/kafka/pom.xml)")
+		events         = fs.Int("events", 0, "catch-up: events per shape (default 200000; smoke 2000)")
+		shapes         = fs.String("txn-sizes", "", "catch-up: comma-separated events per transaction (default 1,100)")
+		prepWriters    = fs.Int("prep-writers", 0, "catch-up: concurrent connections that pre-insert the events (default 4)")
+		payload        = fs.Int("payload-bytes", 0, "padding in each event's JSON payload (default 100)")
+		partitions     = fs.Int("partitions", 0, "partitions per topic (default 3)")
+		rates          = fs.String("rates", "", "latency: comma-separated write rates in events/s (default 1000,5000,20000; smoke 200)")
+		duration       = fs.Duration("duration", 0, "latency: how long each rate is written (default 60s; smoke 3s)")
+		latWriters     = fs.Int("writers", 0, "latency: writer connections, each sending single-event transactions (default 8; smoke 2)")
+		drain          = fs.Duration("drain-timeout", 0, "latency: how long to wait for the last events after the writers stop (default 30s)")
+		keepUp         = fs.Duration("keepup-bound", 0, "latency: the relay kept up only if every event arrived within this of the writers' stop (default 2s)")
+		catchupTimeout = fs.Duration("catchup-timeout", 0, "catch-up: limit for one reader to read every event (default 15m; smoke 2m)")
+		scenarios      = fs.String("scenarios", "", "comma-separated subset of catchup,latency,micro (default all)")
+		benchtime      = fs.String("benchtime", "", "go test -benchtime for the micro-benchmarks (default 1s; smoke 100x)")
+		microPkgs      = fs.String("micro-packages", "", "packages of the micro-benchmarks (default ./checkpoint ./router ./replication ./pkg/kafka ./pkg/relay, comma-separated)")
+		keepDB         = fs.Bool("keep-database", false, "keep the database, slots are dropped anyway")
+		pgoutboxEnv    multiFlag
+	)
+	fs.Var(&pgoutboxEnv, "pgoutbox-env", "extra KEY=VALUE setting for pgoutbox, e.g. PGOUTBOX_KAFKA_FLUSH_FREQUENCY=5ms (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: pgoutbox-bench [flags]\n\nMeasures pgoutbox's catch-up throughput (against pg_recvlogical), steady-state latency\nand resources against a running PostgreSQL and Kafka; see scripts/bench.sh.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	o := DefaultOptions()
+	if *smoke {
+		o = SmokeOptions()
+	}
+	o.PGDSN, o.PGBin, o.Database, o.Pgoutbox, o.Out, o.RepoRoot = *pgDSN, *pgBin, *database, *binary, *out, *root
+	o.Brokers = splitList(*brokers)
+	o.KeepDatabase = *keepDB
+	o.PgoutboxEnv = pgoutboxEnv
+	setIf(&o.Events, *events)
+	setIf(&o.PrepWriters, *prepWriters)
+	setIf(&o.PayloadBytes, *payload)
+	setIf(&o.Partitions, *partitions)
+	setIf(&o.Duration, *duration)
+	setIf(&o.LatencyWriters, *latWriters)
+	setIf(&o.DrainTimeout, *drain)
+	setIf(&o.KeepUpBound, *keepUp)
+	setIf(&o.CatchupTimeout, *catchupTimeout)
+	setIf(&o.BenchTime, *benchtime)
+	var err error
+	if *shapes != "" {
+		if o.TxnSizes, err = parseInts(*shapes); err != nil {
+			return o, fmt.Errorf("--txn-sizes: %w", err)
+		}
+	}
+	if *rates != "" {
+		if o.Rates, err = parseInts(*rates); err != nil {
+			return o, fmt.Errorf("--rates: %w", err)
+		}
+	}
+	if *microPkgs != "" {
+		o.MicroPackages = splitList(*microPkgs)
+	}
+	if *scenarios != "" {
+		o.Scenarios = map[string]bool{}
+		for _, s := range splitList(*scenarios) {
+			switch s {
+			case ScenarioCatchup, ScenarioLatency, ScenarioMicro:
+				o.Scenarios[s] = true
+			default:
+				return o, fmt.Errorf("--scenarios: unknown scenario %q (want catchup, latency or micro)", s)
+			}
+		}
+	}
+	return o, o.Validate()
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string { return strings.Join(*m, " ") }
+
+func (m *multiFlag) Set(v string) error {
+	if !strings.Contains(v, "=") {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*m = append(*m, v)
+	return nil
+}
+
+func setIf[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		f = strings.ReplaceAll(f, "_", "")
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+// Options configure a benchmark run.
+type Options struct {
+	Smoke bool
+
+	PGDSN    string   // superuser DSN of the server
+	PGBin    string   // directory of pg_recvlogical
+	Brokers  []string // Kafka
+	Database string   // created afresh for the run; "" = the DSN's database
+	// KeepDatabase leaves the database in place at the end.
+	KeepDatabase bool
+	Pgoutbox     string // the binary
+	Out          string // output directory
+	RepoRoot     string
+	// PgoutboxEnv are extra KEY=VALUE settings for every pgoutbox process.
+	PgoutboxEnv []string
+
+	Scenarios map[string]bool // nil: all
+
+	Events         int   // catch-up events per shape
+	TxnSizes       []int // catch-up shapes: events per transaction
+	PrepWriters    int
+	PayloadBytes   int
+	Partitions     int
+	CatchupTimeout time.Duration
+
+	Rates          []int
+	Duration       time.Duration
+	LatencyWriters int
+	Warmup         int // events written and awaited before each rate's measurement
+	DrainTimeout   time.Duration
+	KeepUpBound    time.Duration
+
+	BenchTime     string
+	MicroPackages []string
+
+	Log io.Writer // progress; nil: discarded
+}
+
+// Scenario names for Options.Scenarios.
+const (
+	ScenarioCatchup = "catchup"
+	ScenarioLatency = "latency"
+	ScenarioMicro   = "micro"
+)
+
+// DefaultOptions are the full run's settings.
+func DefaultOptions() Options {
+	return Options{
+		Database:       "pgoutbox_bench",
+		Pgoutbox:       "bin/pgoutbox",
+		Out:            "bench-results",
+		RepoRoot:       ".",
+		Events:         200_000,
+		TxnSizes:       []int{1, 100},
+		PrepWriters:    4,
+		PayloadBytes:   100,
+		Partitions:     3,
+		CatchupTimeout: 15 * time.Minute,
+		Rates:          []int{1000, 5000, 20000},
+		Duration:       60 * time.Second,
+		LatencyWriters: 8,
+		Warmup:         50,
+		DrainTimeout:   30 * time.Second,
+		KeepUpBound:    2 * time.Second,
+		BenchTime:      "1s",
+		MicroPackages:  []string{"./checkpoint", "./router", "./replication", "./pkg/kafka", "./pkg/relay"},
+	}
+}
+
+// SmokeOptions are the settings of --smoke: every scenario, small and short.
+func SmokeOptions() Options {
+	o := DefaultOptions()
+	o.Smoke = true
+	o.Events = 2000
+	o.PrepWriters = 2
+	o.CatchupTimeout = 2 * time.Minute
+	o.Rates = []int{200}
+	o.Duration = 3 * time.Second
+	o.LatencyWriters = 2
+	o.Warmup = 10
+	o.DrainTimeout = 20 * time.Second
+	o.BenchTime = "100x"
+	return o
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.PGDSN == "" {
+		errs = append(errs, errors.New("no PostgreSQL DSN: give --pg-dsn or set PGOUTBOX_TEST_PG_DSN (source the env.sh of scripts/testenv.sh up)"))
+	}
+	if len(o.Brokers) == 0 {
+		errs = append(errs, errors.New("no Kafka brokers: give --kafka or set PGOUTBOX_TEST_KAFKA"))
+	}
+	if o.enabled(ScenarioCatchup) && o.PGBin == "" {
+		errs = append(errs, errors.New("no PostgreSQL bin directory for pg_recvlogical: give --pg-bin or set PGOUTBOX_TEST_PG_BIN"))
+	}
+	if o.Database != "" && !validIdent(o.Database) {
+		errs = append(errs, fmt.Errorf("--database %q: use lower-case letters, digits and _", o.Database))
+	}
+	if o.Events <= 0 || o.PrepWriters <= 0 || o.Partitions <= 0 || o.LatencyWriters <= 0 || o.Duration <= 0 {
+		errs = append(errs, errors.New("events, prep-writers, partitions, writers and duration must be positive"))
+	}
+	if o.PayloadBytes < 0 {
+		errs = append(errs, errors.New("payload-bytes must not be negative"))
+	}
+	for _, s := range o.TxnSizes {
+		if s <= 0 {
+			errs = append(errs, fmt.Errorf("transaction size %d", s))
+		}
+	}
+	for _, r := range o.Rates {
+		if r <= 0 {
+			errs = append(errs, fmt.Errorf("rate %d", r))
+		}
+	}
+	for _, kv := range o.PgoutboxEnv {
+		if !strings.HasPrefix(kv, "PGOUTBOX_") {
+			errs = append(errs, fmt.Errorf("--pgoutbox-env %q: pgoutbox settings start with PGOUTBOX_", kv))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) enabled(s string) bool { return o.Scenarios == nil || o.Scenarios[s] }
+
+func validIdent(s string) bool {
+	if s == "" || len(s) > 63 || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}

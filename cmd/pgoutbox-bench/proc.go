@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ProcStats are resources of one process, read from /proc.
+type ProcStats struct {
+	// PeakRSSBytes is VmHWM of /proc/<pid>/status: the peak resident set.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// CPUSeconds is utime+stime of /proc/<pid>/stat (user and system CPU
+	// time of every thread so far).
+	CPUSeconds float64 `json:"cpu_s"`
+}
+
+var (
+	clkTckOnce sync.Once
+	clkTck     = 100.0
+)
+
+// clockTicks returns the kernel's USER_HZ, the unit of /proc/<pid>/stat's
+// times (100 on every common Linux; asked of getconf when it is there).
+func clockTicks() float64 {
+	clkTckOnce.Do(func() {
+		out, err := exec.Command("getconf", "CLK_TCK").Output()
+		if err != nil {
+			return
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
+			clkTck = v
+		}
+	})
+	return clkTck
+}
+
+// readProcStats reads the peak RSS and the CPU time of pid.
+func readProcStats(pid int) (ProcStats, error) {
+	var s ProcStats
+	cpu, err := readCPUSeconds(pid)
+	if err != nil {
+		return s, err
+	}
+	s.CPUSeconds = cpu
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(v) // "123456 kB"
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					return s, fmt.Errorf("VmHWM %q: %w", v, err)
+				}
+				s.PeakRSSBytes = kb * 1024
+			}
+		}
+	}
+	return s, nil
+}
+
+// readCPUSeconds reads utime+stime of pid from /proc/<pid>/stat.
+func readCPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(data)
+}
+
+// parseStatCPU extracts utime+stime (fields 14 and 15) from the text of
+// /proc/<pid>/stat, whose second field (the command in parentheses) may
+// itself hold spaces and parentheses.
+func parseStatCPU(data []byte) (float64, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat: no ')'")
+	}
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("malformed /proc stat: %d fields after the command", len(f))
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("malformed /proc stat: %w", err)
+	}
+	return float64(utime+stime) / clockTicks(), nil
+}
+
+// relayProc is a running pgoutbox process, its log in a file.
+type relayProc struct {
+	cmd     *exec.Cmd
+	logPath string
+	start   time.Time
+	done    chan struct{}
+	waitErr error
+}
+
+func startRelay(bin string, env []string, logPath string) (*relayProc, error) {
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "run")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = lf, lf
+	p := &relayProc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *relayProc) pid() int { return p.cmd.Process.Pid }
+
+// exited reports whether the process has ended, with an error describing
+// how and the tail of its log.
+func (p *relayProc) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("pgoutbox exited early (%v); last log lines:\n%s", p.waitErr, p.logTail(15))
+	default:
+		return nil
+	}
+}
+
+// stats reads the process's resources; call it before stop.
+func (p *relayProc) stats() (ProcStats, error) {
+	if err := p.exited(); err != nil {
+		return ProcStats{}, err
+	}
+	return readProcStats(p.pid())
+}
+
+// stop sends SIGTERM and waits for a clean exit (pgoutbox drains and
+// confirms first); after timeout it kills the process.
+func (p *relayProc) stop(timeout time.Duration) error {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(timeout):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			return fmt.Errorf("pgoutbox did not exit within %s of SIGTERM; killed", timeout)
+		}
+	}
+	if p.cmd.ProcessState.ExitCode() != 0 {
+		return fmt.Errorf("pgoutbox exited with code %d after SIGTERM; last log lines:\n%s", p.cmd.ProcessState.ExitCode(), p.logTail(15))
+	}
+	return nil
+}
+
+func (p *relayProc) logTail(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// walsenderSampler follows the CPU time of the walsender that serves a
+// slot (the server process that decodes the WAL for the reader), sampling
+// /proc every 100 ms. After the walsender exits, the last sample stands, so
+// the figure can fall short by up to one interval.
+type walsenderSampler struct {
+	stopc chan struct{}
+	done  chan struct{}
+	once  sync.Once
+
+	mu  sync.Mutex
+	pid int32
+	cpu float64
+}
+
+func startWalsenderSampler(dsn, slot string) *walsenderSampler {
+	s := &walsenderSampler{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-s.stopc:
+				cancel()
+			case <-s.done:
+			}
+		}()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(100 * time.Millisecond) // sampling period
+		defer tick.Stop()
+		for {
+			s.mu.Lock()
+			pid := s.pid
+			s.mu.Unlock()
+			if pid == 0 {
+				var p *int32
+				if err := conn.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&p); err == nil && p != nil {
+					s.mu.Lock()
+					s.pid = *p
+					s.mu.Unlock()
+				}
+			}
+			s.sample()
+			select {
+			case <-s.stopc:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+// sample reads the walsender's CPU seconds now (or returns the last sample
+// once it is gone); 0 until the walsender was found.
+func (s *walsenderSampler) sample() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pid != 0 {
+		if cpu, err := readCPUSeconds(int(s.pid)); err == nil {
+			s.cpu = cpu
+		}
+	}
+	return s.cpu
+}
+
+// wait waits (bounded) until the walsender was found and returns its CPU
+// seconds so far.
+func (s *walsenderSampler) wait(timeout time.Duration) float64 {
+	deadline := time.Now().Add(timeout)
+	for {
+		s.mu.Lock()
+		found := s.pid != 0
+		s.mu.Unlock()
+		if found || time.Now().After(deadline) {
+			return s.sample()
+		}
+		time.Sleep(10 * time.Millisecond) // the sampler's first query is under way
+	}
+}
+
+// stop ends sampling and returns the walsender's CPU seconds (0 if it was
+// never seen). It may be called more than once.
+func (s *walsenderSampler) stop() float64 {
+	s.once.Do(func() { close(s.stopc) })
+	<-s.done
+	return s.sample()
+}
+
+// machineCPU is a reading of the aggregate line of /proc/stat, in ticks.
+type machineCPU struct{ busy, total uint64 }
+
+func readMachineCPU() machineCPU {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return machineCPU{}
+	}
+	var m machineCPU
+	for i, v := range f[1:] {
+		if i >= 8 { // guest times are already in user and nice
+			break
+		}
+		n, _ := strconv.ParseUint(v, 10, 64)
+		m.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			m.busy += n
+		}
+	}
+	return m
+}
+
+// busySince returns the share of CPU time that was busy since m (0-1).
+func (m machineCPU) busySince() float64 {
+	now := readMachineCPU()
+	if now.total <= m.total {
+		return 0
+	}
+	return float64(now.busy-m.busy) / float64(now.total-m.total)
+}

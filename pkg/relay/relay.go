@@ -139,7 +139,7 @@ func (e *FatalError) Unwrap() error { return e.Err }
 type ProduceError struct {
 	EventID string
 	Topic   string
-	LSN     checkpoint.LSN // commit end of the record's transaction, if known
+	LSN     checkpoint.LSN // commit LSN of the record's transaction, if known
 	Err     error
 }
 

@@ -4,13 +4,32 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/pkg/outbox"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
+
+// countingObserver counts what the relay reports, for failure messages.
+type countingObserver struct {
+	relay.NopObserver
+	routed, acked, dropped, progress atomic.Int64
+	last                             atomic.Pointer[relay.Progress]
+}
+
+func (o *countingObserver) Routed(string, string)  { o.routed.Add(1) }
+func (o *countingObserver) Dropped(string, string) { o.dropped.Add(1) }
+func (o *countingObserver) Acked(string, int, time.Duration, time.Duration) {
+	o.acked.Add(1)
+}
+func (o *countingObserver) Progress(p relay.Progress) {
+	o.progress.Add(1)
+	o.last.Store(&p)
+}
 
 // TestLibraryModesAreDeliveredThroughTheRelay writes events with pkg/outbox
 // in each mode (rows, rows deleted again in the same transaction, logical
@@ -18,8 +37,16 @@ import (
 func TestLibraryModesAreDeliveredThroughTheRelay(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 2)
-	runRelay(t, f.config())
+	obs := &countingObserver{}
+	runRelay(t, f.config(), relay.WithObserver(obs))
 	f.waitStreaming(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			confirmed, active := f.slotState(t)
+			t.Logf("relay saw: %d routed, %d acked, %d dropped, %d progress reports, last %+v; slot confirmed %s active %v",
+				obs.routed.Load(), obs.acked.Load(), obs.dropped.Load(), obs.progress.Load(), obs.last.Load(), confirmed, active)
+		}
+	})
 	c := env.NewConsumer(t, f.topics)
 	ctx := context.Background()
 	var committed []outboxtest.Event

@@ -110,13 +110,22 @@ func (f *fixture) slotState(t testing.TB) (confirmed checkpoint.LSN, active bool
 	return confirmed, active
 }
 
-// waitStreaming waits until a walsender holds the slot, so that what the
-// test writes next is after the slot's starting point.
+// waitStreaming waits until a walsender streams from the slot, so that what
+// the test writes next is after the slot's consistent point. A slot being
+// created is active too — held by the creating backend while it waits for
+// running transactions to end — so "active" alone is not enough: writes
+// made then can precede the slot and are rightly never decoded.
 func (f *fixture) waitStreaming(t testing.TB) {
 	t.Helper()
 	testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() (bool, string) {
-		_, active := f.slotState(t)
-		return active, "the relay has not started streaming from slot " + f.slot
+		var n int
+		err := f.checkDB.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots s
+			JOIN pg_stat_activity a ON a.pid = s.active_pid
+			WHERE s.slot_name = $1 AND a.backend_type = 'walsender'`, f.slot).Scan(&n)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n == 1, "no walsender streams from slot " + f.slot
 	})
 }
 

@@ -216,7 +216,23 @@ func newLogger(lc logConfig, stderr io.Writer) (*zap.Logger, error) {
 	return zap.New(core), nil
 }
 
+// lockedWriter serialises writes: the logger (used by the HTTP server and
+// slot poller goroutines) and the final one-line reason share stderr.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
+	if f, ok := stderr.(*os.File); !ok || f != os.Stderr {
+		stderr = &lockedWriter{w: stderr}
+	}
 	c := newFlags("run", stderr, "Usage: pgoutbox run [flags]\n\nStreams outbox inserts from the replication slot to Kafka. SIGINT or SIGTERM stops\nat a transaction boundary, waits for Kafka's acknowledgements, confirms and exits 0.\n")
 	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON with the outbox EventRouter (as POSTed to Kafka Connect); applied over the config file, under the environment and flags")
 	cfg, err := c.load(args, environ)

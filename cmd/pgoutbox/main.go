@@ -38,6 +38,9 @@ const (
 	exitStartup = 3
 )
 
+// defaultMemoryLimit is the soft heap limit used unless GOMEMLIMIT is set.
+const defaultMemoryLimit = 48 << 20
+
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
@@ -299,6 +302,12 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 			defer wg.Done()
 			m.PollSlot(auxCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, cfg.Metrics.SlotPollInterval, log.Named("slot"))
 		}()
+	}
+	// A soft memory limit makes the garbage collector work harder before
+	// the heap outgrows what the in-flight caps need, instead of letting it
+	// double; GOMEMLIMIT in the environment takes precedence.
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -164,7 +164,7 @@ func TestKafkaDownHoldsTheSlotAndRecovers(t *testing.T) {
 			break
 		}
 	}
-	// 20,000 records or 32 MB in flight by default, plus the process itself.
+	// 10,000 records or 16 MB in flight by default, plus the process itself.
 	if maxRSS > 128<<20 {
 		t.Fatalf("peak RSS %d MB while Kafka was down", maxRSS>>20)
 	}

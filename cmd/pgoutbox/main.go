@@ -28,6 +28,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // Exit codes.
@@ -377,5 +378,17 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "migrated %s (publication %s)\n", t, cfg.Postgres.Publication)
 	}
+	if *dry || !cfg.Postgres.CreateSlot {
+		return exitOK
+	}
+	// Create the slot now too: events are captured from the slot's creation
+	// on, so an application that writes between the migration and the
+	// relay's first start loses nothing.
+	slot, err := replication.Prepare(ctx, cfg.Postgres, zap.NewNop())
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: create slot %s: %v\n", cfg.Postgres.Slot, err)
+		return exitRuntime
+	}
+	fmt.Fprintf(stdout, "slot %s ready at %s: events committed from now on will be relayed\n", slot.Name, slot.ConfirmedFlushLSN)
 	return exitOK
 }

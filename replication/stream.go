@@ -409,6 +409,24 @@ func (s *Stream) SendStatus(ctx context.Context, confirmed LSN, replyRequested b
 	return nil
 }
 
+// EndStream ends the replication stream politely after a final status
+// update: it sends CopyDone and reads (discarding any WAL data still in
+// flight) until the server has finished the command. The server processes
+// messages in order, so once it answers, the status update before the
+// CopyDone has been applied to the slot. Closing the connection instead can
+// lose that last update: a walsender blocked writing to a client that
+// stopped reading exits on the broken connection without reading it.
+func (s *Stream) EndStream(timeout time.Duration) error {
+	if nc := s.conn.Conn(); nc != nil {
+		_ = nc.SetDeadline(time.Now().Add(timeout))
+		defer nc.SetDeadline(time.Time{}) //nolint:errcheck // the connection is closed next
+	}
+	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), s.conn); err != nil {
+		return fmt.Errorf("replication: end the stream on slot %q: %w", s.cfg.Slot, err)
+	}
+	return nil
+}
+
 // Close ends the session. Send the final status before calling it.
 func (s *Stream) Close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -689,6 +689,10 @@ func (s *session) finish(ctx context.Context, cause error) {
 		} else {
 			s.sentConfirmed = s.tr.Confirmed()
 			s.progress()
+			// Make sure the server applied it before the connection goes.
+			if err := s.st.EndStream(5 * time.Second); err != nil {
+				s.log.Warn("end of the replication stream", zap.Error(err))
+			}
 		}
 		cancel()
 	}

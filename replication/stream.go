@@ -99,16 +99,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (SlotState, error
 }
 
 func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {
-	pcfg, err := pgx.ParseConfig(cfg.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("replication: parse dsn: %w", redact(err))
-	}
-	pcfg.ConnectTimeout = cfg.ConnectTimeout
-	conn, err := pgx.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s: %w", hostPort(pcfg.Config), err)
-	}
-	return conn, nil
+	return ConnectSQL(ctx, cfg.DSN, "", cfg.ConnectTimeout)
 }
 
 func hostPort(c pgconn.Config) string {

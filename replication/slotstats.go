@@ -106,7 +106,7 @@ func ConnectSQL(ctx context.Context, dsn, applicationName string, timeout time.D
 	}
 	conn, err := pgx.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s: %w", hostPort(pcfg.Config), err)
+		return nil, newConnectError(&pcfg.Config, false, err)
 	}
 	return conn, nil
 }

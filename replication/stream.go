@@ -102,10 +102,6 @@ func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {
 	return ConnectSQL(ctx, cfg.DSN, "", cfg.ConnectTimeout)
 }
 
-func hostPort(c pgconn.Config) string {
-	return fmt.Sprintf("%s:%d/%s as %s", c.Host, c.Port, c.Database, c.User)
-}
-
 // redact drops a DSN parse error's text, which may quote the password.
 func redact(err error) error {
 	var pe *pgconn.ParseConfigError
@@ -138,6 +134,13 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 		}
 		sql += " WITH (publish = 'insert')"
 		if _, err := conn.Exec(ctx, sql); err != nil {
+			var pe *pgconn.PgError
+			switch {
+			case errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
+				return fmt.Errorf("replication: create publication %q: %w; create the outbox table (pgoutbox migrate) or correct postgres.table.include.list", cfg.Publication, err)
+			case errors.As(err, &pe) && pe.Code == "42501": // insufficient_privilege
+				return fmt.Errorf("replication: create publication %q: %w; create the publication as the tables' owner (pgoutbox migrate), or give this role CREATE on the database and ownership of the tables", cfg.Publication, err)
+			}
 			return fmt.Errorf("replication: create publication %q: %w", cfg.Publication, err)
 		}
 		log.Info("created publication", zap.String("publication", cfg.Publication), zap.Strings("tables", cfg.QualifiedTables()), zap.String("mode", cfg.PublicationAutocreate))
@@ -279,7 +282,7 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 	pcfg.RuntimeParams["application_name"] = "pgoutbox"
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s for replication: %w", hostPort(*pcfg), err)
+		return nil, newConnectError(pcfg, true, err)
 	}
 	args := []string{
 		"proto_version '1'",

@@ -100,7 +100,7 @@ func TestExitCodes(t *testing.T) {
 		{"missing dsn", []string{"run", "--brokers", "127.0.0.1:1"}, nil, exitConfig, "dsn is empty"},
 		{"bad slot name", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--slot", "Bad-Name"}, nil, exitConfig, "slot.name"},
 		{"bad log level", []string{"run", "--log-level", "loud"}, nil, exitConfig, "log.level"},
-		{"unreachable PostgreSQL", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db?connect_timeout=2", "--brokers", "127.0.0.1:1"}, nil, exitStartup, "127.0.0.1:1"},
+		{"unreachable PostgreSQL", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db?connect_timeout=2", "--brokers", "127.0.0.1:1"}, nil, exitStartup, "check that PostgreSQL runs and listens on 127.0.0.1:1"},
 		{"help", []string{"run", "--help"}, nil, exitOK, "PGOUTBOX_POSTGRES_DSN"},
 	}
 	for _, c := range cases {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -333,74 +332,19 @@ func (t pgTarget) String() string {
 // text is never shown: it may hold a password.
 var errBadDSN = errors.New("postgres.dsn is not a valid connection string (its text is not shown because it may hold a password)")
 
-// pgConnectError is a failed connection attempt. Its text names the target
-// as host:port/database as user, never the DSN.
-type pgConnectError struct {
-	Target pgTarget
-	Err    error
-}
-
-func (e *pgConnectError) Error() string {
-	return fmt.Sprintf("connect to PostgreSQL at %s: %s", e.Target, connectReason(e.Err))
-}
-
-// connectReason shortens pgconn's connection error to one line: without
-// its "failed to connect to `user=... database=...`:" prefix (the caller
-// names the target) and without repeats (pgconn tries TLS, then plain
-// text, and lists the same failure for both).
-func connectReason(err error) string {
-	s := err.Error()
-	if strings.HasPrefix(s, "failed to connect to `") {
-		if i := strings.Index(s, "`:"); i >= 0 {
-			s = s[i+2:]
-		}
-	}
-	var parts []string
-	for _, p := range strings.Split(s, "\n") {
-		if p = strings.TrimSpace(p); p != "" && !slices.Contains(parts, p) {
-			parts = append(parts, p)
-		}
-	}
-	return strings.Join(parts, "; ")
-}
-
-func (e *pgConnectError) Unwrap() error { return e.Err }
-
-// Refused tells whether the server answered and turned us away (bad
-// password, no pg_hba.conf entry, no such database or role) rather than
-// not answering at all.
-func (e *pgConnectError) Refused() bool {
-	switch sqlState(e.Err) {
-	case "28P01", "28000", "3D000":
-		return true
-	}
-	return false
-}
-
-// sqlState returns the SQLSTATE of a PostgreSQL error in err's chain, or "".
-func sqlState(err error) string {
-	var pe interface{ SQLState() string }
-	if errors.As(err, &pe) {
-		return pe.SQLState()
-	}
-	return ""
-}
-
-// connectPG opens an ordinary SQL connection with rc's DSN, bounded by
-// postgres.connect.timeout. Its errors are errBadDSN or a *pgConnectError;
+// connectPG opens an ordinary SQL connection with rc's DSN, bounded by the
+// DSN's connect_timeout or else postgres.connect.timeout. Its errors are
+// errBadDSN or a *replication.ConnectError (one line, with what to check);
 // neither contains the DSN's text.
 func connectPG(ctx context.Context, rc replication.Config) (*pgx.Conn, pgTarget, error) {
 	pcfg, err := pgx.ParseConfig(rc.DSN)
 	if err != nil {
 		return nil, pgTarget{}, errBadDSN
 	}
-	if pcfg.ConnectTimeout == 0 {
-		pcfg.ConnectTimeout = rc.ConnectTimeout
+	timeout := rc.ConnectTimeout
+	if pcfg.ConnectTimeout != 0 {
+		timeout = pcfg.ConnectTimeout
 	}
-	if pcfg.RuntimeParams == nil {
-		pcfg.RuntimeParams = map[string]string{}
-	}
-	pcfg.RuntimeParams["application_name"] = "pgoutbox-check"
 	target := pgTarget{
 		Address:  fmt.Sprintf("%s:%d", pcfg.Host, pcfg.Port),
 		Database: pcfg.Database,
@@ -409,9 +353,9 @@ func connectPG(ctx context.Context, rc replication.Config) (*pgx.Conn, pgTarget,
 	if strings.HasPrefix(pcfg.Host, "/") { // a unix socket directory
 		target.Address = fmt.Sprintf("%s/.s.PGSQL.%d", pcfg.Host, pcfg.Port)
 	}
-	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	conn, err := replication.ConnectSQL(ctx, rc.DSN, "pgoutbox-check", timeout)
 	if err != nil {
-		return nil, target, &pgConnectError{Target: target, Err: err}
+		return nil, target, err
 	}
 	return conn, target, nil
 }

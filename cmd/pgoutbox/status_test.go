@@ -165,7 +165,7 @@ func TestStatusUnreachableExits3WithOneLineAndNoPassword(t *testing.T) {
 		}
 		assertNoSecret(t, r)
 		if r.stdout != "" || strings.Count(r.stderr, "\n") != 1 ||
-			!strings.HasPrefix(r.stderr, "pgoutbox: connect to PostgreSQL at 127.0.0.1:1/appdb as app: 127.0.0.1:1 (127.0.0.1): dial error: ") ||
+			!strings.HasPrefix(r.stderr, "pgoutbox: replication: connect to PostgreSQL at 127.0.0.1:1/appdb as app: 127.0.0.1:1 (127.0.0.1): dial error: ") || !strings.Contains(r.stderr, "check that PostgreSQL runs and listens on 127.0.0.1:1") ||
 			strings.Count(r.stderr, "connection refused") != 1 {
 			t.Fatalf("want one line on stderr:\n%s", r)
 		}
@@ -200,7 +200,7 @@ func TestStatusConnectErrorNamesTargetWithoutPassword(t *testing.T) {
 	rc := replication.DefaultConfig()
 	rc.DSN = "postgres://app:" + testSecret + "@127.0.0.1:1/appdb?connect_timeout=5"
 	_, target, err := connectPG(t.Context(), rc)
-	var ce *pgConnectError
+	var ce *replication.ConnectError
 	if !errors.As(err, &ce) || ce.Refused() {
 		t.Fatalf("want an unreachable *pgConnectError, got %v", err)
 	}

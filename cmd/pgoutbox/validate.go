@@ -174,7 +174,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	conn, target, err := connectPG(ctx, rc)
 	if err != nil {
 		v.report(connectResult(err))
-		var ce *pgConnectError
+		var ce *replication.ConnectError
 		if errors.As(err, &ce) {
 			v.unreachable = true
 		}
@@ -202,16 +202,15 @@ func connectResult(err error) checkResult {
 	if errors.Is(err, errBadDSN) {
 		return fail("postgres", err.Error(), "correct postgres.dsn: a libpq key=value string or a postgres:// URL")
 	}
-	var ce *pgConnectError
-	if errors.As(err, &ce) && ce.Refused() {
-		fix := "check the user and password in postgres.dsn (or PGPASSWORD / ~/.pgpass) and that pg_hba.conf lets this user connect from this host"
-		if sqlState(err) == "3D000" {
-			fix = "create the database or correct the database name in postgres.dsn"
-		}
-		return fail("postgres", "refused: "+err.Error(), fix)
+	var ce *replication.ConnectError
+	if !errors.As(err, &ce) {
+		return fail("postgres", oneLine(err), "check postgres.dsn and the server's log")
 	}
-	return fail("postgres", "unreachable: "+err.Error(),
-		"check the host and port in postgres.dsn, that PostgreSQL runs and listens there (listen_addresses, port) and that no firewall is in the way")
+	what := "unreachable"
+	if ce.Refused() {
+		what = "refused"
+	}
+	return fail("postgres", fmt.Sprintf("%s: connect to PostgreSQL at %s: %s", what, ce.Target, ce.Reason()), ce.Hint())
 }
 
 // readPGFacts reads everything the PostgreSQL checks judge.

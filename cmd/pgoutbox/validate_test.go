@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -369,7 +370,7 @@ func TestValidateUnreachablePostgresExits3WithoutThePassword(t *testing.T) {
 		}
 		assertNoSecret(t, r)
 		wantLine(t, r, `^FAIL postgres: unreachable: connect to PostgreSQL at 127\.0\.0\.1:1/appdb as app: `)
-		wantLine(t, r, `^  fix: check the host and port in postgres.dsn`)
+		wantLine(t, r, `^  fix: check that PostgreSQL runs and listens on 127\.0\.0\.1:1 .* and the host and port in postgres.dsn`)
 	}
 }
 
@@ -497,7 +498,7 @@ func TestValidateRefusedConnectionExits3WithoutThePassword(t *testing.T) {
 	for _, c := range []struct {
 		dsn, reason, fix string
 	}{
-		{noRole, `role "nobody_\w+" does not exist`, `check the user and password in postgres.dsn`},
+		{noRole, `role "nobody_\w+" does not exist`, `check that the role exists and that pg_hba.conf has a line for it`},
 		{noDB, `database "nodb_\w+" does not exist`, `create the database or correct the database name in postgres.dsn`},
 	} {
 		environ := []string{"PGOUTBOX_POSTGRES_DSN=" + c.dsn, "PGOUTBOX_KAFKA_BROKERS=" + strings.Join(env.KafkaBrokers, ",")}
@@ -514,6 +515,73 @@ func TestValidateRefusedConnectionExits3WithoutThePassword(t *testing.T) {
 			t.Fatalf("status: want exit 3 and one line:\n%s", r)
 		}
 		assertNoSecret(t, r)
-		wantLine(t, r, `^pgoutbox: connect to PostgreSQL at 127\.0\.0\.1:\d+/\w+ as \w+: .*`+c.reason)
+		wantLine(t, r, `^pgoutbox: replication: connect to PostgreSQL at 127\.0\.0\.1:\d+/\w+ as \w+: .*`+c.reason)
+	}
+}
+
+// TestRunStartupErrorsSayWhatToCheck: `pgoutbox run` against the real
+// PostgreSQL with a role that does not exist, and against a Kafka address
+// nothing listens on, exits 3 with a last line that names the target and
+// says what to check, and never shows the password.
+func TestRunStartupErrorsSayWhatToCheck(t *testing.T) {
+	env := testenv.Require(t)
+	dsn := env.NewDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)"); err != nil {
+		t.Fatal(err)
+	}
+	noRole := *u
+	noRole.User = url.UserPassword("nobody_at_all", testSecret)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadBroker := free.Addr().String()
+	free.Close()
+	brokers := strings.Join(env.KafkaBrokers, ",")
+	cases := []struct {
+		name, dsn, brokers, tables string
+		want                       []string
+	}{
+		{"no such role", noRole.String(), brokers, "public.outbox",
+			[]string{"as nobody_at_all", `role "nobody_at_all" does not exist`, "pg_hba.conf"}},
+		{"no outbox table", dsn, brokers, "public.orders_outbox",
+			[]string{`relation "public.orders_outbox" does not exist`, "pgoutbox migrate"}},
+		{"Kafka refuses", dsn, deadBroker, "public.outbox",
+			[]string{"kafka: no broker reachable among " + deadBroker, "check that Kafka runs"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run([]string{"run", "--slot", strings.ToLower(testenv.UniqueName(t, "s"))},
+				[]string{"PGOUTBOX_POSTGRES_DSN=" + c.dsn, "PGOUTBOX_KAFKA_BROKERS=" + c.brokers,
+					"PGOUTBOX_POSTGRES_TABLE_INCLUDE_LIST=" + c.tables, "PGOUTBOX_METRICS_LISTEN="},
+				&out, &errOut)
+			all := out.String() + errOut.String()
+			if strings.Contains(all, testSecret) {
+				t.Fatalf("output shows the password:\n%s", all)
+			}
+			if code != exitStartup {
+				t.Fatalf("exit %d, want %d:\n%s", code, exitStartup, all)
+			}
+			lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "pgoutbox: start-up: ") {
+				t.Fatalf("last line %q is not the start-up reason", last)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(last, w) {
+					t.Errorf("last line %q lacks %q", last, w)
+				}
+			}
+		})
 	}
 }

@@ -1,9 +1,13 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
+	"syscall"
 	"sync/atomic"
 	"time"
 
@@ -130,7 +134,7 @@ func New(cfg Config, log *zap.Logger) (*Producer, error) {
 // with them) until one answers, so that an unreachable cluster fails New
 // within DialTimeout per broker rather than after sarama's retries.
 func probe(brokers []string, sc *sarama.Config) error {
-	var errs []string
+	var errs, hints []string
 	for _, addr := range brokers {
 		b := sarama.NewBroker(addr)
 		err := b.Open(sc)
@@ -147,9 +151,25 @@ func probe(brokers []string, sc *sarama.Config) error {
 			err = errors.New("not connected")
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
+		hints = append(hints, brokerHint(err))
 	}
-	return fmt.Errorf("kafka: no broker reachable among %s: %s",
-		strings.Join(brokers, ","), strings.Join(errs, "; "))
+	return fmt.Errorf("kafka: no broker reachable among %s: %s; %s",
+		strings.Join(brokers, ","), strings.Join(errs, "; "), strings.Join(slices.Compact(hints), "; "))
+}
+
+// brokerHint says what to check when a seed broker does not answer.
+func brokerHint(err error) string {
+	var dns *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.As(err, &dns):
+		return "check the host names in kafka.brokers and this machine's DNS (resolv.conf)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "check that Kafka runs and that kafka.brokers names one of its listeners (host:port as in listeners/advertised.listeners)"
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return "check that the brokers are reachable from here (network, firewall); raise kafka.dial.timeout if they are merely slow"
+	}
+	return "check kafka.brokers and the broker's log"
 }
 
 // Send hands rec to sarama; its outcome arrives on Acks with the given ref.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -464,6 +465,9 @@ func TestNewFailsNamingUnreachableBrokers(t *testing.T) {
 	if !strings.Contains(err.Error(), addr) {
 		t.Errorf("error %q does not name the broker %s", err, addr)
 	}
+	if !strings.Contains(err.Error(), "check that Kafka runs") {
+		t.Errorf("error %q does not say what to check for a refused connection", err)
+	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("New took %v to fail", d)
 	}
@@ -481,5 +485,24 @@ func TestPartitionsListsTopicPartitions(t *testing.T) {
 	}
 	if p.AckBuffer() != 1024 {
 		t.Errorf("AckBuffer = %d", p.AckBuffer())
+	}
+}
+
+// A broker name that does not resolve: the test may not ask a DNS server,
+// so the resolver's answer is built by hand; the hint is what is tested.
+func TestBrokerHintSaysWhatToCheck(t *testing.T) {
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("dial tcp: %w", &net.DNSError{Err: "no such host", Name: "kafka-1.example.test", IsNotFound: true}), "host names in kafka.brokers"},
+		{fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED), "check that Kafka runs"},
+		{fmt.Errorf("dial tcp: %w", context.DeadlineExceeded), "kafka.dial.timeout"},
+		{errors.New("something else"), "broker's log"},
+	}
+	for _, c := range cases {
+		if got := brokerHint(c.err); !strings.Contains(got, c.want) {
+			t.Errorf("brokerHint(%v) = %q, want it to mention %q", c.err, got, c.want)
+		}
 	}
 }

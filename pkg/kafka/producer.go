@@ -7,8 +7,8 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"

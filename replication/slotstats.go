@@ -38,6 +38,23 @@ type SlotStats struct {
 	CurrentLSN LSN
 }
 
+// LimitUsage is the share of what max_slot_wal_keep_size lets the slot
+// retain that it retains now: RetainedWALBytes over RetainedWALBytes plus
+// SafeWALSize (the server computes safe_wal_size as the limit's end minus
+// the current position, so the sum is the slot's allowance). limited is
+// false when the server sets no limit (or the slot is already lost). A
+// usage of 1 or more means the next checkpoint may invalidate the slot.
+func (s SlotStats) LimitUsage() (usage float64, limited bool) {
+	if s.SafeWALSize == nil {
+		return 0, false
+	}
+	allowance := s.RetainedWALBytes + *s.SafeWALSize
+	if allowance <= 0 {
+		return 1, true
+	}
+	return float64(s.RetainedWALBytes) / float64(allowance), true
+}
+
 // slotStatsSQL reads one slot with the server's current WAL position. On a
 // standby (which can hold logical slots from PostgreSQL 16 on)
 // pg_current_wal_lsn() fails, so the last received position stands in.

@@ -155,3 +155,24 @@ func TestReadSlotStatsReportsALostSlot(t *testing.T) {
 		t.Fatalf("lost slot: %+v, want no retained WAL and no safe_wal_size", st)
 	}
 }
+
+func TestLimitUsage(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	cases := []struct {
+		st      replication.SlotStats
+		usage   float64
+		limited bool
+	}{
+		{replication.SlotStats{RetainedWALBytes: 10 << 20}, 0, false},                          // no limit
+		{replication.SlotStats{RetainedWALBytes: 48 << 20, SafeWALSize: n(16 << 20)}, 0.75, true}, // 48 of 64 MB
+		{replication.SlotStats{RetainedWALBytes: 0, SafeWALSize: n(64 << 20)}, 0, true},
+		{replication.SlotStats{RetainedWALBytes: 80 << 20, SafeWALSize: n(-16 << 20)}, 1.25, true}, // past the limit
+		{replication.SlotStats{RetainedWALBytes: 0, SafeWALSize: n(0)}, 1, true},
+	}
+	for _, c := range cases {
+		u, l := c.st.LimitUsage()
+		if u != c.usage || l != c.limited {
+			t.Errorf("%+v: LimitUsage() = %v, %v; want %v, %v", c.st, u, l, c.usage, c.limited)
+		}
+	}
+}

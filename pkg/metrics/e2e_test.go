@@ -14,11 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // offsetClock is the real clock plus an offset the test can move forward,
@@ -350,23 +352,9 @@ func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
 			fmt.Sprintf("wal_status %v; /readyz %d %s", f["pgoutbox_slot_wal_status"], code, body)
 	})
 
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), env.PGDSN)
-		if err != nil {
-			t.Errorf("reset max_slot_wal_keep_size: %v", err)
-			return
-		}
-		defer c.Close(context.Background())
-		for _, sql := range []string{"ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()"} {
-			if _, err := c.Exec(context.Background(), sql); err != nil {
-				t.Errorf("%s: %v", sql, err)
-			}
-		}
-	})
-	for _, sql := range []string{"ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()", "CREATE TABLE filler (note text)"} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
+	setWALKeepSize(t, env, "1MB")
+	if _, err := conn.Exec(ctx, "CREATE TABLE filler (note text)"); err != nil {
+		t.Fatal(err)
 	}
 	var body string
 	testenv.Eventually(t, 60*time.Second, 10*time.Millisecond, func() (bool, string) {
@@ -391,4 +379,109 @@ func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
 		t.Fatalf("/readyz reason %q does not say the slot is lost", body)
 	}
 	t.Logf("lost slot: 503 %s", strings.TrimSpace(body))
+}
+
+// setWALKeepSize sets max_slot_wal_keep_size on the server for the rest of
+// the test (the caller holds the environment exclusively).
+func setWALKeepSize(t *testing.T, env *testenv.Env, size string) {
+	t.Helper()
+	exec := func(sqls ...string) error {
+		c, err := pgx.Connect(context.Background(), env.PGDSN)
+		if err != nil {
+			return err
+		}
+		defer c.Close(context.Background())
+		for _, sql := range sqls {
+			if _, err := c.Exec(context.Background(), sql); err != nil {
+				return fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		if err := exec("ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()"); err != nil {
+			t.Errorf("reset max_slot_wal_keep_size: %v", err)
+		}
+	})
+	if err := exec("ALTER SYSTEM SET max_slot_wal_keep_size = '"+size+"'", "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPollerWarnsNearMaxSlotWALKeepSize holds an unused slot while WAL
+// grows towards max_slot_wal_keep_size (64 MB): the poller must log its
+// warning once the slot retains 80% of the allowance, while the slot is
+// still intact. It changes a server setting, so it runs alone.
+func TestPollerWarnsNearMaxSlotWALKeepSize(t *testing.T) {
+	env := testenv.RequireExclusive(t)
+	dsn := env.NewDatabase(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	slot := strings.ToLower(testenv.UniqueName(t, "w"))
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		t.Fatal(err)
+	}
+	setWALKeepSize(t, env, "64MB")
+	if _, err := conn.Exec(ctx, "CREATE TABLE filler (note text)"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), metrics.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	pctx, cancel := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		m.PollSlot(pctx, dsn, slot, 50*time.Millisecond, zap.New(core))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-polled
+	})
+	const warning = "replication slot is approaching max_slot_wal_keep_size"
+	var written int
+	testenv.Eventually(t, 90*time.Second, 10*time.Millisecond, func() (bool, string) {
+		if n := logs.FilterMessageSnippet(warning).Len(); n > 0 {
+			return true, ""
+		}
+		// About 2 MB of WAL per round, no checkpoint: the slot's
+		// retained WAL grows towards the limit.
+		if _, err := conn.Exec(ctx, "INSERT INTO filler SELECT repeat(md5(g::text), 8) FROM generate_series(1, 6000) g"); err != nil {
+			return false, err.Error()
+		}
+		written++
+		st, err := replication.ReadSlotStats(ctx, conn, slot)
+		if err != nil {
+			return false, err.Error()
+		}
+		u, _ := st.LimitUsage()
+		return false, fmt.Sprintf("after %d rounds: retained %d bytes, usage %.2f, wal_status %s", written, st.RetainedWALBytes, u, st.WALStatus)
+	})
+	w := logs.FilterMessageSnippet(warning).All()[0]
+	fields := w.ContextMap()
+	t.Logf("warned after %d rounds: %v", written, fields)
+	if w.Level != zap.WarnLevel {
+		t.Errorf("logged at %v, want warn", w.Level)
+	}
+	retained, _ := fields["retained_wal_bytes"].(int64)
+	safe, _ := fields["safe_wal_size"].(int64)
+	if retained <= 0 || safe < 0 || float64(retained) < metrics.NearLimitWarn*float64(retained+safe) {
+		t.Errorf("warned at retained %d, safe %d: below %.0f%% of the allowance", retained, safe, 100*metrics.NearLimitWarn)
+	}
+	st, err := replication.ReadSlotStats(ctx, conn, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.WALStatus == "lost" {
+		t.Fatalf("the slot was lost before or at the warning: %+v", st)
+	}
+	if n := logs.FilterMessageSnippet(warning).Len(); n != 1 {
+		t.Errorf("warned %d times, want once", n)
+	}
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,14 @@ import (
 
 // pollTimeout bounds one poll: connecting (when needed) and the query.
 const pollTimeout = 10 * time.Second
+
+// The poller warns when the slot retains NearLimitWarn of what
+// max_slot_wal_keep_size allows it (SlotStats.LimitUsage), and says so
+// again only after the usage fell below nearLimitClear.
+const (
+	NearLimitWarn  = 0.8
+	nearLimitClear = 0.7
+)
 
 // PollSlot reads the slot's WAL usage (replication.ReadSlotStats) at once
 // and then every interval until ctx ends, and records it with ObserveSlot:
@@ -55,6 +64,7 @@ type poller struct {
 	conn       *pgx.Conn
 	lastErr    string
 	lastStatus string
+	nearLimit  bool
 }
 
 func (p *poller) poll(ctx context.Context) {
@@ -82,7 +92,26 @@ func (p *poller) poll(ctx context.Context) {
 	}
 	p.m.ObserveSlot(st)
 	p.status(st.WALStatus)
+	p.limit(st)
 	p.lastErr = ""
+}
+
+// limit warns once when the slot's retained WAL approaches
+// max_slot_wal_keep_size, before PostgreSQL marks it unreserved or lost:
+// the time left to fix a stalled relay.
+func (p *poller) limit(st replication.SlotStats) {
+	usage, limited := st.LimitUsage()
+	switch {
+	case limited && !p.nearLimit && usage >= NearLimitWarn:
+		p.nearLimit = true
+		p.log.Warn("replication slot is approaching max_slot_wal_keep_size: if the relay does not catch up, PostgreSQL will remove WAL the slot needs and events will be lost; check that the relay streams (pgoutbox status), or raise max_slot_wal_keep_size",
+			zap.Int64("retained_wal_bytes", st.RetainedWALBytes), zap.Int64("safe_wal_size", *st.SafeWALSize),
+			zap.String("usage", fmt.Sprintf("%.0f%%", 100*usage)), zap.String("wal_status", st.WALStatus))
+	case p.nearLimit && (!limited || usage < nearLimitClear):
+		p.nearLimit = false
+		p.log.Info("replication slot is back below max_slot_wal_keep_size's warning level",
+			zap.Int64("retained_wal_bytes", st.RetainedWALBytes))
+	}
 }
 
 // failed counts and logs an error, unless it is only ctx ending.

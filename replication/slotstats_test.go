@@ -3,7 +3,6 @@ package replication_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -109,48 +108,14 @@ func TestReadSlotStatsReportsALostSlot(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
 		t.Fatal(err)
 	}
-	reset := func() error {
-		c, err := pgx.Connect(context.Background(), env.PGDSN)
-		if err != nil {
-			return err
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "ALTER SYSTEM RESET max_slot_wal_keep_size"); err != nil {
-			return err
-		}
-		_, err = c.Exec(context.Background(), "SELECT pg_reload_conf()")
-		return err
+	env.LoseSlot(t, dsn, slot)
+	st, err := replication.ReadSlotStats(ctx, conn, slot)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := reset(); err != nil {
-			t.Errorf("reset max_slot_wal_keep_size: %v", err)
-		}
-	})
-	for _, sql := range []string{"ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()", "CREATE TABLE filler (note text)"} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
+	if st.WALStatus != "lost" {
+		t.Fatalf("slot stats %+v, want wal_status lost", st)
 	}
-	var st replication.SlotStats
-	testenv.Eventually(t, 60*time.Second, 10*time.Millisecond, func() (bool, string) {
-		// Each round fills and switches a WAL segment and checkpoints, which
-		// invalidates slots whose restart_lsn lies past the limit.
-		for _, sql := range []string{
-			"INSERT INTO filler SELECT repeat(md5(g::text), 8) FROM generate_series(1, 2000) g",
-			"SELECT pg_switch_wal()",
-			"CHECKPOINT",
-		} {
-			if _, err := conn.Exec(ctx, sql); err != nil {
-				return false, fmt.Sprintf("%s: %v", sql, err)
-			}
-		}
-		var err error
-		st, err = replication.ReadSlotStats(ctx, conn, slot)
-		if err != nil {
-			return false, err.Error()
-		}
-		return st.WALStatus == "lost", fmt.Sprintf("slot stats %+v", st)
-	})
 	if st.RetainedWALBytes != 0 || st.SafeWALSize != nil {
 		t.Fatalf("lost slot: %+v, want no retained WAL and no safe_wal_size", st)
 	}

@@ -352,23 +352,9 @@ func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
 			fmt.Sprintf("wal_status %v; /readyz %d %s", f["pgoutbox_slot_wal_status"], code, body)
 	})
 
-	setWALKeepSize(t, env, "1MB")
-	if _, err := conn.Exec(ctx, "CREATE TABLE filler (note text)"); err != nil {
-		t.Fatal(err)
-	}
+	env.LoseSlot(t, dsn, slot)
 	var body string
-	testenv.Eventually(t, 60*time.Second, 10*time.Millisecond, func() (bool, string) {
-		// Fill and switch a WAL segment and checkpoint: the checkpoint
-		// invalidates slots that retain more than the limit.
-		for _, sql := range []string{
-			"INSERT INTO filler SELECT repeat(md5(g::text), 8) FROM generate_series(1, 2000) g",
-			"SELECT pg_switch_wal()",
-			"CHECKPOINT",
-		} {
-			if _, err := conn.Exec(ctx, sql); err != nil {
-				return false, fmt.Sprintf("%s: %v", sql, err)
-			}
-		}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
 		f := scrape(t, srv.URL)
 		var code int
 		code, body = get(t, srv.URL+"/readyz")
@@ -379,33 +365,6 @@ func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
 		t.Fatalf("/readyz reason %q does not say the slot is lost", body)
 	}
 	t.Logf("lost slot: 503 %s", strings.TrimSpace(body))
-}
-
-// setWALKeepSize sets max_slot_wal_keep_size on the server for the rest of
-// the test (the caller holds the environment exclusively).
-func setWALKeepSize(t *testing.T, env *testenv.Env, size string) {
-	t.Helper()
-	exec := func(sqls ...string) error {
-		c, err := pgx.Connect(context.Background(), env.PGDSN)
-		if err != nil {
-			return err
-		}
-		defer c.Close(context.Background())
-		for _, sql := range sqls {
-			if _, err := c.Exec(context.Background(), sql); err != nil {
-				return fmt.Errorf("%s: %w", sql, err)
-			}
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		if err := exec("ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()"); err != nil {
-			t.Errorf("reset max_slot_wal_keep_size: %v", err)
-		}
-	})
-	if err := exec("ALTER SYSTEM SET max_slot_wal_keep_size = '"+size+"'", "SELECT pg_reload_conf()"); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestPollerWarnsNearMaxSlotWALKeepSize holds an unused slot while WAL
@@ -425,7 +384,7 @@ func TestPollerWarnsNearMaxSlotWALKeepSize(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
 		t.Fatal(err)
 	}
-	setWALKeepSize(t, env, "64MB")
+	env.SetServerSetting(t, "max_slot_wal_keep_size", "64MB")
 	if _, err := conn.Exec(ctx, "CREATE TABLE filler (note text)"); err != nil {
 		t.Fatal(err)
 	}

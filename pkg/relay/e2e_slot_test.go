@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,4 +125,56 @@ func TestSlotDroppedUnderTheRelayIsFatal(t *testing.T) {
 		t.Fatalf("want a fatal error naming slot %s, got %v", f.slot, err)
 	}
 	t.Logf("relay stopped with: %v", err)
+}
+
+// TestLostSlotAtStartUpIsFatal invalidates the relay's slot for real
+// (max_slot_wal_keep_size exceeded while nothing streams) and starts the
+// binary: it must exit non-zero at once with a last line naming the slot
+// and saying it is lost, and must neither stream from it nor recreate it.
+// It changes a server setting, so it runs alone.
+func TestLostSlotAtStartUpIsFatal(t *testing.T) {
+	env := testenv.RequireExclusive(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	if _, err := f.checkDB.Exec(ctx, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	env.LoseSlot(t, f.dsn, f.slot)
+
+	logPath := filepath.Join(t.TempDir(), "lost.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, pgoutboxBinary(t), []string{"run"}, f.environ(), lf, logPath)
+	code := p.wait(t, time.Minute)
+	out, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := lines[len(lines)-1]
+	t.Logf("exit %d: %s", code, last)
+	if code == 0 {
+		t.Fatalf("exit 0 with a lost slot")
+	}
+	for _, w := range []string{"pgoutbox: ", f.slot, "lost", "drop and recreate the slot deliberately"} {
+		if !strings.Contains(last, w) {
+			t.Errorf("last line %q lacks %q", last, w)
+		}
+	}
+	if strings.Contains(string(out), "replication started") {
+		t.Errorf("the relay streamed from a lost slot:\n%s", out)
+	}
+	var n int
+	var status string
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*), min(wal_status) FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&n, &status); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || status != "lost" {
+		t.Errorf("after the exit: %d slots named %s, wal_status %q; want the lost slot left as it was", n, f.slot, status)
+	}
 }

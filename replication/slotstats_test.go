@@ -128,7 +128,7 @@ func TestLimitUsage(t *testing.T) {
 		usage   float64
 		limited bool
 	}{
-		{replication.SlotStats{RetainedWALBytes: 10 << 20}, 0, false},                          // no limit
+		{replication.SlotStats{RetainedWALBytes: 10 << 20}, 0, false},                             // no limit
 		{replication.SlotStats{RetainedWALBytes: 48 << 20, SafeWALSize: n(16 << 20)}, 0.75, true}, // 48 of 64 MB
 		{replication.SlotStats{RetainedWALBytes: 0, SafeWALSize: n(64 << 20)}, 0, true},
 		{replication.SlotStats{RetainedWALBytes: 80 << 20, SafeWALSize: n(-16 << 20)}, 1.25, true}, // past the limit

@@ -42,14 +42,17 @@ test-faults:
 demo:
 	bash scripts/demo.sh
 
-## fuzz: run every fuzzer for FUZZTIME each (default 60s); the seed corpora run in make test too
+## fuzz: run every fuzzer for FUZZTIME each (default 60s; FUZZFLAGS=-parallel=1 to leave cores free);
+## the seed corpora run in make test too
 FUZZTIME ?= 60s
-FUZZERS := ./checkpoint:FuzzTrackerMatchesModel ./replication:FuzzDecode ./router:FuzzRoute ./router:FuzzJSONEncoding ./cmd/pgoutbox:FuzzLoadConfig
+FUZZFLAGS ?=
+FUZZERS := ./checkpoint:FuzzTrackerMatchesModel ./replication:FuzzDecode ./router:FuzzRoute ./router:FuzzExpandJSON \
+	./router:FuzzJSONEncoding ./cmd/pgoutbox:FuzzLoadConfig ./pkg/outbox:FuzzMessageJSONRoundTrip
 fuzz:
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \
 		echo "== $$name ($$pkg, $(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
 	done
 
 BENCHFLAGS ?=

@@ -68,6 +68,7 @@ Usage:
   pgoutbox validate [flags]  check configuration, servers, permissions, publication, slot and topics
   pgoutbox convert FILE      print the native YAML equivalent of a Debezium connector JSON
   pgoutbox version           print the version
+  pgoutbox completion SHELL  print a completion script for bash, zsh or fish
 
 Run "pgoutbox <command> --help" for the command's flags and settings.
 `
@@ -88,6 +89,8 @@ func run(args []string, environ []string, stdout, stderr io.Writer) int {
 		return cmdStatus(args[1:], environ, stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], environ, stdout, stderr)
+	case "completion":
+		return cmdCompletion(args[1:], environ, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "pgoutbox %s\n", buildVersion())
 		return exitOK

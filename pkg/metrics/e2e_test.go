@@ -315,22 +315,9 @@ func TestReadinessFollowsAKafkaOutage(t *testing.T) {
 // even while a session streams. It changes a server setting, so it runs
 // alone.
 func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
-	env := testenv.RequireExclusive(t)
-	dsn := env.NewDatabase(t)
+	env, dsn, _, slot := unusedSlot(t, "m")
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	slot := strings.ToLower(testenv.UniqueName(t, "m"))
-	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
-		t.Fatal(err)
-	}
-	m, err := metrics.New(prometheus.NewRegistry(), metrics.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newMetrics(t)
 	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(srv.Close)
 	pctx, cancel := context.WithCancel(ctx)
@@ -372,26 +359,13 @@ func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
 // warning once the slot retains 80% of the allowance, while the slot is
 // still intact. It changes a server setting, so it runs alone.
 func TestPollerWarnsNearMaxSlotWALKeepSize(t *testing.T) {
-	env := testenv.RequireExclusive(t)
-	dsn := env.NewDatabase(t)
+	env, dsn, conn, slot := unusedSlot(t, "w")
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	slot := strings.ToLower(testenv.UniqueName(t, "w"))
-	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
-		t.Fatal(err)
-	}
 	env.SetServerSetting(t, "max_slot_wal_keep_size", "64MB")
 	if _, err := conn.Exec(ctx, "CREATE TABLE filler (note text)"); err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry(), metrics.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newMetrics(t)
 	core, logs := observer.New(zap.InfoLevel)
 	pctx, cancel := context.WithCancel(ctx)
 	polled := make(chan struct{})
@@ -443,4 +417,31 @@ func TestPollerWarnsNearMaxSlotWALKeepSize(t *testing.T) {
 	if n := logs.FilterMessageSnippet(warning).Len(); n != 1 {
 		t.Errorf("warned %d times, want once", n)
 	}
+}
+
+// unusedSlot holds the environment exclusively (the callers change server
+// settings) and creates a database with a slot nothing streams from.
+func unusedSlot(t *testing.T, prefix string) (env *testenv.Env, dsn string, conn *pgx.Conn, slot string) {
+	t.Helper()
+	env = testenv.RequireExclusive(t)
+	dsn = env.NewDatabase(t)
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	slot = strings.ToLower(testenv.UniqueName(t, prefix))
+	if _, err := conn.Exec(context.Background(), "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		t.Fatal(err)
+	}
+	return env, dsn, conn, slot
+}
+
+func newMetrics(t *testing.T) *metrics.Metrics {
+	t.Helper()
+	m, err := metrics.New(prometheus.NewRegistry(), metrics.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -43,6 +43,8 @@ type Event struct {
 	Truncate  *Truncate
 	Message   *Message
 	Keepalive *Keepalive
+	// StreamAbort is PostgreSQL 18's stray Stream Abort (see StreamAbort).
+	StreamAbort *StreamAbort
 }
 
 // SlotState is a row of pg_replication_slots.
@@ -368,6 +370,8 @@ func (s *Stream) handleCopyData(data []byte) (Event, error) {
 			ev.Truncate = v
 		case *Message:
 			ev.Message = v
+		case *StreamAbort:
+			ev.StreamAbort = v
 		}
 		return ev, nil
 	}

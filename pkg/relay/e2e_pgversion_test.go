@@ -234,4 +234,7 @@ func TestRelayStreamsFromAFailoverSlot(t *testing.T) {
 	if !failover || synced || invalidation != nil {
 		t.Fatalf("slot after the run: failover %v, synced %v, invalidation_reason %v; want a valid failover slot", failover, synced, invalidation)
 	}
+	if s, err := replication.ReadSlot(ctx, f.checkDB, f.slot); err != nil || !s.Failover || s.InvalidationReason != "" {
+		t.Fatalf("ReadSlot: %+v, %v; want a valid failover slot", s, err)
+	}
 }

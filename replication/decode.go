@@ -112,6 +112,19 @@ type Message struct {
 	Content       []byte
 }
 
+// StreamAbort is pgoutput's Stream Abort message. Protocol v1 carries no
+// streamed transactions, yet PostgreSQL 18 sends one to v1 clients too: when
+// decoding finds a transaction that has already aborted (it discards it to
+// free logical_decoding_work_mem), it also marks its subtransactions that
+// hold decoded changes as streamed, and their aborts then go out as Stream
+// Abort messages, between transactions. No BEGIN or change of such a
+// transaction was ever sent, so there is nothing to undo: the relay skips
+// them. PostgreSQL 15 to 17 send none on a v1 stream.
+type StreamAbort struct {
+	XID    uint32 // the top-level transaction
+	SubXID uint32 // the aborted subtransaction; XID for the whole transaction
+}
+
 // Decoder errors.
 var (
 	ErrEmptyMessage    = errors.New("replication: empty pgoutput message")
@@ -320,7 +333,7 @@ func (r *reader) tuple(field string) ([][]byte, []ValueKind) {
 
 // Decode decodes one pgoutput message (the WAL data of an XLogData message).
 // It returns one of *Begin, *Commit, *Relation, *Change, *Truncate, *Message,
-// or nil for messages the relay has no use for (ORIGIN, TYPE). The returned
+// *StreamAbort, or nil for messages the relay has no use for (ORIGIN, TYPE). The returned
 // values alias data: the caller must not reuse it.
 func (d *Decoder) Decode(data []byte) (any, error) {
 	if len(data) == 0 {
@@ -402,6 +415,11 @@ func (d *Decoder) Decode(data []byte) (any, error) {
 			t.Relations = append(t.Relations, rel)
 		}
 		return t, r.err
+	case 'A':
+		// Protocol v4 with streaming=parallel appends the abort's LSN and
+		// time; no stream of ours asks for it, and they are not needed.
+		a := &StreamAbort{XID: r.u32("xid"), SubXID: r.u32("subtransaction xid")}
+		return a, r.err
 	case 'M':
 		m := &Message{Transactional: r.u8("flags")&1 == 1, LSN: LSN(r.u64("LSN")), Prefix: r.cstring("prefix")}
 		n := r.u32("content length")

@@ -104,6 +104,32 @@ func TestDecodesATransaction(t *testing.T) {
 	}
 }
 
+// TestDecodesPostgres18StrayStreamAbort: PostgreSQL 18 sends a Stream Abort
+// ('A', xid, subxid; seen as 41 00 00 03 81 00 00 03 82) to protocol v1
+// clients for subtransactions of a transaction that aborted before it was
+// decoded. The decoder must hand it back rather than fail the stream, also
+// in v4's longer form with the abort LSN and time.
+func TestDecodesPostgres18StrayStreamAbort(t *testing.T) {
+	d := NewDecoder()
+	for name, data := range map[string][]byte{
+		"v1": {0x41, 0, 0, 3, 0x81, 0, 0, 3, 0x82},
+		"v4": msg{'A'}.u32(0x381).u32(0x382).u64(0x2ECD258).u64(1),
+	} {
+		v, err := d.Decode(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		a, ok := v.(*StreamAbort)
+		if !ok || a.XID != 0x381 || a.SubXID != 0x382 {
+			t.Fatalf("%s: decoded %#v", name, v)
+		}
+	}
+	// The next transaction decodes as usual.
+	if v, err := d.Decode(msg{'B'}.u64(1).u64(2).u32(0x383)); err != nil || v.(*Begin).XID != 0x383 {
+		t.Fatalf("begin after the abort: %v %v", v, err)
+	}
+}
+
 func TestNewRelationMessageReplacesTheCachedOne(t *testing.T) {
 	d := NewDecoder()
 	if _, err := d.Decode(relationMsg(1)); err != nil {
@@ -129,17 +155,18 @@ func TestRejectsMalformedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string][]byte{
-		"empty":             {},
-		"short begin":       msg{'B'}.u64(1),
-		"unknown type":      {'Z', 1, 2},
-		"unknown relation":  msg{'I'}.u32(99).u8('N').u16(0),
-		"bad tuple marker":  msg{'I'}.u32(1).u8('X').u16(0),
-		"column count":      msg{'I'}.u32(1).u8('N').u16(2).text("a").text("b"),
-		"length overflow":   msg{'I'}.u32(1).u8('N').u16(3).u8('t').u32(0xffffffff),
-		"bad value kind":    msg{'I'}.u32(1).u8('N').u16(3).u8('q'),
-		"unterminated name": msg{'R'}.u32(2).bytesOf("public"),
-		"message overflow":  msg{'M'}.u8(1).u64(1).str("p").u32(100).bytesOf("x"),
-		"truncate overflow": msg{'T'}.u32(1 << 30).u8(0),
+		"empty":              {},
+		"short begin":        msg{'B'}.u64(1),
+		"unknown type":       {'Z', 1, 2},
+		"unknown relation":   msg{'I'}.u32(99).u8('N').u16(0),
+		"bad tuple marker":   msg{'I'}.u32(1).u8('X').u16(0),
+		"column count":       msg{'I'}.u32(1).u8('N').u16(2).text("a").text("b"),
+		"length overflow":    msg{'I'}.u32(1).u8('N').u16(3).u8('t').u32(0xffffffff),
+		"bad value kind":     msg{'I'}.u32(1).u8('N').u16(3).u8('q'),
+		"unterminated name":  msg{'R'}.u32(2).bytesOf("public"),
+		"message overflow":   msg{'M'}.u8(1).u64(1).str("p").u32(100).bytesOf("x"),
+		"truncate overflow":  msg{'T'}.u32(1 << 30).u8(0),
+		"short stream abort": msg{'A'}.u32(1).u16(0),
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -165,6 +192,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(msg{'U'}.u32(1).u8('O').u16(3).text("k").u8('n').u8('u').u8('N').u16(3).text("a").text("b").u8('u')))
 	f.Add(relationMsg(2))
 	f.Add([]byte(msg{'T'}.u32(1).u8(0).u32(1)))
+	f.Add([]byte(msg{'A'}.u32(1).u32(2)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := NewDecoder()
 		if _, err := d.Decode(relationMsg(1)); err != nil {

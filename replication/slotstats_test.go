@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 	"github.com/pgoutbox/pgoutbox/replication"
@@ -119,6 +120,27 @@ func TestReadSlotStatsReportsALostSlot(t *testing.T) {
 	if st.RetainedWALBytes != 0 || st.SafeWALSize != nil {
 		t.Fatalf("lost slot: %+v, want no retained WAL and no safe_wal_size", st)
 	}
+
+	// PostgreSQL 17+ also names the reason, and the relay's error says it.
+	major, _ := env.ServerVersion(t)
+	s, err := replication.ReadSlot(ctx, conn, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ""
+	if major >= 17 {
+		want = "wal_removed"
+	}
+	if s.WALStatus != "lost" || s.InvalidationReason != want {
+		t.Fatalf("ReadSlot: wal_status %q, invalidation_reason %q; want lost, %q", s.WALStatus, s.InvalidationReason, want)
+	}
+	cfg := replication.DefaultConfig()
+	cfg.DSN, cfg.Slot, cfg.Publication, cfg.Tables = dsn, slot, slot, []string{"public.testenv_wal_filler"}
+	_, err = replication.Prepare(ctx, cfg, zap.NewNop())
+	if !errors.Is(err, replication.ErrSlotLost) || (want != "" && !strings.Contains(err.Error(), "invalidation_reason "+want)) {
+		t.Fatalf("Prepare on the lost slot: %v; want ErrSlotLost naming invalidation_reason %q", err, want)
+	}
+	t.Logf("PostgreSQL %d: %v", major, err)
 }
 
 func TestLimitUsage(t *testing.T) {

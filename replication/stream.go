@@ -43,6 +43,8 @@ type Event struct {
 	Truncate  *Truncate
 	Message   *Message
 	Keepalive *Keepalive
+	// StreamAbort is PostgreSQL 18's stray Stream Abort (see StreamAbort).
+	StreamAbort *StreamAbort
 }
 
 // SlotState is a row of pg_replication_slots.
@@ -56,6 +58,13 @@ type SlotState struct {
 	RestartLSN        LSN
 	ConfirmedFlushLSN LSN
 	WALStatus         string
+	// InvalidationReason says why PostgreSQL invalidated the slot
+	// ("wal_removed", PostgreSQL 18's "idle_timeout", ...); empty for a
+	// valid slot and before PostgreSQL 17, which does not report it. An
+	// invalidated slot's wal_status is "lost" on every version.
+	InvalidationReason string
+	// Failover is a PostgreSQL 17+ failover slot's flag (false before 17).
+	Failover bool
 }
 
 // Stream is one logical replication session on a slot.
@@ -183,11 +192,15 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, erro
 	var s SlotState
 	var restart, confirmed *string
 	var pid *int32
-	var db, walStatus, plugin *string
+	var db, walStatus, plugin, reason *string
+	var failover *bool
+	// The columns PostgreSQL 17 added are read through to_jsonb, which
+	// gives NULL on earlier versions instead of an error.
 	err := conn.QueryRow(ctx, `SELECT slot_name, plugin, slot_type, database, active, active_pid,
-		restart_lsn::text, confirmed_flush_lsn::text, wal_status
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(
-		&s.Name, &plugin, &s.SlotType, &db, &s.Active, &pid, &restart, &confirmed, &walStatus)
+		restart_lsn::text, confirmed_flush_lsn::text, wal_status,
+		to_jsonb(s) ->> 'invalidation_reason', (to_jsonb(s) ->> 'failover')::bool
+		FROM pg_replication_slots s WHERE slot_name = $1`, slot).Scan(
+		&s.Name, &plugin, &s.SlotType, &db, &s.Active, &pid, &restart, &confirmed, &walStatus, &reason, &failover)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("%w: %q", ErrSlotMissing, slot)
 	}
@@ -197,6 +210,8 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, erro
 	s.Plugin = deref(plugin)
 	s.Database = deref(db)
 	s.WALStatus = deref(walStatus)
+	s.InvalidationReason = deref(reason)
+	s.Failover = failover != nil && *failover
 	if pid != nil {
 		s.ActivePID = *pid
 	}
@@ -255,8 +270,12 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger
 		return s, fmt.Errorf("replication: slot %q uses plugin %q; pgoutbox needs pgoutput: drop it or choose another slot.name", cfg.Slot, s.Plugin)
 	case s.Database != db:
 		return s, fmt.Errorf("replication: slot %q belongs to database %q, not %q", cfg.Slot, s.Database, db)
-	case s.WALStatus == "lost":
-		return s, fmt.Errorf("%w: slot %q: the WAL it needed was removed and events may be gone; investigate, then drop and recreate the slot deliberately", ErrSlotLost, cfg.Slot)
+	case s.WALStatus == "lost" || s.InvalidationReason != "":
+		why := "the WAL it needed was removed"
+		if s.InvalidationReason != "" {
+			why = "PostgreSQL invalidated it (invalidation_reason " + s.InvalidationReason + ")"
+		}
+		return s, fmt.Errorf("%w: slot %q: %s and events may be gone; investigate, then drop and recreate the slot deliberately", ErrSlotLost, cfg.Slot, why)
 	}
 	return s, nil
 }
@@ -371,6 +390,8 @@ func (s *Stream) handleCopyData(data []byte) (Event, error) {
 			ev.Truncate = v
 		case *Message:
 			ev.Message = v
+		case *StreamAbort:
+			ev.StreamAbort = v
 		}
 		return ev, nil
 	}

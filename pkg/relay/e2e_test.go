@@ -19,7 +19,12 @@ import (
 // function that stops it and reports Run's result.
 func runRelay(t *testing.T, cfg relay.Config, opts ...relay.Option) (stop func() error) {
 	t.Helper()
-	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	return runRelayLog(t, cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), opts...)
+}
+
+// runRelayLog is runRelay with the relay's logger given.
+func runRelayLog(t *testing.T, cfg relay.Config, log *zap.Logger, opts ...relay.Option) (stop func() error) {
+	t.Helper()
 	r, err := relay.New(cfg, log, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -484,6 +484,11 @@ func (s *session) handle(ctx context.Context, ev replication.Event) error {
 		}
 	case ev.Message != nil:
 		return s.message(ev.Message)
+	case ev.StreamAbort != nil:
+		// PostgreSQL 18 sends these on protocol v1 for transactions that
+		// aborted before they were decoded; none of their changes was sent.
+		s.log.Debug("skipping a stream abort of a transaction that was never sent",
+			zap.Uint32("xid", ev.StreamAbort.XID), zap.Uint32("subxid", ev.StreamAbort.SubXID), zap.Stringer("wal", ev.WALStart))
 	case ev.Truncate != nil, ev.Relation != nil:
 		// Relations are cached by the decoder; a TRUNCATE carries no events.
 	}

@@ -16,7 +16,8 @@
 //	PGOUTBOX_TEST_ENV_DIR  the environment's directory (needed to stop/start servers)
 //	PGOUTBOX_TEST_PG_DSN   postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable
 //	PGOUTBOX_TEST_PG_PORT  PostgreSQL's port
-//	PGOUTBOX_TEST_PG_BIN   PostgreSQL's bin directory (pg_recvlogical, psql, ...)
+//	PGOUTBOX_TEST_PG_BIN   PostgreSQL's client programs (pg_recvlogical, psql, ...)
+//	PGOUTBOX_TEST_PG_MAJOR the server's major version; tests fail on another
 //	PGOUTBOX_TEST_KAFKA    comma-separated brokers, 127.0.0.1:PORT
 //
 // `make test` or `scripts/testenv.sh exec -- go test ./...` sets them. Without

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ func (e *Env) NewDatabase(t testing.TB) (dsn string) {
 		t.Fatalf("testenv: connect to PostgreSQL: %v", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	e.checkServerVersion(t, ctx, conn)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("testenv: create database %s: %v", name, err)
 	}
@@ -46,6 +48,49 @@ func (e *Env) NewDatabase(t testing.TB) (dsn string) {
 		}
 	})
 	return dsn
+}
+
+// serverVersion is the server's version as first read by this test process.
+var serverVersion struct {
+	sync.Mutex
+	version string // server_version, e.g. "18.4"
+	num     int    // server_version_num, e.g. 180004
+}
+
+// ServerVersion returns the server's major version (15, 18, ...) and its
+// server_version text.
+func (e *Env) ServerVersion(t testing.TB) (major int, version string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, e.PGDSN)
+	if err != nil {
+		t.Fatalf("testenv: connect to PostgreSQL: %v", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	return e.checkServerVersion(t, ctx, conn)
+}
+
+// checkServerVersion reads the server's version once per process and fails
+// the test when it is not the major version the environment was made with,
+// so that a misconfigured run cannot test one version in the name of
+// another.
+func (e *Env) checkServerVersion(t testing.TB, ctx context.Context, conn *pgx.Conn) (major int, version string) {
+	t.Helper()
+	serverVersion.Lock()
+	defer serverVersion.Unlock()
+	if serverVersion.num == 0 {
+		err := conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('server_version_num')::int").
+			Scan(&serverVersion.version, &serverVersion.num)
+		if err != nil {
+			t.Fatalf("testenv: read the server's version: %v", err)
+		}
+	}
+	major = serverVersion.num / 10000
+	if e.PGMajor != 0 && major != e.PGMajor {
+		t.Fatalf("testenv: the server is PostgreSQL %s, but the environment was made for PostgreSQL %d (%s)", serverVersion.version, e.PGMajor, envPGMajor)
+	}
+	return major, serverVersion.version
 }
 
 // dropDatabase drops the database with everything that holds it: slots are

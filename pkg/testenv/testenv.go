@@ -20,6 +20,7 @@ const (
 	envPGDSN   = "PGOUTBOX_TEST_PG_DSN"
 	envPGPort  = "PGOUTBOX_TEST_PG_PORT"
 	envPGBin   = "PGOUTBOX_TEST_PG_BIN"
+	envPGMajor = "PGOUTBOX_TEST_PG_MAJOR"
 	envKafka   = "PGOUTBOX_TEST_KAFKA"
 	envRequire = "PGOUTBOX_REQUIRE_INTEGRATION"
 	envMarker  = "PGOUTBOX_INTEGRATION_MARKER"
@@ -38,8 +39,14 @@ type Env struct {
 	PGDSN string
 	// PGPort is PostgreSQL's port on 127.0.0.1.
 	PGPort int
-	// PGBin is the directory of PostgreSQL's programs (pg_recvlogical, psql).
+	// PGBin is the directory of PostgreSQL's client programs
+	// (pg_recvlogical, psql): Debian's 15 for the later servers, whose
+	// builds have none.
 	PGBin string
+	// PGMajor is the server's major version the environment was made with
+	// (PGOUTBOX_TEST_PG_MAJOR; 0 when unset). NewDatabase fails the test
+	// when the running server is another one.
+	PGMajor int
 	// KafkaBrokers are the broker addresses.
 	KafkaBrokers []string
 	// Dir is the environment's directory; empty when the servers were
@@ -102,6 +109,13 @@ func fromEnviron(t testing.TB) *Env {
 		if b = strings.TrimSpace(b); b != "" {
 			e.KafkaBrokers = append(e.KafkaBrokers, b)
 		}
+	}
+	if m := os.Getenv(envPGMajor); m != "" {
+		major, err := strconv.Atoi(m)
+		if err != nil {
+			t.Fatalf("testenv: %s=%q: %v", envPGMajor, m, err)
+		}
+		e.PGMajor = major
 	}
 	if p := os.Getenv(envPGPort); p != "" {
 		port, err := strconv.Atoi(p)

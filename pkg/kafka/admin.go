@@ -23,7 +23,7 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 	sc.Metadata.Full = true // the admin client refreshes metadata without naming topics
 	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), cfg.Security.authError(strings.Join(cfg.Brokers, ","), err))
 	}
 	defer admin.Close()
 	for _, t := range topics {
@@ -80,7 +80,7 @@ func Tail(ctx context.Context, cfg Config, topics []string, fn func(Record) bool
 	sc.Consumer.Return.Errors = false
 	consumer, err := sarama.NewConsumer(cfg.Brokers, sc)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), cfg.Security.authError(strings.Join(cfg.Brokers, ","), err))
 	}
 	defer consumer.Close()
 	out := make(chan *sarama.ConsumerMessage)

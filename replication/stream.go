@@ -99,20 +99,11 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (SlotState, error
 }
 
 func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {
-	return ConnectSQL(ctx, cfg.DSN, "", cfg.ConnectTimeout)
+	return ConnectSQL(ctx, cfg, "", cfg.ConnectTimeout)
 }
 
 func hostPort(c pgconn.Config) string {
 	return fmt.Sprintf("%s:%d/%s as %s", c.Host, c.Port, c.Database, c.User)
-}
-
-// redact drops a DSN parse error's text, which may quote the password.
-func redact(err error) error {
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		return errors.New("invalid connection string (its text is not shown because it may hold a password)")
-	}
-	return err
 }
 
 func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) error {
@@ -267,19 +258,14 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pcfg, err := pgconn.ParseConfig(cfg.DSN)
+	pcfg, err := cfg.replicationConfig()
 	if err != nil {
-		return nil, fmt.Errorf("replication: parse dsn: %w", redact(err))
+		return nil, err
 	}
 	pcfg.ConnectTimeout = cfg.ConnectTimeout
-	if pcfg.RuntimeParams == nil {
-		pcfg.RuntimeParams = map[string]string{}
-	}
-	pcfg.RuntimeParams["replication"] = "database"
-	pcfg.RuntimeParams["application_name"] = "pgoutbox"
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s for replication: %w", hostPort(*pcfg), err)
+		return nil, fmt.Errorf("replication: connect to PostgreSQL at %s for replication: %w", hostPort(*pcfg), connectHint(err))
 	}
 	args := []string{
 		"proto_version '1'",

@@ -88,7 +88,7 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN), scrubSecrets(stderr, cfg.Postgres.DSN)
+	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN, configSecrets(cfg)...), scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
@@ -203,8 +203,11 @@ func connectResult(err error) checkResult {
 		return fail("postgres", err.Error(), "correct postgres.dsn: a libpq key=value string or a postgres:// URL")
 	}
 	var ce *pgConnectError
-	if errors.As(err, &ce) && ce.Refused() {
-		fix := "check the user and password in postgres.dsn (or PGPASSWORD / ~/.pgpass) and that pg_hba.conf lets this user connect from this host"
+	if !errors.As(err, &ce) { // postgres.password.file unreadable or empty
+		return fail("postgres", err.Error(), "make postgres.password.file name a readable file that holds the password")
+	}
+	if ce.Refused() {
+		fix := "check the user and password (postgres.password, postgres.password.file, the password in postgres.dsn, PGPASSWORD or ~/.pgpass) and that pg_hba.conf lets this user connect from this host (with sslmode=require or stricter if it allows hostssl only)"
 		if sqlState(err) == "3D000" {
 			fix = "create the database or correct the database name in postgres.dsn"
 		}

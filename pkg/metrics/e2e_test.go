@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // offsetClock is the real clock plus an offset the test can move forward,
@@ -122,7 +123,7 @@ func (e *e2e) pollSlot(t *testing.T, every time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.m.PollSlot(ctx, e.dsn, e.name, every, e.log)
+		e.m.PollSlot(ctx, replication.Config{DSN: e.dsn, Slot: e.name}, every, e.log)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -335,7 +336,7 @@ func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
 	polled := make(chan struct{})
 	go func() {
 		defer close(polled)
-		m.PollSlot(pctx, dsn, slot, 100*time.Millisecond, zaptest.NewLogger(t))
+		m.PollSlot(pctx, replication.Config{DSN: dsn, Slot: slot}, 100*time.Millisecond, zaptest.NewLogger(t))
 	}()
 	t.Cleanup(func() {
 		cancel()

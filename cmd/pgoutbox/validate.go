@@ -533,6 +533,13 @@ func checkSlotActive(s slotStatus, holder string) checkResult {
 func validateKafka(v *validation, cfg fileConfig, topics []string) {
 	kc := cfg.Kafka
 	if err := kafka.Ping(kc); err != nil {
+		var ae *kafka.AuthError
+		if errors.As(err, &ae) {
+			v.report(fail("kafka", "refused: "+oneLine(err),
+				"check kafka.sasl.username and kafka.sasl.password (PGOUTBOX_KAFKA_SASL_PASSWORD, or kafka.sasl.password.file) and kafka.sasl.mechanism against the broker's users"))
+			v.unreachable = true
+			return
+		}
 		v.report(fail("kafka", "unreachable: "+oneLine(err),
 			"check kafka.brokers (--brokers, PGOUTBOX_KAFKA_BROKERS) and that the brokers listen there and advertise addresses this host can reach"))
 		v.unreachable = true

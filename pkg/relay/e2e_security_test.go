@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +293,127 @@ func TestPoisonTopicNotWritableFollowsThePolicy(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// runToEnd runs the pgoutbox binary with args and environ until it exits
+// (at most two minutes) and returns its exit code and its whole output.
+func runToEnd(t *testing.T, args, environ []string) (int, string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), strings.Join(args, "-")+".log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, pgoutboxBinary(t), args, environ, lf, logPath)
+	code := p.wait(t, 2*time.Minute)
+	out, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out)
+}
+
+// TestBinaryNeverPrintsAPassword runs the pgoutbox binary (run, validate,
+// status) at debug level with passwords in the environment and in files,
+// right and wrong, and checks that no password appears anywhere in its
+// output, not even masked: the scrubbing writer is a second line of
+// defence, and this checks the first (nothing prints one).
+func TestBinaryNeverPrintsAPassword(t *testing.T) {
+	env := testenv.Require(t)
+	sec := env.Security(t)
+	f := newFixture(t, env, 1)
+	const wrongKafka, wrongPG = "wrong-kafka-pw-2718", "wrong-pg-pw-1618"
+	secrets := []string{sec.SASLPassword, sec.PGSSLPassword, wrongKafka, wrongPG}
+	base := append(f.environ(),
+		"PGOUTBOX_LOG_LEVEL=debug",
+		"PGOUTBOX_KAFKA_BROKERS="+strings.Join(sec.KafkaSASLSSL, ","),
+		"PGOUTBOX_KAFKA_SECURITY_PROTOCOL=SASL_SSL",
+		"PGOUTBOX_KAFKA_SASL_MECHANISM=SCRAM-SHA-512",
+		"PGOUTBOX_KAFKA_SASL_USERNAME="+sec.SASLUser,
+		"PGOUTBOX_KAFKA_SSL_CA_LOCATION="+sec.CAFile,
+	)
+	// with copies: appending to a shared slice would let the variants
+	// overwrite each other.
+	with := func(a []string, extra ...string) []string { return append(slices.Clone(a), extra...) }
+	pgRight, pgWrong := base, base
+	if sec.PGSSLUser != "" {
+		dsn := f.useTLSRole(t, sec)
+		pgRight = with(base, "PGOUTBOX_POSTGRES_DSN="+dsn, "PGOUTBOX_POSTGRES_PASSWORD_FILE="+writeSecret(t, sec.PGSSLPassword))
+		pgWrong = with(base, "PGOUTBOX_POSTGRES_DSN="+dsn, "PGOUTBOX_POSTGRES_PASSWORD_FILE="+writeSecret(t, wrongPG))
+	} else {
+		t.Log("PostgreSQL has no TLS here: only Kafka passwords are checked")
+	}
+	kafkaRight := "PGOUTBOX_KAFKA_SASL_PASSWORD=" + sec.SASLPassword
+	kafkaWrong := "PGOUTBOX_KAFKA_SASL_PASSWORD=" + wrongKafka
+	kafkaWrongFile := "PGOUTBOX_KAFKA_SASL_PASSWORD_FILE=" + writeSecret(t, wrongKafka)
+	topics := "--topics=" + f.topics[0]
+
+	var outputs []string
+	check := func(what string, code int, out string, wantCode int, wants ...string) {
+		t.Helper()
+		outputs = append(outputs, out)
+		t.Logf("%s: exit code %d, %d bytes of output", what, code, len(out))
+		if wantCode >= 0 && code != wantCode {
+			t.Errorf("%s: exit code %d, want %d; output:\n%s", what, code, wantCode, out)
+		}
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output does not say %q:\n%s", what, w, out)
+			}
+		}
+	}
+
+	// A good run: it delivers an event and stops cleanly.
+	logPath := filepath.Join(t.TempDir(), "run.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, pgoutboxBinary(t), []string{"run"}, with(pgRight, kafkaRight), lf, logPath)
+	f.waitStreaming(t)
+	if _, err := f.conn.Exec(context.Background(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		VALUES (gen_random_uuid(), $1, 'k', 'T', '{}')`, f.shape.AggregateTypes[0]); err != nil {
+		t.Fatal(err)
+	}
+	env.NewConsumer(t, []string{f.topics[0]}).WaitFor(t, 1, time.Minute)
+	p.terminate(t, time.Minute)
+	out, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("run", 0, string(out), 0, "kafka producer started")
+
+	code, o := runToEnd(t, []string{"validate", topics}, with(pgRight, kafkaRight))
+	check("validate", code, o, -1, "reachable at "+sec.KafkaSASLSSL[0])
+	code, o = runToEnd(t, []string{"status"}, with(pgRight, kafkaRight))
+	check("status", code, o, 0)
+
+	// Wrong Kafka passwords, from the environment and from a file.
+	code, o = runToEnd(t, []string{"run"}, with(pgRight, kafkaWrong))
+	check("run, wrong Kafka password", code, o, 3, "kafka.sasl.password", "SCRAM-SHA-512")
+	code, o = runToEnd(t, []string{"run"}, with(pgRight, kafkaWrongFile))
+	check("run, wrong Kafka password file", code, o, 3, "kafka.sasl.password")
+	code, o = runToEnd(t, []string{"validate", topics}, with(pgRight, kafkaWrong))
+	check("validate, wrong Kafka password", code, o, -1, "kafka.sasl.password")
+
+	if sec.PGSSLUser != "" {
+		code, o = runToEnd(t, []string{"run"}, with(pgWrong, kafkaRight))
+		check("run, wrong PostgreSQL password", code, o, 3, "password authentication failed")
+		code, o = runToEnd(t, []string{"validate", topics}, with(pgWrong, kafkaRight))
+		check("validate, wrong PostgreSQL password", code, o, -1, "password authentication failed")
+		code, o = runToEnd(t, []string{"status"}, with(pgWrong, kafkaRight))
+		check("status, wrong PostgreSQL password", code, o, 3, "password authentication failed")
+	}
+
+	for i, out := range outputs {
+		for _, s := range secrets {
+			if s != "" && strings.Contains(out, s) {
+				t.Errorf("output %d shows a password:\n%s", i, out)
+			}
+		}
+		if strings.Contains(out, "xxxxx") {
+			t.Errorf("output %d needed scrubbing (something printed a password):\n%s", i, out)
+		}
 	}
 }

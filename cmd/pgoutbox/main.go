@@ -350,6 +350,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
+	stderr = scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
 	ctx := context.Background()
 	var conn *pgx.Conn
 	if !*dry {

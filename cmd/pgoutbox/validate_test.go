@@ -497,7 +497,7 @@ func TestValidateRefusedConnectionExits3WithoutThePassword(t *testing.T) {
 	for _, c := range []struct {
 		dsn, reason, fix string
 	}{
-		{noRole, `role "nobody_\w+" does not exist`, `check the user and password in postgres.dsn`},
+		{noRole, `role "nobody_\w+" does not exist`, `check the user and password \(postgres\.password, postgres\.password\.file, the password in postgres\.dsn`},
 		{noDB, `database "nodb_\w+" does not exist`, `create the database or correct the database name in postgres.dsn`},
 	} {
 		environ := []string{"PGOUTBOX_POSTGRES_DSN=" + c.dsn, "PGOUTBOX_KAFKA_BROKERS=" + strings.Join(env.KafkaBrokers, ",")}

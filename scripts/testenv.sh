@@ -452,7 +452,11 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.se
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS;User:admin;User:$KAFKA_SASL_USER
 
-# Topics: tests create theirs explicitly, with one replica.
+# Topics: tests create theirs explicitly, with one replica. No time-based
+# retention: tests write records with event timestamps years old, which the
+# retention check (every 5 minutes) would otherwise delete before a
+# consumer reads them.
+log.retention.ms=-1
 num.partitions=1
 default.replication.factor=1
 min.insync.replicas=1

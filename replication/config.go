@@ -19,7 +19,17 @@ const (
 type Config struct {
 	// DSN is a libpq connection string or URL for the database that holds the
 	// outbox table. The replication connection adds replication=database.
+	// TLS is set here as for libpq: sslmode (disable, prefer, require,
+	// verify-ca, verify-full), sslrootcert, sslcert, sslkey.
 	DSN string `yaml:"dsn"`
+	// Password, when set, is used instead of a password in the DSN (or
+	// PGPASSWORD, or a passfile); better given in the environment as
+	// PGOUTBOX_POSTGRES_PASSWORD than in a file others can read.
+	Password string `yaml:"password"`
+	// PasswordFile names a file that holds the password (a mounted secret,
+	// say); a trailing newline is ignored. It is read at each connection.
+	// Set Password or PasswordFile, not both.
+	PasswordFile string `yaml:"password.file"`
 	// Slot is the logical replication slot (plugin pgoutput).
 	Slot string `yaml:"slot.name"`
 	// CreateSlot creates the slot when it does not exist.
@@ -108,6 +118,9 @@ func (c *Config) QualifiedTables() []string {
 func (c *Config) Validate() error {
 	if strings.TrimSpace(c.DSN) == "" {
 		return errEmptyDSN
+	}
+	if c.Password != "" && c.PasswordFile != "" {
+		return errors.New("replication: password and password.file are both set: set one of them")
 	}
 	if err := ValidateSlotName(c.Slot); err != nil {
 		return err

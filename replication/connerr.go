@@ -136,13 +136,13 @@ func (e *ConnectError) Hint() string {
 	case ConnectTLS:
 		return "check sslmode, sslrootcert, sslcert and sslkey in postgres.dsn against the server's certificate and ssl setting"
 	case ConnectAuth:
-		return "check the password (in postgres.dsn, postgres.password.file, PGPASSWORD or ~/.pgpass) for this user"
+		return "check the user and its password: postgres.password, postgres.password.file, the DSN's password, PGPASSWORD or ~/.pgpass"
 	case ConnectDenied:
 		kind := "all"
 		if e.Replication {
 			kind = "replication"
 		}
-		return fmt.Sprintf("check that the role exists and that pg_hba.conf has a line for it (database %s or the database name) from this host, then SELECT pg_reload_conf()", kind)
+		return fmt.Sprintf("check that the role exists and that pg_hba.conf has a line for it (database %s or the database name) from this host, then SELECT pg_reload_conf(); if the server only allows hostssl, set sslmode in postgres.dsn", kind)
 	case ConnectNoDatabase:
 		return "create the database or correct the database name in postgres.dsn"
 	case ConnectNoPrivilege:

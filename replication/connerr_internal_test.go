@@ -72,7 +72,7 @@ func TestConnectErrorKindsWithoutAServer(t *testing.T) {
 			ConnectTimeout, []string{silent.Addr().String(), "reachable", "postgres.connect.timeout"}},
 		{"password", newConnectError(&pgconn.Config{Host: "db", Port: 5432, Database: "shop", User: "app"}, true,
 			&pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: `password authentication failed for user "app"`}),
-			ConnectAuth, []string{"for replication", "password authentication failed", "check the password", "postgres.password.file"}},
+			ConnectAuth, []string{"for replication", "password authentication failed", "check the user and its password", "postgres.password.file"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -45,7 +45,7 @@ func TestConnectErrorsSayWhatToCheck(t *testing.T) {
 		_, _ = c.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
 	})
 	sqlConnect := func(dsn string) error {
-		c, err := replication.ConnectSQL(t.Context(), dsn, "pgoutbox-test", 10*time.Second)
+		c, err := replication.ConnectSQL(t.Context(), replication.Config{DSN: dsn}, "pgoutbox-test", 10*time.Second)
 		if err == nil {
 			c.Close(context.Background())
 		}

@@ -106,13 +106,14 @@ func ReadSlotStats(ctx context.Context, conn *pgx.Conn, slot string) (SlotStats,
 }
 
 // ConnectSQL opens an ordinary (non-replication) connection for queries
-// such as ReadSlotStats, named in pg_stat_activity by applicationName
-// unless the DSN names one. An invalid DSN's error does not quote it, since
-// it may hold a password.
-func ConnectSQL(ctx context.Context, dsn, applicationName string, timeout time.Duration) (*pgx.Conn, error) {
-	pcfg, err := pgx.ParseConfig(dsn)
+// such as ReadSlotStats, with cfg's DSN and password, named in
+// pg_stat_activity by applicationName unless the DSN names one, bounded by
+// timeout. An invalid DSN's error does not quote it, since it may hold a
+// password.
+func ConnectSQL(ctx context.Context, cfg Config, applicationName string, timeout time.Duration) (*pgx.Conn, error) {
+	pcfg, err := cfg.SQLConfig()
 	if err != nil {
-		return nil, fmt.Errorf("replication: parse dsn: %w", redact(err))
+		return nil, err
 	}
 	pcfg.ConnectTimeout = timeout
 	if pcfg.RuntimeParams == nil {

@@ -18,7 +18,7 @@ func connectStats(t *testing.T, dsn string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := replication.ConnectSQL(ctx, dsn, "pgoutbox-test", 10*time.Second)
+	conn, err := replication.ConnectSQL(ctx, replication.Config{DSN: dsn}, "pgoutbox-test", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestReadSlotStatsOfMissingSlotIsErrSlotMissing(t *testing.T) {
 
 // TestConnectSQLDoesNotQuoteAnInvalidDSN: the DSN may hold a password.
 func TestConnectSQLDoesNotQuoteAnInvalidDSN(t *testing.T) {
-	_, err := replication.ConnectSQL(context.Background(), "postgres://u:s3cret@host:notaport/db", "x", time.Second)
+	_, err := replication.ConnectSQL(context.Background(), replication.Config{DSN: "postgres://u:s3cret@host:notaport/db"}, "x", time.Second)
 	if err == nil {
 		t.Fatal("no error for an invalid DSN")
 	}

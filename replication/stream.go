@@ -108,16 +108,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (SlotState, error
 }
 
 func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {
-	return ConnectSQL(ctx, cfg.DSN, "", cfg.ConnectTimeout)
-}
-
-// redact drops a DSN parse error's text, which may quote the password.
-func redact(err error) error {
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		return errors.New("invalid connection string (its text is not shown because it may hold a password)")
-	}
-	return err
+	return ConnectSQL(ctx, cfg, "", cfg.ConnectTimeout)
 }
 
 func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) error {
@@ -289,16 +280,11 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pcfg, err := pgconn.ParseConfig(cfg.DSN)
+	pcfg, err := cfg.replicationConfig()
 	if err != nil {
-		return nil, fmt.Errorf("replication: parse dsn: %w", redact(err))
+		return nil, err
 	}
 	pcfg.ConnectTimeout = cfg.ConnectTimeout
-	if pcfg.RuntimeParams == nil {
-		pcfg.RuntimeParams = map[string]string{}
-	}
-	pcfg.RuntimeParams["replication"] = "database"
-	pcfg.RuntimeParams["application_name"] = "pgoutbox"
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		return nil, newConnectError(pcfg, true, err)

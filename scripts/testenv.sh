@@ -46,6 +46,21 @@
 #   PGOUTBOX_TEST_PG_MAJOR the server's major version (15, 16, ...), which the
 #                          tests check against the running server
 #   PGOUTBOX_TEST_KAFKA    the broker, 127.0.0.1:PORT
+#   PGOUTBOX_TEST_CA       the PEM certificate of the environment's own CA,
+#                          which signed both servers' certificates
+#                          (127.0.0.1, localhost); DIR/certs also holds a
+#                          client certificate (client.pem, client.key)
+#   PGOUTBOX_TEST_KAFKA_SASL_SSL  the broker's SASL_SSL listener, 127.0.0.1:PORT
+#                          (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+#   PGOUTBOX_TEST_KAFKA_SASL_USER, _PASSWORD  a super user there (alice)
+#   PGOUTBOX_TEST_KAFKA_LIMITED_USER, _PASSWORD  a user (mallory) that may do
+#                          only what ACLs grant it; tests grant what they
+#                          need. ACLs are on (StandardAuthorizer); the
+#                          PLAINTEXT listener's ANONYMOUS is a super user
+#   PGOUTBOX_TEST_PG_SSL_USER, _PASSWORD  a role (LOGIN REPLICATION CREATEDB)
+#                          that pg_hba.conf lets in over TLS only, with
+#                          scram-sha-256; PostgreSQL runs with ssl=on (both
+#                          unset when the server's build has no TLS)
 #
 # Settings read from the environment:
 #   PGOUTBOX_CACHE         cache directory (default ~/.cache/pgoutbox)
@@ -67,7 +82,7 @@
 # Layout of DIR: env.sh; state (ports, paths); .lock* (pkg/testenv's lock
 # between tests); pg/ (owned by the PostgreSQL user:
 # data/, postgresql.log, the unix socket); kafka/ (server.properties, data/,
-# kafka.pid, kafka.log).
+# kafka.pid, kafka.log); certs/ (made by testenvctl certs, never committed).
 set -euo pipefail
 
 log() { printf 'testenv: %s\n' "$*" >&2; }
@@ -437,13 +452,69 @@ log_replication_commands = on
 log_lock_waits = on
 EOF
 	cat >"$data/pg_hba.conf" <<'EOF'
-# Written by scripts/testenv.sh: a loopback-only server for tests, no passwords.
-# TYPE  DATABASE     USER  ADDRESS        METHOD
-local   all          all                  trust
-local   replication  all                  trust
-host    all          all   127.0.0.1/32   trust
-host    replication  all   127.0.0.1/32   trust
+# Written by scripts/testenv.sh: a loopback-only server for tests. Only
+# pgoutbox_tls needs a password, and TLS (see pg_tls_init).
+# TYPE     DATABASE     USER          ADDRESS        METHOD
+hostssl    all          pgoutbox_tls  127.0.0.1/32   scram-sha-256
+hostssl    replication  pgoutbox_tls  127.0.0.1/32   scram-sha-256
+host       all          pgoutbox_tls  127.0.0.1/32   reject
+host       replication  pgoutbox_tls  127.0.0.1/32   reject
+local      all          all                          trust
+local      replication  all                          trust
+host       all          all           127.0.0.1/32   trust
+host       replication  all           127.0.0.1/32   trust
 EOF
+	pg_tls_init "$dir"
+}
+
+# certs_init DIR: the environment's CA and certificates, made once.
+certs_init() {
+	local dir=$1
+	[[ -f $dir/certs/ca.pem ]] && return 0
+	ctl certs "$dir/certs" || die "testenvctl certs failed"
+	chmod 755 "$dir/certs"
+}
+
+# new_secret prints a random password of letters and digits (nothing to
+# quote in JAAS or SQL).
+new_secret() {
+	local s
+	s=$(head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')
+	printf 'pw%s\n' "${s:0:24}"
+}
+
+# pg_tls_init DIR: ssl=on with the environment's server certificate, and
+# the role pgoutbox_tls with a password (pg_hba.conf lets it in over TLS
+# only), recorded in DIR/state. Skipped, with a note, for a PostgreSQL
+# built without TLS.
+pg_tls_init() {
+	local dir=$1 data pw
+	data=$(pg_data "$dir")
+	if ! grep -qa -m1 'SSL_CTX_new' "$PG_BIN/postgres"; then
+		log "PostgreSQL at $PG_BIN has no TLS support: ssl stays off, PGOUTBOX_TEST_PG_SSL_* unset"
+		return 0
+	fi
+	certs_init "$dir"
+	cp "$dir/certs/server.pem" "$dir/certs/server.key" "$dir/pg/"
+	if [[ $EUID -eq 0 ]]; then
+		chown "$PG_USER:" "$dir/pg/server.pem" "$dir/pg/server.key"
+	fi
+	chmod 600 "$dir/pg/server.key"
+	cat >>"$data/postgresql.conf" <<EOF
+ssl = on
+ssl_cert_file = '$dir/pg/server.pem'
+ssl_key_file = '$dir/pg/server.key'
+password_encryption = 'scram-sha-256'
+EOF
+	pw=$(new_secret)
+	printf "CREATE ROLE pgoutbox_tls LOGIN REPLICATION CREATEDB PASSWORD '%s';\n" "$pw" |
+		as_pg "$PG_BIN/postgres" --single -D "$data" -j postgres >>"$dir/initdb.log" 2>&1 || {
+		tail -n 20 "$dir/initdb.log" >&2
+		die "creating the role pgoutbox_tls failed"
+	}
+	PG_SSL_USER=pgoutbox_tls
+	PG_SSL_PASSWORD=$pw
+	printf 'PG_SSL_USER=%q\nPG_SSL_PASSWORD=%q\n' "$PG_SSL_USER" "$PG_SSL_PASSWORD" >>"$dir/state"
 }
 
 # ---------------------------------------------------------------- Kafka
@@ -459,22 +530,62 @@ kafka_pid() {
 	printf '%s\n' "$pid"
 }
 
+# kafka_security_init DIR: a port for the SASL_SSL listener and the SASL
+# users' passwords, recorded in DIR/state.
+kafka_security_init() {
+	local dir=$1 p
+	certs_init "$dir"
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		p=$(ctl ports 1)
+		if [[ $p != "$PG_PORT" && $p != "$KAFKA_PORT" && $p != "$CONTROLLER_PORT" ]]; then
+			break
+		fi
+	done
+	KAFKA_SASL_PORT=$p
+	KAFKA_SASL_USER=alice
+	KAFKA_SASL_PASSWORD=$(new_secret)
+	KAFKA_LIMITED_USER=mallory
+	KAFKA_LIMITED_PASSWORD=$(new_secret)
+	printf 'KAFKA_SASL_PORT=%q\nKAFKA_SASL_USER=%q\nKAFKA_SASL_PASSWORD=%q\nKAFKA_LIMITED_USER=%q\nKAFKA_LIMITED_PASSWORD=%q\n' \
+		"$KAFKA_SASL_PORT" "$KAFKA_SASL_USER" "$KAFKA_SASL_PASSWORD" "$KAFKA_LIMITED_USER" "$KAFKA_LIMITED_PASSWORD" >>"$dir/state"
+}
+
 kafka_init() {
-	local dir=$1 id
+	local dir=$1 id u m
+	local -a scram=()
 	mkdir -p "$dir/kafka/data"
+	kafka_security_init "$dir"
 	cat >"$dir/kafka/server.properties" <<EOF
 # Written by scripts/testenv.sh: one process that is the whole KRaft cluster.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 log.dirs=$dir/kafka/data
 
-# Topics: tests create theirs explicitly, with one replica.
+# Security: SASL over TLS on a listener of its own, with the environment's
+# certificate (a PEM keystore) and users: PLAIN's in the JAAS line, SCRAM's
+# in the cluster metadata (added when formatting). ACLs bind everyone but
+# the super users: ANONYMOUS (the PLAINTEXT and controller listeners, which
+# the other tests use) and alice.
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$dir/certs/server-keystore.pem
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$KAFKA_SASL_USER="$KAFKA_SASL_PASSWORD" user_$KAFKA_LIMITED_USER="$KAFKA_LIMITED_PASSWORD";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:admin;User:$KAFKA_SASL_USER
+
+# Topics: tests create theirs explicitly, with one replica. No time-based
+# retention: tests write records with event timestamps years old, which the
+# retention check (every 5 minutes) would otherwise delete before a
+# consumer reads them.
+log.retention.ms=-1
 num.partitions=1
 default.replication.factor=1
 min.insync.replicas=1
@@ -511,8 +622,13 @@ controller.quorum.request.timeout.ms=10000
 EOF
 	id=$(timeout 120 java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool random-uuid 2>>"$dir/kafka/format.log") ||
 		die "kafka StorageTool random-uuid failed; see $dir/kafka/format.log"
+	for m in SCRAM-SHA-256 SCRAM-SHA-512; do
+		for u in "$KAFKA_SASL_USER=$KAFKA_SASL_PASSWORD" "$KAFKA_LIMITED_USER=$KAFKA_LIMITED_PASSWORD"; do
+			scram+=(--add-scram "$m=[name=${u%%=*},password=${u#*=}]")
+		done
+	done
 	timeout 120 java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format -t "$id" \
-		-c "$dir/kafka/server.properties" >>"$dir/kafka/format.log" 2>&1 || {
+		-c "$dir/kafka/server.properties" "${scram[@]}" >>"$dir/kafka/format.log" 2>&1 || {
 		tail -n 20 "$dir/kafka/format.log" >&2
 		die "formatting Kafka's storage failed"
 	}
@@ -587,7 +703,23 @@ write_env() {
 		printf 'export PGOUTBOX_TEST_PG_BIN=%s\n' "$(shq "$PG_CLIENT_BIN")"
 		printf 'export PGOUTBOX_TEST_PG_MAJOR=%s\n' "$(shq "$PG_MAJOR")"
 		printf 'export PGOUTBOX_TEST_KAFKA=%s\n' "$(shq "127.0.0.1:$KAFKA_PORT")"
+		write_security_env "$dir"
 	} >"$dir/env.sh"
+}
+
+# write_security_env DIR: the TLS and SASL part of env.sh.
+write_security_env() {
+	local dir=$1
+	printf 'export PGOUTBOX_TEST_CA=%s\n' "$(shq "$dir/certs/ca.pem")"
+	printf 'export PGOUTBOX_TEST_KAFKA_SASL_SSL=%s\n' "$(shq "127.0.0.1:$KAFKA_SASL_PORT")"
+	printf 'export PGOUTBOX_TEST_KAFKA_SASL_USER=%s\n' "$(shq "$KAFKA_SASL_USER")"
+	printf 'export PGOUTBOX_TEST_KAFKA_SASL_PASSWORD=%s\n' "$(shq "$KAFKA_SASL_PASSWORD")"
+	printf 'export PGOUTBOX_TEST_KAFKA_LIMITED_USER=%s\n' "$(shq "$KAFKA_LIMITED_USER")"
+	printf 'export PGOUTBOX_TEST_KAFKA_LIMITED_PASSWORD=%s\n' "$(shq "$KAFKA_LIMITED_PASSWORD")"
+	if [[ -n ${PG_SSL_USER:-} ]]; then
+		printf 'export PGOUTBOX_TEST_PG_SSL_USER=%s\n' "$(shq "$PG_SSL_USER")"
+		printf 'export PGOUTBOX_TEST_PG_SSL_PASSWORD=%s\n' "$(shq "$PG_SSL_PASSWORD")"
+	fi
 }
 
 # healthy DIR: both servers run and answer.

@@ -97,19 +97,30 @@ func settings(cfg *fileConfig) []setting {
 			if name == "" || name == "-" || v.Field(i).Kind() != reflect.Struct {
 				continue
 			}
-			sv := v.Field(i)
-			st := sv.Type()
-			for j := 0; j < st.NumField(); j++ {
-				k := strings.Split(st.Field(j).Tag.Get("yaml"), ",")[0]
-				if k == "" || k == "-" || !st.Field(j).IsExported() {
-					continue
-				}
-				out = append(out, setting{section: name, key: k, field: sv.Field(j)})
-			}
+			walkKeys(name, v.Field(i), &out)
 		}
 	}
 	walkSection(root)
 	return out
+}
+
+// walkKeys appends the keys of section sv, descending into inline structs
+// (such as the kafka section's security options).
+func walkKeys(section string, sv reflect.Value, out *[]setting) {
+	st := sv.Type()
+	for j := 0; j < st.NumField(); j++ {
+		f := st.Field(j)
+		tag := strings.Split(f.Tag.Get("yaml"), ",")
+		if len(tag) > 1 && tag[1] == "inline" && f.Type.Kind() == reflect.Struct {
+			walkKeys(section, sv.Field(j), out)
+			continue
+		}
+		k := tag[0]
+		if k == "" || k == "-" || !f.IsExported() {
+			continue
+		}
+		*out = append(*out, setting{section: section, key: k, field: sv.Field(j)})
+	}
 }
 
 func applyEnv(cfg *fileConfig, environ []string) error {

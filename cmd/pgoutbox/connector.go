@@ -166,7 +166,7 @@ func applyConnector(cfg *fileConfig, conn map[string]string) (ignored []string, 
 	user, _ := get("database.user")
 	pass, hasPass := get("database.password")
 	if strings.HasPrefix(pass, "${") {
-		refuse("database.password", "Kafka Connect config providers are not resolved; give the password with PGPASSWORD or PGOUTBOX_POSTGRES_DSN")
+		refuse("database.password", "Kafka Connect config providers are not resolved; give the password with PGOUTBOX_POSTGRES_PASSWORD, postgres.password.file or PGPASSWORD")
 		hasPass = false
 	}
 	switch {

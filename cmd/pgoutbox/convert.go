@@ -24,8 +24,8 @@ func describeIgnored(keys []string) []string {
 }
 
 // cmdConvert prints the native configuration equivalent to a connector
-// JSON. The database password is left out: give it with PGPASSWORD or in
-// PGOUTBOX_POSTGRES_DSN.
+// JSON. The database password is left out: give it with
+// PGOUTBOX_POSTGRES_PASSWORD, postgres.password.file or PGPASSWORD.
 func cmdConvert(args, environ []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -69,7 +69,7 @@ func cmdConvert(args, environ []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "# pgoutbox configuration converted from %s\n", fs.Arg(0))
 	fmt.Fprintln(stdout, "# kafka.brokers: set them here or with PGOUTBOX_KAFKA_BROKERS (a connector does not name them)")
 	if hadPassword {
-		fmt.Fprintln(stdout, "# the database password is not written here: set PGPASSWORD, or PGOUTBOX_POSTGRES_DSN with the password")
+		fmt.Fprintln(stdout, "# the database password is not written here: set PGOUTBOX_POSTGRES_PASSWORD or postgres.password.file (or PGPASSWORD)")
 	}
 	for _, k := range describeIgnored(ignored) {
 		fmt.Fprintf(stdout, "# ignored: %s\n", k)

@@ -250,6 +250,9 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
+	// Nothing prints a password; should an error ever quote one, it is
+	// replaced (each write through the logger is one whole line).
+	stderr = scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
@@ -304,7 +307,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.PollSlot(auxCtx, cfg.Postgres.DSN, cfg.Postgres.Slot, cfg.Metrics.SlotPollInterval, log.Named("slot"))
+			m.PollSlot(auxCtx, cfg.Postgres, cfg.Metrics.SlotPollInterval, log.Named("slot"))
 		}()
 	}
 	// A soft memory limit makes the garbage collector work harder before
@@ -350,6 +353,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
+	stderr = scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
 	ctx := context.Background()
 	var conn *pgx.Conn
 	if !*dry {
@@ -357,7 +361,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.dsn is empty: pass --dsn or set PGOUTBOX_POSTGRES_DSN")
 			return exitConfig
 		}
-		conn, err = pgx.Connect(ctx, cfg.Postgres.DSN)
+		conn, err = replication.ConnectSQL(ctx, cfg.Postgres, "pgoutbox-migrate", cfg.Postgres.ConnectTimeout)
 		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
 			return exitStartup

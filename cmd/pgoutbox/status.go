@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +41,7 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN), scrubSecrets(stderr, cfg.Postgres.DSN)
+	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN, configSecrets(cfg)...), scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
@@ -345,12 +346,15 @@ var errBadDSN = errors.New("postgres.dsn is not a valid connection string (its t
 
 // connectPG opens an ordinary SQL connection with rc's DSN, bounded by the
 // DSN's connect_timeout or else postgres.connect.timeout. Its errors are
-// errBadDSN or a *replication.ConnectError (one line, with what to check);
-// neither contains the DSN's text.
+// errBadDSN, a *replication.ConnectError (one line, with what to check) or
+// an unreadable postgres.password.file; none contains the DSN's text.
 func connectPG(ctx context.Context, rc replication.Config) (*pgx.Conn, pgTarget, error) {
-	pcfg, err := pgx.ParseConfig(rc.DSN)
-	if err != nil {
+	pcfg, err := rc.SQLConfig()
+	if errors.Is(err, replication.ErrInvalidDSN) {
 		return nil, pgTarget{}, errBadDSN
+	}
+	if err != nil {
+		return nil, pgTarget{}, err // password.file unreadable or empty
 	}
 	timeout := rc.ConnectTimeout
 	if pcfg.ConnectTimeout != 0 {
@@ -364,7 +368,7 @@ func connectPG(ctx context.Context, rc replication.Config) (*pgx.Conn, pgTarget,
 	if strings.HasPrefix(pcfg.Host, "/") { // a unix socket directory
 		target.Address = fmt.Sprintf("%s/.s.PGSQL.%d", pcfg.Host, pcfg.Port)
 	}
-	conn, err := replication.ConnectSQL(ctx, rc.DSN, "pgoutbox-check", timeout)
+	conn, err := replication.ConnectSQL(ctx, rc, "pgoutbox-check", timeout)
 	if err != nil {
 		return nil, target, err
 	}
@@ -389,7 +393,7 @@ const minSecretLen = 4
 // (as given, parsed from a passfile, or percent-encoded) with "xxxxx" in
 // everything written through it. Each write must hold whole secrets: the
 // commands write whole lines.
-func scrubSecrets(w io.Writer, dsn string) io.Writer {
+func scrubSecrets(w io.Writer, dsn string, extra ...string) io.Writer {
 	seen := map[string]bool{}
 	var secrets [][]byte
 	add := func(s string) {
@@ -400,6 +404,9 @@ func scrubSecrets(w io.Writer, dsn string) io.Writer {
 	}
 	if pcfg, err := pgx.ParseConfig(dsn); err == nil {
 		add(pcfg.Password)
+	}
+	for _, e := range extra {
+		add(e)
 	}
 	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
 		if p, ok := u.User.Password(); ok {
@@ -417,6 +424,24 @@ func scrubSecrets(w io.Writer, dsn string) io.Writer {
 		return w
 	}
 	return &scrubWriter{w: w, secrets: secrets}
+}
+
+// configSecrets lists the passwords the configuration gives besides the
+// DSN's, for scrubSecrets: postgres.password, kafka.sasl.password and the
+// contents of their files (a file that cannot be read holds nothing to
+// hide; the commands report it).
+func configSecrets(cfg fileConfig) []string {
+	out := []string{cfg.Postgres.Password, cfg.Kafka.SASLPassword}
+	for _, path := range []string{cfg.Postgres.PasswordFile, cfg.Kafka.SASLPasswordFile} {
+		if path == "" {
+			continue
+		}
+		if data, err := os.ReadFile(path); err == nil {
+			s := strings.TrimSuffix(string(data), "\n")
+			out = append(out, s, strings.TrimSuffix(s, "\r"))
+		}
+	}
+	return out
 }
 
 type scrubWriter struct {

@@ -88,7 +88,7 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN), scrubSecrets(stderr, cfg.Postgres.DSN)
+	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN, configSecrets(cfg)...), scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
@@ -203,8 +203,8 @@ func connectResult(err error) checkResult {
 		return fail("postgres", err.Error(), "correct postgres.dsn: a libpq key=value string or a postgres:// URL")
 	}
 	var ce *replication.ConnectError
-	if !errors.As(err, &ce) {
-		return fail("postgres", oneLine(err), "check postgres.dsn and the server's log")
+	if !errors.As(err, &ce) { // postgres.password.file unreadable or empty
+		return fail("postgres", oneLine(err), "make postgres.password.file name a readable file that holds the password")
 	}
 	what := "unreachable"
 	if ce.Refused() {
@@ -529,6 +529,13 @@ func checkSlotActive(s slotStatus, holder string) checkResult {
 func validateKafka(v *validation, cfg fileConfig, topics []string) {
 	kc := cfg.Kafka
 	if err := kafka.Ping(kc); err != nil {
+		var ae *kafka.AuthError
+		if errors.As(err, &ae) {
+			v.report(fail("kafka", "refused: "+oneLine(err),
+				"check kafka.sasl.username and kafka.sasl.password (PGOUTBOX_KAFKA_SASL_PASSWORD, or kafka.sasl.password.file) and kafka.sasl.mechanism against the broker's users"))
+			v.unreachable = true
+			return
+		}
 		v.report(fail("kafka", "unreachable: "+oneLine(err),
 			"check kafka.brokers (--brokers, PGOUTBOX_KAFKA_BROKERS) and that the brokers listen there and advertise addresses this host can reach"))
 		v.unreachable = true

@@ -13,7 +13,8 @@ import (
 
 // CreateTopics creates the topics that do not exist yet, with the given
 // partition count and replication factor, and waits until the cluster's
-// metadata lists them. Topics that already exist are left as they are.
+// metadata lists them and every partition's leader serves. Topics that
+// already exist are left as they are.
 func CreateTopics(cfg Config, topics []string, partitions int32, replication int16) error {
 	cfg.Defaults()
 	sc, err := cfg.sarama()
@@ -23,7 +24,7 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 	sc.Metadata.Full = true // the admin client refreshes metadata without naming topics
 	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), cfg.Security.authError(strings.Join(cfg.Brokers, ","), err))
 	}
 	defer admin.Close()
 	for _, t := range topics {
@@ -45,7 +46,7 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 			}
 		}
 		if err == nil && missing == "" {
-			return nil
+			return waitLeaders(cfg, sc, topics, deadline)
 		}
 		if time.Now().After(deadline) {
 			if err == nil {
@@ -55,6 +56,38 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 		}
 		time.Sleep(100 * time.Millisecond) // metadata propagation; bounded by deadline
 	}
+}
+
+// waitLeaders waits until every partition of topics answers a request for
+// its end offset: a leader listed in the metadata may not have applied that
+// metadata yet, and until it has it answers NOT_LEADER_OR_FOLLOWER, which
+// a consumer started at once (Tail) takes as fatal.
+func waitLeaders(cfg Config, sc *sarama.Config, topics []string, deadline time.Time) error {
+	client, err := sarama.NewClient(cfg.Brokers, sc)
+	if err != nil {
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	defer client.Close()
+	for _, t := range topics {
+		parts, err := client.Partitions(t)
+		if err != nil {
+			return fmt.Errorf("kafka: partitions of %q: %w", t, err)
+		}
+		for _, p := range parts {
+			for {
+				_, err := client.GetOffset(t, p, sarama.OffsetNewest)
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("kafka: wait for the leader of %s/%d: %w", t, p, err)
+				}
+				_ = client.RefreshMetadata(t)
+				time.Sleep(100 * time.Millisecond) // leader catching up; bounded by deadline
+			}
+		}
+	}
+	return nil
 }
 
 // Record is a record read back by Tail.
@@ -80,7 +113,7 @@ func Tail(ctx context.Context, cfg Config, topics []string, fn func(Record) bool
 	sc.Consumer.Return.Errors = false
 	consumer, err := sarama.NewConsumer(cfg.Brokers, sc)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), cfg.Security.authError(strings.Join(cfg.Brokers, ","), err))
 	}
 	defer consumer.Close()
 	out := make(chan *sarama.ConsumerMessage)

@@ -141,8 +141,10 @@ type Config struct {
 	WriteTimeout   time.Duration `yaml:"write.timeout"`
 	RequestTimeout time.Duration `yaml:"request.timeout"`
 
-	// TLS and SASL will be added here as `tls` and `sasl` sections; they map
-	// onto sarama's Net.TLS and Net.SASL in [Config.sarama].
+	// Security holds TLS and SASL (security.protocol, sasl.*, ssl.*),
+	// applied to every connection: the producer's, and the admin and
+	// inspection clients'.
+	Security `yaml:",inline"`
 }
 
 // Defaults sets every zero-valued field except Brokers to its default.
@@ -164,6 +166,7 @@ func (c *Config) Defaults() {
 	setDefault(&c.ReadTimeout, DefaultReadTimeout)
 	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&c.RequestTimeout, DefaultRequestTimeout)
+	c.Security.defaults()
 }
 
 func setDefault[T comparable](p *T, v T) {
@@ -248,6 +251,7 @@ func (c *Config) Validate() error {
 	if cfg.ReadTimeout <= cfg.RequestTimeout {
 		bad("read.timeout", "%v must exceed request.timeout %v, or every slow produce request looks like a dead broker", cfg.ReadTimeout, cfg.RequestTimeout)
 	}
+	errs = append(errs, cfg.Security.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -311,7 +315,9 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	// The idempotent producer keeps order across retries only with one
 	// request in flight per broker connection.
 	sc.Net.MaxOpenRequests = 1
-	// TLS and SASL: set sc.Net.TLS and sc.Net.SASL here once Config has them.
+	if err := c.Security.apply(sc); err != nil {
+		return nil, err
+	}
 
 	// Only the topics we produce to; the full cluster map is memory we
 	// never read.

@@ -22,6 +22,7 @@ func TestDefaultsFillOnlyZeroFields(t *testing.T) {
 		AckBuffer: 8192, RetryBufferBytes: 256 << 20,
 		DialTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		RequestTimeout: 10 * time.Second,
+		Security:       Security{Protocol: "PLAINTEXT", SSLEndpointIdentification: "https"},
 	}
 	if got, w := strings.Join(strings.Fields(stringOf(c)), " "), strings.Join(strings.Fields(stringOf(want)), " "); got != w {
 		t.Errorf("after Defaults:\n got %s\nwant %s", got, w)

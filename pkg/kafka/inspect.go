@@ -32,7 +32,7 @@ func Ping(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return probe(cfg.Brokers, sc)
+	return probe(&cfg, sc)
 }
 
 // CheckTopics asks the cluster about topics with one metadata request and
@@ -54,6 +54,10 @@ func CheckTopics(cfg Config, topics []string) ([]TopicState, error) {
 		md, err = topicMetadata(addr, sc, topics)
 		if err == nil {
 			break
+		}
+		var ae *AuthError
+		if err = cfg.Security.authError(addr, err); errors.As(err, &ae) {
+			return nil, err
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
 	}

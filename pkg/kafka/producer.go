@@ -100,7 +100,7 @@ func New(cfg Config, log *zap.Logger) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := probe(cfg.Brokers, sc); err != nil {
+	if err := probe(&cfg, sc); err != nil {
 		return nil, err
 	}
 	client, err := sarama.NewClient(cfg.Brokers, sc)
@@ -131,9 +131,12 @@ func New(cfg Config, log *zap.Logger) (*Producer, error) {
 }
 
 // probe dials the seed brokers one after another (and exchanges ApiVersions
-// with them) until one answers, so that an unreachable cluster fails New
-// within DialTimeout per broker rather than after sarama's retries.
-func probe(brokers []string, sc *sarama.Config) error {
+// with them, and authenticates) until one answers, so that an unreachable
+// cluster fails New within DialTimeout per broker rather than after sarama's
+// retries. A broker that refuses the credentials ends the probe with an
+// *AuthError: the other brokers would refuse them too.
+func probe(cfg *Config, sc *sarama.Config) error {
+	brokers := cfg.Brokers
 	var errs, hints []string
 	for _, addr := range brokers {
 		b := sarama.NewBroker(addr)
@@ -149,6 +152,10 @@ func probe(brokers []string, sc *sarama.Config) error {
 		}
 		if err == nil {
 			err = errors.New("not connected")
+		}
+		var ae *AuthError
+		if err = cfg.Security.authError(addr, err); errors.As(err, &ae) {
+			return err
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
 		hints = append(hints, brokerHint(err))

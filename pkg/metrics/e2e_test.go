@@ -124,7 +124,7 @@ func (e *e2e) pollSlot(t *testing.T, every time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.m.PollSlot(ctx, e.dsn, e.name, every, e.log)
+		e.m.PollSlot(ctx, replication.Config{DSN: e.dsn, Slot: e.name}, every, e.log)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -324,7 +324,7 @@ func TestPollerReportsALostSlotAsNotReady(t *testing.T) {
 	polled := make(chan struct{})
 	go func() {
 		defer close(polled)
-		m.PollSlot(pctx, dsn, slot, 100*time.Millisecond, zaptest.NewLogger(t))
+		m.PollSlot(pctx, replication.Config{DSN: dsn, Slot: slot}, 100*time.Millisecond, zaptest.NewLogger(t))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -371,7 +371,7 @@ func TestPollerWarnsNearMaxSlotWALKeepSize(t *testing.T) {
 	polled := make(chan struct{})
 	go func() {
 		defer close(polled)
-		m.PollSlot(pctx, dsn, slot, 50*time.Millisecond, zap.New(core))
+		m.PollSlot(pctx, replication.Config{DSN: dsn, Slot: slot}, 50*time.Millisecond, zap.New(core))
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -23,7 +23,8 @@ const (
 	nearLimitClear = 0.7
 )
 
-// PollSlot reads the slot's WAL usage (replication.ReadSlotStats) at once
+// PollSlot reads the WAL usage of pg.Slot (replication.ReadSlotStats),
+// connecting with pg's DSN and password, at once
 // and then every interval until ctx ends, and records it with ObserveSlot:
 // the pgoutbox_slot_* gauges, and readiness, which a wal_status of "lost"
 // turns to 503. It keeps one ordinary connection open between polls and
@@ -36,14 +37,14 @@ const (
 // and wait for PollSlot to return (it closes its connection first, within
 // a few seconds) before the process exits. Stop it after the relay: it has
 // nothing to do with the relay's shutdown.
-func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, every time.Duration, log *zap.Logger) {
+func (m *Metrics) PollSlot(ctx context.Context, pg replication.Config, every time.Duration, log *zap.Logger) {
 	if every <= 0 {
 		every = DefaultConfig().SlotPollInterval
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	p := &poller{m: m, dsn: dsn, slot: slot, log: log.With(zap.String("slot", slot))}
+	p := &poller{m: m, pg: pg, slot: pg.Slot, log: log.With(zap.String("slot", pg.Slot))}
 	defer p.close(ctx)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -59,7 +60,8 @@ func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, every time.Dur
 
 type poller struct {
 	m          *Metrics
-	dsn, slot  string
+	pg         replication.Config
+	slot       string
 	log        *zap.Logger
 	conn       *pgx.Conn
 	lastErr    string
@@ -71,7 +73,7 @@ func (p *poller) poll(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
 	if p.conn == nil {
-		conn, err := replication.ConnectSQL(pctx, p.dsn, "pgoutbox-slot-stats", pollTimeout)
+		conn, err := replication.ConnectSQL(pctx, p.pg, "pgoutbox-slot-stats", pollTimeout)
 		if err != nil {
 			p.failed(ctx, err)
 			return

@@ -20,6 +20,14 @@
 //	PGOUTBOX_TEST_PG_MAJOR the server's major version; tests fail on another
 //	PGOUTBOX_TEST_KAFKA    comma-separated brokers, 127.0.0.1:PORT
 //
+// and, for TLS and SASL tests ([Env.Security]), the environment's CA
+// (PGOUTBOX_TEST_CA), Kafka's SASL_SSL listener and users
+// (PGOUTBOX_TEST_KAFKA_SASL_SSL, PGOUTBOX_TEST_KAFKA_SASL_USER and
+// _PASSWORD, PGOUTBOX_TEST_KAFKA_LIMITED_USER and _PASSWORD) and
+// PostgreSQL's TLS-only role (PGOUTBOX_TEST_PG_SSL_USER and _PASSWORD).
+// Kafka runs with ACLs; the PLAINTEXT listener, which every other helper
+// uses, is a super user.
+//
 // `make test` or `scripts/testenv.sh exec -- go test ./...` sets them. Without
 // them [Require] skips the test, unless PGOUTBOX_REQUIRE_INTEGRATION=1, when
 // it fails it: `make test` sets that, so that a broken environment cannot pass

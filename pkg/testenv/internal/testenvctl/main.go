@@ -9,6 +9,9 @@
 //	    exits 1 at the timeout, or as soon as process PID is gone.
 //	testenvctl kafka-ok -brokers 127.0.0.1:9092
 //	    the same check once, with short timeouts (for health checks).
+//	testenvctl certs DIR
+//	    writes a throwaway certificate authority and certificates signed by
+//	    it into DIR (see certs.go).
 //
 // It is internal to pkg/testenv: nothing but the script runs it.
 package main
@@ -40,6 +43,8 @@ func main() {
 		err = kafkaReady(os.Args[2:], false)
 	case "kafka-ok":
 		err = kafkaReady(os.Args[2:], true)
+	case "certs":
+		err = certs(os.Args[2:])
 	default:
 		usage()
 	}
@@ -50,7 +55,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testenvctl ports N | kafka-ready -brokers ADDR[,ADDR] [-timeout D] [-pid PID] | kafka-ok -brokers ADDR")
+	fmt.Fprintln(os.Stderr, "usage: testenvctl ports N | kafka-ready -brokers ADDR[,ADDR] [-timeout D] [-pid PID] | kafka-ok -brokers ADDR | certs DIR")
 	os.Exit(2)
 }
 

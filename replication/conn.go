@@ -1,0 +1,91 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrInvalidDSN is wrapped by the error of a DSN that does not parse.
+var ErrInvalidDSN = errors.New("replication: postgres.dsn is not a valid connection string (its text is not shown because it may hold a password)")
+
+// SQLConfig parses the DSN for an ordinary (non-replication) connection and
+// applies password or password.file. TLS comes from the DSN as libpq has it
+// (sslmode, sslrootcert, sslcert, sslkey, or PGSSLMODE and friends in the
+// environment). Its errors quote neither the DSN nor the password.
+func (c *Config) SQLConfig() (*pgx.ConnConfig, error) {
+	pcfg, err := pgx.ParseConfig(c.DSN)
+	if err != nil {
+		return nil, invalidDSN(err)
+	}
+	if err := c.applyPassword(&pcfg.Config); err != nil {
+		return nil, err
+	}
+	return pcfg, nil
+}
+
+// replicationConfig is SQLConfig for the replication connection. It keeps
+// every TLS setting of the DSN: only replication=database and the
+// application name are added.
+func (c *Config) replicationConfig() (*pgconn.Config, error) {
+	pcfg, err := pgconn.ParseConfig(c.DSN)
+	if err != nil {
+		return nil, invalidDSN(err)
+	}
+	if err := c.applyPassword(pcfg); err != nil {
+		return nil, err
+	}
+	if pcfg.RuntimeParams == nil {
+		pcfg.RuntimeParams = map[string]string{}
+	}
+	pcfg.RuntimeParams["replication"] = "database"
+	pcfg.RuntimeParams["application_name"] = "pgoutbox"
+	return pcfg, nil
+}
+
+// invalidDSN wraps a DSN parse error in ErrInvalidDSN, without its text
+// when that may quote the password.
+func invalidDSN(err error) error {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		return ErrInvalidDSN
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidDSN, err)
+}
+
+// applyPassword sets the password from password or password.file, which
+// take precedence over a password in the DSN, PGPASSWORD and a passfile.
+// The file is read at every connection, so a rotated secret is used by the
+// next session.
+func (c *Config) applyPassword(pcfg *pgconn.Config) error {
+	switch {
+	case c.PasswordFile != "":
+		pw, err := readSecretFile("postgres: password.file", c.PasswordFile)
+		if err != nil {
+			return err
+		}
+		pcfg.Password = pw
+	case c.Password != "":
+		pcfg.Password = c.Password
+	}
+	return nil
+}
+
+// readSecretFile reads a password from path, dropping one trailing line end
+// ("\n" or "\r\n"). Its errors name option and the file, never the content.
+func readSecretFile(option, path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: cannot read the password file: %w", option, err)
+	}
+	s := strings.TrimSuffix(string(data), "\n")
+	s = strings.TrimSuffix(s, "\r")
+	if s == "" {
+		return "", fmt.Errorf("%s: the password file %s is empty", option, path)
+	}
+	return s, nil
+}

@@ -283,16 +283,23 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	return res, nil
 }
 
-// waitSlotActive waits until pgoutbox streams from slot.
+// waitSlotActive waits until a walsender streams from slot. "active"
+// alone is not enough: a slot being created is active too, held by the
+// creating backend while it waits for running transactions to end, and
+// events committed then precede the slot's consistent point and are
+// rightly never decoded (the warm-up lost its rows that way while other
+// work kept transactions open).
 func (h *harness) waitSlotActive(ctx context.Context, p *relayProc, slot string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		var active bool
-		err := h.admin.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+		var streaming bool
+		err := h.admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s
+			JOIN pg_stat_activity a ON a.pid = s.active_pid
+			WHERE s.slot_name = $1 AND a.backend_type = 'walsender')`, slot).Scan(&streaming)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read slot %s: %w", slot, err)
 		}
-		if active {
+		if streaming {
 			return nil
 		}
 		if err := p.exited(); err != nil {

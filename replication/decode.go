@@ -149,9 +149,58 @@ var errShort = errors.New("message too short")
 
 // Decoder turns pgoutput protocol v1 messages into the package's types. It
 // caches relations by ID. It is not safe for concurrent use.
+//
+// Every value it returns is distinct and is never written again, but the
+// per-row ones (Begin, Commit, Change and a Change's value and kind slices)
+// are carved out of small shared slabs instead of allocated one by one, so
+// that decoding a row costs no allocation most of the time. A slab stays in
+// memory while anything still points into it, which is at most a few
+// kilobytes per value kept.
 type Decoder struct {
 	relations map[uint32]*Relation
 	types     *pgtype.Map // created on first use by Value
+
+	begins  slab[Begin]
+	commits slab[Commit]
+	changes slab[Change]
+	values  sliceSlab[[]byte]
+	kinds   sliceSlab[ValueKind]
+}
+
+// slabLen is how many values a slab holds: small enough that a slab kept
+// alive by one value costs little, big enough to make the allocation rare.
+const slabLen = 64
+
+// slab hands out pointers to zeroed Ts from a shared backing array.
+type slab[T any] struct{ free []T }
+
+func (s *slab[T]) next() *T {
+	if len(s.free) == 0 {
+		s.free = make([]T, slabLen)
+	}
+	p := &s.free[0]
+	s.free = s.free[1:]
+	return p
+}
+
+// sliceSlab hands out zeroed slices of Ts, each with its capacity capped at
+// its length so that an append to one can never write into the next.
+type sliceSlab[T any] struct{ free []T }
+
+// sliceSlabLen is the length of a sliceSlab's backing array; tuples wider
+// than a quarter of it get an array of their own.
+const sliceSlabLen = 1024
+
+func (s *sliceSlab[T]) take(n int) []T {
+	if n > sliceSlabLen/4 {
+		return make([]T, n)
+	}
+	if len(s.free) < n {
+		s.free = make([]T, sliceSlabLen)
+	}
+	v := s.free[:n:n]
+	s.free = s.free[n:]
+	return v
 }
 
 // NewDecoder returns a decoder with an empty relation cache.
@@ -294,33 +343,46 @@ func (r *reader) bytes(n int, field string) []byte {
 	return b
 }
 
-// tuple reads TupleData into values/kinds sized for the relation.
-func (r *reader) tuple(field string) ([][]byte, []ValueKind) {
-	n := int(r.u16(field + " column count"))
+// tupleFields names the fields of one tuple in errors. They are constants
+// chosen per tuple rather than concatenated per column, which would allocate
+// for every column of every row.
+type tupleFields struct {
+	count, kind, length, data string
+}
+
+var (
+	newTupleFields = tupleFields{"new tuple column count", "new tuple column kind", "new tuple column length", "new tuple column data"}
+	oldTupleFields = tupleFields{"old tuple column count", "old tuple column kind", "old tuple column length", "old tuple column data"}
+)
+
+// tuple reads TupleData into values/kinds sized for the relation, taking
+// both slices from the decoder's slabs.
+func (d *Decoder) tuple(r *reader, f *tupleFields) ([][]byte, []ValueKind) {
+	n := int(r.u16(f.count))
 	if r.err != nil {
 		return nil, nil
 	}
 	// Each column takes at least one byte: refuse counts the buffer cannot hold
 	// before allocating for them.
 	if n > len(r.buf)-r.off {
-		r.fail(field+" column count", errShort)
+		r.fail(f.count, errShort)
 		return nil, nil
 	}
-	values := make([][]byte, n)
-	kinds := make([]ValueKind, n)
+	values := d.values.take(n)
+	kinds := d.kinds.take(n)
 	for i := 0; i < n; i++ {
-		k := ValueKind(r.u8(field + " column kind"))
+		k := ValueKind(r.u8(f.kind))
 		switch k {
 		case ValueNull, ValueUnchanged:
 		case ValueText, ValueBinary:
-			l := r.u32(field + " column length")
+			l := r.u32(f.length)
 			if r.err == nil && uint64(l) > uint64(len(r.buf)-r.off) {
-				r.fail(field+" column data", errShort)
+				r.fail(f.data, errShort)
 			}
-			values[i] = r.bytes(int(l), field+" column data")
+			values[i] = r.bytes(int(l), f.data)
 		default:
 			if r.err == nil {
-				r.fail(field+" column kind", fmt.Errorf("unknown tuple value kind %q", byte(k)))
+				r.fail(f.kind, fmt.Errorf("unknown tuple value kind %q", byte(k)))
 			}
 		}
 		if r.err != nil {
@@ -342,10 +404,12 @@ func (d *Decoder) Decode(data []byte) (any, error) {
 	r := &reader{typ: data[0], buf: data, off: 1}
 	switch data[0] {
 	case 'B':
-		b := &Begin{FinalLSN: LSN(r.u64("final LSN")), CommitTime: r.time("commit time"), XID: r.u32("xid")}
+		b := d.begins.next()
+		*b = Begin{FinalLSN: LSN(r.u64("final LSN")), CommitTime: r.time("commit time"), XID: r.u32("xid")}
 		return b, r.err
 	case 'C':
-		c := &Commit{Flags: r.u8("flags"), CommitLSN: LSN(r.u64("commit LSN")), EndLSN: LSN(r.u64("end LSN")), CommitTime: r.time("commit time")}
+		c := d.commits.next()
+		*c = Commit{Flags: r.u8("flags"), CommitLSN: LSN(r.u64("commit LSN")), EndLSN: LSN(r.u64("end LSN")), CommitTime: r.time("commit time")}
 		return c, r.err
 	case 'O':
 		r.u64("origin LSN")
@@ -363,7 +427,7 @@ func (d *Decoder) Decode(data []byte) (any, error) {
 		if t := r.u8("tuple marker"); r.err == nil && t != 'N' {
 			r.fail("tuple marker", fmt.Errorf("want 'N', got %q", t))
 		}
-		values, kinds := r.tuple("new tuple")
+		values, kinds := d.tuple(r, &newTupleFields)
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -374,13 +438,13 @@ func (d *Decoder) Decode(data []byte) (any, error) {
 		var old [][]byte
 		var oldKinds []ValueKind
 		if r.err == nil && (t == 'K' || t == 'O') {
-			old, oldKinds = r.tuple("old tuple")
+			old, oldKinds = d.tuple(r, &oldTupleFields)
 			t = r.u8("tuple marker")
 		}
 		if r.err == nil && t != 'N' {
 			r.fail("tuple marker", fmt.Errorf("want 'N', got %q", t))
 		}
-		values, kinds := r.tuple("new tuple")
+		values, kinds := d.tuple(r, &newTupleFields)
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -391,7 +455,7 @@ func (d *Decoder) Decode(data []byte) (any, error) {
 		if r.err == nil && t != 'K' && t != 'O' {
 			r.fail("tuple marker", fmt.Errorf("want 'K' or 'O', got %q", t))
 		}
-		old, oldKinds := r.tuple("old tuple")
+		old, oldKinds := d.tuple(r, &oldTupleFields)
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -452,7 +516,9 @@ func (d *Decoder) change(op Op, rel *Relation, values [][]byte, kinds []ValueKin
 	if values != nil && len(values) != len(rel.Columns) {
 		return nil, fmt.Errorf("replication: %s on %s has %d columns, relation announced %d", op, rel.Table, len(values), len(rel.Columns))
 	}
-	return &Change{Op: op, Rel: rel, Values: values, Kinds: kinds, Old: old, OldKinds: oldKinds}, nil
+	c := d.changes.next()
+	*c = Change{Op: op, Rel: rel, Values: values, Kinds: kinds, Old: old, OldKinds: oldKinds}
+	return c, nil
 }
 
 func (d *Decoder) decodeRelation(r *reader) (*Relation, error) {

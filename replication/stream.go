@@ -79,6 +79,36 @@ type Stream struct {
 	dec     *Decoder
 	start   LSN
 	written LSN // highest WAL position received, reported as the write position
+	wal     walArena
+}
+
+// walArena copies the WAL data of row and message payloads out of pgconn's
+// read buffer (which pgconn reuses) into shared chunks, so that the bytes a
+// record points to need no allocation of their own per message. A chunk is
+// freed by the garbage collector once nothing points into it any more, that
+// is once Kafka has acknowledged every record cut from it; with records
+// acknowledged roughly in order that is a few chunks beyond the in-flight
+// bytes.
+type walArena struct{ chunk []byte }
+
+// walChunk is the size of one arena chunk; messages bigger than an eighth of
+// it get an allocation of their own, so a chunk wastes at most that much.
+const walChunk = 64 << 10
+
+func (a *walArena) copy(b []byte) []byte {
+	n := len(b)
+	if n > walChunk/8 {
+		c := make([]byte, n)
+		copy(c, b)
+		return c
+	}
+	if cap(a.chunk)-len(a.chunk) < n {
+		a.chunk = make([]byte, 0, walChunk)
+	}
+	start := len(a.chunk)
+	a.chunk = append(a.chunk, b...)
+	// Capped: an append to one message's bytes must never reach the next.
+	return a.chunk[start:len(a.chunk):len(a.chunk)]
 }
 
 // Prepare checks the server and makes sure the publication and slot exist,
@@ -311,9 +341,24 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 // and no error when the deadline passes first. Errors other than that leave
 // the stream unusable: close it and open a new one.
 func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error) {
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	msg, err := s.conn.ReceiveMessage(rctx)
-	cancel()
+	var msg pgproto3.BackendMessage
+	var err error
+	if nc := s.conn.Conn(); ctx.Done() == nil && nc != nil {
+		// A context that can never be cancelled needs no watching: a read
+		// deadline on the socket does the same job as a context deadline
+		// (pgconn turns both into a timeout that leaves the connection
+		// usable) without a context, a timer and a watcher per message.
+		if err = nc.SetReadDeadline(deadline); err == nil {
+			msg, err = s.conn.ReceiveMessage(context.Background())
+		}
+	} else {
+		if nc != nil {
+			_ = nc.SetReadDeadline(time.Time{}) // one left by the branch above
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		msg, err = s.conn.ReceiveMessage(rctx)
+		cancel()
+	}
 	if err != nil {
 		if ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() {
 			return Event{}, nil
@@ -351,10 +396,16 @@ func (s *Stream) handleCopyData(data []byte) (Event, error) {
 		if err != nil {
 			return Event{}, fmt.Errorf("replication: XLogData: %w", err)
 		}
-		// pgconn reuses its read buffer: the decoded change must own its bytes
-		// because records stay in flight until Kafka acknowledges them.
-		wal := make([]byte, len(x.WALData))
-		copy(wal, x.WALData)
+		// pgconn reuses its read buffer: a decoded row or message must own
+		// its bytes because records point into them until Kafka acknowledges
+		// them. The other messages are decoded into values of their own.
+		wal := x.WALData
+		if len(wal) > 0 {
+			switch wal[0] {
+			case 'I', 'U', 'D', 'M':
+				wal = s.wal.copy(wal)
+			}
+		}
 		if end := LSN(x.WALStart); end > s.written {
 			s.written = end
 		}

@@ -247,14 +247,14 @@ func TestSummarizeFlagsMissingEventsLateArrivalsAndGrowingLag(t *testing.T) {
 	// 1000 events at 100 events/s; lag(i) in µs; the first drop events lost.
 	mk := func(lag func(i int) int64, drop int, lastRecv time.Time) *LatencyResult {
 		n := 1000
-		d := latencyData{committed: make([]bool, n), commitUS: make([]int64, n), recvUS: make([]int64, n), routeUS: make([]int64, n),
+		d := latencyData{committed: make([]bool, n), commitUS: make([]int64, n), recvUS: make([]int64, n), consumeUS: make([]int64, n),
 			start: start, writersEnd: end, lastRecv: lastRecv, keepUpBound: 2 * time.Second, drainTimeout: 30 * time.Second}
 		for i := range n {
 			d.committed[i] = true
 			d.commitUS[i] = start.UnixMicro() + int64(i)*10_000
 			if i >= drop {
 				d.recvUS[i] = d.commitUS[i] + lag(i)
-				d.routeUS[i] = d.commitUS[i] + lag(i)/2
+				d.consumeUS[i] = d.commitUS[i] + 2*lag(i)
 			}
 		}
 		r := &LatencyResult{}
@@ -263,7 +263,7 @@ func TestSummarizeFlagsMissingEventsLateArrivalsAndGrowingLag(t *testing.T) {
 	}
 
 	r := mk(func(int) int64 { return 5000 }, 0, end.Add(100*time.Millisecond))
-	if !r.KeptUp || r.Missing != 0 || r.LatencyMs.P50 != 5 || r.RouteLatencyMs.P50 != 2.5 || len(r.Timeline) != 10 || r.Timeline[3].Events != 100 || math.Abs(r.LagGrowthMs) > 1e-6 {
+	if !r.KeptUp || r.Missing != 0 || r.LatencyMs.P50 != 5 || r.ReceiveLatencyMs.P50 != 10 || len(r.Timeline) != 10 || r.Timeline[3].Events != 100 || math.Abs(r.LagGrowthMs) > 1e-6 {
 		t.Errorf("steady: %+v", r)
 	}
 	r = mk(func(i int) int64 { return int64(i) * 1000 }, 0, end) // the lag grows by 1 ms per event: 100 ms/s

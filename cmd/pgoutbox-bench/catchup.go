@@ -82,7 +82,7 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 	slotRecv, slotRelay := h.name(tag, "recv"), h.name(tag, "relay")
 	h.logf("catch-up, %d-event transactions: %d events in %d transactions", size, n, r.Transactions)
 
-	if err := h.createTopic(r.Topic); err != nil {
+	if err := h.createTopic(r.Topic, nil); err != nil {
 		return r, err
 	}
 	// Both slots start at the same LSN: the second is a copy of the first.

@@ -227,13 +227,13 @@ func (h *harness) teardown() {
 	}
 }
 
-// createTopic creates a topic for one scenario and remembers it for the
-// teardown.
-func (h *harness) createTopic(topic string) error {
+// createTopic creates a topic for one scenario, with the given topic
+// configuration entries, and remembers it for the teardown.
+func (h *harness) createTopic(topic string, configs map[string]string) error {
 	h.mu.Lock()
 	h.topics = append(h.topics, topic)
 	h.mu.Unlock()
-	return kafka.CreateTopics(h.kcfg, []string{topic}, int32(h.o.Partitions), 1)
+	return kafka.CreateTopicsWithConfig(h.kcfg, []string{topic}, int32(h.o.Partitions), 1, configs)
 }
 
 // dropSlot drops a slot, waiting (bounded) for a walsender that is still

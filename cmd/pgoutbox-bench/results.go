@@ -224,9 +224,9 @@ func notes(r *Results) []string {
 	}
 	n = append(n,
 		"Catch-up: both slots start at the same LSN (the second is pg_copy_logical_replication_slot of the first); the events are written before either reader starts. pg_recvlogical (-o proto_version=1, the same publication, output to /dev/null) runs first, until --endpos; then pgoutbox, until the topic's high-water marks add up to the event count (Kafka acknowledged everything, acks=all). Both wall times include process start-up and connecting.",
-		"Latency: each event is a single-statement transaction whose payload carries clock_timestamp() taken in its INSERT, i.e. just before the commit; latency is the consumer's receive time (a sarama consumer reading the topic) minus that. Writers pipeline due events over several connections, each INSERT followed by its own Sync, so each event is its own transaction.",
+		"Latency: each event is a single-statement transaction whose payload carries clock_timestamp() taken in its INSERT, i.e. just before the commit; latency is the record's Kafka append time (the topic has message.timestamp.type=LogAppendTime; millisecond precision, the middle of the millisecond is used) minus that. Writers pipeline due events over several connections, each INSERT followed by its own Sync, so each event is its own transaction.",
 		fmt.Sprintf("Kept up: every committed event arrived within %s s of the writers' stop, and the lag grew by at most %d ms over the run (lag growth: the least-squares slope of latency against commit time, times the run's duration).", f1(r.Settings.KeepUpBoundSeconds), keptUpMaxGrowthMs),
-		"Route latency splits the path: commit to pgoutbox routing the row (the Kafka record's timestamp, millisecond precision); the rest of the latency is produce, acks=all acknowledgement and the consumer's fetch. Machine CPU busy is the share of all CPUs' time not idle while the writers ran (everything on the machine: PostgreSQL, Kafka, pgoutbox, the harness, other users).",
+		"Commit → consumer adds a sarama consumer's fetch to the latency: what an application reading the topic sees. Machine CPU busy is the share of all CPUs' time not idle while the writers ran (everything on the machine: PostgreSQL, Kafka, pgoutbox, the harness, other users).",
 		"Resources: pgoutbox's peak RSS is VmHWM of /proc/<pid>/status and its CPU time utime+stime of /proc/<pid>/stat, read just before it is stopped; walsender CPU is sampled every 100 ms.",
 	)
 	return n
@@ -370,7 +370,7 @@ func summary(r *Results) string {
 	}
 
 	if len(r.Latency) > 0 {
-		p("\n## Steady-state latency (commit → consumer)\n\n")
+		p("\n## Steady-state latency (commit → Kafka append)\n\n")
 		p("| target events/s | achieved events/s | events | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | kept up |\n")
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n")
 		for _, l := range r.Latency {
@@ -387,14 +387,14 @@ func summary(r *Results) string {
 				thousands(l.Received), f1(q.P50), f1(q.P90), f1(q.P99), f1(q.P999), f1(q.Max), kept)
 		}
 		p("\n![latency percentiles against rate](latency.png)\n\n")
-		p("Where the time went, and resources (commit → routed: until pgoutbox routed the row, from the record timestamp; machine CPU busy: all CPUs, everything running, while the writers ran):\n\n")
-		p("| target events/s | commit → routed p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | walsender CPU s | harness CPU s | machine CPU busy |\n")
+		p("Resources, and the latency a consumer sees (commit → consumer: until a sarama consumer received the record; machine CPU busy: all CPUs, everything running, while the writers ran):\n\n")
+		p("| target events/s | commit → consumer p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | walsender CPU s | harness CPU s | machine CPU busy |\n")
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
 			if l.Error != "" && l.Received == 0 {
 				continue
 			}
-			p("| %s | %s / %s | %s | %s | %s | %s | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), f1(l.RouteLatencyMs.P50), f1(l.RouteLatencyMs.P99),
+			p("| %s | %s / %s | %s | %s | %s | %s | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
 				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), mb(l.Pgoutbox.PeakRSSBytes),
 				f2(l.WalsenderCPUSeconds), f2(l.HarnessCPUSeconds), f0(l.MachineCPUBusy*100))
 		}

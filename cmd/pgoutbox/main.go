@@ -259,6 +259,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	defer startProfiles(environ, stderr)()
 	if len(c.ignored) > 0 {
 		log.Warn("connector settings ignored by pgoutbox", zap.Strings("keys", describeIgnored(c.ignored)))
 	}

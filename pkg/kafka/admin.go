@@ -16,6 +16,13 @@ import (
 // metadata lists them and every partition's leader serves. Topics that
 // already exist are left as they are.
 func CreateTopics(cfg Config, topics []string, partitions int32, replication int16) error {
+	return CreateTopicsWithConfig(cfg, topics, partitions, replication, nil)
+}
+
+// CreateTopicsWithConfig is CreateTopics with topic configuration entries
+// (for example message.timestamp.type=LogAppendTime) for the topics it
+// creates.
+func CreateTopicsWithConfig(cfg Config, topics []string, partitions int32, replication int16, configs map[string]string) error {
 	cfg.Defaults()
 	sc, err := cfg.sarama()
 	if err != nil {
@@ -27,8 +34,15 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), cfg.Security.authError(strings.Join(cfg.Brokers, ","), err))
 	}
 	defer admin.Close()
+	var entries map[string]*string
+	for k, v := range configs {
+		if entries == nil {
+			entries = map[string]*string{}
+		}
+		entries[k] = &v
+	}
 	for _, t := range topics {
-		err := admin.CreateTopic(t, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication}, false)
+		err := admin.CreateTopic(t, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: replication, ConfigEntries: entries}, false)
 		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 			return fmt.Errorf("kafka: create topic %q: %w", t, err)
 		}
@@ -43,6 +57,13 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 					missing = m.Name
 					break
 				}
+				// A partition without a leader yet fails a consumer or
+				// producer that starts at once.
+				for _, p := range m.Partitions {
+					if p.Err != sarama.ErrNoError || p.Leader < 0 {
+						missing = m.Name
+					}
+				}
 			}
 		}
 		if err == nil && missing == "" {
@@ -50,7 +71,7 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 		}
 		if time.Now().After(deadline) {
 			if err == nil {
-				err = fmt.Errorf("topic %q not in the metadata yet", missing)
+				err = fmt.Errorf("topic %q not in the metadata with a leader for every partition yet", missing)
 			}
 			return fmt.Errorf("kafka: wait for topics: %w", err)
 		}

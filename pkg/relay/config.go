@@ -103,8 +103,8 @@ func DefaultConfig() Config {
 		Kafka:    k,
 		Router:   router.DefaultOptions(),
 		Relay: Limits{
-			MaxInFlightRecords: 10000,
-			MaxInFlightBytes:   16 << 20,
+			MaxInFlightRecords: 5000,
+			MaxInFlightBytes:   8 << 20,
 			ShutdownTimeout:    30 * time.Second,
 			RestartBackoff:     500 * time.Millisecond,
 			RestartBackoffMax:  30 * time.Second,

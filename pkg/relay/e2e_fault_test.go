@@ -164,7 +164,7 @@ func TestKafkaDownHoldsTheSlotAndRecovers(t *testing.T) {
 			break
 		}
 	}
-	// 10,000 records or 16 MB in flight by default, plus the process itself.
+	// 5,000 records or 8 MiB in flight by default, plus the process itself.
 	if maxRSS > 128<<20 {
 		t.Fatalf("peak RSS %d MB while Kafka was down", maxRSS>>20)
 	}

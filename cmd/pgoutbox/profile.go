@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+)
+
+// Profiling for performance work: PGOUTBOX_CPUPROFILE=file writes a CPU
+// profile of the whole run, PGOUTBOX_MEMPROFILE=file a heap profile (live
+// heap after a final GC, and allocations since the start: go tool pprof
+// -sample_index=alloc_objects) when `pgoutbox run` returns. Both are off
+// unless set; they are development aids, not configuration. The benchmark
+// passes them with --pgoutbox-env.
+const (
+	envCPUProfile = "PGOUTBOX_CPUPROFILE"
+	envMemProfile = "PGOUTBOX_MEMPROFILE"
+)
+
+// startProfiles starts what environ asks for and returns the function that
+// finishes the profiles; errors go to stderr and leave the run alone.
+func startProfiles(environ []string, stderr io.Writer) (stop func()) {
+	var cpu, mem string
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, envCPUProfile+"="); ok {
+			cpu = v
+		}
+		if v, ok := strings.CutPrefix(kv, envMemProfile+"="); ok {
+			mem = v
+		}
+	}
+	var cpuFile *os.File
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: %s: %v\n", envCPUProfile, err)
+		} else {
+			cpuFile = f
+		}
+	}
+	return func() {
+		if cpuFile != nil {
+			pprof.StopCPUProfile()
+			_ = cpuFile.Close()
+		}
+		if mem != "" {
+			runtime.GC()
+			f, err := os.Create(mem)
+			if err == nil {
+				err = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "pgoutbox: %s: %v\n", envMemProfile, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package replication
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+)
+
+// benchXLogData wraps a pgoutput message in XLogData inside CopyData, as the
+// walsender sends it.
+func benchXLogData(b []byte, lsn uint64, data []byte) []byte {
+	b = append(b, 'd')
+	b = binary.BigEndian.AppendUint32(b, uint32(4+1+24+len(data)))
+	b = append(b, 'w')
+	b = binary.BigEndian.AppendUint64(b, lsn)
+	b = binary.BigEndian.AppendUint64(b, lsn)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	return append(b, data...)
+}
+
+// BenchmarkStreamReceive measures Receive on a loopback TCP connection fed
+// one-event transactions (BEGIN, outbox INSERT, COMMIT) as fast as the
+// socket takes them: the client side of a catch-up. The server is not
+// PostgreSQL but a writer of canned bytes after the RELATION message; the
+// benchmark is about the client's per-message cost. "deadline" is the
+// relay's path (a context that is never cancelled); "context" a cancellable
+// context.
+func BenchmarkStreamReceive(b *testing.B) {
+	var stream []byte
+	for i := range 1000 {
+		lsn := uint64(0x1000000 + i*0x100)
+		stream = benchXLogData(stream, lsn, benchBegin(lsn+0x80, uint32(i)))
+		stream = benchXLogData(stream, lsn+0x10, benchOutboxInsert(16385))
+		stream = benchXLogData(stream, lsn+0x80, benchCommit(lsn+0x80, lsn+0xa0))
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithoutCancel(context.Background()), func() {}
+		}},
+		{"context", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			done := make(chan struct{})
+			wg.Add(1)
+			go func() { // the fake walsender: owned by this sub-benchmark
+				defer wg.Done()
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				if _, err := c.Write(benchXLogData(nil, 0, benchOutboxRelation(16385))); err != nil {
+					return
+				}
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					if _, err := c.Write(stream); err != nil {
+						return
+					}
+				}
+			}()
+			nc, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			pcfg, err := pgconn.ParseConfig("host=127.0.0.1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			conn, err := pgconn.Construct(&pgconn.HijackedConn{Conn: nc, Config: pcfg, ParameterStatuses: map[string]string{},
+				Frontend: pgproto3.NewFrontend(nc, nc), TxStatus: 'I'})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := &Stream{cfg: Config{Slot: "bench"}, log: zap.NewNop(), conn: conn, dec: NewDecoder()}
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			deadline := time.Now().Add(time.Hour)
+			b.ReportAllocs()
+			for b.Loop() {
+				ev, err := s.Receive(ctx, deadline)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ev.Begin == nil && ev.Change == nil && ev.Commit == nil && ev.Relation == nil {
+					b.Fatalf("unexpected event %+v", ev)
+				}
+			}
+			b.StopTimer()
+			close(done)
+			_ = nc.Close()
+			_ = ln.Close()
+			wg.Wait()
+		})
+	}
+}

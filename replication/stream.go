@@ -341,24 +341,15 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 // and no error when the deadline passes first. Errors other than that leave
 // the stream unusable: close it and open a new one.
 func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error) {
-	var msg pgproto3.BackendMessage
-	var err error
-	if nc := s.conn.Conn(); ctx.Done() == nil && nc != nil {
-		// A context that can never be cancelled needs no watching: a read
-		// deadline on the socket does the same job as a context deadline
-		// (pgconn turns both into a timeout that leaves the connection
-		// usable) without a context, a timer and a watcher per message.
-		if err = nc.SetReadDeadline(deadline); err == nil {
-			msg, err = s.conn.ReceiveMessage(context.Background())
-		}
-	} else {
-		if nc != nil {
-			_ = nc.SetReadDeadline(time.Time{}) // one left by the branch above
-		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		msg, err = s.conn.ReceiveMessage(rctx)
-		cancel()
-	}
+	// A read deadline set on the socket instead of a context per message
+	// was tried (it saves a context and a timer per message) and measured
+	// slower end to end: 1-event catch-up of 200,000 events took 2.95-3.7 s
+	// and 2.5-3.1 s of CPU, against 2.1-2.5 s and 2.0-2.25 s with the
+	// context (three interleaved runs each, quiet machine). The cause was
+	// not pinned down; the per-message context stays.
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	msg, err := s.conn.ReceiveMessage(rctx)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() {
 			return Event{}, nil

@@ -3,11 +3,11 @@ package replication
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/pkg/secret"
 )
 
 // ErrInvalidDSN is wrapped by the error of a DSN that does not parse.
@@ -64,7 +64,7 @@ func invalidDSN(err error) error {
 func (c *Config) applyPassword(pcfg *pgconn.Config) error {
 	switch {
 	case c.PasswordFile != "":
-		pw, err := readSecretFile("postgres: password.file", c.PasswordFile)
+		pw, err := secret.ReadFile("postgres: password.file", c.PasswordFile)
 		if err != nil {
 			return err
 		}
@@ -73,19 +73,4 @@ func (c *Config) applyPassword(pcfg *pgconn.Config) error {
 		pcfg.Password = c.Password
 	}
 	return nil
-}
-
-// readSecretFile reads a password from path, dropping one trailing line end
-// ("\n" or "\r\n"). Its errors name option and the file, never the content.
-func readSecretFile(option, path string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%s: cannot read the password file: %w", option, err)
-	}
-	s := strings.TrimSuffix(string(data), "\n")
-	s = strings.TrimSuffix(s, "\r")
-	if s == "" {
-		return "", fmt.Errorf("%s: the password file %s is empty", option, path)
-	}
-	return s, nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/xdg-go/scram"
+
+	"github.com/pgoutbox/pgoutbox/pkg/secret"
 )
 
 // Security protocols, named as Kafka's security.protocol.
@@ -170,23 +172,7 @@ func (s *Security) password() (string, error) {
 	if s.SASLPasswordFile == "" {
 		return s.SASLPassword, nil
 	}
-	return ReadSecretFile("kafka: sasl.password.file", s.SASLPasswordFile)
-}
-
-// ReadSecretFile reads a password from path, dropping one trailing line
-// end ("\n" or "\r\n"), as files written by editors and by echo carry one.
-// Its errors name option and the file, never the content.
-func ReadSecretFile(option, path string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%s: cannot read the password file: %w", option, err)
-	}
-	s := strings.TrimSuffix(string(data), "\n")
-	s = strings.TrimSuffix(s, "\r")
-	if s == "" {
-		return "", fmt.Errorf("%s: the password file %s is empty", option, path)
-	}
-	return s, nil
+	return secret.ReadFile("kafka: sasl.password.file", s.SASLPasswordFile)
 }
 
 // tlsConfig builds the client's TLS configuration from the files.

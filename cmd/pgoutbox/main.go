@@ -133,6 +133,26 @@ func newFlags(name string, stderr io.Writer, help string) *commonFlags {
 	return c
 }
 
+// loadOrExit is each command's prologue: it parses the flags, loads the
+// configuration and wraps *stdout and *stderr so that no configured
+// password gets through them (the password files are read once, here).
+// ok is false when the command is done: code is exitOK after --help, or
+// exitConfig after the configuration error was printed (scrubbed too).
+func (c *commonFlags) loadOrExit(args, environ []string, stdout, stderr *io.Writer) (cfg fileConfig, code int, ok bool) {
+	cfg, err := c.load(args, environ)
+	if errors.Is(err, flag.ErrHelp) {
+		return cfg, exitOK, false
+	}
+	secrets := configSecrets(cfg)
+	*stdout = scrubSecrets(*stdout, cfg.Postgres.DSN, secrets...)
+	*stderr = scrubSecrets(*stderr, cfg.Postgres.DSN, secrets...)
+	if err != nil {
+		fmt.Fprintf(*stderr, "pgoutbox: configuration: %v\n", err)
+		return cfg, exitConfig, false
+	}
+	return cfg, 0, true
+}
+
 // load parses flags and builds the configuration: defaults, then the file,
 // then the environment, then flags.
 func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
@@ -243,17 +263,12 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	c := newFlags("run", stderr, "Usage: pgoutbox run [flags]\n\nStreams outbox inserts from the replication slot to Kafka. SIGINT or SIGTERM stops\nat a transaction boundary, waits for Kafka's acknowledgements, confirms and exits 0.\n")
 	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON with the outbox EventRouter (as POSTed to Kafka Connect); applied over the config file, under the environment and flags")
-	cfg, err := c.load(args, environ)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
-		return exitConfig
-	}
 	// Nothing prints a password; should an error ever quote one, it is
 	// replaced (each write through the logger is one whole line).
-	stderr = scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
+	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
+	if !ok {
+		return code
+	}
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
@@ -355,17 +370,13 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry) and the\npublication if they do not exist. Safe to run again.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
-	cfg, err := c.load(args, environ)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
+	if !ok {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
-		return exitConfig
-	}
-	stderr = scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
 	ctx := context.Background()
 	var conn *pgx.Conn
+	var err error
 	if !*dry {
 		if cfg.Postgres.DSN == "" {
 			fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.dsn is empty: pass --dsn or set PGOUTBOX_POSTGRES_DSN")

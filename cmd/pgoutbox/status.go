@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -37,14 +36,9 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("status", stderr, statusHelp)
 	format := c.fs.String("format", "table", "output format: table or json")
 	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
-	cfg, err := c.load(args, environ)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN, configSecrets(cfg)...), scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
-		return exitConfig
+	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
+	if !ok {
+		return code
 	}
 	if *format != "table" && *format != "json" {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: --format %q: use table or json\n", *format)

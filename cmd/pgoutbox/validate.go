@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -84,14 +83,9 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("validate", stderr, validateHelp)
 	topicsFlag := c.fs.String("topics", "", "comma-separated Kafka topics the outbox routes to, to check that each exists")
 	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
-	cfg, err := c.load(args, environ)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	stdout, stderr = scrubSecrets(stdout, cfg.Postgres.DSN, configSecrets(cfg)...), scrubSecrets(stderr, cfg.Postgres.DSN, configSecrets(cfg)...)
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
-		return exitConfig
+	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
+	if !ok {
+		return code
 	}
 	v := &validation{out: stdout}
 

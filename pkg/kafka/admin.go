@@ -24,14 +24,9 @@ func CreateTopics(cfg Config, topics []string, partitions int32, replication int
 // creates.
 func CreateTopicsWithConfig(cfg Config, topics []string, partitions int32, replication int16, configs map[string]string) error {
 	cfg.Defaults()
-	sc, err := cfg.sarama()
+	sc, admin, err := newAdmin(cfg)
 	if err != nil {
 		return err
-	}
-	sc.Metadata.Full = true // the admin client refreshes metadata without naming topics
-	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
-	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), cfg.Security.authError(strings.Join(cfg.Brokers, ","), err))
 	}
 	defer admin.Close()
 	var entries map[string]*string
@@ -77,6 +72,22 @@ func CreateTopicsWithConfig(cfg Config, topics []string, partitions int32, repli
 		}
 		time.Sleep(100 * time.Millisecond) // metadata propagation; bounded by deadline
 	}
+}
+
+// newAdmin opens a cluster admin client with cfg (defaults applied) and
+// returns the sarama configuration it was made with.
+func newAdmin(cfg Config) (*sarama.Config, sarama.ClusterAdmin, error) {
+	sc, err := cfg.sarama()
+	if err != nil {
+		return nil, nil, err
+	}
+	sc.Metadata.Full = true // the admin client refreshes metadata without naming topics
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
+	if err != nil {
+		brokers := strings.Join(cfg.Brokers, ",")
+		return nil, nil, fmt.Errorf("kafka: connect to brokers %s: %w", brokers, cfg.Security.authError(brokers, err))
+	}
+	return sc, admin, nil
 }
 
 // waitLeaders waits until every partition of topics answers a request for

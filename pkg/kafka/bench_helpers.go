@@ -76,14 +76,9 @@ func (w *OffsetWatcher) Close() error { return w.client.Close() }
 // DeleteTopics deletes topics; a topic that does not exist is not an error.
 func DeleteTopics(cfg Config, topics []string) error {
 	cfg.Defaults()
-	sc, err := cfg.sarama()
+	_, admin, err := newAdmin(cfg)
 	if err != nil {
 		return err
-	}
-	sc.Metadata.Full = true // the admin client refreshes metadata without naming topics
-	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
-	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
 	defer admin.Close()
 	var errs []error

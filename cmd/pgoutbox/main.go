@@ -346,6 +346,10 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 	log.Info("pgoutbox starting", zap.String("version", buildVersion()), zap.String("slot", cfg.Postgres.Slot),
 		zap.String("publication", cfg.Postgres.Publication), zap.Strings("tables", cfg.Postgres.Tables), zap.Strings("brokers", cfg.Kafka.Brokers))
 	err = r.Run(ctx)
+	// Stop and wait for the poller and the server before the last lines, so
+	// the one-line reason is the last thing written to stderr.
+	stopAux()
+	wg.Wait()
 	if err == nil {
 		log.Info("pgoutbox stopped")
 		return exitOK

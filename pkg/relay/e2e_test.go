@@ -93,7 +93,7 @@ func TestDeliversEveryCommittedEventInCommitOrderPerKey(t *testing.T) {
 
 // TestIdleOutboxDoesNotPinWAL writes 50 MB of WAL to a table outside the
 // publication while the outbox is idle; the slot's confirmed position must
-// follow the WAL within 1 MB in 15 s, or an idle outbox would make
+// follow the WAL to within 1 MB of its end, or an idle outbox would make
 // PostgreSQL keep WAL forever.
 func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
 	env := testenv.Require(t)
@@ -126,14 +126,14 @@ func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
 	if after-before < 50<<20 {
 		t.Fatalf("only %d bytes of WAL written", after-before)
 	}
-	testenv.Eventually(t, 15*time.Second, 100*time.Millisecond, func() (bool, string) {
+	// The target is the end of this test's own WAL, not the server's
+	// current end, which tests running alongside keep moving. The bound is
+	// generous for a loaded machine; without the idle confirmation the slot
+	// never gets there at all.
+	testenv.Eventually(t, time.Minute, 100*time.Millisecond, func() (bool, string) {
 		confirmed, _ := f.slotState(t)
-		var cur checkpoint.LSN
-		if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan((*lsnScan)(&cur)); err != nil {
-			return false, err.Error()
-		}
-		lag := int64(cur) - int64(confirmed)
-		return lag <= 1<<20, fmt.Sprintf("confirmed_flush_lsn %s is %d bytes behind pg_current_wal_lsn %s", confirmed, lag, cur)
+		lag := int64(after) - int64(confirmed)
+		return lag <= 1<<20, fmt.Sprintf("confirmed_flush_lsn %s is %d bytes behind the end of the test's WAL %s", confirmed, lag, after)
 	})
 }
 

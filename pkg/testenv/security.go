@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -124,6 +125,22 @@ func (e *Env) GrantTopic(t testing.TB, user, prefix string, ops ...sarama.AclOpe
 	if err := admin.CreateACLs(acls); err != nil {
 		t.Fatalf("testenv: grant %v on topics %s* to %s: %v", ops, prefix, user, err)
 	}
+	// The controller commits the ACLs before the broker's authorizer has
+	// them: wait until the broker lists them all.
+	principal, name := "User:"+user, prefix
+	filter := sarama.AclFilter{
+		ResourceType: sarama.AclResourceTopic, ResourceName: &name,
+		ResourcePatternTypeFilter: sarama.AclPatternPrefixed, Principal: &principal,
+		Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAny,
+	}
+	Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		rs, err := admin.ListAcls(filter)
+		n := 0
+		for _, r := range rs {
+			n += len(r.Acls)
+		}
+		return err == nil && n >= len(ops), fmt.Sprintf("the broker lists %d of the %d ACLs granted on topics %s* to %s (%v)", n, len(ops), prefix, user, err)
+	})
 	t.Cleanup(func() {
 		admin, err := sarama.NewClusterAdmin(e.KafkaBrokers, newSaramaConfig())
 		if err != nil {

@@ -29,9 +29,7 @@ func benchXLogData(b []byte, lsn uint64, data []byte) []byte {
 // one-event transactions (BEGIN, outbox INSERT, COMMIT) as fast as the
 // socket takes them: the client side of a catch-up. The server is not
 // PostgreSQL but a writer of canned bytes after the RELATION message; the
-// benchmark is about the client's per-message cost (pgconn's context
-// watching included: a read deadline on the socket instead was cheaper
-// here but slower end to end, see Receive).
+// benchmark is about the client's per-message cost.
 func BenchmarkStreamReceive(b *testing.B) {
 	var stream []byte
 	for i := range 1000 {

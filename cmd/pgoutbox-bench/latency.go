@@ -37,10 +37,14 @@ import (
 // millisecond precision: the middle of its millisecond is used.
 type LatencyResult struct {
 	TargetRate      int     `json:"target_rate"`
-	DurationSeconds float64 `json:"duration_s"` // how long the writers ran
+	DurationSeconds float64 `json:"duration_s"` // how long the measured writing ran
 	Writers         int     `json:"writers"`
 	Topic           string  `json:"topic"`
-	Committed       int64   `json:"events_committed"`
+	// SettleEvents were committed at the same rate before the measurement
+	// started (Options.Settle); they were delivered but are not counted in
+	// Committed, the latencies or the CPU shares.
+	SettleEvents int64 `json:"settle_events_committed"`
+	Committed    int64 `json:"events_committed"`
 	AchievedRate    float64 `json:"achieved_rate"`
 	WriteErrors     int64   `json:"write_errors"`
 	// Received counts committed events that arrived (each once), Missing
@@ -104,6 +108,14 @@ type SecondStats struct {
 // keptUpMaxGrowthMs is the growth of the lag over a run (LagGrowthMs)
 // beyond which the relay counts as falling behind.
 const keptUpMaxGrowthMs = 250
+
+// latencyEnd names the moment the latency of the options' run ends at.
+func latencyEnd(o Options) string {
+	if o.RouteTimes {
+		return "pgoutbox_route"
+	}
+	return "kafka_append"
+}
 
 // latencyInsert writes one event whose payload carries its sequence number
 // and the commit time (microseconds since the epoch).
@@ -172,7 +184,11 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	h.logf("latency at %d events/s for %s with %d writers", rate, o.Duration, o.LatencyWriters)
 	// Kafka stamps each record with its append time: the latency ends
 	// when the broker has the record, not when a consumer fetched it.
-	if err := h.createTopic(res.Topic, map[string]string{"message.timestamp.type": "LogAppendTime"}); err != nil {
+	tsType := "LogAppendTime"
+	if o.RouteTimes {
+		tsType = "CreateTime" // pgoutbox's routing time
+	}
+	if err := h.createTopic(res.Topic, map[string]string{"message.timestamp.type": tsType}); err != nil {
 		return res, err
 	}
 	defer h.dropSlot(context.WithoutCancel(ctx), slot)
@@ -187,7 +203,9 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 		return res, err
 	}
 
-	maxEvents := int(math.Ceil(float64(rate)*o.Duration.Seconds())) + 1
+	// Events 0..settleN-1 are due before the measurement starts.
+	settleN := int64(math.Ceil(float64(rate) * o.Settle.Seconds()))
+	maxEvents := int(settleN) + int(math.Ceil(float64(rate)*o.Duration.Seconds())) + 1
 	rc := &receiver{commitUS: make([]int64, maxEvents), recvUS: make([]int64, maxEvents), consumeUS: make([]int64, maxEvents)}
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumerDone := make(chan error, 1)
@@ -209,36 +227,57 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 		return res, err
 	}
 
-	// The writers.
+	// The writers: o.Settle at the rate, then the measured o.Duration.
+	// The CPU readings are taken when the measurement starts.
 	committed := make([]bool, maxEvents)
 	ws := startWalsenderSampler(h.dsn, slot)
 	defer ws.stop()
-	wsStart := ws.wait(time.Second)
-	selfStart, _ := readCPUSeconds(os.Getpid())
-	busyStart := readMachineCPU()
+	ws.wait(time.Second)
+	type cpuMark struct {
+		walsender, self float64
+		machine         machineCPU
+	}
+	mark := func() cpuMark {
+		self, _ := readCPUSeconds(os.Getpid())
+		return cpuMark{walsender: ws.sample(), self: self, machine: readMachineCPU()}
+	}
 	start := time.Now()
-	wres, err := writeAtRate(ctx, h.dsn, rate, o.Duration, o.LatencyWriters, aggType, pad, int64(maxEvents), committed)
+	measureStart := start.Add(o.Settle)
+	marked := make(chan cpuMark, 1)
+	markTimer := time.AfterFunc(o.Settle, func() { marked <- mark() })
+	wres, err := writeAtRate(ctx, h.dsn, rate, o.Settle+o.Duration, o.LatencyWriters, aggType, pad, int64(maxEvents), committed)
 	writersEnd := time.Now()
-	res.MachineCPUBusy = busyStart.busySince()
-	if self, err := readCPUSeconds(os.Getpid()); err == nil {
-		res.HarnessCPUSeconds = self - selfStart
+	var m0 cpuMark
+	if markTimer.Stop() { // the writers ended during the settling
+		m0 = mark()
+		measureStart = time.Now()
+	} else {
+		m0 = <-marked
 	}
-	if cpu := ws.sample(); cpu > 0 {
-		res.WalsenderCPUSeconds = cpu - wsStart
+	m1 := mark()
+	res.MachineCPUBusy = m0.machine.busyUntil(m1.machine)
+	res.HarnessCPUSeconds = m1.self - m0.self
+	if m0.walsender > 0 {
+		res.WalsenderCPUSeconds = m1.walsender - m0.walsender
 	}
-	res.DurationSeconds = writersEnd.Sub(start).Seconds()
-	res.Committed, res.WriteErrors = wres.committed, wres.errors
+	res.DurationSeconds = writersEnd.Sub(measureStart).Seconds()
+	for k := range min(settleN, int64(len(committed))) {
+		if committed[k] {
+			res.SettleEvents++
+		}
+	}
+	res.Committed, res.WriteErrors = wres.committed-res.SettleEvents, wres.errors
 	res.AchievedRate = float64(res.Committed) / res.DurationSeconds
 	if err != nil {
 		return res, fmt.Errorf("writers: %w", err)
 	}
-	h.logf("  wrote %d events in %.1f s: %.0f events/s (%d errors)", res.Committed, res.DurationSeconds, res.AchievedRate, res.WriteErrors)
+	h.logf("  wrote %d events in %.1f s after %d to settle: %.0f events/s (%d errors)", res.Committed, res.DurationSeconds, res.SettleEvents, res.AchievedRate, res.WriteErrors)
 
 	// Drain: wait for every committed event.
 	deadline := writersEnd.Add(o.DrainTimeout)
 	for {
 		got, _ := rc.counts()
-		if got >= res.Committed || time.Now().After(deadline) || ctx.Err() != nil {
+		if got >= wres.committed || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
 		if err := p.exited(); err != nil {
@@ -267,12 +306,13 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 		return res, rc.decodeErr
 	}
 	res.Duplicates = rc.dups
-	res.summarize(latencyData{committed: committed, commitUS: rc.commitUS, recvUS: rc.recvUS, consumeUS: rc.consumeUS,
-		start: start, writersEnd: writersEnd, lastRecv: rc.lastRecv, keepUpBound: o.KeepUpBound, drainTimeout: o.DrainTimeout})
-	if res.Committed > 0 {
-		res.CPUSecondsPer100k = st.CPUSeconds / float64(res.Committed) * 100_000
+	res.summarize(latencyData{committed: committed[settleN:], commitUS: rc.commitUS[settleN:], recvUS: rc.recvUS[settleN:], consumeUS: rc.consumeUS[settleN:],
+		start: measureStart, writersEnd: writersEnd, lastRecv: rc.lastRecv, keepUpBound: o.KeepUpBound, drainTimeout: o.DrainTimeout})
+	if wres.committed > 0 { // pgoutbox's CPU time covers the settling too
+		res.CPUSecondsPer100k = st.CPUSeconds / float64(wres.committed) * 100_000
 	}
-	h.logf("  latency ms (commit to Kafka append): p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f (commit to consumer: p50 %.1f p99 %.1f); kept up: %v (%s)",
+	h.logf("  latency ms (commit to %s): p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f (commit to consumer: p50 %.1f p99 %.1f); kept up: %v (%s)",
+		map[bool]string{false: "Kafka append", true: "pgoutbox routing"}[o.RouteTimes],
 		res.LatencyMs.P50, res.LatencyMs.P90, res.LatencyMs.P99, res.LatencyMs.P999, res.LatencyMs.Max, res.ReceiveLatencyMs.P50, res.ReceiveLatencyMs.P99,
 		res.KeptUp, res.KeptUpReason)
 	h.logf("  pgoutbox CPU %.2f s, peak RSS %d MB; while writing: walsender CPU %.2f s, harness CPU %.2f s, machine CPU %.0f%% busy",
@@ -350,14 +390,17 @@ type writeResult struct {
 const maxPipeline = 64
 
 // writeAtRate commits single-event transactions at rate for dur with
-// workers connections. Event k is due at start + k/rate; a worker claims
-// every event already due (up to maxPipeline) and sends them pipelined,
-// each INSERT followed by its own Sync, so each is its own transaction.
-// Writers that fall behind catch up in bigger pipelines; nothing is claimed
-// after dur. committed[k] is set for each event whose commit succeeded.
+// workers connections. Event k is due at start + k/rate. One pacer wakes
+// at most every pacerTick, hands every event due by then (up to
+// maxPipeline at a time) to an idle worker, and each worker sends its batch
+// pipelined, each INSERT followed by its own Sync, so each is its own
+// transaction. A single pacer keeps the harness's own wake-ups, which
+// compete with the servers for the CPU, at about 1,000 per second instead of
+// one per worker per event. Workers that fall behind catch up in bigger
+// batches; nothing is handed out after dur. committed[k] is set for each
+// event whose commit succeeded.
 func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, workers int, aggType, pad string, maxEvents int64, committed []bool) (writeResult, error) {
 	var (
-		next      atomic.Int64
 		nCommit   atomic.Int64
 		nErr      atomic.Int64
 		wg        sync.WaitGroup
@@ -381,34 +424,17 @@ func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, w
 		}
 		conns[w] = conn
 	}
-	start := time.Now()
-	end := start.Add(dur)
+	type batch struct{ k, n int64 }
+	batches := make(chan batch, workers)
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			pc := conns[w].PgConn()
-			for ctx.Err() == nil {
-				k := next.Load()
-				if k >= maxEvents {
-					return
-				}
-				now := time.Now()
-				if !now.Before(end) {
-					return
-				}
-				due := start.Add(time.Duration(float64(k) * perEvent))
-				if due.After(now) {
-					time.Sleep(min(due.Sub(now), end.Sub(now))) // pacing
-					continue
-				}
-				upto := int64(float64(now.Sub(start))/perEvent) + 1 // events due by now
-				n := min(upto, maxEvents) - k
-				n = max(1, min(n, maxPipeline))
-				if !next.CompareAndSwap(k, k+n) {
-					continue
-				}
-				ok, failed, err := sendPipeline(ctx, pc, aggBytes, padBytes, k, n, committed)
+			for b := range batches {
+				ok, failed, err := sendPipeline(wctx, pc, aggBytes, padBytes, b.k, b.n, committed)
 				nCommit.Add(ok)
 				nErr.Add(failed)
 				if failed > 0 {
@@ -416,11 +442,38 @@ func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, w
 				}
 				if err != nil && failed == 0 {
 					errs[w] = err
+					stopWorkers() // a broken connection ends the run
 					return
 				}
 			}
 		}()
 	}
+	start := time.Now()
+	end := start.Add(dur)
+	var next int64
+pace:
+	for next < maxEvents && wctx.Err() == nil {
+		now := time.Now()
+		if !now.Before(end) {
+			break
+		}
+		due := start.Add(time.Duration(float64(next) * perEvent))
+		if wait := due.Sub(now); wait > 0 {
+			time.Sleep(min(max(wait, pacerTick), end.Sub(now))) // pacing
+			continue
+		}
+		upto := min(int64(float64(now.Sub(start))/perEvent)+1, maxEvents) // events due by now
+		for next < upto {
+			n := min(upto-next, maxPipeline)
+			select {
+			case batches <- batch{next, n}:
+				next += n
+			case <-wctx.Done():
+				break pace
+			}
+		}
+	}
+	close(batches)
 	wg.Wait()
 	res := writeResult{committed: nCommit.Load(), errors: nErr.Load()}
 	if err := errors.Join(errs...); err != nil {
@@ -434,6 +487,10 @@ func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, w
 	}
 	return res, nil
 }
+
+// pacerTick is the shortest sleep of writeAtRate's pacer: events due
+// within it are handed out together.
+const pacerTick = time.Millisecond
 
 // sendPipeline sends events k..k+n-1 as n single-statement transactions in
 // one round trip. It returns how many committed and how many failed with a

@@ -82,7 +82,9 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		payload        = fs.Int("payload-bytes", 0, "padding in each event's JSON payload (default 100)")
 		partitions     = fs.Int("partitions", 0, "partitions per topic (default 3)")
 		rates          = fs.String("rates", "", "latency: comma-separated write rates in events/s (default 1000,5000,20000; smoke 200)")
-		duration       = fs.Duration("duration", 0, "latency: how long each rate is written (default 60s; smoke 3s)")
+		duration       = fs.Duration("duration", 0, "latency: how long each rate is measured (default 60s; smoke 3s)")
+		routeTimes     = fs.Bool("route-times", false, "latency: create the topics with CreateTime, so that latency_ms ends when pgoutbox routed the event (its record timestamp) instead of at Kafka's append: splits the latency into before and after pgoutbox hands the record to the producer")
+		settle         = fs.Duration("settle", -1, "latency: how long each rate is written before its measurement starts, not counted (default 10s; smoke 1s)")
 		latWriters     = fs.Int("writers", 0, "latency: writer connections, each sending single-event transactions (default 8; smoke 2)")
 		drain          = fs.Duration("drain-timeout", 0, "latency: how long to wait for the last events after the writers stop (default 30s)")
 		keepUp         = fs.Duration("keepup-bound", 0, "latency: the relay kept up only if every event arrived within this of the writers' stop (default 2s)")
@@ -117,6 +119,10 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	setIf(&o.PayloadBytes, *payload)
 	setIf(&o.Partitions, *partitions)
 	setIf(&o.Duration, *duration)
+	o.RouteTimes = *routeTimes
+	if *settle >= 0 {
+		o.Settle = *settle
+	}
 	setIf(&o.LatencyWriters, *latWriters)
 	setIf(&o.DrainTimeout, *drain)
 	setIf(&o.KeepUpBound, *keepUp)
@@ -225,6 +231,14 @@ type Options struct {
 	Duration       time.Duration
 	LatencyWriters int
 	Warmup         int // events written and awaited before each rate's measurement
+	// Settle is how long each rate is written before its measurement
+	// starts: the broker's JIT and the servers' caches reach the rate's
+	// steady state; those events are delivered but not counted.
+	Settle time.Duration
+	// RouteTimes creates the latency topics with CreateTime: the latency
+	// then ends at pgoutbox's routing of the event (the record's timestamp)
+	// instead of at Kafka's append.
+	RouteTimes bool
 	DrainTimeout   time.Duration
 	KeepUpBound    time.Duration
 
@@ -258,6 +272,7 @@ func DefaultOptions() Options {
 		Duration:       60 * time.Second,
 		LatencyWriters: 8,
 		Warmup:         50,
+		Settle:         10 * time.Second,
 		DrainTimeout:   30 * time.Second,
 		KeepUpBound:    2 * time.Second,
 		BenchTime:      "1s",
@@ -276,6 +291,7 @@ func SmokeOptions() Options {
 	o.Duration = 3 * time.Second
 	o.LatencyWriters = 2
 	o.Warmup = 10
+	o.Settle = time.Second
 	o.DrainTimeout = 20 * time.Second
 	o.BenchTime = "100x"
 	return o

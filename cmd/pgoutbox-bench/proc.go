@@ -306,11 +306,11 @@ func readMachineCPU() machineCPU {
 	return m
 }
 
-// busySince returns the share of CPU time that was busy since m (0-1).
-func (m machineCPU) busySince() float64 {
-	now := readMachineCPU()
-	if now.total <= m.total {
+// busyUntil returns the share of CPU time that was busy from m to a later
+// reading (0-1).
+func (m machineCPU) busyUntil(later machineCPU) float64 {
+	if later.total <= m.total {
 		return 0
 	}
-	return float64(now.busy-m.busy) / float64(now.total-m.total)
+	return float64(later.busy-m.busy) / float64(later.total-m.total)
 }

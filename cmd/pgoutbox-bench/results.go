@@ -74,6 +74,8 @@ type Settings struct {
 	DurationSeconds     float64           `json:"latency_duration_s"`
 	LatencyWriters      int               `json:"latency_writers"`
 	Warmup              int               `json:"latency_warmup_events"`
+	SettleSeconds       float64           `json:"latency_settle_s"`
+	LatencyEnd          string            `json:"latency_end"` // "kafka_append" or "pgoutbox_route"
 	DrainTimeoutSeconds float64           `json:"latency_drain_timeout_s"`
 	KeepUpBoundSeconds  float64           `json:"latency_keepup_bound_s"`
 	KeepUpMaxGrowthMs   float64           `json:"latency_keepup_max_growth_ms"`
@@ -89,7 +91,7 @@ func settingsOf(o Options, runID string) Settings {
 	s := Settings{
 		RunID: runID, Events: o.Events, TxnSizes: o.TxnSizes, PrepWriters: o.PrepWriters, PayloadPadBytes: o.PayloadBytes,
 		Partitions: o.Partitions, Rates: o.Rates, DurationSeconds: o.Duration.Seconds(), LatencyWriters: o.LatencyWriters,
-		Warmup: o.Warmup, DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
+		Warmup: o.Warmup, SettleSeconds: o.Settle.Seconds(), LatencyEnd: latencyEnd(o), DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
 		KeepUpBoundSeconds: o.KeepUpBound.Seconds(), KeepUpMaxGrowthMs: keptUpMaxGrowthMs, PollIntervalMs: float64(pollInterval) / float64(time.Millisecond),
 		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv,
 	}
@@ -317,8 +319,8 @@ func summary(r *Results) string {
 	p("\n## Settings\n\n")
 	p("- Catch-up: %s events per shape, transactions of %s events, payload padded with %d bytes, %d partitions per topic, %d writer connections to prepare.\n",
 		thousands(int64(s.Events)), joinInts(s.TxnSizes), s.PayloadPadBytes, s.Partitions, s.PrepWriters)
-	p("- Latency: %s events/s for %s s each, %d writer connections, %d warm-up events, kept-up bound %s s, drain timeout %s s.\n",
-		joinInts(s.Rates), f0(s.DurationSeconds), s.LatencyWriters, s.Warmup, f1(s.KeepUpBoundSeconds), f0(s.DrainTimeoutSeconds))
+	p("- Latency: %s events/s measured for %s s each after %s s at the same rate that are not counted, %d writer connections, %d warm-up events, kept-up bound %s s, drain timeout %s s.\n",
+		joinInts(s.Rates), f0(s.DurationSeconds), f0(s.SettleSeconds), s.LatencyWriters, s.Warmup, f1(s.KeepUpBoundSeconds), f0(s.DrainTimeoutSeconds))
 	extra := "defaults"
 	if len(s.PgoutboxEnv) > 0 {
 		extra = "defaults plus `" + strings.Join(s.PgoutboxEnv, "`, `") + "`"

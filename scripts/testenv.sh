@@ -645,7 +645,13 @@ kafka_start() {
 		# setsid: its own session, so that a terminal's Ctrl-C or hangup does
 		# not reach it; started from a shell without job control it execs
 		# java in place, so $! is the JVM's pid.
+		# The GC settings are the ones Kafka's own start script uses (G1
+		# aiming at 20 ms pauses); the GC log lets a latency spike be
+		# matched against the broker's pauses.
 		setsid java -Xms256m -Xmx768m -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData \
+			-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+			-XX:+ExplicitGCInvokesConcurrent \
+			"-Xlog:gc:file=$dir/kafka/gc.log:time,uptime:filecount=2,filesize=10m" \
 			-Djava.awt.headless=true \
 			-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
 			-Dorg.slf4j.simpleLogger.showDateTime=true \

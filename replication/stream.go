@@ -82,7 +82,30 @@ type Stream struct {
 	written LSN // highest WAL position received, reported as the write position
 	wal     walArena
 	rd      readDeadline
+	// behind is the age of the last transaction begun, by its commit
+	// time; catchingUp is set while reads wait for catchUpLowWater bytes
+	// (see Receive).
+	behind     time.Duration
+	catchingUp bool
 }
+
+// Catch-up reading. Far behind, pgoutbox drains the socket faster than the
+// walsender fills it, and waking up for every message cost more CPU than
+// the messages themselves (one-event transactions: 14 times as many reads,
+// of 575 bytes on average), CPU the walsender on the same machine is short
+// of. From transactions committed catchUpEnter ago until back within
+// catchUpLeave, a read waiting for data wakes only once catchUpLowWater
+// bytes are queued (SO_RCVLOWAT), or after catchUpWait: at most that much
+// latency is added, and only while behind anyway. (The age comes from the
+// commit times; the walsender's XLogData carries no end of WAL in logical
+// replication. A server clock off by more than catchUpEnter costs at most
+// catchUpWait per wake-up, or leaves catch-up reading off.)
+const (
+	catchUpEnter    = 500 * time.Millisecond
+	catchUpLeave    = 100 * time.Millisecond
+	catchUpLowWater = 32 << 10
+	catchUpWait     = 2 * time.Millisecond
+)
 
 // walArena copies the WAL data of row and message payloads out of pgconn's
 // read buffer (which pgconn reuses) into shared chunks, so that the bytes a
@@ -355,12 +378,34 @@ func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error)
 	if ctx != s.rd.ctx {
 		s.watch(ctx)
 	}
-	if !deadline.Equal(s.rd.deadline) {
-		if err := s.setReadDeadline(deadline); err != nil {
+	behind := s.behind >= catchUpEnter || (s.catchingUp && s.behind > catchUpLeave)
+	if behind != s.catchingUp {
+		s.setCatchingUp(behind)
+	}
+	readBy := deadline
+	if s.catchingUp {
+		if short := time.Now().Add(catchUpWait); short.Before(deadline) {
+			readBy = short
+		}
+	}
+	if !readBy.Equal(s.rd.deadline) {
+		if err := s.setReadDeadline(readBy); err != nil {
 			return Event{}, fmt.Errorf("%w: receive from slot %q: set read deadline: %w", ErrReceive, s.cfg.Slot, err)
 		}
 	}
 	msg, err := s.conn.ReceiveMessage(context.Background())
+	if err != nil && s.catchingUp && !readBy.Equal(deadline) && ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() {
+		// Less than the low-water mark came within catchUpWait: read
+		// whatever there is, waking for every message again.
+		// (Should the mark stay up, return now: the next Receive reads
+		// with the short wait again.)
+		if s.setCatchingUp(false); s.catchingUp {
+			return Event{}, nil
+		}
+		if err = s.setReadDeadline(deadline); err == nil {
+			msg, err = s.conn.ReceiveMessage(context.Background())
+		}
+	}
 	if err != nil {
 		if ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() {
 			return Event{}, nil
@@ -422,6 +467,7 @@ func (s *Stream) handleCopyData(data []byte) (Event, error) {
 		switch v := v.(type) {
 		case *Begin:
 			ev.Begin = v
+			s.behind = time.Since(v.CommitTime)
 		case *Commit:
 			ev.Commit = v
 		case *Relation:
@@ -517,6 +563,19 @@ func (s *Stream) watch(ctx context.Context) {
 			_ = nc.SetReadDeadline(time.Unix(1, 0)) // the read fails at once; Receive reports ctx's error
 		}
 	})
+}
+
+// setCatchingUp switches catch-up reading on or off; catchingUp says what
+// the socket's low-water mark is. Where it cannot be set (not TCP), reads
+// stay as they are.
+func (s *Stream) setCatchingUp(on bool) {
+	n := 1
+	if on {
+		n = catchUpLowWater
+	}
+	if nc := s.conn.Conn(); nc != nil && setRecvLowWater(nc, n) {
+		s.catchingUp = on
+	}
 }
 
 func (s *Stream) setReadDeadline(t time.Time) error {

@@ -2,8 +2,10 @@ package replication
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -77,7 +79,7 @@ func TestReceiveReturnsAtTheDeadlineAndResumesAPartialMessage(t *testing.T) {
 		t.Fatalf("Receive returned after %v, want at the 50 ms deadline", took)
 	}
 
-	msg := benchXLogData(nil, 0x1000, benchBegin(0x1080, 42))
+	msg := benchXLogData(nil, 0x1000, beginAt(0x1080, 42, time.Now()))
 	half := len(msg) / 2
 	if _, err := server.Write(msg[:half]); err != nil {
 		t.Fatal(err)
@@ -102,7 +104,7 @@ func TestReceiveReturnsAtTheDeadlineAndResumesAPartialMessage(t *testing.T) {
 	if ev, err := s.Receive(ctx, time.Now().Add(-time.Second)); err != nil || ev != (Event{}) {
 		t.Fatalf("Receive with a passed deadline: %+v, %v", ev, err)
 	}
-	if _, err := server.Write(benchXLogData(nil, 0x2000, benchBegin(0x2080, 43))); err != nil {
+	if _, err := server.Write(benchXLogData(nil, 0x2000, beginAt(0x2080, 43, time.Now()))); err != nil {
 		t.Fatal(err)
 	}
 	if ev, err := s.Receive(ctx, time.Now().Add(time.Hour)); err != nil || ev.Begin == nil || ev.Begin.XID != 43 {
@@ -130,4 +132,99 @@ func TestReceiveStopsWhenTheContextEnds(t *testing.T) {
 	if _, err := s.Receive(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("second Receive with the ended context: %v", err)
 	}
+}
+
+// beginAt is benchBegin with the commit time given.
+func beginAt(final uint64, xid uint32, commit time.Time) []byte {
+	m := benchBegin(final, xid)
+	binary.BigEndian.PutUint64(m[1+8:], uint64(commit.Sub(postgresEpoch)/time.Microsecond))
+	return m
+}
+
+// TestCatchUpReadingNeverHoldsAMessage: behind (transactions committed a
+// minute ago), reads wait for 32 KiB (SO_RCVLOWAT) to spare wake-ups; a
+// small message that arrives then must still come out within the short
+// catch-up wait, not at the caller's deadline an hour away. Once a
+// transaction committed just now arrives, reads wake for every message
+// again.
+func TestCatchUpReadingNeverHoldsAMessage(t *testing.T) {
+	s, server := fakeWalsender(t)
+	ctx := context.Background()
+	if _, err := server.Write(benchXLogData(nil, 0x1000, beginAt(0x1080, 7, time.Now().Add(-time.Minute)))); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := s.Receive(ctx, time.Now().Add(time.Hour))
+	if err != nil || ev.Begin == nil {
+		t.Fatalf("first Receive: %+v, %v", ev, err)
+	}
+	// A Receive whose deadline has passed switches catch-up reading on
+	// and returns at once.
+	if ev, err := s.Receive(ctx, time.Now().Add(-time.Millisecond)); err != nil || ev != (Event{}) {
+		t.Fatalf("Receive with a passed deadline: %+v, %v", ev, err)
+	}
+	if runtime.GOOS == "linux" {
+		if !s.catchingUp {
+			t.Fatal("a minute behind, catch-up reading is off")
+		}
+		if got := recvLowWater(t, s.conn.Conn()); got != catchUpLowWater {
+			t.Fatalf("SO_RCVLOWAT = %d while catching up, want %d", got, catchUpLowWater)
+		}
+	}
+	// The small message may arrive before or while Receive waits.
+	write := time.AfterFunc(20*time.Millisecond, func() {
+		_, _ = server.Write(benchXLogData(nil, 0x1080, benchCommit(0x1080, 0x10a0)))
+	})
+	defer write.Stop()
+	start := time.Now()
+	for {
+		ev, err := s.Receive(ctx, start.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Commit != nil {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("the small message did not come out in 30 s")
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the small message came out after %v", took)
+	}
+
+	// Caught up: a transaction committed just now.
+	if _, err := server.Write(benchXLogData(nil, 0x2000, beginAt(0x2080, 8, time.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Receive(ctx, time.Now().Add(time.Hour)); err != nil || ev.Begin == nil {
+		t.Fatalf("Receive of the new transaction: %+v, %v", ev, err)
+	}
+	if ev, err := s.Receive(ctx, time.Now().Add(-time.Millisecond)); err != nil || ev != (Event{}) {
+		t.Fatalf("Receive with a passed deadline: %+v, %v", ev, err)
+	}
+	if s.catchingUp {
+		t.Fatal("caught up, catch-up reading is still on")
+	}
+	if runtime.GOOS == "linux" {
+		if got := recvLowWater(t, s.conn.Conn()); got != 1 {
+			t.Fatalf("SO_RCVLOWAT = %d after catching up, want 1", got)
+		}
+	}
+}
+
+func recvLowWater(t *testing.T, c net.Conn) int {
+	t.Helper()
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := raw.Control(func(fd uintptr) { v, gerr = getRecvLowWater(fd) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v
 }

@@ -1,0 +1,32 @@
+package replication
+
+import (
+	"crypto/tls"
+	"net"
+	"syscall"
+)
+
+// setRecvLowWater sets SO_RCVLOWAT on the TCP socket under c: the kernel
+// then wakes a reader waiting for data only once n bytes are queued (a
+// read of whatever is queued still returns at once). It reports false
+// where that is not possible (not TCP).
+func setRecvLowWater(c net.Conn, n int) bool {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
+	}); err != nil {
+		return false
+	}
+	return serr == nil
+}

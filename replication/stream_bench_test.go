@@ -3,14 +3,9 @@ package replication
 import (
 	"context"
 	"encoding/binary"
-	"net"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
-	"go.uber.org/zap"
 )
 
 // benchXLogData wraps a pgoutput message in XLogData inside CopyData, as the
@@ -38,73 +33,41 @@ func BenchmarkStreamReceive(b *testing.B) {
 		stream = benchXLogData(stream, lsn+0x10, benchOutboxInsert(16385))
 		stream = benchXLogData(stream, lsn+0x80, benchCommit(lsn+0x80, lsn+0xa0))
 	}
-	for _, tc := range []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-	}{
-		{"context", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
+	s, server := fakeWalsender(b)
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() { // the fake walsender's writer: owned by this benchmark
+		defer wg.Done()
+		if _, err := server.Write(benchXLogData(nil, 0, benchOutboxRelation(16385))); err != nil {
+			return
+		}
+		for {
+			select {
+			case <-done:
+				return
+			default:
 			}
-			var wg sync.WaitGroup
-			done := make(chan struct{})
-			wg.Add(1)
-			go func() { // the fake walsender: owned by this sub-benchmark
-				defer wg.Done()
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				if _, err := c.Write(benchXLogData(nil, 0, benchOutboxRelation(16385))); err != nil {
-					return
-				}
-				for {
-					select {
-					case <-done:
-						return
-					default:
-					}
-					if _, err := c.Write(stream); err != nil {
-						return
-					}
-				}
-			}()
-			nc, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
+			if _, err := server.Write(stream); err != nil {
+				return
 			}
-			pcfg, err := pgconn.ParseConfig("host=127.0.0.1")
-			if err != nil {
-				b.Fatal(err)
-			}
-			conn, err := pgconn.Construct(&pgconn.HijackedConn{Conn: nc, Config: pcfg, ParameterStatuses: map[string]string{},
-				Frontend: pgproto3.NewFrontend(nc, nc), TxStatus: 'I'})
-			if err != nil {
-				b.Fatal(err)
-			}
-			s := &Stream{cfg: Config{Slot: "bench"}, log: zap.NewNop(), conn: conn, dec: NewDecoder()}
-			ctx, cancel := tc.ctx()
-			defer cancel()
-			deadline := time.Now().Add(time.Hour)
-			b.ReportAllocs()
-			for b.Loop() {
-				ev, err := s.Receive(ctx, deadline)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if ev.Begin == nil && ev.Change == nil && ev.Commit == nil && ev.Relation == nil {
-					b.Fatalf("unexpected event %+v", ev)
-				}
-			}
-			b.StopTimer()
-			close(done)
-			_ = nc.Close()
-			_ = ln.Close()
-			wg.Wait()
-		})
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.Now().Add(time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		ev, err := s.Receive(ctx, deadline)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ev.Begin == nil && ev.Change == nil && ev.Commit == nil && ev.Relation == nil {
+			b.Fatalf("unexpected event %+v", ev)
+		}
 	}
+	b.StopTimer()
+	close(done)
+	_ = server.Close() // ends a blocked Write
+	wg.Wait()
 }

@@ -18,7 +18,7 @@ import (
 // reads, for the timing cases a real walsender does not produce on demand
 // (a message cut in two by the status deadline, a read blocked when the
 // context ends).
-func fakeWalsender(t *testing.T) (*Stream, net.Conn) {
+func fakeWalsender(t testing.TB) (*Stream, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

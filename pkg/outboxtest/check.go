@@ -24,15 +24,12 @@ type Delivered struct {
 }
 
 // Restart describes one (re)start of a relay session: the slot's confirmed
-// position it started from, and either the time it started (At: records
-// carry their routing time, so each delivery belongs to the last session
-// started at or before it) or each partition's high-water offset when the
-// old process was gone (key "topic/partition"). A record delivered again
-// after a restart is explained only if its transaction ended after the
-// restart's Confirmed position.
+// position it started from and the time it started (records carry their
+// routing time, so each delivery belongs to the last session started at or
+// before it). A record delivered again after a restart is explained only
+// if its transaction ended after the restart's Confirmed position.
 type Restart struct {
 	Confirmed checkpoint.LSN
-	HighWater map[string]int64
 	At        time.Time
 }
 
@@ -154,26 +151,8 @@ func explained(e *Event, f, d Delivered, restarts []Restart) bool {
 			}
 		}
 	}
-	if last != nil && !d.Timestamp.IsZero() {
-		if last.At.Truncate(time.Millisecond).After(f.Timestamp) {
-			return e.TxnHigh > last.Confirmed
-		}
-	}
-	key := fmt.Sprintf("%s/%d", d.Topic, d.Partition)
-	for _, r := range restarts {
-		if r.HighWater == nil {
-			continue
-		}
-		hw, ok := r.HighWater[key]
-		if !ok || f.Offset >= hw || d.Offset < hw {
-			continue
-		}
-		// The restart fell between the two deliveries; the transaction must
-		// not have been confirmed: its commit end (> TxnLow) must lie beyond
-		// the confirmed position, which is certain unless TxnHigh <= it.
-		return e.TxnHigh > r.Confirmed
-	}
-	return false
+	return last != nil && !d.Timestamp.IsZero() && last.At.Truncate(time.Millisecond).After(f.Timestamp) &&
+		e.TxnHigh > last.Confirmed
 }
 
 func sameJSON(a, b []byte) bool {

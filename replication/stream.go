@@ -393,8 +393,10 @@ func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error)
 			return Event{}, fmt.Errorf("%w: receive from slot %q: set read deadline: %w", ErrReceive, s.cfg.Slot, err)
 		}
 	}
+	// timedOut: the read deadline passed, the stream is still usable.
+	timedOut := func(err error) bool { return ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() }
 	msg, err := s.conn.ReceiveMessage(context.Background())
-	if err != nil && s.catchingUp && !readBy.Equal(deadline) && ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() {
+	if err != nil && s.catchingUp && !readBy.Equal(deadline) && timedOut(err) {
 		// Less than the low-water mark came within catchUpWait: read
 		// whatever there is, waking for every message again.
 		// (Should the mark stay up, return now: the next Receive reads
@@ -407,7 +409,7 @@ func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error)
 		}
 	}
 	if err != nil {
-		if ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() {
+		if timedOut(err) {
 			return Event{}, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {

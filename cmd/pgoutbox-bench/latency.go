@@ -109,12 +109,16 @@ type SecondStats struct {
 // beyond which the relay counts as falling behind.
 const keptUpMaxGrowthMs = 250
 
-// latencyEnd names the moment the latency of the options' run ends at.
-func latencyEnd(o Options) string {
+// latencyEndpoint is where a run's latency ends: the topics' timestamp
+// type that makes each record's timestamp that moment, and its name in the
+// results and in the log.
+type latencyEndpoint struct{ timestampType, key, label string }
+
+func latencyEnd(o Options) latencyEndpoint {
 	if o.RouteTimes {
-		return "pgoutbox_route"
+		return latencyEndpoint{"CreateTime", "pgoutbox_route", "pgoutbox routing"} // pgoutbox stamps the routing time
 	}
-	return "kafka_append"
+	return latencyEndpoint{"LogAppendTime", "kafka_append", "Kafka append"}
 }
 
 // latencyInsert writes one event whose payload carries its sequence number
@@ -182,13 +186,10 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	res.Topic = "outbox.event." + aggType
 	slot := h.name(tag)
 	h.logf("latency at %d events/s for %s with %d writers", rate, o.Duration, o.LatencyWriters)
-	// Kafka stamps each record with its append time: the latency ends
-	// when the broker has the record, not when a consumer fetched it.
-	tsType := "LogAppendTime"
-	if o.RouteTimes {
-		tsType = "CreateTime" // pgoutbox's routing time
-	}
-	if err := h.createTopic(res.Topic, map[string]string{"message.timestamp.type": tsType}); err != nil {
+	// Kafka stamps each record with its append time (or, with RouteTimes,
+	// keeps pgoutbox's routing time): the latency ends there, not when a
+	// consumer fetched the record.
+	if err := h.createTopic(res.Topic, map[string]string{"message.timestamp.type": latencyEnd(o).timestampType}); err != nil {
 		return res, err
 	}
 	defer h.dropSlot(context.WithoutCancel(ctx), slot)
@@ -312,7 +313,7 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 		res.CPUSecondsPer100k = st.CPUSeconds / float64(wres.committed) * 100_000
 	}
 	h.logf("  latency ms (commit to %s): p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f (commit to consumer: p50 %.1f p99 %.1f); kept up: %v (%s)",
-		map[bool]string{false: "Kafka append", true: "pgoutbox routing"}[o.RouteTimes],
+		latencyEnd(o).label,
 		res.LatencyMs.P50, res.LatencyMs.P90, res.LatencyMs.P99, res.LatencyMs.P999, res.LatencyMs.Max, res.ReceiveLatencyMs.P50, res.ReceiveLatencyMs.P99,
 		res.KeptUp, res.KeptUpReason)
 	h.logf("  pgoutbox CPU %.2f s, peak RSS %d MB; while writing: walsender CPU %.2f s, harness CPU %.2f s, machine CPU %.0f%% busy",

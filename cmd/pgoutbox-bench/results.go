@@ -91,7 +91,7 @@ func settingsOf(o Options, runID string) Settings {
 	s := Settings{
 		RunID: runID, Events: o.Events, TxnSizes: o.TxnSizes, PrepWriters: o.PrepWriters, PayloadPadBytes: o.PayloadBytes,
 		Partitions: o.Partitions, Rates: o.Rates, DurationSeconds: o.Duration.Seconds(), LatencyWriters: o.LatencyWriters,
-		Warmup: o.Warmup, SettleSeconds: o.Settle.Seconds(), LatencyEnd: latencyEnd(o), DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
+		Warmup: o.Warmup, SettleSeconds: o.Settle.Seconds(), LatencyEnd: latencyEnd(o).key, DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
 		KeepUpBoundSeconds: o.KeepUpBound.Seconds(), KeepUpMaxGrowthMs: keptUpMaxGrowthMs, PollIntervalMs: float64(pollInterval) / float64(time.Millisecond),
 		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv,
 	}

@@ -43,10 +43,10 @@ type LatencyResult struct {
 	// SettleEvents were committed at the same rate before the measurement
 	// started (Options.Settle); they were delivered but are not counted in
 	// Committed, the latencies or the CPU shares.
-	SettleEvents int64 `json:"settle_events_committed"`
-	Committed    int64 `json:"events_committed"`
-	AchievedRate    float64 `json:"achieved_rate"`
-	WriteErrors     int64   `json:"write_errors"`
+	SettleEvents int64   `json:"settle_events_committed"`
+	Committed    int64   `json:"events_committed"`
+	AchievedRate float64 `json:"achieved_rate"`
+	WriteErrors  int64   `json:"write_errors"`
 	// Received counts committed events that arrived (each once), Missing
 	// those that had not arrived DrainTimeout after the writers stopped.
 	Received   int64 `json:"events_received"`

@@ -238,9 +238,9 @@ type Options struct {
 	// RouteTimes creates the latency topics with CreateTime: the latency
 	// then ends at pgoutbox's routing of the event (the record's timestamp)
 	// instead of at Kafka's append.
-	RouteTimes bool
-	DrainTimeout   time.Duration
-	KeepUpBound    time.Duration
+	RouteTimes   bool
+	DrainTimeout time.Duration
+	KeepUpBound  time.Duration
 
 	BenchTime     string
 	MicroPackages []string

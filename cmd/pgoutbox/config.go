@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"

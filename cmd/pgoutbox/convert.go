@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // describeIgnored adds the reason to each ignored connector key we know.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestSecurityOptionsDecodeWithKafkasNames(t *testing.T) {

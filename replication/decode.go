@@ -79,6 +79,9 @@ type Change struct {
 	// UPDATE or DELETE when the server sent one.
 	Old      [][]byte
 	OldKinds []ValueKind
+	// Chunk is the memory the values lie in, set by Stream.Receive (nil
+	// from Decode alone).
+	Chunk *Chunk
 }
 
 // Begin starts a transaction.
@@ -110,6 +113,8 @@ type Message struct {
 	LSN           LSN
 	Prefix        string
 	Content       []byte
+	// Chunk is the memory Content lies in, set by Stream.Receive.
+	Chunk *Chunk
 }
 
 // StreamAbort is pgoutput's Stream Abort message. Protocol v1 carries no

@@ -522,7 +522,9 @@ func checkSlotActive(s slotStatus, holder string) checkResult {
 // validateKafka checks the brokers and the topics.
 func validateKafka(v *validation, cfg fileConfig, topics []string) {
 	kc := cfg.Kafka
-	if err := kafka.Ping(kc); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*(kc.DialTimeout+kc.ReadTimeout))
+	defer cancel()
+	if err := kafka.Ping(ctx, kc); err != nil {
 		var ae *kafka.AuthError
 		if errors.As(err, &ae) {
 			v.report(fail("kafka", "refused: "+oneLine(err),
@@ -547,14 +549,25 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 			"pass --topics a,b with the topics you expect the outbox to write to"))
 		return
 	}
-	states, err := kafka.CheckTopics(kc, topics)
+	dlq := cfg.Relay.PoisonPolicy == "dead-letter"
+	if dlq && !slices.Contains(topics, cfg.Relay.DeadLetterTopic) {
+		topics = append(topics, cfg.Relay.DeadLetterTopic)
+	}
+	states, err := kafka.CheckTopics(ctx, kc, topics)
 	if err != nil {
 		v.report(fail("topics", oneLine(err), "check that the brokers are healthy and run pgoutbox validate again"))
 		v.unreachable = true
 		return
 	}
 	for _, s := range states {
-		v.report(checkTopic(s, kc))
+		r := checkTopic(s, kc)
+		if dlq && s.Topic == cfg.Relay.DeadLetterTopic {
+			r.Name = "dead-letter topic " + s.Topic
+			if r.Status == checkFail {
+				r.Detail += " (relay.poison.policy=dead-letter sends poison records there; pgoutbox run refuses to start without it)"
+			}
+		}
+		v.report(r)
 	}
 }
 

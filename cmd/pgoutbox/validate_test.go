@@ -336,7 +336,7 @@ func TestValidateFailsOnMissingTopicAndChecksAFixedTopic(t *testing.T) {
 	wantLine(t, r, `^  fix: create it: kafka-topics.sh --bootstrap-server `+regexp.QuoteMeta(f.brokers)+` --create --topic `+missing+` --partitions N --replication-factor R$`)
 	wantLine(t, r, `^PASS topic `+f.topicName+`: exists, 3 partition\(s\)$`)
 	// Asking did not create it.
-	states, err := kafka.CheckTopics(kafka.Config{Brokers: f.env.KafkaBrokers}, []string{missing})
+	states, err := kafka.CheckTopics(context.Background(), kafka.Config{Brokers: f.env.KafkaBrokers}, []string{missing})
 	if err != nil || states[0].Err == nil {
 		t.Fatalf("validate created topic %s: %+v %v", missing, states, err)
 	}

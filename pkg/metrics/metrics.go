@@ -96,6 +96,10 @@ type Metrics struct {
 	slotStatus     map[string]prometheus.Gauge
 	slotPollErrors prometheus.Counter
 
+	otherTables    prometheus.Counter
+	verifiedLSN    prometheus.Gauge
+	catalogChanged prometheus.Gauge
+
 	mu sync.Mutex
 	st state
 }
@@ -228,6 +232,9 @@ func (m *Metrics) build() {
 		m.slotStatus[s] = status.WithLabelValues(s)
 	}
 	m.slotPollErrors = counter("pgoutbox_slot_poll_errors_total", "Failed reads of the slot's WAL usage.")
+	m.otherTables = counter("pgoutbox_other_table_changes_total", "Changes on tables of a FOR ALL TABLES publication that are not outbox tables, skipped.")
+	m.verifiedLSN = gauge("pgoutbox_catalog_verified_lsn_bytes", "WAL position of the last check that found the publication and the outbox tables unchanged; the slot is not confirmed past it.")
+	m.catalogChanged = gauge("pgoutbox_catalog_changed", "1 after the relay stopped because the publication or an outbox table changed under it (events may be missing from the stream).")
 
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pgoutbox_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": m.version, "goversion": runtime.Version()}})
@@ -298,6 +305,9 @@ func (m *Metrics) SessionEnded(cause error) {
 	c := Cause(cause)
 	m.sessionsEnded[c].Inc()
 	m.streaming.Set(0)
+	if errors.Is(cause, replication.ErrCatalogChanged) {
+		m.catalogChanged.Set(1)
+	}
 	// The session's producer is closed: nothing it held is in flight now.
 	m.inflightRecords.Set(0)
 	m.inflightBytes.Set(0)
@@ -314,6 +324,9 @@ func (m *Metrics) SessionEnded(cause error) {
 
 // Routed implements relay.Observer.
 func (m *Metrics) Routed(_, topic string) { m.topic(topic).routed.Inc() }
+
+// OtherTable implements relay.Observer.
+func (m *Metrics) OtherTable(string) { m.otherTables.Inc() }
 
 // Dropped implements relay.Observer. The relay's reasons are sentences;
 // they are counted as one of DropDelete, DropUpdate, DropOther.
@@ -346,6 +359,7 @@ func (m *Metrics) Progress(p relay.Progress) {
 	m.inflightRecords.Set(float64(p.InFlightRecords))
 	m.inflightBytes.Set(float64(p.InFlightBytes))
 	m.pendingTxns.Set(float64(p.PendingTxns))
+	m.verifiedLSN.Set(float64(p.Verified))
 	now := m.now()
 	m.mu.Lock()
 	if p.Confirmed > m.st.confirmed {
@@ -423,7 +437,7 @@ func Cause(err error) string {
 		return CauseKafka
 	}
 	for _, e := range []error{replication.ErrReceive, replication.ErrStreamEnded, replication.ErrSlotInUse,
-		replication.ErrSlotMissing, replication.ErrSlotLost, replication.ErrPublicationMissing} {
+		replication.ErrSlotMissing, replication.ErrSlotLost, replication.ErrPublicationMissing, replication.ErrSlotVanished} {
 		if errors.Is(err, e) {
 			return CausePostgres
 		}

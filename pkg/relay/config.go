@@ -124,6 +124,9 @@ func (c *Config) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Kafka.ValidateExplicit(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Router.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -146,8 +149,8 @@ func (c *Config) Validate() error {
 	switch l.PoisonPolicy {
 	case "fail":
 	case "dead-letter":
-		if l.DeadLetterTopic == "" {
-			errs = append(errs, errors.New("relay: dead.letter.topic is empty but poison.policy is dead-letter"))
+		if err := validTopic(l.DeadLetterTopic); err != nil {
+			errs = append(errs, fmt.Errorf("relay: dead.letter.topic %q: %w", l.DeadLetterTopic, err))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("relay: poison.policy %q: use fail or dead-letter", l.PoisonPolicy))
@@ -158,4 +161,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("messages: nontransactional %q: use refuse or accept", c.Messages.NonTransactional))
 	}
 	return errors.Join(errs...)
+}
+
+// validTopic checks a Kafka topic name as the broker does: 1 to 249 of
+// ASCII letters, digits, '.', '_' and '-', and not "." or "..".
+func validTopic(t string) error {
+	if t == "" || len(t) > 249 {
+		return errors.New("a topic name has 1 to 249 characters")
+	}
+	if t == "." || t == ".." {
+		return errors.New(`"." and ".." are not topic names`)
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%q is not allowed in a topic name (use ASCII letters, digits, '.', '_' and '-')", r)
+		}
+	}
+	return nil
 }

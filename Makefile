@@ -23,7 +23,7 @@ test:
 # and the tests it runs there: the delivery test, the fast fault suite, the
 # version-specific tests, and the code that reads pg_replication_slots.
 VERSIONS ?= 16 17 18
-PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot)$$
+PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestCatalogChangesStopTheRelayLoudly|TestPartitionedOutboxLosesNothing|TestSimulatedRelayKeepsItsInvariants|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot)$$
 PG_TESTS_CMD := ^(TestStatus|TestValidate)
 PG_TESTS_METRICS := ^(TestMetricsFollowARealRelay|TestPollerReportsALostSlotAsNotReady)$$
 

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
@@ -101,6 +100,10 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		if st.State, st.HadState, err = ReadState(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
 			return st, err
 		}
+		if changes := st.State.ChangesSince(&st.Catalog, cfg); len(changes) > 0 {
+			changes = append(changes, "find and relay what is missing (rows still in the outbox table can be read from it), then run `pgoutbox migrate --accept-catalog` to record the new one")
+			return st, &CatalogError{Publication: cfg.Publication, Problems: changes, Err: ErrCatalogChanged}
+		}
 	}
 	st.Slot, st.Created, err = ensureSlot(ctx, conn, cfg, st, log)
 	if err != nil {
@@ -113,6 +116,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		if st.Created {
 			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Now(), st.Slot.ConfirmedFlushLSN, "created by pgoutbox"
 		}
+		s.PublicationOID, s.TableOIDs = CatalogOIDs(&st.Catalog)
 		if err := WriteState(ctx, conn, cfg.StateTable, s); err != nil {
 			return st, err
 		}
@@ -173,47 +177,8 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 
 // ReadSlot reads the slot's row from pg_replication_slots.
 func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
-	var s SlotState
-	var restart, confirmed *string
-	var pid *int32
-	var db, walStatus, plugin, reason *string
-	var failover *bool
-	// The columns PostgreSQL 17 added are read through to_jsonb, which
-	// gives NULL on earlier versions instead of an error.
-	err := conn.QueryRow(ctx, `SELECT slot_name, plugin, slot_type, database, active, active_pid,
-		restart_lsn::text, confirmed_flush_lsn::text, wal_status,
-		to_jsonb(s) ->> 'invalidation_reason', (to_jsonb(s) ->> 'failover')::bool
-		FROM pg_replication_slots s WHERE slot_name = $1`, slot).Scan(
-		&s.Name, &plugin, &s.SlotType, &db, &s.Active, &pid, &restart, &confirmed, &walStatus, &reason, &failover)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: %q", ErrSlotMissing, slot)
-	}
-	if err != nil {
-		return s, fmt.Errorf("replication: read slot %q: %w", slot, err)
-	}
-	s.Plugin = deref(plugin)
-	s.Database = deref(db)
-	s.WALStatus = deref(walStatus)
-	s.InvalidationReason = deref(reason)
-	s.Failover = failover != nil && *failover
-	if pid != nil {
-		s.ActivePID = *pid
-	}
-	if restart != nil {
-		l, err := pglogrepl.ParseLSN(*restart)
-		if err != nil {
-			return s, fmt.Errorf("replication: slot %q restart_lsn: %w", slot, err)
-		}
-		s.RestartLSN = LSN(l)
-	}
-	if confirmed != nil {
-		l, err := pglogrepl.ParseLSN(*confirmed)
-		if err != nil {
-			return s, fmt.Errorf("replication: slot %q confirmed_flush_lsn: %w", slot, err)
-		}
-		s.ConfirmedFlushLSN = LSN(l)
-	}
-	return s, nil
+	r, err := ReadSlotReport(ctx, conn, slot)
+	return r.State(), err
 }
 
 func deref(s *string) string {

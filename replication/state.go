@@ -43,6 +43,11 @@ type State struct {
 	Instance         string
 	SessionStartedAt time.Time
 	Note             string
+	// PublicationOID and TableOIDs are the catalog the last session
+	// streamed with: a publication or table recreated while pgoutbox was
+	// stopped is found out at the next start.
+	PublicationOID uint32
+	TableOIDs      map[string]uint32
 }
 
 // ServerIdentity is what identifies the server and its history.
@@ -76,7 +81,9 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	confirmed_at       timestamptz NOT NULL,
 	instance           text NOT NULL,
 	session_started_at timestamptz NOT NULL,
-	note               text NOT NULL DEFAULT ''
+	note               text NOT NULL DEFAULT '',
+	publication_oid    oid,
+	table_oids         jsonb
 )`
 
 // StateTableDDL returns the statement that creates the state table.
@@ -121,10 +128,14 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	var createdLSN *string
 	var createdAt *time.Time
 	var confirmed string
+	var pubOID *uint32
 	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
-		confirmed_lsn::text, confirmed_at, instance, session_started_at, note FROM `+q+` WHERE slot_name = $1`, slot).Scan(
+		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids FROM `+q+` WHERE slot_name = $1`, slot).Scan(
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
-		&s.Instance, &s.SessionStartedAt, &s.Note)
+		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs)
+	if pubOID != nil {
+		s.PublicationOID = *pubOID
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, false, nil
 	}
@@ -158,15 +169,20 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 		l := s.SlotCreatedLSN.String()
 		createdLSN = &l
 	}
+	var pubOID *uint32
+	if s.PublicationOID != 0 {
+		pubOID = &s.PublicationOID
+	}
 	_, err = conn.Exec(ctx, `INSERT INTO `+q+` (slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn,
-		confirmed_lsn, confirmed_at, instance, session_started_at, note)
-		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11)
+		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids)
+		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13)
 		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = EXCLUDED.system_identifier, database = EXCLUDED.database,
 		timeline = EXCLUDED.timeline, slot_created_at = EXCLUDED.slot_created_at, slot_created_lsn = EXCLUDED.slot_created_lsn,
 		confirmed_lsn = EXCLUDED.confirmed_lsn, confirmed_at = EXCLUDED.confirmed_at, instance = EXCLUDED.instance,
-		session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note`,
+		session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note, publication_oid = EXCLUDED.publication_oid,
+		table_oids = EXCLUDED.table_oids`,
 		s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
-		s.Instance, s.SessionStartedAt, s.Note)
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs)
 	if err != nil {
 		return fmt.Errorf("replication: write state of slot %q to %s: %w", s.Slot, table, err)
 	}
@@ -216,4 +232,32 @@ func qualifiedIdent(name string) (string, error) {
 		return "", err
 	}
 	return quoteIdent(schema) + "." + quoteIdent(table), nil
+}
+
+// CatalogOIDs returns the OIDs to record for c.
+func CatalogOIDs(c *Catalog) (uint32, map[string]uint32) {
+	m := make(map[string]uint32, len(c.Tables))
+	for _, t := range c.Tables {
+		m[t.Name] = t.OID
+	}
+	return c.Publication, m
+}
+
+// ChangesSince describes how c differs from the OIDs the last session
+// recorded (none when nothing was recorded).
+func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
+	if s.PublicationOID == 0 {
+		return nil
+	}
+	var out []string
+	if s.PublicationOID != c.Publication {
+		out = append(out, fmt.Sprintf("publication %q was dropped and created again since pgoutbox last streamed (OID %d, now %d): PostgreSQL may have skipped the changes committed in between",
+			cfg.Publication, s.PublicationOID, c.Publication))
+	}
+	for _, t := range c.Tables {
+		if was, ok := s.TableOIDs[t.Name]; ok && was != t.OID {
+			out = append(out, fmt.Sprintf("outbox table %s was dropped and created again since pgoutbox last streamed (OID %d, now %d): rows written before it was in the publication were not in the stream", t.Name, was, t.OID))
+		}
+	}
+	return out
 }

@@ -418,6 +418,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
+	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
 	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
@@ -461,6 +462,12 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	fmt.Fprintf(stdout, "migrated %s (publication %s)\n", strings.Join(p.Tables, ", "), cfg.Postgres.Publication)
+	if *accept {
+		if err := acceptCatalog(ctx, conn, cfg.Postgres, stdout); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: accept the catalog: %v\n", err)
+			return exitRuntime
+		}
+	}
 	if *recreate {
 		if err := recreateSlot(ctx, conn, cfg.Postgres, stdout); err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: recreate slot %s: %v\n", cfg.Postgres.Slot, err)
@@ -480,6 +487,31 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "slot %s ready at %s: events committed from now on will be relayed\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
 	return exitOK
+}
+
+// acceptCatalog records the publication's and the outbox tables' OIDs as
+// they are now in the state table, so that the next start accepts them.
+func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
+	if pcfg.StateTable == "" {
+		return errors.New("postgres.state.table is empty: there is nothing recorded to accept")
+	}
+	st, had, err := replication.ReadState(ctx, conn, pcfg.StateTable, pcfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !had {
+		return fmt.Errorf("no state recorded for slot %q", pcfg.Slot)
+	}
+	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
+	if err != nil {
+		return err
+	}
+	for _, ch := range st.ChangesSince(&cat, pcfg) {
+		fmt.Fprintf(stdout, "accepted: %s\n", ch)
+	}
+	st.PublicationOID, st.TableOIDs = replication.CatalogOIDs(&cat)
+	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
+	return replication.WriteState(ctx, conn, pcfg.StateTable, st)
 }
 
 // recreateSlot is the deliberate recreation of a slot that vanished: it

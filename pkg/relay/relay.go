@@ -361,7 +361,7 @@ func (r *Relay) prepareError(err error) error {
 		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w", pcfg.Slot, r.history.lastConfirmed, err)}
 	case errors.Is(err, replication.ErrPublicationMissing), errors.Is(err, replication.ErrSlotMissing),
 		errors.Is(err, replication.ErrSlotLost), errors.Is(err, replication.ErrSlotVanished),
-		errors.Is(err, replication.ErrCatalogUnusable):
+		errors.Is(err, replication.ErrCatalogUnusable), errors.Is(err, replication.ErrCatalogChanged):
 		return &FatalError{Err: err}
 	}
 	return err
@@ -440,6 +440,7 @@ func sessionState(start replication.Start, instance string, now time.Time) repli
 		s.ConfirmedLSN = start.Slot.ConfirmedFlushLSN
 	}
 	s.ConfirmedAt = now
+	s.PublicationOID, s.TableOIDs = replication.CatalogOIDs(&start.Catalog)
 	s.Instance = instance
 	s.SessionStartedAt = now
 	return s

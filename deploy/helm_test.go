@@ -45,15 +45,17 @@ var valuesFiles = []string{
 
 const goldenValues = "helm/pgoutbox/testdata/two-streams.yaml"
 
-// A helm renders the chart the way `helm template` does: the chart loaded
-// from its directory, the values checked against values.schema.json, the
-// objects sorted in install order, no cluster.
+// A helm is one Helm library: render renders the chart the way `helm
+// template` does (the chart loaded from its directory, the values checked
+// against values.schema.json, the objects sorted in install order, no
+// cluster), lint lints it as `helm lint --strict`.
 type helm struct {
 	name   string
 	render func(vals map[string]any) (string, error)
+	lint   func(vals map[string]any) (problems []string, charts int)
 }
 
-var helms = []helm{{"helm3", renderHelm3}, {"helm4", renderHelm4}}
+var helms = []helm{{"helm3", renderHelm3, lintHelm3}, {"helm4", renderHelm4, lintHelm4}}
 
 func renderHelm3(vals map[string]any) (string, error) {
 	ch, err := loader3.Load(chartDir)
@@ -184,35 +186,51 @@ func TestChartLintsClean(t *testing.T) {
 		if path != "" {
 			vals = readValues(t, path)
 		}
-		l3 := action3.NewLint()
-		l3.Strict, l3.Namespace = true, namespace
-		l3.KubeVersion, _ = chartutil3.ParseKubeVersion(kubeVersion)
-		r3 := l3.Run([]string{chartDir}, vals)
-		for _, m := range r3.Messages {
-			if m.Severity > support3.InfoSev {
-				t.Errorf("helm3 lint (values %q): %s", path, m)
+		for _, h := range helms {
+			problems, charts := h.lint(vals)
+			for _, p := range problems {
+				t.Errorf("%s lint (values %q): %s", h.name, path, p)
 			}
-		}
-		for _, err := range r3.Errors {
-			t.Errorf("helm3 lint (values %q): %v", path, err)
-		}
-
-		l4 := action4.NewLint()
-		l4.Strict, l4.Namespace = true, namespace
-		l4.KubeVersion, _ = common4.ParseKubeVersion(kubeVersion)
-		r4 := l4.Run([]string{chartDir}, vals)
-		for _, m := range r4.Messages {
-			if m.Severity > support4.InfoSev {
-				t.Errorf("helm4 lint (values %q): %s", path, m)
+			if charts != 1 {
+				t.Errorf("%s lint (values %q) linted %d charts, want 1", h.name, path, charts)
 			}
-		}
-		for _, err := range r4.Errors {
-			t.Errorf("helm4 lint (values %q): %v", path, err)
-		}
-		if r3.TotalChartsLinted != 1 || r4.TotalChartsLinted != 1 {
-			t.Errorf("lint (values %q) linted %d and %d charts, want 1", path, r3.TotalChartsLinted, r4.TotalChartsLinted)
 		}
 	}
+}
+
+// lintHelm3 is helm lint --strict: the messages above INFO and the errors,
+// and how many charts it linted.
+func lintHelm3(vals map[string]any) (problems []string, charts int) {
+	l := action3.NewLint()
+	l.Strict, l.Namespace = true, namespace
+	l.KubeVersion, _ = chartutil3.ParseKubeVersion(kubeVersion)
+	r := l.Run([]string{chartDir}, vals)
+	for _, m := range r.Messages {
+		if m.Severity > support3.InfoSev {
+			problems = append(problems, m.Error())
+		}
+	}
+	for _, err := range r.Errors {
+		problems = append(problems, err.Error())
+	}
+	return problems, r.TotalChartsLinted
+}
+
+// lintHelm4 is lintHelm3 with Helm 4's library.
+func lintHelm4(vals map[string]any) (problems []string, charts int) {
+	l := action4.NewLint()
+	l.Strict, l.Namespace = true, namespace
+	l.KubeVersion, _ = common4.ParseKubeVersion(kubeVersion)
+	r := l.Run([]string{chartDir}, vals)
+	for _, m := range r.Messages {
+		if m.Severity > support4.InfoSev {
+			problems = append(problems, m.Error())
+		}
+	}
+	for _, err := range r.Errors {
+		problems = append(problems, err.Error())
+	}
+	return problems, r.TotalChartsLinted
 }
 
 // lineDiff shows the first lines where want and got differ, with a little

@@ -2,6 +2,13 @@ package deploy
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +33,30 @@ var secretStandIns = map[string]string{
 		"plugin.name": "pgoutput", "slot.name": "billing_outbox", "publication.name": "billing_outbox",
 		"table.include.list": "public.outbox", "snapshot.mode": "no_data",
 		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter"}}`,
+}
+
+// externalConfigMap stands in for a ConfigMap the test values mount but
+// the chart does not render: db-ca, a CA bundle the DSN's sslrootcert
+// names, which pgoutbox reads when it parses the DSN.
+func externalConfigMap(t *testing.T, name string) map[string]string {
+	t.Helper()
+	if name != "db-ca" {
+		t.Fatalf("the test has no stand-in for ConfigMap %s", name)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stand-in CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"ca.pem": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
 }
 
 var (
@@ -74,9 +106,10 @@ type pod struct {
 	env   []string
 }
 
-// mount lays out d's container: each ConfigMap volume's keys as files
-// (with the pod's paths in them rewritten), each Secret volume's items as
-// stand-ins, other volumes as empty directories.
+// mount lays out d's container: each ConfigMap volume's keys as files,
+// each Secret volume's items and each ConfigMap the chart does not render
+// as stand-ins, other volumes as empty directories; the pod's paths in
+// the files and the environment point under the root.
 func mount(t *testing.T, d *appsv1.Deployment, o objects) pod {
 	t.Helper()
 	p := pod{root: t.TempDir()}
@@ -107,8 +140,9 @@ func mount(t *testing.T, d *appsv1.Deployment, o objects) pod {
 		case v.ConfigMap != nil:
 			cm, ok := o.configMaps[v.ConfigMap.Name]
 			if !ok {
-				// Not the chart's (a CA bundle, say): nothing to lay out.
-				continue
+				// Not the chart's: one the values mount (extraVolumes).
+				files = externalConfigMap(t, v.ConfigMap.Name)
+				break
 			}
 			for k, data := range cm.Data {
 				files[k] = p.paths.Replace(data)
@@ -122,7 +156,7 @@ func mount(t *testing.T, d *appsv1.Deployment, o objects) pod {
 				if !ok {
 					content = "stand-in-password\n"
 				}
-				files[it.Path] = content
+				files[it.Path] = p.paths.Replace(content)
 			}
 		}
 		for name, content := range files {
@@ -144,7 +178,7 @@ func mount(t *testing.T, d *appsv1.Deployment, o objects) pod {
 			if !ok {
 				t.Fatalf("%s: %s comes from Secret %s key %s, which the test has no stand-in for", d.Name, e.Name, ref.Name, ref.Key)
 			}
-			p.env = append(p.env, e.Name+"="+v)
+			p.env = append(p.env, e.Name+"="+p.paths.Replace(v))
 		default:
 			t.Fatalf("%s: environment variable %s from %+v", d.Name, e.Name, e.ValueFrom)
 		}

@@ -83,9 +83,13 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("validate", stderr, validateHelp)
 	topicsFlag := c.fs.String("topics", "", "comma-separated Kafka topics the outbox routes to, to check that each exists")
 	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
+	configOnly := c.fs.Bool("config-only", false, "only load the settings as run does (file, environment, flags, --connector) and check them; connect to nothing; exit 0 when valid, 2 when not")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
+	}
+	if *configOnly {
+		return validateConfigOnly(cfg, stdout, stderr)
 	}
 	v := &validation{out: stdout}
 
@@ -633,4 +637,16 @@ func fixedTopic(replacement string) (string, bool) {
 		return "", false
 	}
 	return b.String(), true
+}
+
+// validateConfigOnly checks the settings as run does before it connects:
+// the relay's, the metrics' and the logger's.
+func validateConfigOnly(cfg fileConfig, stdout, stderr io.Writer) int {
+	_, logErr := newLogger(cfg.Log, io.Discard)
+	if err := errors.Join(cfg.Config.Validate(), cfg.Metrics.Validate(), logErr); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	fmt.Fprintln(stdout, "PASS config: valid")
+	return exitOK
 }

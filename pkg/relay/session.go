@@ -654,14 +654,9 @@ func (s *session) change(c *replication.Change) error {
 		row := router.Row{Table: c.Rel.Table, Names: c.Rel.Columns, Types: c.Rel.Types, Values: values}
 		return s.poisonRow(c.Op.String(), c.Rel.Table, &row, nil, nil, c.Chunk, errors.New(cls.unexpected))
 	}
-	row := router.Row{Table: cls.table, Names: c.Rel.Columns, Types: c.Rel.Types}
-	switch c.Op {
-	case replication.OpInsert:
-		row.Op, row.Values = router.OpInsert, c.Values
-	case replication.OpUpdate:
-		row.Op, row.Values = router.OpUpdate, c.Values
-	case replication.OpDelete:
-		row.Op, row.Values = router.OpDelete, c.Old
+	row := router.Row{Table: cls.table, Op: c.Op, Names: c.Rel.Columns, Types: c.Rel.Types, Values: c.Values}
+	if c.Op == replication.OpDelete {
+		row.Values = c.Old
 	}
 	return s.route(&row, c.Op.String(), c.Chunk)
 }

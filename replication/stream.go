@@ -480,3 +480,11 @@ func (s *Stream) Close(ctx context.Context) error {
 	defer cancel()
 	return s.conn.Close(ctx)
 }
+
+// NewChunk returns a chunk of size bytes that starts with a copy of b, as
+// Receive would copy a message into one; for tests of what holds memory.
+func NewChunk(b []byte, size int) (*Chunk, []byte) {
+	c := &Chunk{buf: make([]byte, len(b), max(size, len(b)))}
+	copy(c.buf, b)
+	return c, c.buf[:len(b):len(b)]
+}

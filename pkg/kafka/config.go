@@ -359,6 +359,7 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	p.Flush.Messages = max(c.FlushMessages, 0)
 	if c.SingleRecordBatches {
 		p.Flush.MaxMessages = 1
+		p.Flush.Messages = 0 // sarama wants it at most MaxMessages
 	}
 	p.Flush.Frequency = max(c.FlushFrequency, 0)
 	p.Retry.Max = c.RetryMax

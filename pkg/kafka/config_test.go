@@ -216,3 +216,15 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 		t.Errorf("zero backoff = %v", got)
 	}
 }
+
+func TestSingleRecordBatchesIsAValidSaramaConfiguration(t *testing.T) {
+	c := Config{Brokers: []string{"b:9092"}, SingleRecordBatches: true}
+	c.Defaults()
+	sc, err := c.sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Producer.Flush.MaxMessages != 1 {
+		t.Fatalf("Flush.MaxMessages = %d, want 1", sc.Producer.Flush.MaxMessages)
+	}
+}

@@ -179,3 +179,81 @@ func TestLostSlotAtStartUpIsFatal(t *testing.T) {
 		t.Errorf("after the exit: %d slots named %s, wal_status %q; want the lost slot left as it was", n, f.slot, status)
 	}
 }
+
+// startBinaryWith is startBinary with extra environment, not waiting for it
+// to stream.
+func startBinaryWith(t *testing.T, f *fixture, logName string, extra ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), logName)
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, pgoutboxBinary(t), []string{"run"}, append(f.environ(), extra...), lf, logPath)
+}
+
+// TestInstanceThatLostTheSlotBecomesTheStandby: when the active instance's
+// connection drops and the standby takes the slot over and moves it on, the
+// first instance must become the standby, not stop with "slot advanced by
+// someone else"; and when the second one dies, the first takes over again.
+func TestInstanceThatLostTheSlotBecomesTheStandby(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 3)
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 11)
+	c := env.NewConsumer(t, f.topics)
+	ctx := context.Background()
+	// a comes back slowly after losing its connection, so that b, polling
+	// every ~2 s, takes the slot first.
+	a := startBinaryWith(t, f, "a.log", "PGOUTBOX_RELAY_RESTART_BACKOFF=8s", "PGOUTBOX_RELAY_RESTART_BACKOFF_MAX=8s")
+	f.waitStreaming(t)
+	b := startBinaryWith(t, f, "b.log")
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		data, _ := os.ReadFile(b.log)
+		return strings.Contains(string(data), "standby"), "b has not logged that it is a standby"
+	})
+	write := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			if err := w.Txn(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitAll(t, c, w, time.Minute)
+	}
+	write(20)
+	aPID := f.activePID(t)
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_terminate_backend($1)", aPID); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		pid := f.activePID(t)
+		return pid != 0 && pid != aPID, "b did not take the slot over"
+	})
+	write(20) // b moves the slot on
+	// a comes back, finds the slot busy, and waits as the standby.
+	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() (bool, string) {
+		data, _ := os.ReadFile(a.log)
+		return strings.Count(string(data), "standby: the slot is in use") >= 1, "a has not become the standby"
+	})
+	select {
+	case <-a.done:
+		data, _ := os.ReadFile(a.log)
+		t.Fatalf("a exited after losing the slot to b: %v\n%s", a.err, data)
+	default:
+	}
+	bPID := f.activePID(t)
+	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, 30*time.Second)
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() (bool, string) {
+		pid := f.activePID(t)
+		return pid != 0 && pid != bPID, "a did not take the slot back"
+	})
+	write(20)
+	a.terminate(t, time.Minute)
+	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), sessionStarts(t, a.log, b.log))
+	if !rep.OK() {
+		t.Fatalf("after two takeovers: %s", rep)
+	}
+}

@@ -80,6 +80,10 @@ type Limits struct {
 	// ShutdownTimeout bounds how long a stop waits for the open transaction to
 	// end and for Kafka to acknowledge what is in flight.
 	ShutdownTimeout time.Duration `yaml:"shutdown.timeout"`
+	// ProgressInterval is how often, while the relay is behind (a backlog
+	// after a restart or an outage), it logs how far behind it is, how fast
+	// it catches up and when it expects to be done.
+	ProgressInterval time.Duration `yaml:"progress.interval"`
 	// RestartBackoff is the first wait before a new session after a failure;
 	// it doubles (with jitter) up to RestartBackoffMax.
 	RestartBackoff    time.Duration `yaml:"restart.backoff"`
@@ -106,6 +110,7 @@ func DefaultConfig() Config {
 			MaxInFlightRecords: 5000,
 			MaxInFlightBytes:   8 << 20,
 			ShutdownTimeout:    30 * time.Second,
+			ProgressInterval:   10 * time.Second,
 			RestartBackoff:     500 * time.Millisecond,
 			RestartBackoffMax:  30 * time.Second,
 			PoisonPolicy:       "fail",
@@ -139,6 +144,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxInFlightBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("relay: max.inflight.bytes %d too small: use at least 1024", l.MaxInFlightBytes))
+	}
+	if l.ProgressInterval <= 0 {
+		errs = append(errs, fmt.Errorf("relay: progress.interval %s must be positive", l.ProgressInterval))
 	}
 	if l.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("relay: shutdown.timeout %s must be positive", l.ShutdownTimeout))

@@ -103,6 +103,13 @@ type Progress struct {
 	Verified checkpoint.LSN
 	// LastCommitTime is the commit time of the last transaction read.
 	LastCommitTime time.Time
+	// ServerWAL is the server's WAL position at the last catalog check.
+	// Behind is how much WAL the relay still has to read to reach it, and
+	// CatchUpRate how fast it read WAL over the last progress interval
+	// (bytes per second); both 0 when caught up.
+	ServerWAL   checkpoint.LSN
+	Behind      int64
+	CatchUpRate float64
 }
 
 // NopObserver implements Observer with methods that do nothing.

@@ -97,6 +97,14 @@ type session struct {
 
 	stopping bool
 	stopBy   time.Time // the end of the whole stop's budget
+
+	// Catch-up progress: the server's WAL position at the last catalog
+	// check, and the position and time of the last progress report.
+	serverWAL    checkpoint.LSN
+	progressAt   time.Time
+	progressFrom checkpoint.LSN
+	rate         float64
+	behind       bool
 }
 
 // relClass is what a relation of the stream is to the relay.
@@ -122,6 +130,7 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		sentConfirmed: start.Slot.ConfirmedFlushLSN,
 		walEnd:        start.Slot.ConfirmedFlushLSN,
 		verified:      max(start.Catalog.CheckedAt, start.Slot.ConfirmedFlushLSN),
+		serverWAL:     start.Catalog.CheckedAt,
 	}
 	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, st.Wake))
 	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, st.Wake)
@@ -341,6 +350,7 @@ func (s *session) catalog(res catalogResult) error {
 		return &FatalError{Err: &replication.CatalogError{Publication: cfg.Publication, Problems: changes, Err: replication.ErrCatalogChanged}}
 	}
 	s.verified = max(s.verified, res.Catalog.CheckedAt)
+	s.serverWAL = max(s.serverWAL, res.Catalog.CheckedAt)
 	s.latest = res.Catalog
 	if s.pendingRel != nil {
 		s.classifyPending()
@@ -439,6 +449,7 @@ func (s *session) status(force bool) error {
 	s.nextStatus = s.lastStatus.Add(s.r.cfg.Postgres.StatusInterval)
 	s.sentConfirmed = confirmed
 	s.watcher.Confirmed(confirmed, min(s.eventCommit, confirmed))
+	s.reportProgress()
 	s.progress()
 	return nil
 }
@@ -460,7 +471,66 @@ func (s *session) progress() {
 		Idle:            !s.tr.Open() && s.tr.InFlight() == 0,
 		Verified:        s.verified,
 		LastCommitTime:  s.lastCommit,
+		ServerWAL:       s.serverWAL,
+		Behind:          s.behindBytes(),
+		CatchUpRate:     s.rate,
 	})
+}
+
+// behindBytes is how much WAL the relay has yet to read to reach the
+// server's position at the last catalog check (0 when idle: the server
+// sends nothing for transactions that touch no published table).
+func (s *session) behindBytes() int64 {
+	pos := max(s.received, s.sentConfirmed)
+	if s.serverWAL <= pos || s.tr.Confirmed() >= s.serverWAL || (!s.tr.Open() && s.tr.InFlight() == 0 && s.walEnd >= s.serverWAL) {
+		return 0
+	}
+	return int64(s.serverWAL - pos)
+}
+
+// catchUpThreshold: behind by more than this, or reading transactions
+// committed longer ago than catchUpAge, the relay reports its progress.
+const (
+	catchUpThreshold = 1 << 20
+	catchUpAge       = 10 * time.Second
+)
+
+// reportProgress logs, every relay.progress.interval while the relay is
+// behind, how far behind it is, how fast it catches up and when it expects
+// to be done; and once when it has caught up.
+func (s *session) reportProgress() {
+	now := s.clock.Now()
+	if s.progressAt.IsZero() {
+		s.progressAt, s.progressFrom = now, s.received
+		return
+	}
+	elapsed := now.Sub(s.progressAt)
+	if elapsed < s.r.cfg.Relay.ProgressInterval {
+		return
+	}
+	s.rate = float64(s.received-min(s.progressFrom, s.received)) / elapsed.Seconds()
+	s.progressAt, s.progressFrom = now, s.received
+	behind := s.behindBytes()
+	age := time.Duration(0)
+	if !s.lastCommit.IsZero() {
+		age = now.Sub(s.lastCommit)
+	}
+	if behind < catchUpThreshold && (age < catchUpAge || behind == 0) {
+		if s.behind {
+			s.behind = false
+			s.log.Info("caught up", zap.Stringer("received_lsn", s.received), zap.Stringer("confirmed_lsn", s.sentConfirmed))
+		}
+		s.rate = 0
+		return
+	}
+	s.behind = true
+	fields := []zap.Field{zap.Int64("behind_bytes", behind), zap.Duration("last_commit_age", age.Round(time.Millisecond)),
+		zap.Float64("rate_bytes_per_second", s.rate), zap.Stringer("received_lsn", s.received), zap.Stringer("server_lsn", s.serverWAL),
+		zap.Stringer("confirmed_lsn", s.sentConfirmed)}
+	if s.rate > 0 {
+		fields = append(fields, zap.Duration("estimated_time_left", time.Duration(float64(behind)/s.rate*float64(time.Second)).Round(time.Second)))
+	}
+	s.log.Info("catching up", fields...)
 }
 
 func (s *session) handle(ev replication.Event) error {

@@ -94,4 +94,3 @@ func TestCatchUpReportsHowFarBehindAndWhenDone(t *testing.T) {
 		t.Errorf("Progress never reported a rate while behind, or ended behind %d bytes", end.Behind)
 	}
 }
-

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -256,4 +257,86 @@ func TestInstanceThatLostTheSlotBecomesTheStandby(t *testing.T) {
 	if !rep.OK() {
 		t.Fatalf("after two takeovers: %s", rep)
 	}
+}
+
+// lastLine returns the last line a process wrote to its log.
+func lastLine(t *testing.T, p *process) string {
+	t.Helper()
+	out, err := os.ReadFile(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestSlotDroppedWhileStoppedIsNotReplacedSilently: a slot dropped while
+// pgoutbox was stopped (a DBA cleaning up inactive slots; every failover
+// before PostgreSQL 17) is found out at the next start from the state
+// table, and pgoutbox stops instead of creating a new slot and skipping the
+// events in between; `migrate --recreate-slot` is the deliberate way on.
+func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 21)
+	c := env.NewConsumer(t, f.topics)
+	p := startBinary(t, f, "first.log")
+	for i := 0; i < 10; i++ {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+	p.terminate(t, time.Minute)
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_drop_replication_slot($1)", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ { // events the dropped slot would have carried
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := startBinaryWith(t, f, "second.log")
+	if code := second.wait(t, time.Minute); code == 0 {
+		t.Fatal("exit 0 with the slot gone")
+	}
+	last := lastLine(t, second)
+	for _, want := range []string{f.slot, "does not exist, but pgoutbox used it", "migrate --recreate-slot"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("last line %q lacks %q", last, want)
+		}
+	}
+	if _, active := f.slotState(t); active {
+		t.Fatal("a slot is active")
+	}
+	var n int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d slots named %s after the refusal (%v): one was created silently", n, f.slot, err)
+	}
+
+	// The deliberate recreation, then streaming goes on from the new slot.
+	bin := pgoutboxBinary(t)
+	out, err := exec.Command(bin, "migrate", "--recreate-slot").CombinedOutput()
+	if err == nil {
+		t.Fatalf("migrate without its environment succeeded: %s", out)
+	}
+	cmd := exec.Command(bin, "migrate", "--recreate-slot")
+	cmd.Env = f.environ()
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "created again") {
+		t.Fatalf("migrate --recreate-slot: %v\n%s", err, out)
+	}
+	var note string
+	if err := f.checkDB.QueryRow(ctx, "SELECT note FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&note); err != nil || !strings.Contains(note, "recreated") {
+		t.Fatalf("state note %q (%v): the recreation is not recorded", note, err)
+	}
+	third := startBinary(t, f, "third.log")
+	w2 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 22)
+	for i := 0; i < 10; i++ {
+		if err := w2.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w2, time.Minute)
+	third.terminate(t, time.Minute)
 }

@@ -55,13 +55,16 @@ type ServerIdentity struct {
 	SystemIdentifier string
 	Database         string
 	Timeline         int32
+	// VersionNum is server_version_num (170002 for 17.2).
+	VersionNum int
 }
 
 // ReadServerIdentity reads the system identifier, database and timeline.
 func ReadServerIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error) {
 	var id ServerIdentity
-	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(), c.timeline_id
-		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline)
+	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(), c.timeline_id,
+		current_setting('server_version_num')::int
+		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline, &id.VersionNum)
 	if err != nil {
 		return id, fmt.Errorf("replication: read the server's system identifier: %w", err)
 	}

@@ -204,7 +204,9 @@ func (p *Pair) queryRow(port int, db, sql string, dst ...any) error {
 }
 
 // QueryRow runs a query on one of the servers.
-func (p *Pair) QueryRow(port int, db, sql string, dst ...any) error { return p.queryRow(port, db, sql, dst...) }
+func (p *Pair) QueryRow(port int, db, sql string, dst ...any) error {
+	return p.queryRow(port, db, sql, dst...)
+}
 
 func (p *Pair) must(t testing.TB, prog string, args ...string) {
 	t.Helper()

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -460,9 +459,8 @@ func Cause(err error) string {
 			return CausePostgres
 		}
 	}
-	var pg *pgconn.PgError
 	var ne net.Error
-	if errors.As(err, &pg) || errors.As(err, &ne) {
+	if replication.IsConnError(err) || errors.As(err, &ne) {
 		return CausePostgres
 	}
 	return CauseOther

@@ -89,10 +89,9 @@ type Stream struct {
 }
 
 // Catch-up reading. Far behind, pgoutbox drains the socket faster than the
-// walsender fills it, and waking up for every message cost more CPU than
-// the messages themselves (one-event transactions: 14 times as many reads,
-// of 575 bytes on average), CPU the walsender on the same machine is short
-// of. From transactions committed catchUpEnter ago until back within
+// walsender fills it, and waking up for every message costs CPU the
+// walsender on the same machine is short of (DESIGN.md has the
+// measurements). From transactions committed catchUpEnter ago until back within
 // catchUpLeave, a read waiting for data wakes only once catchUpLowWater
 // bytes are queued (SO_RCVLOWAT), or after catchUpWait: at most that much
 // latency is added, and only while behind anyway. (The age comes from the

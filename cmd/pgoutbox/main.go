@@ -65,10 +65,8 @@ func tuneRuntime() {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
 	// One processor for Go code unless GOMAXPROCS says otherwise: the
-	// walsender decodes on one core, and one P keeps up with it (catch-up
-	// 1.26-1.43x pg_recvlogical) while sparing the wake-ups of idle Ps
-	// looking for work: about 20% less CPU at 5,000 events/s and a lower
-	// p99 in each of three paired runs on the 2-core test machine.
+	// walsender decodes on one core, and one P keeps up with it while
+	// sparing idle Ps' wake-ups (measurements in DESIGN.md).
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
 		runtime.GOMAXPROCS(1)
 	}

@@ -138,7 +138,7 @@ func routeCases(t testing.TB) []routeCase {
 		{name: "missing_routing_column_is_error", opts: d, row: outbox(del("aggregatetype")), wantErr: ErrMissingColumn, wantColumn: "aggregatetype"},
 		{name: "missing_id_column_is_error", opts: d, row: outbox(del("id")), wantErr: ErrMissingColumn, wantColumn: "id"},
 		{name: "missing_payload_column_is_error", opts: d, row: outbox(del("payload")), wantErr: ErrMissingColumn, wantColumn: "payload"},
-		{name: "null_id_gives_null_id_header", opts: d, row: outbox(val("id", nil)), wantAction: Emit},
+		{name: "null_id_is_error", opts: d, row: outbox(val("id", nil)), wantErr: ErrNullEventID, wantColumn: "id"},
 		{name: "names_and_values_mismatch_is_error", opts: d, row: outbox(func(r *Row) { r.Values = r.Values[:3] }), wantErr: ErrMalformedRow},
 
 		// Operations.

@@ -69,7 +69,10 @@ type Record struct {
 	// slice is an empty value.
 	Value []byte
 	// Headers' backing array is reused by Route when the caller reuses the
-	// Record; the first header is always "id".
+	// Record. They are, in Debezium's order: the extended headers
+	// (extended.headers.enabled), traceparent and tracestate
+	// (tracing.span.context.field), "id", the additional fields, and
+	// traceparent from table.field.event.trace.
 	Headers []Header
 	// Partition is the explicit partition from a column with placement
 	// partition, or -1 to let the producer's partitioner choose.

@@ -180,6 +180,20 @@ func DefaultOptions() Options {
 // An unknown name gives an *OptionError wrapping ErrUnsupportedOption; Set
 // does not validate values otherwise (Validate does).
 func (o *Options) Set(name, value string) error {
+	setBool := func(dst *bool) error {
+		b, err := parseBool(name, value)
+		if err == nil {
+			*dst = b
+		}
+		return err
+	}
+	setBoolPtr := func(dst **bool) error {
+		b, err := parseBool(name, value)
+		if err == nil {
+			*dst = &b
+		}
+		return err
+	}
 	switch name {
 	case optEventID:
 		o.EventIDField = value
@@ -196,19 +210,11 @@ func (o *Options) Set(name, value string) error {
 	case optAdditionalMissing:
 		o.AdditionalMissing = value
 	case optErrorOnMissing:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.AdditionalErrorOnMissing = &b
+		return setBoolPtr(&o.AdditionalErrorOnMissing)
 	case optOpInvalidBehavior:
 		o.OpInvalidBehavior = value
 	case optExpandJSONPayload:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.ExpandJSONPayload = b
+		return setBool(&o.ExpandJSONPayload)
 	case optJSONNullBehavior:
 		o.JSONPayloadNullBehavior = value
 	case optRouteByField:
@@ -218,21 +224,13 @@ func (o *Options) Set(name, value string) error {
 	case optRouteReplacement:
 		o.RouteTopicReplacement = value
 	case optTombstoneOnEmpty:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.RouteTombstoneOnEmptyPayload = b
+		return setBool(&o.RouteTombstoneOnEmptyPayload)
 	case optSchemaVersion:
 		o.SchemaVersionField = value
 	case optTracingContext:
 		o.TracingSpanContextField = value
 	case optExtendedHeaders:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.ExtendedHeaders = b
+		return setBool(&o.ExtendedHeaders)
 	case optLogicalName:
 		o.ExtendedHeadersLogicalName = value
 	case optRunID:
@@ -240,11 +238,7 @@ func (o *Options) Set(name, value string) error {
 	case optHeaderConverter:
 		o.HeaderConverter = value
 	case optHeaderSchemas:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.HeaderConverterSchemasEnable = &b
+		return setBoolPtr(&o.HeaderConverterSchemasEnable)
 	case optEventTrace:
 		o.EventTraceField = value
 	case optRouteTopic:
@@ -253,16 +247,10 @@ func (o *Options) Set(name, value string) error {
 		o.KeyConverter = value
 	case optValueConverter:
 		o.ValueConverter = value
-	case optKeySchemasEnable, optValueSchemasEnable:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		if name == optKeySchemasEnable {
-			o.KeyConverterSchemasEnable = &b
-		} else {
-			o.ValueConverterSchemasEnable = &b
-		}
+	case optKeySchemasEnable:
+		return setBoolPtr(&o.KeyConverterSchemasEnable)
+	case optValueSchemasEnable:
+		return setBoolPtr(&o.ValueConverterSchemasEnable)
 	default:
 		return &OptionError{Option: name, Value: value, Reason: "unknown or unsupported outbox router option", Err: ErrUnsupportedOption}
 	}

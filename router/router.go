@@ -463,13 +463,18 @@ func emptyPayload(oid uint32, v []byte) bool {
 	return true
 }
 
-// convert returns column i's value as record key or value bytes for conv:
-// raw (aliased text, or decoded bytea), StringConverter's text, or
-// JsonConverter's JSON (newly allocated; NULL is the JSON null).
+// convert returns column i's value as record key, value or header bytes
+// for conv: raw (aliased text, or decoded bytea), StringConverter's or
+// SimpleHeaderConverter's text, or JsonConverter's JSON (newly allocated;
+// NULL is the JSON null).
 func (r *Router) convert(row *Row, rec *Record, i int, conv converter) ([]byte, error) {
 	switch conv {
-	case convString:
-		b, err := connectText(typeOf(row, i), row.Values[i])
+	case convString, convHeader:
+		text := connectText
+		if conv == convHeader {
+			text = headerText
+		}
+		b, err := text(typeOf(row, i), row.Values[i])
 		if err != nil {
 			return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
 		}
@@ -549,20 +554,9 @@ func (r *Router) topicFor(row *Row, rec *Record, rv []byte) (string, error) {
 }
 
 // headerValue returns column i's value as header bytes for
-// header.converter: raw, SimpleHeaderConverter's text or JsonConverter's
-// JSON.
+// header.converter.
 func (r *Router) headerValue(row *Row, rec *Record, i int) ([]byte, error) {
-	switch r.cfg.headerConv {
-	case convHeader:
-		b, err := headerText(typeOf(row, i), row.Values[i])
-		if err != nil {
-			return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
-		}
-		return b, nil
-	case convJSON:
-		return r.convert(row, rec, i, convJSON)
-	}
-	return raw(row, rec, i)
+	return r.convert(row, rec, i, r.cfg.headerConv)
 }
 
 // stringHeader returns a string header value for header.converter.

@@ -6,12 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -114,17 +116,7 @@ func TestMatchesDebezium(t *testing.T) {
 	}
 
 	// Debezium: every configuration at once in one worker.
-	dir, err := os.MkdirTemp("", "pgoutbox-conformance-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kept %s (connector files, Kafka Connect's and pgoutbox's logs)", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
+	dir := keptDir(t, "pgoutbox-conformance-")
 	var files []string
 	for i, c := range cases {
 		p := filepath.Join(dir, "dbz-"+c.name+".json")
@@ -253,6 +245,24 @@ func TestMatchesDebezium(t *testing.T) {
 	if len(problems) > 0 {
 		t.Errorf("%d differences:\n%s", len(problems), strings.Join(problems, "\n"))
 	}
+}
+
+// keptDir makes a directory for the test's files, removed at the end unless
+// the test failed.
+func keptDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept %s (connector files, Kafka Connect's and pgoutbox's logs)", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
 }
 
 func cell(s string) string {
@@ -415,12 +425,7 @@ func routedTopics(t *testing.T, c confCase, rows map[string]row, dbz []record) [
 			set[rec.Topic] = true
 		}
 	}
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // buildPgoutbox builds the binary from this repository.
@@ -551,12 +556,7 @@ func compare(c confCase, dbzSide, pgoSide side, rows map[string]row) result {
 	for _, id := range pdup {
 		res.different = append(res.different, "pgoutbox wrote event "+id+" twice")
 	}
-	ids := make([]string, 0, len(dm))
-	for id := range dm {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(dm)) {
 		d := dm[id]
 		p, ok := pm[id]
 		if !ok {

@@ -57,17 +57,7 @@ func migrate(t *testing.T, e *testenv.Env, libs string, kill bool) {
 	topic := "outbox.event.Mig" + tok
 	e.CreateTopic(t, topic, topicPartitions)
 
-	dir, err := os.MkdirTemp("", "pgoutbox-migration-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kept %s (connector file, Kafka Connect's and pgoutbox's logs)", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
+	dir := keptDir(t, "pgoutbox-migration-")
 	c := confCase{name: "migration"}
 	cfg := c.connector(connEnv{pgPort: e.PGPort, dbname: dbName(t, dsn), tok: tok}, slot)
 	cfg["publication.name"] = "mig_pub"

@@ -3,7 +3,8 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -140,12 +141,7 @@ func newWorkload(tok string) *workload {
 		"quotes":         `"q" \ \\ / ' \"`,
 		"bom and nbsp":   "\ufeff\u00a0\u200b",
 	}
-	names := make([]string, 0, len(classes))
-	for k := range classes {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(classes)) {
 		s := classes[name]
 		js := jsonString(s)
 		w.add("characters: "+name,

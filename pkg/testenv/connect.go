@@ -237,10 +237,8 @@ func (c *Connect) get(path string, out any) error {
 // JVM. Stopping twice is harmless.
 func (c *Connect) Stop(t testing.TB) {
 	t.Helper()
-	select {
-	case <-c.exited:
+	if c.hasExited() {
 		return
-	default:
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -255,13 +253,19 @@ func (c *Connect) Stop(t testing.TB) {
 // Kill stops the worker with SIGKILL: nothing is committed on the way out.
 func (c *Connect) Kill(t testing.TB) {
 	t.Helper()
+	if !c.hasExited() {
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.exited
+	}
+}
+
+func (c *Connect) hasExited() bool {
 	select {
 	case <-c.exited:
-		return
+		return true
 	default:
+		return false
 	}
-	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-	<-c.exited
 }
 
 // LogTail returns the last n lines of the worker's log.

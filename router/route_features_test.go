@@ -1,6 +1,7 @@
 package router
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -311,4 +312,64 @@ func TestRouteColumnTypes(t *testing.T) {
 			wantAction: Emit, wantValue: str(" \t\n")},
 	)
 	runRouteCases(t, cases)
+}
+
+// headers returns a check that the record's headers are exactly want
+// ("key=value", "key" alone for a null value).
+func headers(want ...string) func(t *testing.T, rec *Record) {
+	return func(t *testing.T, rec *Record) {
+		t.Helper()
+		var got []string
+		for _, h := range rec.Headers {
+			if h.Value == nil {
+				got = append(got, h.Key)
+			} else {
+				got = append(got, h.Key+"="+string(h.Value))
+			}
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("headers %q, want %q", got, want)
+		}
+	}
+}
+
+// TestRouteDebeziumOptions covers the Debezium options the conformance
+// suite checks against Debezium 3.6.1: the extended headers, the header
+// converters, the schema version column and the tracing context column.
+func TestRouteDebeziumOptions(t *testing.T) {
+	ext := []string{optExtendedHeaders, "true", optLogicalName, "orders", optRunID, "01890a5d-ac96-774b-bcce-b302099a8057"}
+	simple := []string{optHeaderConverter, ConverterHeader}
+	jsonHeaders := []string{optHeaderConverter, jsonConv, optHeaderSchemas, "false"}
+	extras := []string{optAdditionalPlacement, "flag:header,blob:header,f:header,type:header"}
+	typed := outbox(set("flag", 16, "t"), set("blob", 17, `\x0102ff`), set("f", 701, "1e+20"))
+	runRouteCases(t, []routeCase{
+		{name: "extended_headers_come_first", opts: opts(t, ext...), row: outbox(), wantAction: Emit,
+			check: headers("__debezium.context.connectorLogicalName=orders", "__debezium.context.taskId=0",
+				"__debezium.context.connectorName=postgresql", "__debezium.context.runId=01890a5d-ac96-774b-bcce-b302099a8057", "id="+eventID)},
+		{name: "extended_headers_json_header_converter", opts: opts(t, append(ext, jsonHeaders...)...), row: outbox(), wantAction: Emit,
+			check: headers(`__debezium.context.connectorLogicalName="orders"`, `__debezium.context.taskId="0"`,
+				`__debezium.context.connectorName="postgresql"`, `__debezium.context.runId="01890a5d-ac96-774b-bcce-b302099a8057"`, `id="`+eventID+`"`)},
+		{name: "header_converter_raw_keeps_postgres_text", opts: opts(t, extras...), row: typed, wantAction: Emit,
+			check: headers("id="+eventID, "flag=t", "blob=\x01\x02\xff", "f=1e+20", "type=OrderCreated")},
+		{name: "header_converter_simple_writes_java_text", opts: opts(t, append(extras, simple...)...), row: typed, wantAction: Emit,
+			check: headers("id="+eventID, "flag=true", "blob=AQL/", "f=1.0E20", "type=OrderCreated")},
+		{name: "header_converter_json_writes_json", opts: opts(t, append(extras, jsonHeaders...)...), row: outbox(set("flag", 16, nil), set("blob", 17, `\x01`), set("f", 701, "1.5"), val("type", "Évt😀")), wantAction: Emit,
+			check: headers(`id="`+eventID+`"`, "flag=null", `blob="AQ=="`, "f=1.5", `type="Évt\uD83D\uDE00"`)},
+		{name: "schema_version_column_is_checked", opts: opts(t, optSchemaVersion, "version"), row: outbox(set("version", 23, "3")), wantAction: Emit,
+			wantValue: str(`{"total":12}`), check: headers("id=" + eventID)},
+		{name: "schema_version_null_is_accepted", opts: opts(t, optSchemaVersion, "version"), row: outbox(set("version", 23, nil)), wantAction: Emit},
+		{name: "schema_version_missing_is_error", opts: opts(t, optSchemaVersion, "version"), row: outbox(), wantErr: ErrMissingColumn, wantColumn: "version"},
+		{name: "schema_version_not_int32_is_error", opts: opts(t, optSchemaVersion, "version"), row: outbox(set("version", 20, "3000000000")), wantErr: ErrBadValue, wantColumn: "version"},
+		{name: "tracing_context_becomes_headers_before_id", opts: opts(t, append(ext, optTracingContext, "tracingspancontext")...),
+			row:        outbox(set("tracingspancontext", 25, "#Properties\ntraceparent="+traceOK+"\ntracestate=congo\\=t61rcWkgMzE\n")),
+			wantAction: Emit,
+			check: headers("__debezium.context.connectorLogicalName=orders", "__debezium.context.taskId=0",
+				"__debezium.context.connectorName=postgresql", "__debezium.context.runId=01890a5d-ac96-774b-bcce-b302099a8057",
+				"traceparent="+traceOK, "tracestate=congo=t61rcWkgMzE", "id="+eventID)},
+		{name: "tracing_context_colon_separator", opts: opts(t, optTracingContext, "ctx"), row: outbox(set("ctx", 25, "traceparent : "+traceOK)), wantAction: Emit,
+			check: headers("traceparent="+traceOK, "id="+eventID)},
+		{name: "tracing_context_invalid_warns", opts: opts(t, optTracingContext, "ctx"), row: outbox(set("ctx", 25, "not a context")), wantAction: EmitWarn,
+			wantReason: "traceparent", check: headers("id=" + eventID)},
+		{name: "tracing_context_missing_column_gives_none", opts: opts(t, optTracingContext, "ctx"), row: outbox(), wantAction: Emit, check: headers("id=" + eventID)},
+	})
 }

@@ -26,6 +26,9 @@ type confCase struct {
 	// forwardsTrace: pgoutbox writes the tracing headers of the rows' span
 	// contexts, which Debezium without OpenTelemetry does not.
 	forwardsTrace bool
+	// providers: the database name and user come from Kafka's config
+	// providers (${env:...}, ${file:...}), as on Kubernetes.
+	providers bool
 }
 
 func confCases() []confCase {
@@ -61,6 +64,7 @@ func confCases() []confCase {
 		{name: "json-headers", conn: map[string]string{
 			"header.converter": jsonConverter, "header.converter.schemas.enable": "false",
 			"transforms.outbox.table.fields.additional.placement": "type:header:eventType,flag:header,part:header"}},
+		{name: "config-providers", providers: true},
 		{name: "null-id", null: true},
 	}
 }
@@ -90,6 +94,10 @@ func (c confCase) connector(env connEnv, slot string) map[string]string {
 		"transforms":                     "outbox",
 		"transforms.outbox.type":         "io.debezium.transforms.outbox.EventRouter",
 	}
+	if c.providers {
+		cfg["database.dbname"] = "${env:" + providerEnv + "}"
+		cfg["database.user"] = "${file:" + env.secrets + ":user}"
+	}
 	if c.null {
 		cfg["publication.name"] = "conf_pub_null"
 		cfg["table.include.list"] = `public\.conf_outbox_null`
@@ -116,7 +124,23 @@ type connEnv struct {
 	pgPort int
 	dbname string
 	tok    string
+	// secrets is the properties file of the file config provider.
+	secrets string
 }
+
+// providerEnv is the environment variable of the env config provider.
+const providerEnv = "PGOUTBOX_CONFORMANCE_DBNAME"
+
+// providerWorker is the Connect worker's config.providers, and
+// providerPgoutbox the same told to pgoutbox.
+var (
+	providerWorker = map[string]string{
+		"config.providers":            "env,file",
+		"config.providers.env.class":  "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+		"config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+	}
+	providerPgoutbox = "PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=env,file"
+)
 
 func connectorJSON(name string, cfg map[string]string) []byte {
 	b, err := json.MarshalIndent(map[string]any{"name": name, "config": cfg}, "", "  ")

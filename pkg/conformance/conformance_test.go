@@ -67,7 +67,12 @@ func TestMatchesDebezium(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := token(t)
-	env := connEnv{pgPort: e.PGPort, dbname: strings.TrimPrefix(u.Path, "/"), tok: tok}
+	dir := keptDir(t, "pgoutbox-conformance-")
+	env := connEnv{pgPort: e.PGPort, dbname: strings.TrimPrefix(u.Path, "/"), tok: tok, secrets: filepath.Join(dir, "db.properties")}
+	if err := os.WriteFile(env.secrets, []byte("# as a mounted secret\nuser = postgres\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	providerVars := []string{providerEnv + "=" + env.dbname}
 	cases := confCases()
 	checkSlotRoom(t, conn, len(cases)+2)
 
@@ -116,7 +121,6 @@ func TestMatchesDebezium(t *testing.T) {
 	}
 
 	// Debezium: every configuration at once in one worker.
-	dir := keptDir(t, "pgoutbox-conformance-")
 	var files []string
 	for i, c := range cases {
 		p := filepath.Join(dir, "dbz-"+c.name+".json")
@@ -128,7 +132,7 @@ func TestMatchesDebezium(t *testing.T) {
 	t.Cleanup(func() { deleteTopics(t, e.KafkaBrokers, "dbz"+tok+".") })
 	dbzStart := time.Now()
 	worker := e.StartConnect(t, testenv.ConnectConfig{Libs: libs, Dir: filepath.Join(dir, "connect"), Connectors: files,
-		OffsetFlushInterval: time.Second})
+		OffsetFlushInterval: time.Second, Worker: providerWorker, Env: providerVars})
 	// A configuration is done when its task failed or its sentinel (the
 	// only event routed to its topic) arrived; the worker's clean stop then
 	// flushes what is still in flight.
@@ -193,9 +197,10 @@ func TestMatchesDebezium(t *testing.T) {
 		if err := os.WriteFile(p, connectorJSON("pgoutbox-"+c.name, c.connector(env, slot)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		pgo[i].failure = runPgoutbox(t, bin, p, e.KafkaBrokers, dlq, filepath.Join(dir, "pgoutbox-"+c.name+".log"), func() bool {
-			return confirmedPast(t, conn, slot, wl(c).afterSentinel)
-		})
+		pgo[i].failure = runPgoutbox(t, bin, p, e.KafkaBrokers, append(providerVars, providerPgoutbox, "PGOUTBOX_RELAY_DEAD_LETTER_TOPIC="+dlq),
+			filepath.Join(dir, "pgoutbox-"+c.name+".log"), func() bool {
+				return confirmedPast(t, conn, slot, wl(c).afterSentinel)
+			})
 		pgo[i].records = fetchAll(t, e.KafkaBrokers, topics, from)
 		pgo[i].deadLettered = fetchAll(t, e.KafkaBrokers, []string{dlq}, from)
 		dropSlot(slot)
@@ -444,10 +449,11 @@ func buildPgoutbox(t *testing.T) string {
 	return bin
 }
 
-// runPgoutbox runs `pgoutbox run --connector file` until done reports true
+// runPgoutbox runs `pgoutbox run --connector file` (with environ added to
+// its environment) until done reports true
 // (then stops it with SIGTERM) or it exits by itself; it returns the exit
 // reason when pgoutbox stopped on its own, "" otherwise.
-func runPgoutbox(t *testing.T, bin, connector string, brokers []string, deadLetterTopic, logPath string, done func() bool) string {
+func runPgoutbox(t *testing.T, bin, connector string, brokers []string, environ []string, logPath string, done func() bool) string {
 	t.Helper()
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -456,7 +462,7 @@ func runPgoutbox(t *testing.T, bin, connector string, brokers []string, deadLett
 	defer logFile.Close()
 	cmd := exec.Command(bin, "run", "--connector", connector, "--brokers", strings.Join(brokers, ","), "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "PGOUTBOX_RELAY_DEAD_LETTER_TOPIC="+deadLetterTopic)
+	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=1"), environ...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func migrate(t *testing.T, e *testenv.Env, libs string, kill bool) {
 	bin := buildPgoutbox(t)
 	write(30)
 	end := currentLSN(t, conn)
-	if reason := runPgoutbox(t, bin, path, e.KafkaBrokers, "conformance.dead-letter."+tok, filepath.Join(dir, "pgoutbox.log"), func() bool {
+	if reason := runPgoutbox(t, bin, path, e.KafkaBrokers, nil, filepath.Join(dir, "pgoutbox.log"), func() bool {
 		return confirmedPast(t, conn, slot, end)
 	}); reason != "" {
 		t.Fatalf("pgoutbox stopped: %s", reason)

@@ -10,6 +10,8 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/pgoutbox /out/pgoutbox-demo /usr/local/bin/
-USER nonroot:nonroot
+# distroless's "nonroot" by number: Kubernetes checks runAsNonRoot only against
+# a numeric user.
+USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/pgoutbox"]
 CMD ["run"]

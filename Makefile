@@ -11,19 +11,25 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go test-pg test-faults test-debezium demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
+.PHONY: test test-go test-pg test-deploy test-faults test-debezium demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL 15 and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down;
-## then test-pg on PostgreSQL 16, 17 and 18
+## then test-pg on PostgreSQL 16, 17 and 18, and test-deploy
 test:
 	bash scripts/testenv.sh exec -- $(MAKE) --no-print-directory test-go
 	$(MAKE) --no-print-directory test-pg
+	$(MAKE) --no-print-directory test-deploy
+
+## test-deploy: the Helm chart and alert rule tests in deploy/ (a module of its own, so the relay's
+## module takes no Kubernetes dependencies); offline, no cluster
+test-deploy:
+	cd deploy && $(GO) test $(GOTESTFLAGS) ./...
 
 # PostgreSQL versions test-pg runs on (scripts/testenv.sh pins their builds),
 # and the tests it runs there: the delivery test, the fast fault suite, the
 # version-specific tests, and the code that reads pg_replication_slots.
 VERSIONS ?= 16 17 18
-PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot)$$
+PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestCatalogChangesStopTheRelayLoudly|TestPartitionedOutboxLosesNothing|TestSimulatedRelayKeepsItsInvariants|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot)$$
 PG_TESTS_CMD := ^(TestStatus|TestValidate)
 PG_TESTS_METRICS := ^(TestMetricsFollowARealRelay|TestPollerReportsALostSlotAsNotReady)$$
 

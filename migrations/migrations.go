@@ -1,95 +1,198 @@
-// Package migrations holds pgoutbox's own SQL: the default outbox table and
-// the publication, embedded in the binary and applied by `pgoutbox migrate`.
+// Package migrations holds pgoutbox's own SQL: the default outbox tables,
+// the publication and the state table, embedded in the binary and applied by
+// `pgoutbox migrate`.
+//
+// Every name is quoted with the driver's identifier quoting and every value
+// passed as a query parameter: no SQL is built by pasting a name.
 package migrations
 
 import (
 	"bytes"
 	"context"
-	"embed"
+	_ "embed"
+	"errors"
 	"fmt"
-	"io/fs"
-	"regexp"
-	"sort"
 	"strings"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed *.sql
-var files embed.FS
+//go:embed 0001_outbox.sql
+var outboxSQL string
+
+var outboxTemplate = template.Must(template.New("0001_outbox.sql").Option("missingkey=error").Parse(outboxSQL))
 
 // Params name the objects the migrations create.
 type Params struct {
-	Table       string // schema-qualified outbox table, e.g. public.outbox
+	// Tables are the schema-qualified outbox tables, e.g. public.outbox.
+	Tables      []string
 	Publication string
+	// StateTableDDL creates the relay's state table ("" for none).
+	StateTableDDL string
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+// Ident quotes a schema.table (or a plain) name with the driver's quoting.
+func Ident(name string) (string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) == 1 {
+		parts = []string{"public", name}
+	}
+	if len(parts) != 2 {
+		return "", fmt.Errorf("migrations: %q is not schema.table", name)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 63 {
+			return "", fmt.Errorf("migrations: %q: each part of a name has 1 to 63 bytes", name)
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}
 
-func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+func pubIdent(name string) (string, error) {
+	if name == "" || len(name) > 63 {
+		return "", fmt.Errorf("migrations: publication name %q: use 1 to 63 bytes", name)
+	}
+	return pgx.Identifier{name}.Sanitize(), nil
+}
 
-// Render returns the SQL of every migration, in order, for p.
-func Render(p Params) ([]string, error) {
-	schema, table := "public", p.Table
-	if i := strings.IndexByte(p.Table, '.'); i >= 0 {
-		schema, table = p.Table[:i], p.Table[i+1:]
-	}
-	if !identRE.MatchString(schema) || !identRE.MatchString(table) {
-		return nil, fmt.Errorf("migrations: invalid table %q: use schema.table with plain identifiers", p.Table)
-	}
-	if !identRE.MatchString(p.Publication) {
-		return nil, fmt.Errorf("migrations: invalid publication name %q", p.Publication)
-	}
-	data := map[string]string{
-		"Table":              quote(schema) + "." + quote(table),
-		"Publication":        quote(p.Publication),
-		"PublicationLiteral": "'" + p.Publication + "'",
-		"TableLiteral":       "'" + strings.ReplaceAll(quote(schema)+"."+quote(table), "'", "''") + "'",
-	}
-	names, err := fs.Glob(files, "*.sql")
+// tableSQL renders the CREATE TABLE of one outbox table.
+func tableSQL(table string) (string, error) {
+	q, err := Ident(table)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	sort.Strings(names)
-	out := make([]string, 0, len(names))
-	for _, n := range names {
-		src, err := files.ReadFile(n)
+	var b bytes.Buffer
+	if err := outboxTemplate.Execute(&b, map[string]string{"Table": q}); err != nil {
+		return "", fmt.Errorf("migrations: render %s: %w", table, err)
+	}
+	return b.String(), nil
+}
+
+// createPublicationSQL creates the publication for tables: inserts only,
+// and partitions' changes reported under their partitioned table's name.
+func createPublicationSQL(pub string, tables []string) (string, error) {
+	qp, err := pubIdent(pub)
+	if err != nil {
+		return "", err
+	}
+	var qt []string
+	for _, t := range tables {
+		q, err := Ident(t)
+		if err != nil {
+			return "", err
+		}
+		qt = append(qt, q)
+	}
+	sql := "CREATE PUBLICATION " + qp
+	if len(qt) > 0 {
+		sql += " FOR TABLE " + strings.Join(qt, ", ")
+	}
+	return sql + " WITH (publish = 'insert', publish_via_partition_root = true);", nil
+}
+
+// Render returns the SQL Apply runs, for `pgoutbox migrate --print`. The
+// publication's statements depend on what exists: both forms are given, the
+// second as comments.
+func Render(p Params) ([]string, error) {
+	var out []string
+	for _, t := range p.Tables {
+		s, err := tableSQL(t)
 		if err != nil {
 			return nil, err
 		}
-		t, err := template.New(n).Option("missingkey=error").Parse(string(src))
-		if err != nil {
-			return nil, fmt.Errorf("migrations: parse %s: %w", n, err)
-		}
-		var b bytes.Buffer
-		if err := t.Execute(&b, data); err != nil {
-			return nil, fmt.Errorf("migrations: render %s: %w", n, err)
-		}
-		out = append(out, b.String())
+		out = append(out, s)
+	}
+	create, err := createPublicationSQL(p.Publication, p.Tables)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, "-- when the publication does not exist:\n"+create)
+	qp, _ := pubIdent(p.Publication)
+	for _, t := range p.Tables {
+		q, _ := Ident(t)
+		out = append(out, fmt.Sprintf("-- when it exists without %s:\n-- ALTER PUBLICATION %s ADD TABLE %s;", t, qp, q))
+	}
+	if p.StateTableDDL != "" {
+		out = append(out, p.StateTableDDL+";")
 	}
 	return out, nil
 }
 
-// Apply runs every migration in one transaction. The SQL is idempotent, so
-// applying it again changes nothing.
+// Apply creates what is missing, in one transaction: the outbox tables, the
+// publication (or adds the tables to an existing one), the state table. It
+// is idempotent.
 func Apply(ctx context.Context, conn *pgx.Conn, p Params) error {
-	stmts, err := Render(p)
-	if err != nil {
-		return err
-	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("migrations: begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit this is a no-op
-	for i, s := range stmts {
+	for _, t := range p.Tables {
+		s, err := tableSQL(t)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, s); err != nil {
-			return fmt.Errorf("migrations: step %d: %w", i+1, err)
+			return fmt.Errorf("migrations: create table %s: %w", t, err)
+		}
+	}
+	if err := ensurePublication(ctx, tx, p); err != nil {
+		return err
+	}
+	if p.StateTableDDL != "" {
+		if _, err := tx.Exec(ctx, p.StateTableDDL); err != nil {
+			return fmt.Errorf("migrations: create the state table: %w", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrations: commit: %w", err)
+	}
+	return nil
+}
+
+func ensurePublication(ctx context.Context, tx pgx.Tx, p Params) error {
+	var oid uint32
+	var all bool
+	err := tx.QueryRow(ctx, "SELECT oid, puballtables FROM pg_publication WHERE pubname = $1", p.Publication).Scan(&oid, &all)
+	if errors.Is(err, pgx.ErrNoRows) {
+		create, err := createPublicationSQL(p.Publication, p.Tables)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, create); err != nil {
+			return fmt.Errorf("migrations: create publication %q: %w", p.Publication, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migrations: read publication %q: %w", p.Publication, err)
+	}
+	if all {
+		return nil
+	}
+	qp, _ := pubIdent(p.Publication)
+	for _, t := range p.Tables {
+		q, err := Ident(t)
+		if err != nil {
+			return err
+		}
+		var member bool
+		err = tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication_rel WHERE prpubid = $1 AND prrelid = $2::regclass)", oid, q).Scan(&member)
+		if err != nil {
+			return fmt.Errorf("migrations: publication %q and table %s: %w", p.Publication, t, err)
+		}
+		if member {
+			continue
+		}
+		if _, err := tx.Exec(ctx, "ALTER PUBLICATION "+qp+" ADD TABLE "+q); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "42710" { // a member through its schema
+				continue
+			}
+			return fmt.Errorf("migrations: add table %s to publication %q: %w", t, p.Publication, err)
+		}
 	}
 	return nil
 }

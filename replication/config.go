@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Publication auto-creation modes, named as Debezium's publication.autocreate.mode.
@@ -47,6 +49,14 @@ type Config struct {
 	StatusInterval time.Duration `yaml:"status.update.interval"`
 	// ConnectTimeout bounds each connection attempt.
 	ConnectTimeout time.Duration `yaml:"connect.timeout"`
+	// PublicationCheckInterval is how often, while streaming, the relay
+	// checks that the publication and the outbox tables are still the ones
+	// it started with. The slot is never confirmed past the WAL position of
+	// the last check that passed.
+	PublicationCheckInterval time.Duration `yaml:"publication.check.interval"`
+	// StateTable is the schema-qualified table that keeps the relay's
+	// history of its slot (created when missing); empty keeps none.
+	StateTable string `yaml:"state.table"`
 }
 
 // DefaultConfig returns the defaults: slot and publication named pgoutbox,
@@ -60,12 +70,17 @@ func DefaultConfig() Config {
 		Tables:                []string{"public.outbox"},
 		StatusInterval:        time.Second,
 		ConnectTimeout:        10 * time.Second,
+
+		PublicationCheckInterval: time.Second,
+		StateTable:               DefaultStateTable,
 	}
 }
 
 var (
-	slotNameRE  = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
-	identRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+	slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+	// identRE: any name PostgreSQL stores (it is always quoted when used),
+	// but no dot, which separates schema and table in configured names.
+	identRE     = regexp.MustCompile(`^[^.\x00]{1,63}$`)
 	errEmptyDSN = errors.New("replication: dsn is empty: set postgres.dsn (or PGOUTBOX_POSTGRES_DSN)")
 )
 
@@ -83,7 +98,7 @@ func ValidateSlotName(name string) error {
 // identifier of at most 63 bytes.
 func ValidatePublicationName(name string) error {
 	if !identRE.MatchString(name) {
-		return fmt.Errorf("replication: invalid publication.name %q: use a letter or underscore followed by up to 62 letters, digits, underscores or $", name)
+		return fmt.Errorf("replication: invalid publication.name %q: use 1 to 63 bytes, without a dot", name)
 	}
 	return nil
 }
@@ -96,7 +111,7 @@ func splitTable(t string) (schema, table string, err error) {
 		schema, table = t[:i], t[i+1:]
 	}
 	if !identRE.MatchString(schema) || !identRE.MatchString(table) {
-		return "", "", fmt.Errorf("replication: invalid table %q in table.include.list: use schema.table with plain identifiers", t)
+		return "", "", fmt.Errorf("replication: invalid table %q in table.include.list: use schema.table, each part 1 to 63 bytes", t)
 	}
 	return schema, table, nil
 }
@@ -118,6 +133,9 @@ func (c *Config) QualifiedTables() []string {
 func (c *Config) Validate() error {
 	if strings.TrimSpace(c.DSN) == "" {
 		return errEmptyDSN
+	}
+	if err := c.ValidateDSN(); err != nil {
+		return err
 	}
 	if c.Password != "" && c.PasswordFile != "" {
 		return errors.New("replication: password and password.file are both set: set one of them")
@@ -144,7 +162,20 @@ func (c *Config) Validate() error {
 	if c.ConnectTimeout <= 0 {
 		return fmt.Errorf("replication: connect.timeout %s must be positive", c.ConnectTimeout)
 	}
+	if c.PublicationCheckInterval <= 0 || c.PublicationCheckInterval > time.Minute {
+		return fmt.Errorf("replication: publication.check.interval %s out of range: use (0, 1m]; the slot is confirmed only as far as the last check", c.PublicationCheckInterval)
+	}
+	if c.StateTable != "" {
+		if _, _, err := splitTable(c.StateTable); err != nil {
+			return fmt.Errorf("replication: invalid state.table %q: use schema.table, or \"\" to keep no history", c.StateTable)
+		}
+	}
 	return nil
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+// quoteIdent quotes an identifier for SQL the way the driver does.
+func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings
+// on, as in every supported PostgreSQL).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -3,6 +3,8 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -47,14 +49,34 @@ func (c *Config) replicationConfig() (*pgconn.Config, error) {
 	return pcfg, nil
 }
 
-// invalidDSN wraps a DSN parse error in ErrInvalidDSN, without its text
-// when that may quote the password.
+// invalidDSN wraps a DSN parse error in ErrInvalidDSN. It says what pgconn
+// found wrong, but never quotes the DSN: pgconn's own message quotes it,
+// and its detail may quote parts of it (which may be a password), so
+// quoted parts are blanked.
 func invalidDSN(err error) error {
 	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		return ErrInvalidDSN
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%w: %w", ErrInvalidDSN, err)
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidDSN, err)
+	text := pe.Error()
+	if i := strings.LastIndex(text, "`: "); i >= 0 {
+		text = text[i+3:]
+	} else {
+		text = "it does not parse"
+	}
+	text = quotedRE.ReplaceAllString(text, `"…"`)
+	return fmt.Errorf("%w: %s", ErrInvalidDSN, text)
+}
+
+var quotedRE = regexp.MustCompile(`"[^"]*"|'[^']*'|` + "`[^`]*`")
+
+// ValidateDSN parses the DSN as the connections will, to report a DSN that
+// cannot work as a configuration error before anything connects.
+func (c *Config) ValidateDSN() error {
+	if _, err := pgconn.ParseConfig(c.DSN); err != nil {
+		return invalidDSN(err)
+	}
+	return nil
 }
 
 // applyPassword sets the password from password or password.file, which

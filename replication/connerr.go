@@ -207,3 +207,30 @@ func target(c *pgconn.Config) string {
 	}
 	return fmt.Sprintf("%s/%s as %s", addr, c.Database, c.User)
 }
+
+// IsShuttingDown reports whether err says the server is shutting down: a
+// connection ended by a fast or immediate shutdown, or refused because one
+// is under way.
+func IsShuttingDown(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+			return true
+		}
+	}
+	return false
+}
+
+// IsConnError reports whether err ended the replication connection, so that
+// nothing more can be sent on it (a final status update included).
+func IsConnError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return true
+	}
+	return errors.Is(err, ErrStreamEnded) || errors.Is(err, ErrReceive)
+}

@@ -2,11 +2,8 @@ package replication
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -33,7 +30,7 @@ type SlotStats struct {
 	RestartLSN LSN
 	// ConfirmedFlushLSN is the position the relay last confirmed.
 	ConfirmedFlushLSN LSN
-	// CurrentLSN is the server's current WAL position (the last received
+	// CurrentLSN is the server's current WAL position (the last replayed
 	// position on a standby), which RetainedWALBytes is measured from.
 	CurrentLSN LSN
 }
@@ -55,54 +52,12 @@ func (s SlotStats) LimitUsage() (usage float64, limited bool) {
 	return float64(s.RetainedWALBytes) / float64(allowance), true
 }
 
-// slotStatsSQL reads one slot with the server's current WAL position. On a
-// standby (which can hold logical slots from PostgreSQL 16 on)
-// pg_current_wal_lsn() fails, so the last received position stands in.
-const slotStatsSQL = `SELECT s.active, s.wal_status, s.safe_wal_size,
-	s.restart_lsn::text, s.confirmed_flush_lsn::text, w.lsn::text,
-	pg_wal_lsn_diff(w.lsn, s.restart_lsn)::bigint
-	FROM pg_replication_slots s,
-	(SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
-	WHERE s.slot_name = $1`
-
 // ReadSlotStats reads the slot's WAL usage on an ordinary (non-replication)
-// connection. A slot that does not exist is ErrSlotMissing. It is cheap
-// enough to run every few seconds.
+// connection (see ReadSlotReport). A slot that does not exist is
+// ErrSlotMissing. It is cheap enough to run every few seconds.
 func ReadSlotStats(ctx context.Context, conn *pgx.Conn, slot string) (SlotStats, error) {
-	s := SlotStats{Name: slot}
-	var walStatus, restart, confirmed, current *string
-	var retained *int64
-	err := conn.QueryRow(ctx, slotStatsSQL, slot).Scan(
-		&s.Active, &walStatus, &s.SafeWALSize, &restart, &confirmed, &current, &retained)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: %q", ErrSlotMissing, slot)
-	}
-	if err != nil {
-		return s, fmt.Errorf("replication: read WAL usage of slot %q: %w", slot, err)
-	}
-	s.WALStatus = deref(walStatus)
-	if retained != nil && *retained > 0 {
-		s.RetainedWALBytes = *retained
-	}
-	for _, f := range []struct {
-		name string
-		text *string
-		dst  *LSN
-	}{
-		{"restart_lsn", restart, &s.RestartLSN},
-		{"confirmed_flush_lsn", confirmed, &s.ConfirmedFlushLSN},
-		{"current WAL position", current, &s.CurrentLSN},
-	} {
-		if f.text == nil {
-			continue
-		}
-		l, err := pglogrepl.ParseLSN(*f.text)
-		if err != nil {
-			return s, fmt.Errorf("replication: slot %q %s: %w", slot, f.name, err)
-		}
-		*f.dst = LSN(l)
-	}
-	return s, nil
+	r, err := ReadSlotReport(ctx, conn, slot)
+	return r.Stats(), err
 }
 
 // ConnectSQL opens an ordinary (non-replication) connection for queries

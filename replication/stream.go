@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
@@ -111,219 +110,59 @@ const (
 // read buffer (which pgconn reuses) into shared chunks, so that the bytes a
 // record points to need no allocation of their own per message. A chunk is
 // freed by the garbage collector once nothing points into it any more, that
-// is once Kafka has acknowledged every record cut from it; with records
-// acknowledged roughly in order that is a few chunks beyond the in-flight
-// bytes.
-type walArena struct{ chunk []byte }
+// is once Kafka has acknowledged every record cut from it. One slow record
+// keeps its whole chunk alive, so the relay counts a chunk as held, in full,
+// while any record cut from it is in flight (Chunk.Pin).
+type walArena struct{ cur *Chunk }
 
 // walChunk is the size of one arena chunk; messages bigger than an eighth of
-// it get an allocation of their own, so a chunk wastes at most that much.
+// it get a chunk of their own, so a chunk wastes at most that much.
 const walChunk = 64 << 10
 
-func (a *walArena) copy(b []byte) []byte {
+// Chunk is memory that the WAL bytes of decoded rows and messages are
+// copied into; the Change or Message decoded from them names it. It is owned
+// by the goroutine that reads the stream, like the Stream itself.
+type Chunk struct {
+	buf  []byte
+	pins int
+}
+
+// Size is the chunk's size in bytes: what it holds in memory.
+func (c *Chunk) Size() int { return cap(c.buf) }
+
+// Pin counts one more record that points into the chunk and reports
+// whether it is the first, that is whether the chunk just became held.
+func (c *Chunk) Pin() bool { c.pins++; return c.pins == 1 }
+
+// Unpin counts one record fewer and reports whether it was the last, that is
+// whether the chunk is no longer held.
+func (c *Chunk) Unpin() bool { c.pins--; return c.pins == 0 }
+
+// Contains reports whether b lies inside the chunk, so that a record's
+// bytes are not counted twice: once in the chunk and once on their own.
+func (c *Chunk) Contains(b []byte) bool {
+	if c == nil || len(b) == 0 || cap(c.buf) == 0 {
+		return false
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(c.buf[:1])))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p+uintptr(len(b)) <= start+uintptr(cap(c.buf))
+}
+
+func (a *walArena) copy(b []byte) ([]byte, *Chunk) {
 	n := len(b)
 	if n > walChunk/8 {
-		c := make([]byte, n)
-		copy(c, b)
-		return c
+		c := &Chunk{buf: make([]byte, n)}
+		copy(c.buf, b)
+		return c.buf, c
 	}
-	if cap(a.chunk)-len(a.chunk) < n {
-		a.chunk = make([]byte, 0, walChunk)
+	if a.cur == nil || cap(a.cur.buf)-len(a.cur.buf) < n {
+		a.cur = &Chunk{buf: make([]byte, 0, walChunk)}
 	}
-	start := len(a.chunk)
-	a.chunk = append(a.chunk, b...)
+	start := len(a.cur.buf)
+	a.cur.buf = append(a.cur.buf, b...)
 	// Capped: an append to one message's bytes must never reach the next.
-	return a.chunk[start:len(a.chunk):len(a.chunk)]
-}
-
-// Prepare checks the server and makes sure the publication and slot exist,
-// creating them when configured to. It uses an ordinary (non-replication)
-// connection that it closes before returning.
-func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (SlotState, error) {
-	if err := cfg.Validate(); err != nil {
-		return SlotState{}, err
-	}
-	conn, err := connectSQL(ctx, cfg)
-	if err != nil {
-		return SlotState{}, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-
-	var walLevel string
-	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
-		return SlotState{}, fmt.Errorf("replication: read wal_level: %w", err)
-	}
-	if walLevel != "logical" {
-		return SlotState{}, fmt.Errorf("replication: wal_level is %q, logical decoding needs 'logical': set wal_level = logical in postgresql.conf and restart PostgreSQL", walLevel)
-	}
-	if err := ensurePublication(ctx, conn, cfg, log); err != nil {
-		return SlotState{}, err
-	}
-	return ensureSlot(ctx, conn, cfg, log)
-}
-
-func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {
-	return ConnectSQL(ctx, cfg, "", cfg.ConnectTimeout)
-}
-
-func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) error {
-	var allTables, insert bool
-	err := conn.QueryRow(ctx, "SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = $1", cfg.Publication).Scan(&allTables, &insert)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if cfg.PublicationAutocreate == PublicationDisabled {
-			return fmt.Errorf("%w: %q; create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or set publication.autocreate.mode=filtered",
-				ErrPublicationMissing, cfg.Publication, cfg.Publication, strings.Join(cfg.QualifiedTables(), ", "))
-		}
-		sql := "CREATE PUBLICATION " + quoteIdent(cfg.Publication)
-		if cfg.PublicationAutocreate == PublicationAllTables {
-			sql += " FOR ALL TABLES"
-		} else {
-			quoted := make([]string, 0, len(cfg.Tables))
-			for _, t := range cfg.Tables {
-				s, n, _ := splitTable(t)
-				quoted = append(quoted, quoteIdent(s)+"."+quoteIdent(n))
-			}
-			if len(quoted) > 0 { // none: a table-less outbox needs only messages
-				sql += " FOR TABLE " + strings.Join(quoted, ", ")
-			}
-		}
-		sql += " WITH (publish = 'insert')"
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			var pe *pgconn.PgError
-			switch {
-			case errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
-				return fmt.Errorf("replication: create publication %q: %w; create the outbox table (pgoutbox migrate) or correct postgres.table.include.list", cfg.Publication, err)
-			case errors.As(err, &pe) && pe.Code == "42501": // insufficient_privilege
-				return fmt.Errorf("replication: create publication %q: %w; create the publication as the tables' owner (pgoutbox migrate), or give this role CREATE on the database and ownership of the tables", cfg.Publication, err)
-			}
-			return fmt.Errorf("replication: create publication %q: %w", cfg.Publication, err)
-		}
-		log.Info("created publication", zap.String("publication", cfg.Publication), zap.Strings("tables", cfg.QualifiedTables()), zap.String("mode", cfg.PublicationAutocreate))
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
-	}
-	if !insert {
-		return fmt.Errorf("replication: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", cfg.Publication, cfg.Publication)
-	}
-	if allTables {
-		return nil
-	}
-	rows, err := conn.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1", cfg.Publication)
-	if err != nil {
-		return fmt.Errorf("replication: list tables of publication %q: %w", cfg.Publication, err)
-	}
-	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("replication: list tables of publication %q: %w", cfg.Publication, err)
-	}
-	for _, t := range cfg.QualifiedTables() {
-		found := false
-		for _, h := range have {
-			if h == t {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return fmt.Errorf("replication: publication %q does not include table %s (it has %v): ALTER PUBLICATION %s ADD TABLE %s", cfg.Publication, t, have, cfg.Publication, t)
-		}
-	}
-	return nil
-}
-
-// ReadSlot reads the slot's row from pg_replication_slots.
-func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
-	var s SlotState
-	var restart, confirmed *string
-	var pid *int32
-	var db, walStatus, plugin, reason *string
-	var failover *bool
-	// The columns PostgreSQL 17 added are read through to_jsonb, which
-	// gives NULL on earlier versions instead of an error.
-	err := conn.QueryRow(ctx, `SELECT slot_name, plugin, slot_type, database, active, active_pid,
-		restart_lsn::text, confirmed_flush_lsn::text, wal_status,
-		to_jsonb(s) ->> 'invalidation_reason', (to_jsonb(s) ->> 'failover')::bool
-		FROM pg_replication_slots s WHERE slot_name = $1`, slot).Scan(
-		&s.Name, &plugin, &s.SlotType, &db, &s.Active, &pid, &restart, &confirmed, &walStatus, &reason, &failover)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: %q", ErrSlotMissing, slot)
-	}
-	if err != nil {
-		return s, fmt.Errorf("replication: read slot %q: %w", slot, err)
-	}
-	s.Plugin = deref(plugin)
-	s.Database = deref(db)
-	s.WALStatus = deref(walStatus)
-	s.InvalidationReason = deref(reason)
-	s.Failover = failover != nil && *failover
-	if pid != nil {
-		s.ActivePID = *pid
-	}
-	if restart != nil {
-		l, err := pglogrepl.ParseLSN(*restart)
-		if err != nil {
-			return s, fmt.Errorf("replication: slot %q restart_lsn: %w", slot, err)
-		}
-		s.RestartLSN = LSN(l)
-	}
-	if confirmed != nil {
-		l, err := pglogrepl.ParseLSN(*confirmed)
-		if err != nil {
-			return s, fmt.Errorf("replication: slot %q confirmed_flush_lsn: %w", slot, err)
-		}
-		s.ConfirmedFlushLSN = LSN(l)
-	}
-	return s, nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) (SlotState, error) {
-	s, err := ReadSlot(ctx, conn, cfg.Slot)
-	if errors.Is(err, ErrSlotMissing) {
-		if !cfg.CreateSlot {
-			return s, fmt.Errorf("%w: %q; create it with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), or set slot.create=true", ErrSlotMissing, cfg.Slot, cfg.Slot)
-		}
-		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot); err != nil {
-			var pe *pgconn.PgError
-			// 42710: another instance created it at the same moment; use it.
-			if !errors.As(err, &pe) || pe.Code != "42710" {
-				return s, fmt.Errorf("replication: create slot %q: %w", cfg.Slot, err)
-			}
-		} else {
-			log.Info("created replication slot", zap.String("slot", cfg.Slot), zap.String("plugin", "pgoutput"))
-		}
-		s, err = ReadSlot(ctx, conn, cfg.Slot)
-	}
-	if err != nil {
-		return s, err
-	}
-	var db string
-	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		return s, fmt.Errorf("replication: read current database: %w", err)
-	}
-	switch {
-	case s.SlotType != "logical":
-		return s, fmt.Errorf("replication: slot %q is a %s slot; pgoutbox needs a logical slot with plugin pgoutput", cfg.Slot, s.SlotType)
-	case s.Plugin != "pgoutput":
-		return s, fmt.Errorf("replication: slot %q uses plugin %q; pgoutbox needs pgoutput: drop it or choose another slot.name", cfg.Slot, s.Plugin)
-	case s.Database != db:
-		return s, fmt.Errorf("replication: slot %q belongs to database %q, not %q", cfg.Slot, s.Database, db)
-	case s.WALStatus == "lost" || s.InvalidationReason != "":
-		why := "the WAL it needed was removed"
-		if s.InvalidationReason != "" {
-			why = "PostgreSQL invalidated it (invalidation_reason " + s.InvalidationReason + ")"
-		}
-		return s, fmt.Errorf("%w: slot %q: %s and events may be gone; investigate, then drop and recreate the slot deliberately", ErrSlotLost, cfg.Slot, why)
-	}
-	return s, nil
+	return a.cur.buf[start:len(a.cur.buf):len(a.cur.buf)], a.cur
 }
 
 // Open connects with replication=database and starts streaming from the
@@ -346,7 +185,9 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 	}
 	args := []string{
 		"proto_version '1'",
-		"publication_names '" + cfg.Publication + "'",
+		// pgoutput splits the value as a list of identifiers, and the
+		// replication command reads it as a string literal.
+		"publication_names " + quoteLiteral(quoteIdent(cfg.Publication)),
 		"messages 'true'",
 	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
@@ -388,10 +229,8 @@ func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error)
 			readBy = short
 		}
 	}
-	if !readBy.Equal(s.rd.deadline) {
-		if err := s.setReadDeadline(readBy); err != nil {
-			return Event{}, fmt.Errorf("%w: receive from slot %q: set read deadline: %w", ErrReceive, s.cfg.Slot, err)
-		}
+	if err := s.setReadDeadline(readBy); err != nil {
+		return Event{}, fmt.Errorf("%w: receive from slot %q: set read deadline: %w", ErrReceive, s.cfg.Slot, err)
 	}
 	// timedOut: the read deadline passed, the stream is still usable.
 	timedOut := func(err error) bool { return ctx.Err() == nil && pgconn.Timeout(err) && !s.conn.IsClosed() }
@@ -452,10 +291,11 @@ func (s *Stream) handleCopyData(data []byte) (Event, error) {
 		// its bytes because records point into them until Kafka acknowledges
 		// them. The other messages are decoded into values of their own.
 		wal := x.WALData
+		var chunk *Chunk
 		if len(wal) > 0 {
 			switch wal[0] {
 			case 'I', 'U', 'D', 'M':
-				wal = s.wal.copy(wal)
+				wal, chunk = s.wal.copy(wal)
 			}
 		}
 		if end := LSN(x.WALStart); end > s.written {
@@ -475,10 +315,12 @@ func (s *Stream) handleCopyData(data []byte) (Event, error) {
 		case *Relation:
 			ev.Relation = v
 		case *Change:
+			v.Chunk = chunk
 			ev.Change = v
 		case *Truncate:
 			ev.Truncate = v
 		case *Message:
+			v.Chunk = chunk
 			ev.Message = v
 		case *StreamAbort:
 			ev.StreamAbort = v
@@ -493,9 +335,21 @@ func (s *Stream) handleCopyData(data []byte) (Event, error) {
 // slot's confirmed_flush_lsn to the flush position. Every field is set
 // explicitly because pglogrepl fills a zero flush position from the write
 // position, which would confirm unacknowledged data.
+//
+// The write is bounded by ctx's deadline (pglogrepl ignores the context,
+// so the deadline is set on the socket); a cancelled ctx sends nothing.
 func (s *Stream) SendStatus(ctx context.Context, confirmed LSN, replyRequested bool) error {
 	if confirmed == 0 {
 		return errors.New("replication: refusing to send a status update with confirmed LSN 0/0")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("replication: send status update (flush %s) on slot %q: %w", confirmed, s.cfg.Slot, err)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		if nc := s.conn.Conn(); nc != nil {
+			_ = nc.SetWriteDeadline(d)
+			defer nc.SetWriteDeadline(time.Time{}) //nolint:errcheck // an error here means the connection is gone, which the next read reports
+		}
 	}
 	write := s.written
 	if write < confirmed {
@@ -533,6 +387,22 @@ func (s *Stream) EndStream(timeout time.Duration) error {
 		return fmt.Errorf("replication: end the stream on slot %q: %w", s.cfg.Slot, err)
 	}
 	return nil
+}
+
+// Wake makes a Receive that is waiting for data, or the next one, return at
+// once with a zero Event, so that its caller looks at its other inputs. It
+// is safe to call from any goroutine.
+func (s *Stream) Wake() {
+	s.rd.mu.Lock()
+	defer s.rd.mu.Unlock()
+	if s.rd.cancelled {
+		return
+	}
+	if nc := s.conn.Conn(); nc != nil {
+		past := time.Unix(1, 0)
+		_ = nc.SetReadDeadline(past)
+		s.rd.deadline = past // so that the next Receive sets its own again
+	}
 }
 
 // readDeadline is the state of the socket's read deadline, which Receive
@@ -580,10 +450,12 @@ func (s *Stream) setCatchingUp(on bool) {
 	}
 }
 
+// setReadDeadline sets the socket's read deadline unless it is set to t
+// already (Wake may have moved it meanwhile).
 func (s *Stream) setReadDeadline(t time.Time) error {
 	s.rd.mu.Lock()
 	defer s.rd.mu.Unlock()
-	if s.rd.cancelled {
+	if s.rd.cancelled || t.Equal(s.rd.deadline) {
 		return nil
 	}
 	nc := s.conn.Conn()
@@ -607,4 +479,12 @@ func (s *Stream) Close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	return s.conn.Close(ctx)
+}
+
+// NewChunk returns a chunk of size bytes that starts with a copy of b, as
+// Receive would copy a message into one; for tests of what holds memory.
+func NewChunk(b []byte, size int) (*Chunk, []byte) {
+	c := &Chunk{buf: make([]byte, len(b), max(size, len(b)))}
+	copy(c.buf, b)
+	return c, c.buf[:len(b):len(b)]
 }

@@ -15,7 +15,10 @@ func TestWALArenaCopiesAreIndependentAndCapped(t *testing.T) {
 			src[j] = byte(i + j)
 		}
 		n := 1 + i%len(src)
-		c := a.copy(src[:n])
+		c, chunk := a.copy(src[:n])
+		if !chunk.Contains(c) {
+			t.Fatalf("copy %d is not inside the chunk it names", i)
+		}
 		if len(c) != n || cap(c) != n {
 			t.Fatalf("copy %d: len %d cap %d, want both %d", i, len(c), cap(c), n)
 		}
@@ -30,7 +33,14 @@ func TestWALArenaCopiesAreIndependentAndCapped(t *testing.T) {
 		}
 	}
 	big := make([]byte, walChunk)
-	if c := a.copy(big); len(c) != len(big) || &c[0] == &big[0] {
-		t.Fatal("a big message was not copied into its own allocation")
+	c, chunk := a.copy(big)
+	if len(c) != len(big) || &c[0] == &big[0] || chunk.Size() != len(big) {
+		t.Fatal("a big message was not copied into a chunk of its own")
+	}
+	if chunk.Contains(kept[0]) || chunk.Contains(big) {
+		t.Fatal("Contains reports bytes from elsewhere")
+	}
+	if !chunk.Pin() || chunk.Pin() || chunk.Unpin() || !chunk.Unpin() {
+		t.Fatal("Pin and Unpin do not report the first and the last")
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka/kafkatest"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 )
 
@@ -249,7 +249,7 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot, topic, endLSN strin
 	if err != nil {
 		return pr, err
 	}
-	watcher, err := kafka.NewOffsetWatcher(h.kcfg)
+	watcher, err := kafkatest.NewOffsetWatcher(h.kcfg)
 	if err != nil {
 		return pr, err
 	}

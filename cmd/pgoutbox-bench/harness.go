@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka/kafkatest"
 )
 
 // outboxTable is the table the benchmark writes, in the run's database. It
@@ -212,7 +213,7 @@ func (h *harness) teardown() {
 	topics := h.topics
 	h.mu.Unlock()
 	if len(topics) > 0 {
-		if err := kafka.DeleteTopics(h.kcfg, topics); err != nil {
+		if err := kafkatest.DeleteTopics(h.kcfg, topics); err != nil {
 			h.logf("deleting topics: %v", err)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka/kafkatest"
 )
 
 // LatencyResult is one steady-state scenario: single-event transactions at
@@ -211,7 +211,7 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumerDone := make(chan error, 1)
 	go func() {
-		consumerDone <- kafka.Tail(cctx, h.kcfg, []string{res.Topic}, func(r kafka.Record) bool {
+		consumerDone <- kafkatest.Tail(cctx, h.kcfg, []string{res.Topic}, func(r kafkatest.Record) bool {
 			rc.add(r.Value, r.Timestamp, time.Now())
 			return true
 		})

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka/kafkatest"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 )
 
@@ -107,7 +108,7 @@ func orders(dsn string, kcfg kafka.Config, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	got := 0
-	err = kafka.Tail(ctx, kcfg, topics, func(r kafka.Record) bool {
+	err = kafkatest.Tail(ctx, kcfg, topics, func(r kafkatest.Record) bool {
 		if !want[r.Headers["id"]] {
 			return true
 		}

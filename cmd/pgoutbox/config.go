@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -137,8 +138,12 @@ func applyEnv(cfg *fileConfig, environ []string) error {
 			env[k] = v
 		}
 	}
+	known := map[string]bool{}
+	sections := map[string]bool{}
 	for _, s := range settings(cfg) {
 		name := envName(s.section, s.key)
+		known[name] = true
+		sections[envName(s.section, "")] = true
 		v, ok := env[name]
 		if !ok {
 			continue
@@ -146,6 +151,25 @@ func applyEnv(cfg *fileConfig, environ []string) error {
 		if err := setValue(s.field, v); err != nil {
 			return fmt.Errorf("environment variable %s (%s.%s): %w", name, s.section, s.key, err)
 		}
+	}
+	// A variable of a settings section that names no setting is a typo
+	// (PGOUTBOX_KAFKA_BROKER, say), which must not fall back to the
+	// default silently, as an unknown key in the file does not.
+	var unknown []string
+	for name := range env {
+		if known[name] {
+			continue
+		}
+		for prefix := range sections {
+			if strings.HasPrefix(name, prefix) {
+				unknown = append(unknown, name)
+				break
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("unknown environment variables %s: no such setting (pgoutbox run --help lists them)", strings.Join(unknown, ", "))
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
@@ -311,7 +312,43 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: metrics: %v\n", err)
 		return exitConfig
 	}
-	r, err := relay.New(cfg.Config, log, relay.WithObserver(m))
+	// Signals: the first SIGINT, SIGTERM or SIGHUP starts a clean stop (at
+	// a transaction boundary, waiting for Kafka, within
+	// relay.shutdown.timeout); a second one during it stops at once.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	force := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	sigDone := make(chan struct{})
+	var sigWG sync.WaitGroup
+	defer func() {
+		close(sigDone)
+		sigWG.Wait()
+	}()
+	sigWG.Add(1)
+	go func() {
+		defer sigWG.Done()
+		n := 0
+		for {
+			select {
+			case <-sigDone:
+				return
+			case sig := <-sigs:
+				n++
+				switch n {
+				case 1:
+					log.Info("stop requested; stopping at the next transaction boundary (send the signal again to stop at once)", zap.Stringer("signal", sig))
+					stop()
+				case 2:
+					log.Warn("second stop request: stopping at once", zap.Stringer("signal", sig))
+					close(force)
+				}
+			}
+		}
+	}()
+	r, err := relay.New(cfg.Config, log, relay.WithObserver(m), relay.WithForceStop(force))
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitConfig
@@ -350,8 +387,6 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 			m.PollSlot(auxCtx, cfg.Postgres, cfg.Metrics.SlotPollInterval, log.Named("slot"))
 		}()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log.Info("pgoutbox starting", zap.String("version", buildVersion()), zap.String("slot", cfg.Postgres.Slot),
 		zap.String("publication", cfg.Postgres.Publication), zap.Strings("tables", cfg.Postgres.Tables), zap.Strings("brokers", cfg.Kafka.Brokers))
 	err = r.Run(ctx)
@@ -381,55 +416,146 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 }
 
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
-	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry) and the\npublication if they do not exist. Safe to run again.\n")
+	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
+	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
+	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
 	}
-	ctx := context.Background()
-	var conn *pgx.Conn
-	var err error
-	if !*dry {
-		if cfg.Postgres.DSN == "" {
-			fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.dsn is empty: pass --dsn or set PGOUTBOX_POSTGRES_DSN")
+	p := migrations.Params{Tables: cfg.Postgres.QualifiedTables(), Publication: cfg.Postgres.Publication}
+	if cfg.Postgres.StateTable != "" {
+		ddl, err := replication.StateTableDDL(cfg.Postgres.StateTable)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 			return exitConfig
 		}
-		conn, err = replication.ConnectSQL(ctx, cfg.Postgres, "pgoutbox-migrate", cfg.Postgres.ConnectTimeout)
-		if err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
-			return exitStartup
-		}
-		defer conn.Close(ctx)
+		p.StateTableDDL = ddl
 	}
-	for _, t := range cfg.Postgres.Tables {
-		p := migrations.Params{Table: t, Publication: cfg.Postgres.Publication}
-		if *dry {
-			stmts, err := migrations.Render(p)
-			if err != nil {
-				fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
-				return exitConfig
-			}
-			fmt.Fprintln(stdout, strings.Join(stmts, "\n"))
-			continue
+	if *dry {
+		stmts, err := migrations.Render(p)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+			return exitConfig
 		}
-		if err := migrations.Apply(ctx, conn, p); err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: migrate %s: %v\n", t, err)
+		fmt.Fprintln(stdout, strings.Join(stmts, "\n"))
+		return exitOK
+	}
+	if cfg.Postgres.DSN == "" {
+		fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.dsn is empty: pass --dsn or set PGOUTBOX_POSTGRES_DSN")
+		return exitConfig
+	}
+	if err := cfg.Postgres.ValidateDSN(); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	ctx := context.Background()
+	conn, err := replication.ConnectSQL(ctx, cfg.Postgres, "pgoutbox-migrate", cfg.Postgres.ConnectTimeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
+		return exitStartup
+	}
+	defer conn.Close(ctx)
+	if err := migrations.Apply(ctx, conn, p); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+		return exitRuntime
+	}
+	fmt.Fprintf(stdout, "migrated %s (publication %s)\n", strings.Join(p.Tables, ", "), cfg.Postgres.Publication)
+	if *accept {
+		if err := acceptCatalog(ctx, conn, cfg.Postgres, stdout); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: accept the catalog: %v\n", err)
 			return exitRuntime
 		}
-		fmt.Fprintf(stdout, "migrated %s (publication %s)\n", t, cfg.Postgres.Publication)
 	}
-	if *dry || !cfg.Postgres.CreateSlot {
+	if *recreate {
+		if err := recreateSlot(ctx, conn, cfg.Postgres, stdout); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: recreate slot %s: %v\n", cfg.Postgres.Slot, err)
+			return exitRuntime
+		}
+	}
+	if !cfg.Postgres.CreateSlot {
 		return exitOK
 	}
 	// Create the slot now too: events are captured from the slot's creation
 	// on, so an application that writes between the migration and the
 	// relay's first start loses nothing.
-	slot, err := replication.Prepare(ctx, cfg.Postgres, zap.NewNop())
+	start, err := replication.Prepare(ctx, cfg.Postgres, zap.NewNop())
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: create slot %s: %v\n", cfg.Postgres.Slot, err)
 		return exitRuntime
 	}
-	fmt.Fprintf(stdout, "slot %s ready at %s: events committed from now on will be relayed\n", slot.Name, slot.ConfirmedFlushLSN)
+	fmt.Fprintf(stdout, "slot %s ready at %s: events committed from now on will be relayed\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
 	return exitOK
+}
+
+// acceptCatalog records the publication's and the outbox tables' OIDs as
+// they are now in the state table, so that the next start accepts them.
+func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
+	if pcfg.StateTable == "" {
+		return errors.New("postgres.state.table is empty: there is nothing recorded to accept")
+	}
+	st, had, err := replication.ReadState(ctx, conn, pcfg.StateTable, pcfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !had {
+		return fmt.Errorf("no state recorded for slot %q", pcfg.Slot)
+	}
+	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
+	if err != nil {
+		return err
+	}
+	for _, ch := range st.ChangesSince(&cat, pcfg) {
+		fmt.Fprintf(stdout, "accepted: %s\n", ch)
+	}
+	st.PublicationOID, st.TableOIDs = replication.CatalogOIDs(&cat)
+	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
+	return replication.WriteState(ctx, conn, pcfg.StateTable, st)
+}
+
+// recreateSlot is the deliberate recreation of a slot that vanished: it
+// refuses while the slot exists, and otherwise forgets the old slot in the
+// state table (with a note of what was lost) so that Prepare creates a new
+// one.
+func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
+	if pcfg.StateTable == "" {
+		return errors.New("postgres.state.table is empty: there is no history to correct; pgoutbox run creates a missing slot by itself")
+	}
+	if _, err := replication.ReadSlot(ctx, conn, pcfg.Slot); err == nil {
+		return errors.New("the slot exists: drop it first (SELECT pg_drop_replication_slot(...)) if you really mean to start over")
+	} else if !errors.Is(err, replication.ErrSlotMissing) {
+		return err
+	}
+	st, had, err := replication.ReadState(ctx, conn, pcfg.StateTable, pcfg.Slot)
+	if err != nil {
+		return err
+	}
+	if had {
+		fmt.Fprintf(stdout, "the old slot was last recorded confirmed at %s (%s): events committed after that and before the new slot are not relayed\n",
+			st.ConfirmedLSN, st.ConfirmedAt.UTC().Format(time.RFC3339))
+	}
+	if err := replication.DeleteState(ctx, conn, pcfg.StateTable, pcfg.Slot); err != nil {
+		return err
+	}
+	pcfg.CreateSlot = true
+	start, err := replication.Prepare(ctx, pcfg, zap.NewNop())
+	if err != nil {
+		return err
+	}
+	note := fmt.Sprintf("recreated by pgoutbox migrate --recreate-slot at %s", time.Now().UTC().Format(time.RFC3339))
+	if had {
+		note += fmt.Sprintf("; the old slot was last confirmed at %s", st.ConfirmedLSN)
+	}
+	start.State.Note = note
+	ns, _, err := replication.ReadState(ctx, conn, pcfg.StateTable, pcfg.Slot)
+	if err != nil {
+		return err
+	}
+	ns.Note = note
+	if err := replication.WriteState(ctx, conn, pcfg.StateTable, ns); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "slot %s created again at %s and recorded\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
+	return nil
 }

@@ -86,6 +86,17 @@ func TestBadEnvironmentValueNamesTheVariable(t *testing.T) {
 	}
 }
 
+func TestUnknownEnvironmentVariableOfASectionIsAnError(t *testing.T) {
+	_, err := loadConfig("", []string{"PGOUTBOX_KAFKA_BROKER=k:9092", "PGOUTBOX_RELAY_SHUTDOWN_TIMOUT=5s"})
+	if err == nil || !strings.Contains(err.Error(), "PGOUTBOX_KAFKA_BROKER") || !strings.Contains(err.Error(), "PGOUTBOX_RELAY_SHUTDOWN_TIMOUT") {
+		t.Fatalf("want an error naming both typos, got %v", err)
+	}
+	// Variables outside the settings' sections are not pgoutbox's settings.
+	if _, err := loadConfig("", []string{"PGOUTBOX_CONFIG=", "PGOUTBOX_TEST_ENV_DIR=/tmp/x", "PGOUTBOX_CPUPROFILE=/tmp/p"}); err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+}
+
 func TestExitCodes(t *testing.T) {
 	cases := []struct {
 		name string
@@ -100,6 +111,10 @@ func TestExitCodes(t *testing.T) {
 		{"missing dsn", []string{"run", "--brokers", "127.0.0.1:1"}, nil, exitConfig, "dsn is empty"},
 		{"bad slot name", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--slot", "Bad-Name"}, nil, exitConfig, "slot.name"},
 		{"bad log level", []string{"run", "--log-level", "loud"}, nil, exitConfig, "log.level"},
+		{"invalid DSN", []string{"run", "--dsn", "postgres://app:s3cr3t@db:port/shop", "--brokers", "127.0.0.1:1"}, nil, exitConfig, "postgres.dsn is not a valid connection string (its text is not shown because it may hold a password): invalid port"},
+		{"unknown variable", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, []string{"PGOUTBOX_KAFKA_BROKER=x:1"}, exitConfig, "PGOUTBOX_KAFKA_BROKER"},
+		{"zero max.message.bytes", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, []string{"PGOUTBOX_KAFKA_MAX_MESSAGE_BYTES=0"}, exitConfig, "max.message.bytes: 0 or empty is not a value"},
+		{"bad dead-letter topic", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, []string{"PGOUTBOX_RELAY_POISON_POLICY=dead-letter", "PGOUTBOX_RELAY_DEAD_LETTER_TOPIC=bad dlq"}, exitConfig, `dead.letter.topic "bad dlq"`},
 		{"unreachable PostgreSQL", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db?connect_timeout=2", "--brokers", "127.0.0.1:1"}, nil, exitStartup, "check that PostgreSQL runs and listens on 127.0.0.1:1"},
 		{"help", []string{"run", "--help"}, nil, exitOK, "PGOUTBOX_POSTGRES_DSN"},
 	}
@@ -117,13 +132,26 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// Names are quoted, never pasted: a publication named p$$x (legal in
+// PostgreSQL) once broke the DO $$ ... $$ block migrate ran.
+func TestMigrateQuotesOddNames(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"migrate", "--print", "--tables", `app.ev"ents`, "--publication", "p$$x"}, nil, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), `CREATE PUBLICATION "p$$x" FOR TABLE "app"."ev""ents"`) || strings.Contains(out.String(), "DO $$") {
+		t.Fatalf("SQL does not quote the names:\n%s", out.String())
+	}
+}
+
 func TestMigratePrintsTheSQL(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := run([]string{"migrate", "--print", "--tables", "app.events", "--publication", "pub1"}, nil, &out, &errOut)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "app"."events"`, `CREATE PUBLICATION "pub1" FOR TABLE "app"."events" WITH (publish = 'insert')`} {
+	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "app"."events"`, `CREATE PUBLICATION "pub1" FOR TABLE "app"."events" WITH (publish = 'insert', publish_via_partition_root = true)`} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("SQL lacks %q:\n%s", want, out.String())
 		}

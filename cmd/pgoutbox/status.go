@@ -80,6 +80,10 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: replication slot %q does not exist on %s (pgoutbox run creates it when postgres.slot.create is true)\n", st.Slot.Name, target)
 		return exitRuntime
 	}
+	if len(st.Problems) > 0 {
+		fmt.Fprintf(stderr, "pgoutbox: %d problem(s) keep pgoutbox from relaying every event; see \"problems\" above\n", len(st.Problems))
+		return exitRuntime
+	}
 	return exitOK
 }
 
@@ -89,6 +93,21 @@ type statusReport struct {
 	Server      serverStatus      `json:"server"`
 	Slot        slotStatus        `json:"slot"`
 	Publication publicationStatus `json:"publication"`
+	// History is the state table's row for the slot (null without one).
+	History *historyStatus `json:"history"`
+	// Problems lists what keeps pgoutbox from relaying every event, each
+	// with its fix; empty when nothing does.
+	Problems []string `json:"problems"`
+}
+
+type historyStatus struct {
+	SlotCreatedAt    *time.Time `json:"slot_created_at"`
+	ConfirmedLSN     string     `json:"recorded_confirmed_lsn"`
+	ConfirmedAt      time.Time  `json:"recorded_at"`
+	Instance         string     `json:"instance"`
+	SessionStartedAt time.Time  `json:"session_started_at"`
+	Timeline         int32      `json:"timeline"`
+	Note             string     `json:"note"`
 }
 
 type serverStatus struct {
@@ -160,31 +179,76 @@ func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replica
 	if st.Publication, err = readPublicationStatus(ctx, conn, rc.Publication); err != nil {
 		return st, err
 	}
+	st.Problems = slotProblems(st.Slot, st.Server.Database, rc)
+	if cat, err := replication.ReadCatalog(ctx, conn, rc); err == nil && st.Publication.Exists {
+		st.Problems = append(st.Problems, cat.Problems(rc)...)
+	}
+	if rc.StateTable != "" {
+		h, had, err := replication.ReadState(ctx, conn, rc.StateTable, rc.Slot)
+		if err == nil && had {
+			st.History = &historyStatus{ConfirmedLSN: h.ConfirmedLSN.String(), ConfirmedAt: h.ConfirmedAt, Instance: h.Instance,
+				SessionStartedAt: h.SessionStartedAt, Timeline: h.Timeline, Note: h.Note}
+			if !h.SlotCreatedAt.IsZero() {
+				st.History.SlotCreatedAt = &h.SlotCreatedAt
+			}
+			if !st.Slot.Exists {
+				st.Problems = append(st.Problems, (&replication.VanishedError{Slot: rc.Slot, State: h}).Error())
+			}
+		}
+	}
+	if st.Problems == nil {
+		st.Problems = []string{}
+	}
 	return st, nil
+}
+
+// slotProblems says what is wrong with an existing slot for pgoutbox.
+func slotProblems(s slotStatus, db string, rc replication.Config) []string {
+	if !s.Exists {
+		return nil
+	}
+	var out []string
+	val := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	if t := val(s.SlotType); t != "logical" {
+		out = append(out, fmt.Sprintf("slot %q is a %s slot; pgoutbox needs a logical slot with plugin pgoutput: choose another postgres.slot.name", s.Name, t))
+	} else if p := val(s.Plugin); p != "pgoutput" {
+		out = append(out, fmt.Sprintf("slot %q uses plugin %q, not pgoutput: pgoutbox cannot stream from it; drop it (if nothing else uses it) or choose another postgres.slot.name", s.Name, p))
+	}
+	if d := val(s.Database); d != "" && d != db {
+		out = append(out, fmt.Sprintf("slot %q belongs to database %q, not %q", s.Name, d, db))
+	}
+	if val(s.WALStatus) == "lost" || val(s.InvalidationReason) != "" {
+		out = append(out, fmt.Sprintf("slot %q is invalidated (wal_status %s, invalidation_reason %q): events may be gone", s.Name, val(s.WALStatus), val(s.InvalidationReason)))
+	}
+	return out
 }
 
 // readSlotStatus reads the slot's row of pg_replication_slots; Exists is
 // false when there is none.
 func readSlotStatus(ctx context.Context, conn *pgx.Conn, slot string) (slotStatus, error) {
-	s := slotStatus{Name: slot}
-	err := conn.QueryRow(ctx, `SELECT plugin::text, slot_type, database::text, active, active_pid,
-		confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
-		(w.lsn - confirmed_flush_lsn)::bigint, (w.lsn - restart_lsn)::bigint,
-		(to_jsonb(s) ->> 'failover')::bool, to_jsonb(s) ->> 'invalidation_reason'
-		FROM pg_replication_slots s,
-		(SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
-		WHERE slot_name = $1`, slot).Scan(
-		&s.Plugin, &s.SlotType, &s.Database, &s.Active, &s.ActivePID,
-		&s.ConfirmedFlushLSN, &s.RestartLSN, &s.WALStatus, &s.SafeWALSize,
-		&s.LagBytes, &s.RetainedWALBytes, &s.Failover, &s.InvalidationReason)
-	if errors.Is(err, pgx.ErrNoRows) {
+	r, err := replication.ReadSlotReport(ctx, conn, slot)
+	if errors.Is(err, replication.ErrSlotMissing) {
 		return slotStatus{Name: slot}, nil
 	}
 	if err != nil {
-		return s, fmt.Errorf("replication slot %q: %w", slot, err)
+		return slotStatus{Name: slot}, err
 	}
-	s.Exists = true
-	return s, nil
+	lsn := func(l *replication.LSN) *string {
+		if l == nil {
+			return nil
+		}
+		s := l.String()
+		return &s
+	}
+	return slotStatus{Name: slot, Exists: true, Plugin: r.Plugin, SlotType: r.SlotType, Database: r.Database,
+		Active: r.Active, ActivePID: r.ActivePID, ConfirmedFlushLSN: lsn(r.ConfirmedFlushLSN), RestartLSN: lsn(r.RestartLSN),
+		WALStatus: r.WALStatus, SafeWALSize: r.SafeWALSize, LagBytes: r.Lag(), RetainedWALBytes: r.Retained(),
+		Failover: r.Failover, InvalidationReason: r.InvalidationReason}, nil
 }
 
 // readPublicationStatus reads the publication and its tables; Exists is
@@ -271,6 +335,20 @@ func writeStatusTable(w io.Writer, st statusReport) {
 		row("invalidation_reason", str(s.InvalidationReason))
 	}
 
+	if h := st.History; h != nil {
+		head("history")
+		created := "-"
+		if h.SlotCreatedAt != nil {
+			created = h.SlotCreatedAt.UTC().Format(time.RFC3339)
+		}
+		row("slot_created_at", created)
+		row("recorded_confirmed_lsn", h.ConfirmedLSN)
+		row("recorded_at", h.ConfirmedAt.UTC().Format(time.RFC3339))
+		row("instance", h.Instance)
+		row("session_started_at", h.SessionStartedAt.UTC().Format(time.RFC3339))
+		row("note", h.Note)
+	}
+
 	p := st.Publication
 	head("publication")
 	row("name", p.Name)
@@ -283,6 +361,14 @@ func writeStatusTable(w io.Writer, st statusReport) {
 			tables = "-"
 		}
 		row("tables", tables)
+	}
+
+	head("problems")
+	if len(st.Problems) == 0 {
+		row("-", "none")
+	}
+	for _, pr := range st.Problems {
+		row("-", pr)
 	}
 
 	width := 0

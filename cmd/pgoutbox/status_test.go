@@ -43,6 +43,8 @@ func TestStatusPrintsSlotAndPublicationAsTableAndJSON(t *testing.T) {
 			AllTables       bool     `json:"all_tables"`
 			Tables          []string `json:"tables"`
 		} `json:"publication"`
+		History  map[string]any `json:"history"`
+		Problems []string       `json:"problems"`
 	}
 	dec := json.NewDecoder(strings.NewReader(r.stdout))
 	dec.DisallowUnknownFields()
@@ -259,6 +261,35 @@ func TestStatusByteCount(t *testing.T) {
 	} {
 		if got := byteCount(c.in); got != c.want {
 			t.Errorf("byteCount(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestStatusNamesWhatKeepsEventsFromBeingRelayed: a slot of another plugin
+// and a row filter on the outbox table are problems status reports (and
+// exits 1 for), where it used to print them as if all was well.
+func TestStatusNamesWhatKeepsEventsFromBeingRelayed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, "CREATE PUBLICATION "+f.publication+" FOR TABLE public.outbox WHERE (aggregatetype <> 'x') WITH (publish = 'insert')")
+	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", f.slot)
+	r := invoke(cmdStatus, []string{"--format", "json"}, f.environ(f.dsn))
+	if r.code != exitRuntime {
+		t.Fatalf("want exit 1:\n%s", r)
+	}
+	var st struct {
+		Problems []string `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, r)
+	}
+	for _, want := range []string{`uses plugin "test_decoding"`, "row filter"} {
+		found := false
+		for _, p := range st.Problems {
+			found = found || strings.Contains(p, want)
+		}
+		if !found {
+			t.Errorf("no problem says %q: %q", want, st.Problems)
 		}
 	}
 }

@@ -83,9 +83,13 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("validate", stderr, validateHelp)
 	topicsFlag := c.fs.String("topics", "", "comma-separated Kafka topics the outbox routes to, to check that each exists")
 	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
+	configOnly := c.fs.Bool("config-only", false, "only load the settings as run does (file, environment, flags, --connector) and check them; connect to nothing; exit 0 when valid, 2 when not")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
+	}
+	if *configOnly {
+		return validateConfigOnly(cfg, stdout, stderr)
 	}
 	v := &validation{out: stdout}
 
@@ -143,6 +147,7 @@ type pgFacts struct {
 	maxSenders, usedSender int
 	tables                 []tableFacts
 	pub                    publicationStatus
+	catalog                replication.Catalog
 	slot                   slotStatus
 	// slotHolder describes the client of the slot's active walsender,
 	// when known ("application_name pgoutbox from 10.0.0.7").
@@ -187,8 +192,18 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	v.report(checkSlotCapacity(f, rc))
 	v.report(checkWALSenders(f))
 	v.report(checkTables(f, cfg)...)
-	v.report(checkPublication(f, rc)...)
-	v.report(checkSlot(f, rc)...)
+	// A name the configuration check refused is not checked again here:
+	// a fix quoting it would only repeat the mistake.
+	if err := replication.ValidatePublicationName(rc.Publication); err != nil {
+		v.report(warn("publication", "not checked: publication.name is invalid (see the config line above)", ""))
+	} else {
+		v.report(checkPublication(f, rc)...)
+	}
+	if err := replication.ValidateSlotName(rc.Slot); err != nil {
+		v.report(warn("slot", "not checked: slot.name is invalid (see the config line above)", ""))
+	} else {
+		v.report(checkSlot(f, rc)...)
+	}
 }
 
 // connectResult turns a failed connection into its FAIL line.
@@ -243,6 +258,9 @@ func readPGFacts(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replic
 		f.tables = append(f.tables, tf)
 	}
 	if f.pub, err = readPublicationStatus(ctx, conn, rc.Publication); err != nil {
+		return f, err
+	}
+	if f.catalog, err = replication.ReadCatalog(ctx, conn, rc); err != nil {
 		return f, err
 	}
 	if f.slot, err = readSlotStatus(ctx, conn, rc.Slot); err != nil {
@@ -376,12 +394,7 @@ func quotedTables(tables []string) string {
 // publishes inserts and contains every configured table.
 func checkPublication(f pgFacts, rc replication.Config) []checkResult {
 	pubSQL := pgx.Identifier{rc.Publication}.Sanitize()
-	tables := rc.QualifiedTables()
-	createSQL := "CREATE PUBLICATION " + pubSQL
-	if len(tables) > 0 {
-		createSQL += " FOR TABLE " + quotedTables(tables)
-	}
-	createSQL += " WITH (publish = 'insert');"
+	createSQL := replication.CreatePublicationSQL(replication.Config{Publication: rc.Publication, Tables: rc.Tables}) + ";"
 	p := f.pub
 	if !p.Exists {
 		switch rc.PublicationAutocreate {
@@ -419,25 +432,39 @@ func checkPublication(f pgFacts, rc replication.Config) []checkResult {
 		return []checkResult{fail("publication", fmt.Sprintf("%q does not publish inserts", rc.Publication),
 			"run ALTER PUBLICATION "+pubSQL+" SET (publish = 'insert');")}
 	}
-	if p.AllTables {
-		return []checkResult{pass("publication", fmt.Sprintf("%q publishes inserts of all tables", rc.Publication))}
-	}
 	out := []checkResult{pass("publication", fmt.Sprintf("%q publishes inserts of %d table(s)", rc.Publication, len(p.Tables)))}
-	for _, t := range tables {
-		name := "publication table " + t
-		if slices.Contains(p.Tables, t) {
-			out = append(out, pass(name, "published"))
-			continue
+	if p.AllTables {
+		out = []checkResult{pass("publication", fmt.Sprintf("%q publishes inserts of all tables", rc.Publication))}
+	}
+	problems := f.catalog.Problems(rc)
+	for _, t := range f.catalog.Tables {
+		name := "publication table " + t.Name
+		var mine []string
+		for _, pr := range problems {
+			if strings.Contains(pr, " "+t.Name) {
+				mine = append(mine, pr)
+			}
 		}
-		out = append(out, fail(name, fmt.Sprintf("%q does not include %s", rc.Publication, t),
-			fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s;", pubSQL, quotedTables([]string{t}))))
+		switch {
+		case t.OID == 0:
+			continue // the tables check reported it
+		case len(mine) > 0:
+			for _, pr := range mine {
+				what, fix, _ := strings.Cut(pr, ": ")
+				out = append(out, fail(name, what, fix))
+			}
+		case t.Kind == 'p' && f.catalog.ViaRoot:
+			out = append(out, pass(name, fmt.Sprintf("published; partitioned (%d partitions), and publish_via_partition_root is on: changes are reported under %s", len(t.Partitions), t.Name)))
+		case t.Kind == 'p':
+			out = append(out, warn(name, fmt.Sprintf("published; partitioned (%d partitions), with publish_via_partition_root off: changes are reported under each partition's name, which pgoutbox maps to %s while the partition exists; one created and dropped while pgoutbox is stopped cannot be mapped", len(t.Partitions), t.Name),
+				fmt.Sprintf("while pgoutbox is stopped and caught up: ALTER PUBLICATION %s SET (publish_via_partition_root = true);", pubSQL)))
+		default:
+			out = append(out, pass(name, "published"))
+		}
 	}
 	return out
 }
 
-// checkSlot checks the replication slot: it exists (or will be created),
-// is a logical pgoutput slot of this database, has not lost WAL, and
-// whether another connection streams from it.
 func checkSlot(f pgFacts, rc replication.Config) []checkResult {
 	s := f.slot
 	lit := "'" + strings.ReplaceAll(rc.Slot, "'", "''") + "'"
@@ -522,7 +549,9 @@ func checkSlotActive(s slotStatus, holder string) checkResult {
 // validateKafka checks the brokers and the topics.
 func validateKafka(v *validation, cfg fileConfig, topics []string) {
 	kc := cfg.Kafka
-	if err := kafka.Ping(kc); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*(kc.DialTimeout+kc.ReadTimeout))
+	defer cancel()
+	if err := kafka.Ping(ctx, kc); err != nil {
 		var ae *kafka.AuthError
 		if errors.As(err, &ae) {
 			v.report(fail("kafka", "refused: "+oneLine(err),
@@ -547,14 +576,25 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 			"pass --topics a,b with the topics you expect the outbox to write to"))
 		return
 	}
-	states, err := kafka.CheckTopics(kc, topics)
+	dlq := cfg.Relay.PoisonPolicy == "dead-letter"
+	if dlq && !slices.Contains(topics, cfg.Relay.DeadLetterTopic) {
+		topics = append(topics, cfg.Relay.DeadLetterTopic)
+	}
+	states, err := kafka.CheckTopics(ctx, kc, topics)
 	if err != nil {
 		v.report(fail("topics", oneLine(err), "check that the brokers are healthy and run pgoutbox validate again"))
 		v.unreachable = true
 		return
 	}
 	for _, s := range states {
-		v.report(checkTopic(s, kc))
+		r := checkTopic(s, kc)
+		if dlq && s.Topic == cfg.Relay.DeadLetterTopic {
+			r.Name = "dead-letter topic " + s.Topic
+			if r.Status == checkFail {
+				r.Detail += " (relay.poison.policy=dead-letter sends poison records there; pgoutbox run refuses to start without it)"
+			}
+		}
+		v.report(r)
 	}
 }
 
@@ -597,4 +637,16 @@ func fixedTopic(replacement string) (string, bool) {
 		return "", false
 	}
 	return b.String(), true
+}
+
+// validateConfigOnly checks the settings as run does before it connects:
+// the relay's, the metrics' and the logger's.
+func validateConfigOnly(cfg fileConfig, stdout, stderr io.Writer) int {
+	_, logErr := newLogger(cfg.Log, io.Discard)
+	if err := errors.Join(cfg.Config.Validate(), cfg.Metrics.Validate(), logErr); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	fmt.Fprintln(stdout, "PASS config: valid")
+	return exitOK
 }

@@ -186,7 +186,7 @@ func TestValidateAcceptsWhatPgoutboxWillCreate(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("want exit 0:\n%s", r)
 	}
-	wantLine(t, r, `^PASS publication: "`+f.publication+`" does not exist yet; pgoutbox will create it \(publication.autocreate.mode=filtered\): CREATE PUBLICATION "`+f.publication+`" FOR TABLE "public"."outbox" WITH \(publish = 'insert'\);$`)
+	wantLine(t, r, `^PASS publication: "`+f.publication+`" does not exist yet; pgoutbox will create it \(publication.autocreate.mode=filtered\): CREATE PUBLICATION "`+f.publication+`" FOR TABLE "public"."outbox" WITH \(publish = 'insert', publish_via_partition_root = true\);$`)
 	wantLine(t, r, `^PASS slot: "`+f.slot+`" does not exist yet; pgoutbox will create it`)
 	// The default route.topic.replacement depends on the row: say that
 	// nothing was checked rather than pass silently.
@@ -203,7 +203,7 @@ func TestValidateFailsOnMissingPublicationWhenAutocreateIsDisabled(t *testing.T)
 		t.Fatalf("want exit 1:\n%s", r)
 	}
 	wantLine(t, r, `^FAIL publication: "`+f.publication+`" does not exist and publication.autocreate.mode is disabled$`)
-	wantLine(t, r, `^  fix: run CREATE PUBLICATION "`+f.publication+`" FOR TABLE "public"."outbox" WITH \(publish = 'insert'\); or set publication.autocreate.mode=filtered$`)
+	wantLine(t, r, `^  fix: run CREATE PUBLICATION "`+f.publication+`" FOR TABLE "public"."outbox" WITH \(publish = 'insert', publish_via_partition_root = true\); or set publication.autocreate.mode=filtered$`)
 }
 
 func TestValidateFailsOnTableNotInPublicationAndMissingTable(t *testing.T) {
@@ -216,8 +216,8 @@ func TestValidateFailsOnTableNotInPublicationAndMissingTable(t *testing.T) {
 	if r.code != exitRuntime {
 		t.Fatalf("want exit 1:\n%s", r)
 	}
-	wantLine(t, r, `^FAIL publication table public\.outbox: "`+f.publication+`" does not include public\.outbox$`)
-	wantLine(t, r, `^  fix: run ALTER PUBLICATION "`+f.publication+`" ADD TABLE "public"."outbox";$`)
+	wantLine(t, r, `^FAIL publication table public\.outbox: publication "`+f.publication+`" does not include table public\.outbox$`)
+	wantLine(t, r, `^  fix: ALTER PUBLICATION "`+f.publication+`" ADD TABLE "public"."outbox"$`)
 	wantLine(t, r, `^FAIL table public\.nothere: does not exist$`)
 	wantLine(t, r, `^  fix: create it: pgoutbox migrate --tables public\.nothere`)
 }
@@ -336,7 +336,7 @@ func TestValidateFailsOnMissingTopicAndChecksAFixedTopic(t *testing.T) {
 	wantLine(t, r, `^  fix: create it: kafka-topics.sh --bootstrap-server `+regexp.QuoteMeta(f.brokers)+` --create --topic `+missing+` --partitions N --replication-factor R$`)
 	wantLine(t, r, `^PASS topic `+f.topicName+`: exists, 3 partition\(s\)$`)
 	// Asking did not create it.
-	states, err := kafka.CheckTopics(kafka.Config{Brokers: f.env.KafkaBrokers}, []string{missing})
+	states, err := kafka.CheckTopics(context.Background(), kafka.Config{Brokers: f.env.KafkaBrokers}, []string{missing})
 	if err != nil || states[0].Err == nil {
 		t.Fatalf("validate created topic %s: %+v %v", missing, states, err)
 	}

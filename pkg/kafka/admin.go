@@ -1,11 +1,9 @@
 package kafka
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -122,81 +120,21 @@ func waitLeaders(cfg Config, sc *sarama.Config, topics []string, deadline time.T
 	return nil
 }
 
-// Record is a record read back by Tail.
-type Record struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Key       []byte
-	Value     []byte
-	Headers   map[string]string
-	Timestamp time.Time
+// NewAdmin opens a cluster admin client with cfg (defaults applied), for
+// tools and tests; close it when done.
+func NewAdmin(cfg Config) (sarama.ClusterAdmin, error) {
+	cfg.Defaults()
+	_, admin, err := newAdmin(cfg)
+	return admin, err
 }
 
-// Tail reads every partition of topics from the oldest offset and calls fn
-// for each record until ctx ends or fn returns false. It is meant for the
-// demo and for tools, not for the relay's path.
-func Tail(ctx context.Context, cfg Config, topics []string, fn func(Record) bool) error {
-	cfg.Defaults()
-	sc, err := cfg.sarama()
-	if err != nil {
-		return err
+// Sarama returns the sarama configuration the producer would use for c
+// (defaults applied first), for tools and tests that talk to Kafka with
+// sarama directly.
+func (c Config) Sarama() (*sarama.Config, error) {
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
 	}
-	sc.Consumer.Return.Errors = false
-	consumer, err := sarama.NewConsumer(cfg.Brokers, sc)
-	if err != nil {
-		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), cfg.Security.authError(strings.Join(cfg.Brokers, ","), err))
-	}
-	defer consumer.Close()
-	out := make(chan *sarama.ConsumerMessage)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var pcs []sarama.PartitionConsumer
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	defer func() {
-		cancel()
-		close(done)
-		for _, pc := range pcs {
-			pc.AsyncClose()
-		}
-		wg.Wait() // each forwarder ends when its partition consumer closes
-	}()
-	for _, t := range topics {
-		parts, err := consumer.Partitions(t)
-		if err != nil {
-			return fmt.Errorf("kafka: partitions of %q: %w", t, err)
-		}
-		for _, p := range parts {
-			pc, err := consumer.ConsumePartition(t, p, sarama.OffsetOldest)
-			if err != nil {
-				return fmt.Errorf("kafka: consume %s/%d: %w", t, p, err)
-			}
-			pcs = append(pcs, pc)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for m := range pc.Messages() {
-					select {
-					case out <- m:
-					case <-done:
-					}
-				}
-			}()
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-out:
-			r := Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Timestamp: m.Timestamp, Headers: map[string]string{}}
-			for _, h := range m.Headers {
-				r.Headers[string(h.Key)] = string(h.Value)
-			}
-			if !fn(r) {
-				return nil
-			}
-		}
-	}
+	return c.sarama()
 }

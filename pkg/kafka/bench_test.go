@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestNewMessageAllocatesOnlyTheMessage(t *testing.T) {
 	} {
 		rec := benchRecord(tc.headers)
 		var sink *message
-		got := testing.AllocsPerRun(1000, func() { sink = newMessage(rec, 1) })
+		got := testing.AllocsPerRun(1000, func() { sink = newMessage(rec, Meta{Ref: 1}) })
 		if got != tc.allocs {
 			t.Errorf("%d headers: %v allocations per message, want %v", tc.headers, got, tc.allocs)
 		}
@@ -47,7 +48,7 @@ func TestNewMessageAllocatesOnlyTheMessage(t *testing.T) {
 func TestNewMessageCopiesTheRecordFields(t *testing.T) {
 	rec := benchRecord(5)
 	rec.Partition = 3
-	m := newMessage(rec, 77)
+	m := newMessage(rec, Meta{Ref: 77})
 	*rec = router.Record{} // the caller reuses its Record
 	pm := &m.pm
 	key, _ := pm.Key.Encode()
@@ -59,7 +60,7 @@ func TestNewMessageCopiesTheRecordFields(t *testing.T) {
 	if a := ack(pm, nil); a.Ref != 77 || string(a.EventID) != "0b9e0c1e-2f7a-4c55-9d43-6c1f4f1c9a10" {
 		t.Errorf("ack = %+v", a)
 	}
-	tomb := newMessage(&router.Record{Topic: "t", Partition: -1}, 1)
+	tomb := newMessage(&router.Record{Topic: "t", Partition: -1}, Meta{Ref: 1})
 	if tomb.pm.Key != nil || tomb.pm.Value != nil || tomb.pm.Headers != nil {
 		t.Errorf("nil key and value must stay nil interfaces: %+v", tomb.pm)
 	}
@@ -74,7 +75,7 @@ func BenchmarkNewMessage(b *testing.B) {
 			b.ReportAllocs()
 			var sink *sarama.ProducerMessage
 			for i := 0; b.Loop(); i++ {
-				sink = &newMessage(rec, uint64(i)).pm
+				sink = &newMessage(rec, Meta{Ref: uint64(i)}).pm
 			}
 			_ = sink
 		})
@@ -90,11 +91,11 @@ func BenchmarkSendKfake(b *testing.B) {
 	}
 	defer c.Close()
 	cfg := Config{Brokers: c.ListenAddrs(), AckBuffer: 4096}
-	p, err := New(cfg, zap.NewNop())
+	p, err := New(context.Background(), cfg, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer p.Close()
+	defer p.Close(context.Background())
 
 	rec := benchRecord(2)
 	keys := make([][]byte, 64)
@@ -112,7 +113,7 @@ func BenchmarkSendKfake(b *testing.B) {
 			inFlight--
 		}
 		rec.Key = keys[i%len(keys)]
-		p.Send(rec, uint64(i))
+		p.Send(rec, Meta{Ref: uint64(i)})
 		inFlight++
 	}
 	for ; inFlight > 0; inFlight-- {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	gometrics "github.com/rcrowley/go-metrics"
 )
 
 // Defaults applied by [Config.Defaults] to fields left at their zero value.
@@ -60,6 +61,12 @@ const (
 	// DefaultRetryBufferBytes bounds the bytes of records waiting in sarama's
 	// retry buffer; beyond it records fail with ErrProducerRetryBufferOverflow.
 	DefaultRetryBufferBytes = 256 << 20
+
+	// DefaultTopicMissingTimeout is how long a topic the cluster does not
+	// know is asked about again before its records count as poison: a
+	// topic created a moment ago may not be in every broker's metadata
+	// yet.
+	DefaultTopicMissingTimeout = time.Minute
 
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultReadTimeout    = 30 * time.Second
@@ -123,6 +130,11 @@ type Config struct {
 	// which is what keeps sarama from deadlocking. Default 8192. Not a file
 	// setting: the relay sets it from relay.max.inflight.records.
 	AckBuffer int `yaml:"-"`
+	// SingleRecordBatches sends one record per produce request. The relay
+	// uses it after the broker refused a batch as too large, to resend its
+	// records one by one: only a record too large on its own is poison.
+	// Not a file setting.
+	SingleRecordBatches bool `yaml:"-"`
 	// RetryBufferBytes bounds the bytes of records parked in sarama's retry
 	// buffer. Records that overflow it fail. Default 256 MiB.
 	RetryBufferBytes int64 `yaml:"retry.buffer.bytes"`
@@ -131,6 +143,11 @@ type Config struct {
 	// missing topics (if the broker allows it). Default false: a missing
 	// topic fails its records once metadata retries are exhausted.
 	AutoCreateTopics bool `yaml:"auto.create.topics"`
+	// TopicMissingTimeout is how long the relay asks again about a topic
+	// the cluster does not know before its records are poison (they fail,
+	// or go to the dead-letter topic). With AutoCreateTopics it is not
+	// used: the first record creates the topic. Default 1 minute.
+	TopicMissingTimeout time.Duration `yaml:"topic.missing.timeout"`
 
 	// DialTimeout, ReadTimeout and WriteTimeout bound network operations;
 	// RequestTimeout is how long a broker waits for its replicas before it
@@ -162,6 +179,7 @@ func (c *Config) Defaults() {
 	setDefault(&c.MetadataRetryMax, DefaultMetadataRetryMax)
 	setDefault(&c.AckBuffer, DefaultAckBuffer)
 	setDefault(&c.RetryBufferBytes, DefaultRetryBufferBytes)
+	setDefault(&c.TopicMissingTimeout, DefaultTopicMissingTimeout)
 	setDefault(&c.DialTimeout, DefaultDialTimeout)
 	setDefault(&c.ReadTimeout, DefaultReadTimeout)
 	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
@@ -240,6 +258,7 @@ func (c *Config) Validate() error {
 		{"read.timeout", cfg.ReadTimeout},
 		{"write.timeout", cfg.WriteTimeout},
 		{"request.timeout", cfg.RequestTimeout},
+		{"topic.missing.timeout", cfg.TopicMissingTimeout},
 	} {
 		if d.v < 0 {
 			bad(d.option, "%v must not be negative", d.v)
@@ -338,6 +357,10 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	p.Return.Errors = true
 	p.Flush.Bytes = max(c.FlushBytes, 0)
 	p.Flush.Messages = max(c.FlushMessages, 0)
+	if c.SingleRecordBatches {
+		p.Flush.MaxMessages = 1
+		p.Flush.Messages = 0 // sarama wants it at most MaxMessages
+	}
 	p.Flush.Frequency = max(c.FlushFrequency, 0)
 	p.Retry.Max = c.RetryMax
 	// Backoff is still read directly when a partition abandons its broker.
@@ -358,4 +381,43 @@ func (c *Config) sarama() (*sarama.Config, error) {
 		return nil, fmt.Errorf("kafka: sarama rejected the configuration: %w", err)
 	}
 	return sc, nil
+}
+
+func init() {
+	// sarama records go-metrics meters and histograms for every request
+	// unless told not to; nothing reads them (pgoutbox exports its own
+	// metrics), and they cost CPU and memory on every produce.
+	gometrics.UseNilMetrics = true
+}
+
+// ValidateExplicit reports the options that are 0 (or empty) in a Config
+// that started from Defaults, as the relay's configuration does: there a
+// zero was written by the user, and taking it silently as the default (as
+// Defaults would) hides a mistake; -1 turns the flush triggers off.
+func (c *Config) ValidateExplicit() error {
+	var errs []error
+	for _, f := range []struct {
+		option string
+		zero   bool
+		hint   string
+	}{
+		{"max.message.bytes", c.MaxMessageBytes == 0, "use 1 to " + fmt.Sprint(sarama.MaxRequestSize-1)},
+		{"flush.bytes", c.FlushBytes == 0, "use -1 to turn the trigger off"},
+		{"flush.messages", c.FlushMessages == 0, "use -1 to turn the trigger off"},
+		{"flush.frequency", c.FlushFrequency == 0, "use -1 to turn the timer off"},
+		{"retry.max", c.RetryMax == 0, "the idempotent producer needs at least 1"},
+		{"retry.buffer.bytes", c.RetryBufferBytes == 0, "use a positive size"},
+		{"dial.timeout", c.DialTimeout == 0, "use a positive duration"},
+		{"read.timeout", c.ReadTimeout == 0, "use a positive duration"},
+		{"write.timeout", c.WriteTimeout == 0, "use a positive duration"},
+		{"request.timeout", c.RequestTimeout == 0, "use a positive duration"},
+		{"topic.missing.timeout", c.TopicMissingTimeout == 0, "use a positive duration"},
+		{"version", c.Version == "", "use a Kafka version such as 4.0.0"},
+		{"compression", c.Compression == "", "use none, gzip, snappy, lz4 or zstd"},
+	} {
+		if f.zero {
+			errs = append(errs, fmt.Errorf("kafka: %s: 0 or empty is not a value (%s; leave it out for the default)", f.option, f.hint))
+		}
+	}
+	return errors.Join(errs...)
 }

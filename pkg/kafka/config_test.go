@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,8 @@ func TestDefaultsFillOnlyZeroFields(t *testing.T) {
 		RetryMax: 1000, RetryBackoff: 100 * time.Millisecond, RetryBackoffMax: time.Second, MetadataRetryMax: 1000,
 		AckBuffer: 8192, RetryBufferBytes: 256 << 20,
 		DialTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
-		RequestTimeout: 10 * time.Second,
-		Security:       Security{Protocol: "PLAINTEXT", SSLEndpointIdentification: "https"},
+		RequestTimeout: 10 * time.Second, TopicMissingTimeout: time.Minute,
+		Security: Security{Protocol: "PLAINTEXT", SSLEndpointIdentification: "https"},
 	}
 	if got, w := strings.Join(strings.Fields(stringOf(c)), " "), strings.Join(strings.Fields(stringOf(want)), " "); got != w {
 		t.Errorf("after Defaults:\n got %s\nwant %s", got, w)
@@ -112,7 +113,7 @@ func TestValidateAccepts(t *testing.T) {
 
 func TestNewRefusesVersionBelow2_1(t *testing.T) {
 	// No broker needed: the version is checked before any connection.
-	_, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Version: "2.0.1"}, nil)
+	_, err := New(context.Background(), Config{Brokers: []string{"127.0.0.1:1"}, Version: "2.0.1"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "version: 2.0.1 is below 2.1.0") {
 		t.Fatalf("New = %v, want the version refused", err)
 	}
@@ -213,5 +214,17 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 	}
 	if got := backoff(0, 0)(5, 10); got != 0 {
 		t.Errorf("zero backoff = %v", got)
+	}
+}
+
+func TestSingleRecordBatchesIsAValidSaramaConfiguration(t *testing.T) {
+	c := Config{Brokers: []string{"b:9092"}, SingleRecordBatches: true}
+	c.Defaults()
+	sc, err := c.sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Producer.Flush.MaxMessages != 1 {
+		t.Fatalf("Flush.MaxMessages = %d, want 1", sc.Producer.Flush.MaxMessages)
 	}
 }

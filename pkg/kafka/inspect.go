@@ -1,8 +1,10 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/IBM/sarama"
@@ -17,6 +19,14 @@ type TopicState struct {
 	Topic string
 	// Partitions is the topic's partition count; 0 when Err is set.
 	Partitions int32
+	// ReplicationFactor is the number of replicas of its first partition.
+	ReplicationFactor int
+	// Configs holds the topic's settings that matter to delivery
+	// (max.message.bytes, min.insync.replicas,
+	// unclean.leader.election.enable), when the broker answered a
+	// DescribeConfigs for it (the credentials may not allow it); a missing
+	// key means unknown.
+	Configs map[string]string
 	// Err is nil when the topic exists and is usable, ErrTopicMissing when
 	// the cluster does not know it, or the broker's error for the topic
 	// otherwise (for example TOPIC_AUTHORIZATION_FAILED).
@@ -26,20 +36,22 @@ type TopicState struct {
 // Ping checks that at least one of cfg's brokers accepts a connection and
 // answers ApiVersions. It tries each broker once, bounded by DialTimeout
 // and ReadTimeout, and names every broker and its error when none answers.
-func Ping(cfg Config) error {
+func Ping(ctx context.Context, cfg Config) error {
 	cfg.Defaults()
 	sc, err := cfg.sarama()
 	if err != nil {
 		return err
 	}
-	return probe(&cfg, sc)
+	return probe(ctx, &cfg, sc)
 }
 
-// CheckTopics asks the cluster about topics with one metadata request and
-// returns one TopicState per topic, in the order given. It never creates a
-// topic, whatever auto.create.topics says. The error is set when no broker
-// could be asked; per-topic problems are in the TopicStates.
-func CheckTopics(cfg Config, topics []string) ([]TopicState, error) {
+// CheckTopics asks the cluster about topics with one metadata request, and
+// one DescribeConfigs request for the topics that exist, and returns one
+// TopicState per topic, in the order given. It never creates a topic,
+// whatever auto.create.topics says. The error is set when no broker could be
+// asked; per-topic problems are in the TopicStates. ctx ending closes the
+// connection, so a broker that does not answer holds it up no longer.
+func CheckTopics(ctx context.Context, cfg Config, topics []string) ([]TopicState, error) {
 	cfg.Defaults()
 	sc, err := cfg.sarama()
 	if err != nil {
@@ -48,28 +60,66 @@ func CheckTopics(cfg Config, topics []string) ([]TopicState, error) {
 	if len(topics) == 0 {
 		return nil, nil
 	}
-	var md *sarama.MetadataResponse
+	var out []TopicState
 	var errs []string
 	for _, addr := range cfg.Brokers {
-		md, err = topicMetadata(addr, sc, topics)
+		out, err = topicStates(ctx, addr, sc, topics)
 		if err == nil {
-			break
+			return out, nil
 		}
 		var ae *AuthError
 		if err = cfg.Security.authError(addr, err); errors.As(err, &ae) {
 			return nil, err
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	if md == nil {
-		return nil, fmt.Errorf("kafka: read topic metadata: no broker answered among %s: %s",
-			strings.Join(cfg.Brokers, ","), strings.Join(errs, "; "))
+	return nil, fmt.Errorf("kafka: read topic metadata: no broker answered among %s: %s",
+		strings.Join(cfg.Brokers, ","), strings.Join(errs, "; "))
+}
+
+// topicConfigs are the topic settings CheckTopics reads.
+var topicConfigs = []string{"max.message.bytes", "min.insync.replicas", "unclean.leader.election.enable"}
+
+// topicStates asks the broker at addr. The metadata request leaves
+// AllowAutoTopicCreation false: asking must not create.
+func topicStates(ctx context.Context, addr string, sc *sarama.Config, topics []string) ([]TopicState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b := sarama.NewBroker(addr)
+	if err := b.Open(sc); err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = b.Close() })
+	defer func() {
+		if stop() {
+			_ = b.Close()
+		}
+	}()
+	if ok, err := b.Connected(); !ok {
+		if err == nil {
+			err = errors.New("not connected")
+		}
+		return nil, err
+	}
+	req := sarama.NewMetadataRequest(sc.Version, topics)
+	req.AllowAutoTopicCreation = false
+	md, err := b.GetMetadata(req)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		}
+		return nil, err
 	}
 	byName := make(map[string]*sarama.TopicMetadata, len(md.Topics))
 	for _, t := range md.Topics {
 		byName[t.Name] = t
 	}
 	out := make([]TopicState, len(topics))
+	var existing []*sarama.ConfigResource
 	for i, name := range topics {
 		s := TopicState{Topic: name}
 		t, ok := byName[name]
@@ -80,27 +130,48 @@ func CheckTopics(cfg Config, topics []string) ([]TopicState, error) {
 			s.Err = fmt.Errorf("kafka: topic %q: %w", name, t.Err)
 		default:
 			s.Partitions = int32(len(t.Partitions))
+			if len(t.Partitions) > 0 {
+				s.ReplicationFactor = len(t.Partitions[0].Replicas)
+			}
+			existing = append(existing, &sarama.ConfigResource{Type: sarama.TopicResource, Name: name, ConfigNames: topicConfigs})
 		}
 		out[i] = s
+	}
+	if len(existing) == 0 {
+		return out, nil
+	}
+	// Not every user may describe configs: without them the settings stay
+	// unknown, which is not an error.
+	dc, err := b.DescribeConfigs(&sarama.DescribeConfigsRequest{Version: 1, Resources: existing})
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return out, nil
+	}
+	for _, r := range dc.Resources {
+		if r.ErrorCode != 0 {
+			continue
+		}
+		for i := range out {
+			if out[i].Topic != r.Name {
+				continue
+			}
+			out[i].Configs = make(map[string]string, len(r.Configs))
+			for _, c := range r.Configs {
+				out[i].Configs[c.Name] = c.Value
+			}
+		}
 	}
 	return out, nil
 }
 
-// topicMetadata sends one metadata request for topics to the broker at addr.
-// The request leaves AllowAutoTopicCreation false: asking must not create.
-func topicMetadata(addr string, sc *sarama.Config, topics []string) (*sarama.MetadataResponse, error) {
-	b := sarama.NewBroker(addr)
-	if err := b.Open(sc); err != nil {
-		return nil, err
+// MaxMessageBytes returns the topic's max.message.bytes, if known.
+func (s TopicState) MaxMessageBytes() (int, bool) {
+	v, ok := s.Configs["max.message.bytes"]
+	if !ok {
+		return 0, false
 	}
-	defer func() { _ = b.Close() }()
-	if ok, err := b.Connected(); !ok {
-		if err == nil {
-			err = errors.New("not connected")
-		}
-		return nil, err
-	}
-	req := sarama.NewMetadataRequest(sc.Version, topics)
-	req.AllowAutoTopicCreation = false
-	return b.GetMetadata(req)
+	n, err := strconv.Atoi(v)
+	return n, err == nil
 }

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ func TestValidateCheckTopicsReportsPartitionsAndMissingTopics(t *testing.T) {
 	cfg := Config{Brokers: env.KafkaBrokers}
 	// auto.create.topics on must not matter: asking never creates.
 	cfg.AutoCreateTopics = true
-	got, err := CheckTopics(cfg, []string{missing, present})
+	got, err := CheckTopics(context.Background(), cfg, []string{missing, present})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func TestValidateCheckTopicsReportsPartitionsAndMissingTopics(t *testing.T) {
 	}
 
 	// Still missing: the metadata request did not create it.
-	again, err := CheckTopics(cfg, []string{missing})
+	again, err := CheckTopics(context.Background(), cfg, []string{missing})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestValidateCheckTopicsReportsPartitionsAndMissingTopics(t *testing.T) {
 
 func TestValidatePingReachesTheBroker(t *testing.T) {
 	env := testenv.Require(t)
-	if err := Ping(Config{Brokers: env.KafkaBrokers}); err != nil {
+	if err := Ping(context.Background(), Config{Brokers: env.KafkaBrokers}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -52,11 +53,11 @@ func TestValidatePingReachesTheBroker(t *testing.T) {
 func TestValidatePingAndCheckTopicsNameAnUnreachableBroker(t *testing.T) {
 	cfg := Config{Brokers: []string{"127.0.0.1:1"}, DialTimeout: 2 * time.Second}
 	start := time.Now()
-	err := Ping(cfg)
+	err := Ping(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("Ping: want an error naming 127.0.0.1:1, got %v", err)
 	}
-	_, err = CheckTopics(cfg, []string{"t"})
+	_, err = CheckTopics(context.Background(), cfg, []string{"t"})
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("CheckTopics: want an error naming 127.0.0.1:1, got %v", err)
 	}

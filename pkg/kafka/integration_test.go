@@ -8,6 +8,7 @@ package kafka
 // Without the environment they skip.
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func produceAndCheck(t *testing.T, p *Producer, topic string, order []sent, want
 		}
 		*rec = router.Record{Topic: topic, Key: []byte(s.key), Value: []byte(s.value), Partition: -1,
 			Timestamp: time.Now(), EventID: []byte(s.value)}
-		p.Send(rec, uint64(i))
+		p.Send(rec, Meta{Ref: uint64(i)})
 	}
 	timeout := time.After(2 * time.Minute)
 	for len(acks) < len(order) {
@@ -78,9 +79,9 @@ func TestKeyedRecordsKeepJavaPartitionsAndOrderOnKafka(t *testing.T) {
 	env.CreateTopic(t, topic, 6)
 
 	p := newTestProducer(t, Config{Brokers: env.KafkaBrokers})
-	parts, err := p.Partitions(topic)
-	if err != nil || len(parts) != 6 {
-		t.Fatalf("Partitions = %v, %v", parts, err)
+	st, err := CheckTopics(context.Background(), Config{Brokers: env.KafkaBrokers}, []string{topic})
+	if err != nil || st[0].Partitions != 6 {
+		t.Fatalf("CheckTopics = %+v, %v", st, err)
 	}
 
 	vs := loadVectors(t)
@@ -148,7 +149,7 @@ func TestRidesOutABrokerRestart(t *testing.T) {
 		defer close(sendDone)
 		for i, s := range order {
 			p.Send(&router.Record{Topic: topic, Key: []byte(s.key), Value: []byte(s.value), Partition: -1,
-				EventID: []byte(s.value)}, uint64(i))
+				EventID: []byte(s.value)}, Meta{Ref: uint64(i)})
 			if i%100 == 99 {
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -225,11 +226,11 @@ func BenchmarkSendKafka(b *testing.B) {
 			env.CreateTopic(b, topic, 6)
 			cfg := Config{Brokers: env.KafkaBrokers}
 			tc.flush(&cfg)
-			p, err := New(cfg, zap.NewNop())
+			p, err := New(context.Background(), cfg, zap.NewNop())
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer p.Close()
+			defer p.Close(context.Background())
 			rec := benchRecord(2)
 			rec.Topic = topic
 			keys := make([][]byte, 64)
@@ -247,7 +248,7 @@ func BenchmarkSendKafka(b *testing.B) {
 					inFlight--
 				}
 				rec.Key = keys[i%len(keys)]
-				p.Send(rec, uint64(i))
+				p.Send(rec, Meta{Ref: uint64(i)})
 				inFlight++
 			}
 			for ; inFlight > 0; inFlight-- {

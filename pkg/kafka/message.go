@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"encoding/binary"
 	"time"
 	"unsafe"
 
@@ -21,9 +22,8 @@ const inlineHeaders = 2
 // key and value encoders and the first few headers.
 type message struct {
 	pm      sarama.ProducerMessage
-	ref     uint64
+	meta    Meta
 	bytes   int // key, value and header bytes, reported back in the Ack
-	stamp   int64
 	sent    time.Time
 	eventID []byte
 	key     bytesEncoder
@@ -44,8 +44,8 @@ var emptyBytes = []byte{}
 // newMessage builds the sarama message for rec. It copies rec's fields, not
 // the bytes they point to: Key, Value, EventID and header values alias the
 // caller's memory, which the caller keeps alive and unchanged until the ack.
-func newMessage(rec *router.Record, ref uint64) *message {
-	m := &message{ref: ref, eventID: rec.EventID, bytes: len(rec.Key) + len(rec.Value)}
+func newMessage(rec *router.Record, meta Meta) *message {
+	m := &message{meta: meta, eventID: rec.EventID, bytes: len(rec.Key) + len(rec.Value)}
 	pm := &m.pm
 	pm.Topic = rec.Topic
 	pm.Timestamp = rec.Timestamp
@@ -91,10 +91,10 @@ func stringBytes(s string) []byte {
 func ack(pm *sarama.ProducerMessage, err error) Ack {
 	a := Ack{Topic: pm.Topic, Partition: pm.Partition, Offset: pm.Offset}
 	if m, ok := pm.Metadata.(*message); ok {
-		a.Ref = m.ref
+		a.Meta = m.meta
 		a.EventID = m.eventID
 		a.Bytes = m.bytes
-		a.Stamp = m.stamp
+		a.Size = pm.ByteSize(2)
 		a.Sent = m.sent
 	}
 	if err != nil {
@@ -107,3 +107,19 @@ func ack(pm *sarama.ProducerMessage, err error) Ack {
 	}
 	return a
 }
+
+// RecordSize is the size of rec as the producer counts it against
+// max.message.bytes (sarama's ProducerMessage.ByteSize for record batches):
+// key, value and headers plus the most a record's framing can take.
+func RecordSize(rec *router.Record) int {
+	n := maxRecordOverhead + len(rec.Key) + len(rec.Value)
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value) + 2*binary.MaxVarintLen32
+	}
+	return n
+}
+
+// maxRecordOverhead is the framing of one record in a v2 batch at its
+// largest (length, attributes, timestamp and offset deltas, key and value
+// lengths, header count).
+const maxRecordOverhead = 5*binary.MaxVarintLen32 + binary.MaxVarintLen64 + 1

@@ -15,7 +15,8 @@ func IsPoison(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrTopicMissing) {
+	var tl *RecordTooLargeError
+	if errors.Is(err, ErrTopicMissing) || errors.As(err, &tl) {
 		return true
 	}
 	var ce sarama.ConfigurationError
@@ -32,4 +33,12 @@ func IsPoison(err error) bool {
 		}
 	}
 	return false
+}
+
+// IsBatchTooLarge reports whether the broker refused a batch as too large
+// (MESSAGE_TOO_LARGE). The broker limits whole batches by the topic's
+// max.message.bytes, so the records of a refused batch may each be small
+// enough: only a record sent in a batch of its own, and refused, is poison.
+func IsBatchTooLarge(err error) bool {
+	return errors.Is(err, sarama.ErrMessageSizeTooLarge) || errors.Is(err, sarama.ErrMessageSetSizeTooLarge)
 }

@@ -20,32 +20,46 @@ import (
 // ErrClosed is returned by Close when the producer was already closed.
 var ErrClosed = errors.New("kafka: producer is closed")
 
-// Ack reports the outcome of one Send. Ref and EventID are the values given
-// to Send (EventID is the record's slice, not a copy). On success Err is nil and Partition and Offset locate the record.
-// On failure Err is a *ProduceError, Offset is -1 and Partition is the
-// chosen partition, or the requested one (-1 if none) when the record failed
-// before it was partitioned.
+// Meta is what the caller says about a record: it comes back in the
+// record's Ack unchanged, so that the caller needs no lookup table.
+type Meta struct {
+	// Ref is the caller's reference (the relay: the transaction).
+	Ref uint64
+	// Stamp is a time in Unix nanoseconds (the relay: the commit time).
+	Stamp int64
+	// Hold is what keeps the record's bytes in memory (the relay: the WAL
+	// chunk they lie in), and Held the bytes the caller counts for the
+	// record while it is in flight; both are opaque to the producer.
+	Hold any
+	Held int
+}
+
+// Ack reports the outcome of one Send. Meta is what Send was given; EventID
+// is the record's slice, not a copy. On success Err is nil and Partition and
+// Offset locate the record. On failure Err is a *ProduceError, Offset is -1
+// and Partition is the chosen partition, or the requested one (-1 if none)
+// when the record failed before it was partitioned.
 //
 // Offset is informational: sarama reports a batch that the broker rejects as
 // a duplicate of one it already has (DUPLICATE_SEQUENCE_NUMBER, after a lost
 // response) as a success without setting offsets, leaving them 0. Current
 // brokers (and kfake) answer such a retry with the original offsets instead.
 type Ack struct {
-	Ref       uint64
+	Meta
 	EventID   []byte
 	Topic     string
 	Partition int32
 	Offset    int64
-	// Bytes is the record's key, value and header size, as Send counted it,
-	// so the caller can keep a byte budget of what is in flight.
+	// Bytes is the record's key, value and header size.
 	Bytes int
+	// Size is the record's size as the producer's max.message.bytes
+	// limit counts it (RecordSize).
+	Size int
 	// Key and Value are the record's bytes, set on failure only.
 	Key, Value []byte
-	// Stamp is what SendStamped was given (0 for Send); Sent is when the
-	// record was handed to the producer.
-	Stamp int64
-	Sent  time.Time
-	Err   error
+	// Sent is when the record was handed to the producer.
+	Sent time.Time
+	Err  error
 }
 
 // ProduceError is the error of a failed Ack. Any ProduceError means later
@@ -81,14 +95,13 @@ type Producer struct {
 	done   chan struct{} // closed when the drain goroutine has returned
 	closed atomic.Bool
 	cfg    Config
-	// known holds the topics whose existence was checked; owned by the
-	// goroutine that calls Send.
-	known map[string]bool
 }
 
 // New connects to the cluster and starts the producer. It fails with an
-// error naming the brokers when none of them can be reached.
-func New(cfg Config, log *zap.Logger) (*Producer, error) {
+// error naming the brokers when none of them can be reached. ctx bounds it:
+// a cluster that accepts connections but does not answer (a paused broker)
+// would otherwise hold it up for as long as sarama retries.
+func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -100,14 +113,23 @@ func New(cfg Config, log *zap.Logger) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := probe(&cfg, sc); err != nil {
+	if err := probe(ctx, &cfg, sc); err != nil {
 		return nil, err
 	}
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
+	// The idempotent producer asks for a producer ID as it starts, with
+	// retries; closing the client when ctx ends cuts that short.
+	stop := context.AfterFunc(ctx, func() { _ = client.Close() })
 	ap, err := sarama.NewAsyncProducerFromClient(client)
+	if !stop() {
+		if err == nil {
+			_ = ap.Close()
+		}
+		return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), context.Cause(ctx))
+	}
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
@@ -119,7 +141,6 @@ func New(cfg Config, log *zap.Logger) (*Producer, error) {
 		acks:   make(chan Ack, cfg.AckBuffer),
 		done:   make(chan struct{}),
 		cfg:    cfg,
-		known:  map[string]bool{},
 	}
 	go p.drain()
 	log.Info("kafka producer started",
@@ -135,20 +156,32 @@ func New(cfg Config, log *zap.Logger) (*Producer, error) {
 // cluster fails New within DialTimeout per broker rather than after sarama's
 // retries. A broker that refuses the credentials ends the probe with an
 // *AuthError: the other brokers would refuse them too.
-func probe(cfg *Config, sc *sarama.Config) error {
+func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 	brokers := cfg.Brokers
 	var errs, hints []string
 	for _, addr := range brokers {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(brokers, ","), err)
+		}
 		b := sarama.NewBroker(addr)
 		err := b.Open(sc)
 		if err == nil {
+			stop := context.AfterFunc(ctx, func() { _ = b.Close() })
 			var ok bool
 			ok, err = b.Connected()
-			if ok {
+			if stop() {
 				_ = b.Close()
+			} else if cerr := ctx.Err(); cerr != nil {
+				err = cerr
+			}
+			if ok && err == nil {
 				return nil
 			}
-			_ = b.Close()
+			if err == nil {
+				err = errors.New("not connected")
+			} else if isTimeout(err) {
+				err = &silentBrokerError{timeout: sc.Net.ReadTimeout, err: err}
+			}
 		}
 		if err == nil {
 			err = errors.New("not connected")
@@ -164,11 +197,31 @@ func probe(cfg *Config, sc *sarama.Config) error {
 		strings.Join(brokers, ","), strings.Join(errs, "; "), strings.Join(slices.Compact(hints), "; "))
 }
 
+// silentBrokerError is a broker that accepted the connection and then did
+// not answer.
+type silentBrokerError struct {
+	timeout time.Duration
+	err     error
+}
+
+func (e *silentBrokerError) Error() string {
+	return fmt.Sprintf("accepted the connection but did not answer within kafka.read.timeout (%s): %v", e.timeout, e.err)
+}
+func (e *silentBrokerError) Unwrap() error { return e.err }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 // brokerHint says what to check when a seed broker does not answer.
 func brokerHint(err error) string {
 	var dns *net.DNSError
 	var ne net.Error
+	var silent *silentBrokerError
 	switch {
+	case errors.As(err, &silent):
+		return "the broker is up but not serving: it may be paused, overloaded or in a long garbage-collection pause; check its process and log, or raise kafka.read.timeout"
 	case errors.As(err, &dns):
 		return "check the host names in kafka.brokers and this machine's DNS (resolv.conf)"
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -179,43 +232,28 @@ func brokerHint(err error) string {
 	return "check kafka.brokers and the broker's log"
 }
 
-// Send hands rec to sarama; its outcome arrives on Acks with the given ref.
-// Send copies what it needs from rec, so the caller may reuse rec at once,
-// but the byte slices rec points to (Key, Value, EventID, header values) are
-// not copied: they must stay alive and unchanged until the ack. Send blocks
-// while sarama's input buffer is full.
+// Send hands rec to sarama; its outcome arrives on Acks with m. Send copies
+// what it needs from rec, so the caller may reuse rec at once, but the byte
+// slices rec points to (Key, Value, EventID, header values) are not copied:
+// they must stay alive and unchanged until the ack.
+//
+// Send never waits for the network: the topic must be known to exist (the
+// caller checks with CheckTopics first, or lets the broker auto-create it),
+// and it never blocks while the caller keeps to AckBuffer. A record larger
+// than max.message.bytes fails at once with a *RecordTooLargeError.
 //
 // Send must not be called after Close; it panics if it is.
-func (p *Producer) Send(rec *router.Record, ref uint64) {
-	p.SendStamped(rec, ref, 0)
-}
-
-// SendStamped is Send with a caller's stamp (for example the transaction's
-// commit time in Unix nanoseconds) that comes back in the Ack, so latencies
-// can be measured without a lookup table.
-func (p *Producer) SendStamped(rec *router.Record, ref uint64, stamp int64) {
+func (p *Producer) Send(rec *router.Record, m Meta) {
 	if p.closed.Load() {
 		panic("kafka: Send called after Close")
 	}
-	m := newMessage(rec, ref)
-	m.stamp = stamp
-	m.sent = time.Now()
-	if !p.known[rec.Topic] {
-		// Retries last long, so a record for a topic that does not exist
-		// (or may not be written) would wait for many minutes: check each
-		// new topic once and fail its records at once instead.
-		st, err := CheckTopics(p.cfg, []string{rec.Topic})
-		switch {
-		case err != nil:
-			// The cluster did not answer: leave it to sarama's retries.
-		case st[0].Err != nil:
-			p.acks <- ack(&m.pm, st[0].Err)
-			return
-		default:
-			p.known[rec.Topic] = true
-		}
+	msg := newMessage(rec, m)
+	msg.sent = time.Now()
+	if size := msg.pm.ByteSize(2); size > p.cfg.MaxMessageBytes {
+		p.acks <- ack(&msg.pm, &RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: p.cfg.MaxMessageBytes, Option: "kafka.max.message.bytes"})
+		return
 	}
-	p.ap.Input() <- &m.pm
+	p.ap.Input() <- &msg.pm
 }
 
 // Acks returns the channel on which every Send yields exactly one Ack, in
@@ -231,44 +269,66 @@ func (p *Producer) Acks() <-chan Ack { return p.acks }
 // have sent and not yet received the ack of.
 func (p *Producer) AckBuffer() int { return cap(p.acks) }
 
-// Partitions returns the partition IDs of topic, from one metadata request
-// (the client's own refresh retries for many minutes by default for a topic
-// that does not exist). A missing topic is ErrTopicMissing.
-func (p *Producer) Partitions(topic string) ([]int32, error) {
-	st, err := CheckTopics(p.cfg, []string{topic})
-	if err != nil {
-		return nil, fmt.Errorf("kafka: partitions of topic %q: %w", topic, err)
-	}
-	if st[0].Err != nil {
-		return nil, fmt.Errorf("kafka: partitions of topic %q: %w", topic, st[0].Err)
-	}
-	parts := make([]int32, st[0].Partitions)
-	for i := range parts {
-		parts[i] = int32(i)
-	}
-	return parts, nil
-}
-
 // Close stops the producer: it closes sarama's input, waits until every
 // record sent before has been acknowledged or has failed (sarama still
 // retries in-flight records, so this can take as long as the retries),
 // delivers those acks, closes Acks and closes the connections. Acks left in
 // the channel stay readable after Close returns.
 //
+// When ctx ends first, Close closes the connections under sarama, which
+// fails what is still in flight, and waits for that a little longer; if
+// sarama still has not finished it returns ErrCloseTimeout and leaves its
+// goroutines to end with the process. Records failed that way are reported
+// like any failure: nothing after them may be confirmed.
+//
 // Close may be called once; later calls return ErrClosed. It must not run
 // concurrently with Send.
-func (p *Producer) Close() error {
+func (p *Producer) Close(ctx context.Context) error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
 	p.ap.AsyncClose()
-	<-p.done
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.log.Warn("kafka producer did not finish in time; closing its connections")
+		_ = p.client.Close()
+		t := time.NewTimer(forceCloseWait)
+		defer t.Stop()
+		select {
+		case <-p.done:
+		case <-t.C:
+			return ErrCloseTimeout
+		}
+		return nil
+	}
 	// The producer was made from our client, so it leaves the client open.
 	if err := p.client.Close(); err != nil && !errors.Is(err, sarama.ErrClosedClient) {
 		return fmt.Errorf("kafka: close client: %w", err)
 	}
 	p.log.Info("kafka producer closed")
 	return nil
+}
+
+// forceCloseWait is how long Close waits for sarama after closing its
+// connections.
+const forceCloseWait = 2 * time.Second
+
+// ErrCloseTimeout is returned by Close when sarama did not finish after its
+// connections were closed.
+var ErrCloseTimeout = errors.New("kafka: producer did not close in time; its goroutines are left to end with the process")
+
+// RecordTooLargeError is a record larger than a limit on record size: the
+// producer's (kafka.max.message.bytes) or its topic's (max.message.bytes).
+type RecordTooLargeError struct {
+	Topic  string
+	Size   int // as RecordSize counts it
+	Limit  int
+	Option string // the setting that sets Limit
+}
+
+func (e *RecordTooLargeError) Error() string {
+	return fmt.Sprintf("kafka: record of %d bytes for topic %q is larger than %s (%d): it can never be produced", e.Size, e.Topic, e.Option, e.Limit)
 }
 
 // drain is the Producer's one goroutine. It moves every success and error

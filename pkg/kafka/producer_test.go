@@ -57,12 +57,12 @@ func testConfig(brokers []string) Config {
 
 func newTestProducer(t *testing.T, cfg Config) *Producer {
 	t.Helper()
-	p, err := New(cfg, zaptest.NewLogger(t))
+	p, err := New(context.Background(), cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := p.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := p.Close(context.Background()); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -102,7 +102,7 @@ func TestSuccessfulAcksCarryRefTopicPartitionAndOffset(t *testing.T) {
 	for i := range n {
 		// One Record reused for every Send, as the relay does.
 		*rec = *keyed("orders", fmt.Sprintf("k%d", i%7), fmt.Sprint(i))
-		p.Send(rec, uint64(1000+i))
+		p.Send(rec, Meta{Ref: uint64(1000 + i)})
 	}
 	acks := waitAcks(t, p, n, 10*time.Second)
 
@@ -154,10 +154,10 @@ func TestExplicitPartitionIsHonoured(t *testing.T) {
 	for i := range 30 {
 		rec := keyed("orders", fmt.Sprintf("key-%d", i), "v")
 		rec.Partition = int32(i % 2 * 5) // 0 or 5, whatever the key hashes to
-		p.Send(rec, uint64(i))
+		p.Send(rec, Meta{Ref: uint64(i)})
 	}
 	// No key, explicit partition.
-	p.Send(&router.Record{Topic: "orders", Value: []byte("v"), Partition: 4}, 100)
+	p.Send(&router.Record{Topic: "orders", Value: []byte("v"), Partition: 4}, Meta{Ref: 100})
 	for _, a := range waitAcks(t, p, 31, 10*time.Second) {
 		if a.Err != nil {
 			t.Fatalf("ack %d: %v", a.Ref, a.Err)
@@ -178,7 +178,7 @@ func TestPartitionBeyondTopicFailsWithErrorAck(t *testing.T) {
 
 	rec := keyed("orders", "k", "v")
 	rec.Partition = 3
-	p.Send(rec, 7)
+	p.Send(rec, Meta{Ref: 7})
 	a := waitAcks(t, p, 1, 10*time.Second)[0]
 	if a.Ref != 7 || a.Err == nil {
 		t.Fatalf("ack = %+v, want an error for ref 7", a)
@@ -206,7 +206,7 @@ func TestKeyedRecordsLandOnJavaMurmur2Partitions(t *testing.T) {
 	for _, v := range vs.Vectors {
 		for i, n := range vs.PartitionCounts {
 			k := v.key(t)
-			p.Send(&router.Record{Topic: fmt.Sprintf("t%d", n), Key: k, Value: []byte("v"), Partition: -1}, ref)
+			p.Send(&router.Record{Topic: fmt.Sprintf("t%d", n), Key: k, Value: []byte("v"), Partition: -1}, Meta{Ref: ref})
 			wants[ref] = want{k, v.Partitions[i]}
 			ref++
 		}
@@ -227,7 +227,7 @@ func TestRecordOverMaxMessageBytesFailsWithErrorAck(t *testing.T) {
 	cfg.MaxMessageBytes = 1024
 	p := newTestProducer(t, cfg)
 
-	p.Send(keyed("orders", "k", strings.Repeat("x", 2000)), 1)
+	p.Send(keyed("orders", "k", strings.Repeat("x", 2000)), Meta{Ref: 1})
 	a := waitAcks(t, p, 1, 10*time.Second)[0]
 	if a.Ref != 1 || a.Err == nil || a.Offset != -1 {
 		t.Fatalf("ack = %+v, want an error for ref 1", a)
@@ -236,26 +236,23 @@ func TestRecordOverMaxMessageBytesFailsWithErrorAck(t *testing.T) {
 	if !errors.As(a.Err, &pe) || pe.Topic != "orders" {
 		t.Errorf("error %v is not a *ProduceError for topic orders", a.Err)
 	}
-	var ce sarama.ConfigurationError
-	if !errors.As(a.Err, &ce) || !strings.Contains(a.Err.Error(), "MaxMessageBytes") {
-		t.Errorf("error %v does not name MaxMessageBytes", a.Err)
+	var tl *RecordTooLargeError
+	if !errors.As(a.Err, &tl) || !strings.Contains(a.Err.Error(), "kafka.max.message.bytes") || !IsPoison(a.Err) {
+		t.Errorf("error %v is not a poison *RecordTooLargeError naming kafka.max.message.bytes", a.Err)
 	}
 }
 
-func TestUnknownTopicFailsWithErrorAck(t *testing.T) {
-	c := newCluster(t, map[string]int32{"orders": 1})
-	p := newTestProducer(t, testConfig(c.ListenAddrs()))
-
-	p.Send(keyed("no-such-topic", "k", "v"), 42)
-	a := waitAcks(t, p, 1, 20*time.Second)[0]
-	if a.Ref != 42 || a.Err == nil {
-		t.Fatalf("ack = %+v, want an error for ref 42", a)
+func TestCheckTopicsReportsMissingTopicsAndPartitions(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 6})
+	st, err := CheckTopics(context.Background(), testConfig(c.ListenAddrs()), []string{"no-such-topic", "orders"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !errors.Is(a.Err, ErrTopicMissing) {
-		t.Errorf("error %v does not wrap ErrTopicMissing", a.Err)
+	if !errors.Is(st[0].Err, ErrTopicMissing) || !IsPoison(st[0].Err) {
+		t.Errorf("no-such-topic: %+v, want ErrTopicMissing", st[0])
 	}
-	if _, err := p.Partitions("no-such-topic"); !errors.Is(err, ErrTopicMissing) {
-		t.Errorf("Partitions(no-such-topic) error = %v", err)
+	if st[1].Err != nil || st[1].Partitions != 6 {
+		t.Errorf("orders: %+v, want 6 partitions", st[1])
 	}
 }
 
@@ -294,7 +291,7 @@ func TestFatalProduceErrorFailsWithErrorAck(t *testing.T) {
 			p := newTestProducer(t, testConfig(c.ListenAddrs()))
 
 			failNextProduce(c, tc.code.Code)
-			p.Send(keyed("orders", "k", "first"), 1)
+			p.Send(keyed("orders", "k", "first"), Meta{Ref: 1})
 			a := waitAcks(t, p, 1, 10*time.Second)[0]
 			t.Logf("error ack: %v", a.Err)
 			if a.Ref != 1 || !errors.Is(a.Err, tc.want) {
@@ -303,7 +300,7 @@ func TestFatalProduceErrorFailsWithErrorAck(t *testing.T) {
 
 			// Why an error must stop the relay: sarama carries on, and the
 			// next record on the same partition is acked after the gap.
-			p.Send(keyed("orders", "k", "second"), 2)
+			p.Send(keyed("orders", "k", "second"), Meta{Ref: 2})
 			a = waitAcks(t, p, 1, 10*time.Second)[0]
 			if a.Ref != 2 || a.Err != nil || a.Partition != 0 {
 				t.Fatalf("ack = %+v, want ref 2 acked on partition 0", a)
@@ -317,7 +314,7 @@ func TestRetriableProduceErrorIsRetriedAndAckedOnce(t *testing.T) {
 	p := newTestProducer(t, testConfig(c.ListenAddrs()))
 
 	f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.NotLeaderForPartition})
-	p.Send(keyed("orders", "k", "v"), 5)
+	p.Send(keyed("orders", "k", "v"), Meta{Ref: 5})
 	a := waitAcks(t, p, 1, 10*time.Second)[0]
 	if a.Ref != 5 || a.Err != nil || a.Offset != 0 {
 		t.Fatalf("ack = %+v, want ref 5 acked at offset 0", a)
@@ -339,12 +336,12 @@ func TestLostAckIsRetriedWithoutDuplicate(t *testing.T) {
 	// kfake appends the batch, then answers REQUEST_TIMED_OUT: the ack is
 	// lost, sarama retries, and idempotence must keep the log at one copy.
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.RequestTimedOut})
-	p.Send(keyed("orders", "k", "v"), 9)
+	p.Send(keyed("orders", "k", "v"), Meta{Ref: 9})
 	a := waitAcks(t, p, 1, 10*time.Second)[0]
 	if a.Ref != 9 || a.Err != nil || a.Offset != 0 {
 		t.Fatalf("ack = %+v, want ref 9 acked at offset 0", a)
 	}
-	p.Send(keyed("orders", "k", "w"), 10)
+	p.Send(keyed("orders", "k", "w"), Meta{Ref: 10})
 	if a := waitAcks(t, p, 1, 10*time.Second)[0]; a.Err != nil || a.Offset != 1 {
 		t.Fatalf("ack = %+v, want ref 10 at offset 1 (one copy of ref 9 before it)", a)
 	}
@@ -359,10 +356,10 @@ func TestCloseDeliversOutstandingAcksThenClosesChannel(t *testing.T) {
 
 	const n = 500
 	for i := range n {
-		p.Send(keyed("orders", fmt.Sprint(i), "v"), uint64(i))
+		p.Send(keyed("orders", fmt.Sprint(i), "v"), Meta{Ref: uint64(i)})
 	}
 	// Close without reading Acks first: the acks wait in the buffer.
-	if err := p.Close(); err != nil {
+	if err := p.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	got := map[uint64]bool{}
@@ -375,7 +372,7 @@ func TestCloseDeliversOutstandingAcksThenClosesChannel(t *testing.T) {
 	if len(got) != n {
 		t.Fatalf("%d acks after Close, want %d", len(got), n)
 	}
-	if err := p.Close(); !errors.Is(err, ErrClosed) {
+	if err := p.Close(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close = %v, want ErrClosed", err)
 	}
 	defer func() {
@@ -383,7 +380,7 @@ func TestCloseDeliversOutstandingAcksThenClosesChannel(t *testing.T) {
 			t.Error("Send after Close did not panic")
 		}
 	}()
-	p.Send(keyed("orders", "k", "v"), 1)
+	p.Send(keyed("orders", "k", "v"), Meta{Ref: 1})
 }
 
 func TestRecordFieldsReachKafka(t *testing.T) {
@@ -394,9 +391,9 @@ func TestRecordFieldsReachKafka(t *testing.T) {
 	headers := []router.Header{{Key: "id", Value: []byte("e1")}, {Key: "type", Value: []byte("OrderCreated")},
 		{Key: "null", Value: nil}, {Key: "", Value: []byte("empty key")}, {Key: "fifth", Value: []byte("5")}}
 	p.Send(&router.Record{Topic: "orders", Key: []byte("k1"), Value: []byte(`{"a":1}`),
-		Headers: headers, Partition: -1, Timestamp: ts}, 1)
-	p.Send(&router.Record{Topic: "orders", Key: []byte("k1"), Value: nil, Partition: -1, Timestamp: ts}, 2) // tombstone
-	p.Send(&router.Record{Topic: "orders", Key: nil, Value: []byte{}, Partition: -1, Timestamp: ts}, 3)     // no key, empty value
+		Headers: headers, Partition: -1, Timestamp: ts}, Meta{Ref: 1})
+	p.Send(&router.Record{Topic: "orders", Key: []byte("k1"), Value: nil, Partition: -1, Timestamp: ts}, Meta{Ref: 2}) // tombstone
+	p.Send(&router.Record{Topic: "orders", Key: nil, Value: []byte{}, Partition: -1, Timestamp: ts}, Meta{Ref: 3})     // no key, empty value
 	for _, a := range waitAcks(t, p, 3, 10*time.Second) {
 		if a.Err != nil {
 			t.Fatalf("ack %d: %v", a.Ref, a.Err)
@@ -453,7 +450,7 @@ func TestNewFailsNamingUnreachableBrokers(t *testing.T) {
 	// bind it (a port freed by this test could be taken by another one).
 	addr := "127.0.0.1:1"
 	start := time.Now()
-	_, err := New(testConfig([]string{addr}), nil)
+	_, err := New(context.Background(), testConfig([]string{addr}), nil)
 	if err == nil {
 		t.Fatal("New succeeded without a cluster")
 	}
@@ -468,16 +465,9 @@ func TestNewFailsNamingUnreachableBrokers(t *testing.T) {
 	}
 }
 
-func TestPartitionsListsTopicPartitions(t *testing.T) {
+func TestAckBufferIsTheConfiguredOne(t *testing.T) {
 	c := newCluster(t, map[string]int32{"orders": 6})
 	p := newTestProducer(t, testConfig(c.ListenAddrs()))
-	parts, err := p.Partitions("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(parts) != "[0 1 2 3 4 5]" {
-		t.Errorf("Partitions = %v", parts)
-	}
 	if p.AckBuffer() != 1024 {
 		t.Errorf("AckBuffer = %d", p.AckBuffer())
 	}

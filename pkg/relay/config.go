@@ -91,6 +91,10 @@ type Limits struct {
 	// ShutdownTimeout bounds how long a stop waits for the open transaction to
 	// end and for Kafka to acknowledge what is in flight.
 	ShutdownTimeout time.Duration `yaml:"shutdown.timeout"`
+	// ProgressInterval is how often, while the relay is behind (a backlog
+	// after a restart or an outage), it logs how far behind it is, how fast
+	// it catches up and when it expects to be done.
+	ProgressInterval time.Duration `yaml:"progress.interval"`
 	// RestartBackoff is the first wait before a new session after a failure;
 	// it doubles (with jitter) up to RestartBackoffMax.
 	RestartBackoff    time.Duration `yaml:"restart.backoff"`
@@ -117,6 +121,7 @@ func DefaultConfig() Config {
 			MaxInFlightRecords: 5000,
 			MaxInFlightBytes:   8 << 20,
 			ShutdownTimeout:    30 * time.Second,
+			ProgressInterval:   10 * time.Second,
 			RestartBackoff:     500 * time.Millisecond,
 			RestartBackoffMax:  30 * time.Second,
 			PoisonPolicy:       "fail",
@@ -135,6 +140,9 @@ func (c *Config) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Kafka.ValidateExplicit(); err != nil {
+		errs = append(errs, err)
+	}
 	// RouterSet validates the router section too: each problem once.
 	if _, err := c.RouterSet(); err != nil {
 		errs = append(errs, err)
@@ -146,6 +154,9 @@ func (c *Config) Validate() error {
 	if l.MaxInFlightBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("relay: max.inflight.bytes %d too small: use at least 1024", l.MaxInFlightBytes))
 	}
+	if l.ProgressInterval <= 0 {
+		errs = append(errs, fmt.Errorf("relay: progress.interval %s must be positive", l.ProgressInterval))
+	}
 	if l.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("relay: shutdown.timeout %s must be positive", l.ShutdownTimeout))
 	}
@@ -155,8 +166,8 @@ func (c *Config) Validate() error {
 	switch l.PoisonPolicy {
 	case "fail":
 	case "dead-letter":
-		if l.DeadLetterTopic == "" {
-			errs = append(errs, errors.New("relay: dead.letter.topic is empty but poison.policy is dead-letter"))
+		if err := validTopic(l.DeadLetterTopic); err != nil {
+			errs = append(errs, fmt.Errorf("relay: dead.letter.topic %q: %w", l.DeadLetterTopic, err))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("relay: poison.policy %q: use fail or dead-letter", l.PoisonPolicy))
@@ -167,4 +178,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("messages: nontransactional %q: use refuse or accept", c.Messages.NonTransactional))
 	}
 	return errors.Join(errs...)
+}
+
+// validTopic checks a Kafka topic name as the broker does: 1 to 249 of
+// ASCII letters, digits, '.', '_' and '-', and not "." or "..".
+func validTopic(t string) error {
+	if t == "" || len(t) > 249 {
+		return errors.New("a topic name has 1 to 249 characters")
+	}
+	if t == "." || t == ".." {
+		return errors.New(`"." and ".." are not topic names`)
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%q is not allowed in a topic name (use ASCII letters, digits, '.', '_' and '-')", r)
+		}
+	}
+	return nil
 }

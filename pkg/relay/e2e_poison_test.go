@@ -2,8 +2,11 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
@@ -32,13 +36,18 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 		setup  func(*relay.Config)
 		insert string // the poison row; $P is the test's prefix
 		reason string // expected in the error or dead-letter reason
+		id     string // the event id the error and the dead-letter record name ("" for none)
+		key    string // the dead-letter record's key: the row's own
 	}{
 		{"null routing value", nil,
-			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', NULL, 'k', 'T', '{}')`, "NULL"},
-		{"record larger than Kafka accepts", func(c *relay.Config) { c.Kafka.MaxMessageBytes = 2000 },
-			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', '$P', 'k', 'T', json_build_object('pad', repeat('x', 5000)))`, "larger"},
-		{"topic does not exist", nil,
-			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', '$P_nowhere', 'k', 'T', '{}')`, "does not exist"},
+			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', NULL, 'k', 'T', '{}')`, "NULL", bad, "k"},
+		{"record larger than Kafka accepts", func(c *relay.Config) { c.Kafka.MaxMessageBytes = 4000 },
+			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', '$P', 'k', 'T', json_build_object('pad', repeat('x', 5000)))`, "kafka.max.message.bytes", bad, "k"},
+		{"topic does not exist", func(c *relay.Config) { c.Kafka.TopicMissingTimeout = 2 * time.Second },
+			`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + bad + `', '$P_nowhere', 'k', 'T', '{}')`, "does not exist", bad, "k"},
+		// One such message once crash-looped every relay on the database.
+		{"message that is not a JSON object", nil,
+			`SELECT pg_logical_emit_message(true, 'outbox', '["not", "an object"]')`, "not a JSON object", "", ""},
 	}
 	for _, c := range cases {
 		for _, policy := range []string{"fail", "dead-letter"} {
@@ -94,8 +103,8 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 					if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.reason) || !lsnPattern.MatchString(err.Error()) {
 						t.Fatalf("want a fatal error with the reason %q and an LSN, got %v", c.reason, err)
 					}
-					if !strings.Contains(err.Error(), bad) && c.name != "null routing value" {
-						t.Fatalf("error does not name event %s: %v", bad, err)
+					if c.id != "" && !strings.Contains(err.Error(), c.id) && c.name != "null routing value" {
+						t.Fatalf("error does not name event %s: %v", c.id, err)
 					}
 					// The error names the poison transaction's commit LSN;
 					// the slot must not have been confirmed past it.
@@ -120,8 +129,21 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 				id, _ := d.Header("id")
 				reason, _ := d.Header("pgoutbox.error.reason")
 				lsn, _ := d.Header("pgoutbox.commit.lsn")
-				if string(id) != bad || !strings.Contains(string(reason), c.reason) || !lsnPattern.MatchString(string(lsn)) || len(d.Value) == 0 {
+				if string(id) != c.id || !strings.Contains(string(reason), c.reason) || !lsnPattern.MatchString(string(lsn)) || len(d.Value) == 0 {
 					t.Fatalf("dead-letter record: id %q reason %q lsn %q value %d bytes", id, reason, lsn, len(d.Value))
+				}
+				if string(d.Key) != c.key {
+					t.Fatalf("dead-letter record's key is %q, want the row's own %q", d.Key, c.key)
+				}
+				// A value cut to fit is still JSON, and says so.
+				if _, cut := d.Header("pgoutbox.truncated.from"); cut {
+					var v struct {
+						Truncated bool   `json:"pgoutbox.truncated"`
+						Head      []byte `json:"head_base64"`
+					}
+					if err := json.Unmarshal(d.Value, &v); err != nil || !v.Truncated || len(v.Head) == 0 {
+						t.Fatalf("cut dead-letter value is not the JSON that says so: %v: %.200s", err, d.Value)
+					}
 				}
 				select {
 				case err := <-done:
@@ -129,6 +151,115 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 				default:
 				}
 			})
+		}
+	}
+}
+
+// TestTopicCreatedAfterItsFirstRecordIsNotPoison: the first record for a
+// topic that does not exist yet waits (kafka.topic.missing.timeout) for it,
+// rather than counting as poison at once, and the relay keeps streaming and
+// answering PostgreSQL meanwhile.
+func TestTopicCreatedAfterItsFirstRecordIsNotPoison(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	late := "outbox.event." + f.slot + "_late"
+	dlq := f.slot + ".dlq"
+	env.CreateTopic(t, dlq, 1)
+	cfg := f.config()
+	cfg.Relay.PoisonPolicy = "dead-letter"
+	cfg.Relay.DeadLetterTopic = dlq
+	cfg.Kafka.TopicMissingTimeout = time.Minute
+	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	f.waitStreaming(t)
+	const id = "00000000-0000-4000-8000-0000000000d4"
+	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k', 'T', '{}')`,
+		id, f.slot+"_late"); err != nil {
+		t.Fatal(err)
+	}
+	// The relay has the record and asks about the topic; create it now.
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		lsn, _ := f.slotState(t)
+		return lsn > 0, "slot state"
+	})
+	env.CreateTopic(t, late, 1)
+	m := env.NewConsumer(t, []string{late}).WaitFor(t, 1, time.Minute)[0]
+	if got, _ := m.Header("id"); string(got) != id {
+		t.Fatalf("record id %q, want %s", got, id)
+	}
+	if hw := env.HighWater(t, []string{dlq}); hw[dlq+"/0"] != 0 {
+		t.Fatalf("the record was dead-lettered as well: %d records on %s", hw[dlq+"/0"], dlq)
+	}
+}
+
+// TestBatchTooLargeForItsTopicPoisonsOnlyTheRecordTooLarge: a topic whose
+// max.message.bytes is far below the producer's refuses whole batches as too
+// large; only the record that is too large on its own is poison (here: it
+// goes to the dead-letter topic), every other record arrives.
+func TestBatchTooLargeForItsTopicPoisonsOnlyTheRecordTooLarge(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	small := "outbox.event." + f.slot + "_small"
+	dlq := f.slot + ".dlq"
+	env.CreateTopic(t, dlq, 1)
+	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{small}, 1, 1,
+		map[string]string{"max.message.bytes": "6000"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.config()
+	cfg.Relay.PoisonPolicy = "dead-letter"
+	cfg.Relay.DeadLetterTopic = dlq
+	cfg.Kafka.FlushFrequency = 50 * time.Millisecond // batches of many records
+	p := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	const big = "00000000-0000-4000-8000-0000000000ff"
+	tx, err := f.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := 0; i < 60; i++ {
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'T', json_build_object('pad', repeat('x', 900)))`,
+			id, f.slot+"_small", fmt.Sprint(i%4)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k', 'T', json_build_object('pad', repeat('x', 8000)))`,
+		big, f.slot+"_small"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := receivedIDs(env.ConsumeAll(t, []string{small}, time.Minute, func(n int) bool { return n >= len(want) }))
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %d distinct records, want %d", len(got), len(want))
+	}
+	env.NewConsumer(t, []string{dlq}).WaitFor(t, 1, time.Minute)
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// The refused batch is resent from the slot, so the big record may be
+	// dead-lettered twice (with its id): never another record.
+	n := env.HighWater(t, []string{dlq})[dlq+"/0"]
+	for _, m := range env.ConsumeAll(t, []string{dlq}, time.Minute, func(got int) bool { return int64(got) >= n }) {
+		if id, _ := m.Header("id"); string(id) != big {
+			t.Fatalf("dead-lettered %q, want only %s", id, big)
 		}
 	}
 }

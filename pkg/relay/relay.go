@@ -2,17 +2,18 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
+	mrand "math/rand/v2"
+	"os"
+	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
-	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -20,21 +21,42 @@ import (
 // Relay streams outbox rows from one replication slot to Kafka.
 //
 // Concurrency: Run owns everything it starts. Within a session one goroutine
-// (Run's) owns the replication connection and the checkpoint tracker; the
-// Kafka producer owns one more goroutine that drains acknowledgements into a
-// channel Run reads. Nothing else runs.
+// (Run's) owns the replication connection, the checkpoint tracker and the
+// producer's input; the producer drains acknowledgements on a goroutine of
+// its own, and two helpers run beside the loop and post results it reads:
+// the topic checker (does a topic exist, before its first record goes out)
+// and the catalog watcher (is the publication still what the session started
+// with). Nothing on Run's goroutine waits for Kafka. Run waits for all of
+// them before it returns.
 type Relay struct {
 	cfg    Config
 	log    *zap.Logger
 	router *router.Set
-	tables map[string]bool
 	obs    Observer
+	be     backend
+	clock  clock
+	// force ends a stop at once when closed (a second signal).
+	force <-chan struct{}
+	// instance names this process in the state table.
+	instance string
 
-	// Owned by Run's goroutine, across sessions: whether the slot was seen,
-	// and the furthest position this process sent as confirmed. A slot
-	// found ahead of it was moved by someone else.
-	slotSeen      bool
-	lastConfirmed checkpoint.LSN
+	// Owned by Run's goroutine, across sessions.
+	history history
+	topics  *topicCache
+	// singleUntil, when set, is a commit LSN up to which records are sent
+	// one per produce request: the broker refused a batch as too large,
+	// and only a record refused on its own is poison.
+	singleUntil checkpoint.LSN
+}
+
+// history is what Run remembers between sessions: whether the slot was seen,
+// the furthest position this process sent as confirmed (a slot found ahead
+// of it was moved by someone else, unless another instance took it over),
+// and when this process's last session started.
+type history struct {
+	slotSeen       bool
+	lastConfirmed  checkpoint.LSN
+	sessionStarted time.Time
 }
 
 // Observer receives what the relay does, for metrics, health and tests.
@@ -50,6 +72,9 @@ type Observer interface {
 	// Dropped: a change on an outbox table produced no record (a DELETE,
 	// an UPDATE per table.op.invalid.behavior).
 	Dropped(table, reason string)
+	// OtherTable: a change on a table of a FOR ALL TABLES publication that
+	// is not an outbox table was skipped.
+	OtherTable(table string)
 	// Acked: Kafka acknowledged a record; commitToAck is measured from the
 	// transaction's commit time on the server, sendToAck from the send.
 	Acked(topic string, bytes int, commitToAck, sendToAck time.Duration)
@@ -68,11 +93,23 @@ type Progress struct {
 	Confirmed       checkpoint.LSN // what the slot was last told (flush)
 	ServerWALEnd    checkpoint.LSN // the server's WAL end from its last keepalive
 	InFlightRecords int
-	InFlightBytes   int64
+	InFlightBytes   int64 // records' own bytes and the WAL chunks they hold
 	PendingTxns     int
 	// Idle: no transaction open and nothing in flight, so Confirmed is as
 	// far as the relay has been told the WAL goes.
 	Idle bool
+	// Verified is the WAL position of the last catalog check that passed:
+	// the slot is not confirmed past it.
+	Verified checkpoint.LSN
+	// LastCommitTime is the commit time of the last transaction read.
+	LastCommitTime time.Time
+	// ServerWAL is the server's WAL position at the last catalog check.
+	// Behind is how much WAL the relay still has to read to reach it, and
+	// CatchUpRate how fast it read WAL over the last progress interval
+	// (bytes per second); both 0 when caught up.
+	ServerWAL   checkpoint.LSN
+	Behind      int64
+	CatchUpRate float64
 }
 
 // NopObserver implements Observer with methods that do nothing.
@@ -82,6 +119,7 @@ func (NopObserver) SessionStarted(checkpoint.LSN)                   {}
 func (NopObserver) SessionEnded(error)                              {}
 func (NopObserver) Routed(string, string)                           {}
 func (NopObserver) Dropped(string, string)                          {}
+func (NopObserver) OtherTable(string)                               {}
 func (NopObserver) Acked(string, int, time.Duration, time.Duration) {}
 func (NopObserver) Failed(string, error)                            {}
 func (NopObserver) DeadLettered(string)                             {}
@@ -93,6 +131,16 @@ type Option func(*Relay)
 // WithObserver installs an observer.
 func WithObserver(o Observer) Option { return func(r *Relay) { r.obs = o } }
 
+// WithForceStop gives a channel whose closing ends a stop that is under way
+// at once (the process's second SIGINT or SIGTERM): Run stops reading,
+// confirms what Kafka has acknowledged, logs what it did not, and returns.
+func WithForceStop(ch <-chan struct{}) Option { return func(r *Relay) { r.force = ch } }
+
+// withBackend replaces the servers and the clock (the deterministic tests).
+func withBackend(b backend, c clock) Option {
+	return func(r *Relay) { r.be, r.clock = b, c }
+}
+
 // New validates cfg and builds a relay. log must not be nil.
 func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
@@ -102,14 +150,22 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 	if err != nil {
 		return nil, &ConfigError{Err: err}
 	}
-	r := &Relay{cfg: cfg, log: log, router: rt, tables: map[string]bool{}, obs: NopObserver{}}
-	for _, t := range cfg.Postgres.QualifiedTables() {
-		r.tables[t] = true
-	}
+	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
+		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout)}
+	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)
 	}
 	return r, nil
+}
+
+// newInstanceID names this process: host, PID and a random part, so that
+// two instances never share a name, even on one host.
+func newInstanceID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // ConfigError is a configuration the relay cannot run with.
@@ -126,8 +182,8 @@ func (e *StartupError) Error() string { return "start-up: " + e.Err.Error() }
 func (e *StartupError) Unwrap() error { return e.Err }
 
 // FatalError is a failure that a restart would only repeat: a row the router
-// cannot map, a slot whose WAL is lost, an UPDATE with
-// table.op.invalid.behavior=fatal. Nothing past it was confirmed.
+// cannot map, a slot whose WAL is lost, a publication that changed. Nothing
+// past it was confirmed.
 type FatalError struct{ Err error }
 
 func (e *FatalError) Error() string { return e.Err.Error() }
@@ -155,20 +211,33 @@ const standbyPoll = 2 * time.Second
 // the confirmed position moved.
 const confirmEvery = 100 * time.Millisecond
 
-// errStopped ends a session that stopped because Run's context was cancelled.
-var errStopped = errors.New("relay: stopped")
+var (
+	// errStopped ends a session that stopped because Run's context was
+	// cancelled.
+	errStopped = errors.New("relay: stopped")
+	// errNewProducer ends a session cleanly so that the next one starts at
+	// once with a producer of normal batches again.
+	errNewProducer = errors.New("relay: starting a new producer")
+)
 
 // Run streams until ctx is cancelled or a fatal error occurs. On
 // cancellation it stops at a transaction boundary, waits for Kafka to
-// acknowledge what is in flight, confirms, and returns nil. A session that
-// fails for a reason a retry can cure (a lost connection, a Kafka error) is
-// restarted from the slot's confirmed position after a capped, jittered,
-// exponential backoff.
+// acknowledge what is in flight, confirms, and returns nil, all within
+// relay.shutdown.timeout. A session that fails for a reason a retry can cure
+// (a lost connection, a Kafka error) is restarted from the slot's confirmed
+// position after a capped, jittered, exponential backoff.
 func (r *Relay) Run(ctx context.Context) error {
+	defer func() {
+		if lb, ok := r.be.(*liveBackend); ok {
+			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			lb.wait(wctx)
+			cancel()
+		}
+	}()
 	backoff := r.cfg.Relay.RestartBackoff
 	streamed := false
 	for {
-		started := time.Now()
+		started := r.clock.Now()
 		ran, err := r.session(ctx)
 		streamed = streamed || ran
 		if errors.Is(err, errStopped) || (err == nil && ctx.Err() != nil) {
@@ -179,29 +248,35 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		}
 		if !streamed && !retriableAtStartup(err) {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return &StartupError{Err: err}
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if ran && time.Since(started) > 4*r.cfg.Relay.RestartBackoffMax {
+		if errors.Is(err, errNewProducer) {
+			continue
+		}
+		if ran && r.clock.Now().Sub(started) > 4*r.cfg.Relay.RestartBackoffMax {
 			backoff = r.cfg.Relay.RestartBackoff
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := backoff/2 + mrand.N(backoff/2+1)
 		if errors.Is(err, replication.ErrSlotInUse) {
 			// Standby: another instance streams from the slot. Poll often
 			// enough to take over within a few seconds of its end.
-			wait = standbyPoll/2 + rand.N(standbyPoll/2+1)
+			wait = standbyPoll/2 + mrand.N(standbyPoll/2+1)
 			r.log.Info("standby: the slot is in use by another instance; waiting to take over", zap.Error(err), zap.Duration("retry_in", wait))
 		} else {
 			r.log.Warn("stream stopped; restarting from the slot's confirmed position", zap.Error(err), zap.Duration("backoff", wait))
 		}
-		t := time.NewTimer(wait)
+		t := r.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 		backoff = min(2*backoff, r.cfg.Relay.RestartBackoffMax)
 	}
@@ -216,87 +291,66 @@ func retriableAtStartup(err error) bool {
 	return errors.Is(err, replication.ErrSlotInUse)
 }
 
-type session struct {
-	r      *Relay
-	log    *zap.Logger
-	st     *replication.Stream
-	prod   *kafka.Producer
-	tr     *checkpoint.Tracker
-	rec    router.Record
-	cur    checkpoint.TxnID
-	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
-	// commitTime is the open transaction's commit time (Unix ns), stamped
-	// on its records to measure commit-to-ack latency.
-	commitTime int64
-	received   checkpoint.LSN
-	// commits holds the commit LSN of transactions commitsBase,
-	// commitsBase+1, ... that may still be pending, for error messages.
-	// TxnIDs are sequential, so a slice trimmed from the front is enough.
-	commits     []checkpoint.LSN
-	commitsBase checkpoint.TxnID
-
-	inflightBytes int64
-	sentConfirmed checkpoint.LSN
-	lastStatus    time.Time
-	nextStatus    time.Time
-	walEnd        checkpoint.LSN
-}
-
 // session runs one replication session. ran reports whether streaming
 // started.
 func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	pcfg := r.cfg.Postgres
-	if r.slotSeen {
+	if r.history.slotSeen {
 		// The slot is created at most once, at the first start. One that
 		// vanished since was dropped under the relay: recreating it would
 		// silently skip every event written in between.
 		pcfg.CreateSlot = false
 	}
-	slot, err := replication.Prepare(ctx, pcfg, r.log)
+	start, err := r.be.Prepare(ctx, pcfg)
 	if err != nil {
-		if r.slotSeen && errors.Is(err, replication.ErrSlotMissing) {
-			return false, &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately: %w", pcfg.Slot, r.lastConfirmed, err)}
-		}
-		if errors.Is(err, replication.ErrPublicationMissing) || errors.Is(err, replication.ErrSlotMissing) || errors.Is(err, replication.ErrSlotLost) {
-			return false, &FatalError{Err: err}
-		}
+		return false, r.prepareError(err)
+	}
+	slot := start.Slot
+	if slot.Active {
+		// Another instance owns the slot, and may advance it: when this
+		// one takes over, the slot's position is legitimately ahead. No
+		// producer is built for a slot that is busy.
+		r.history = history{}
+		return false, fmt.Errorf("%w: slot %q (walsender PID %d)", replication.ErrSlotInUse, pcfg.Slot, slot.ActivePID)
+	}
+	if err := r.checkHistory(start); err != nil {
 		return false, err
 	}
-	if r.slotSeen && slot.ConfirmedFlushLSN > r.lastConfirmed {
-		return false, &FatalError{Err: fmt.Errorf("relay: slot %q is at %s, past %s, the furthest pgoutbox confirmed: it was advanced or dropped and recreated by someone else, and the events in between were skipped; investigate before restarting", pcfg.Slot, slot.ConfirmedFlushLSN, r.lastConfirmed)}
+	sessionStart := r.clock.Now()
+	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, r.instance, sessionStart)); err != nil {
+		return false, err
 	}
 
+	if err := r.checkDeadLetterTopic(ctx); err != nil {
+		return false, err
+	}
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords + 1
-	prod, err := kafka.New(kcfg, r.log)
+	kcfg.SingleRecordBatches = r.singleUntil > 0
+	prod, err := r.be.NewProducer(ctx, kcfg)
 	if err != nil {
 		return false, err
 	}
-	st, err := replication.Open(ctx, r.cfg.Postgres, slot.ConfirmedFlushLSN, r.log)
+	st, err := r.be.Open(ctx, r.cfg.Postgres, slot.ConfirmedFlushLSN)
 	if err != nil {
-		r.closeProducer(ctx, prod)
+		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
 		if errors.Is(err, replication.ErrSlotInUse) {
-			// Another instance owns the slot and may advance it: when this
-			// one takes over, the slot's position is legitimately ahead.
-			r.slotSeen, r.lastConfirmed = false, 0
+			r.history = history{}
 		}
 		return false, err
 	}
-	r.slotSeen = true
-	r.lastConfirmed = max(r.lastConfirmed, slot.ConfirmedFlushLSN)
-	s := &session{
-		r:             r,
-		log:           r.log,
-		st:            st,
-		prod:          prod,
-		tr:            checkpoint.New(slot.ConfirmedFlushLSN),
-		sentConfirmed: slot.ConfirmedFlushLSN,
-		walEnd:        slot.ConfirmedFlushLSN,
+	r.history.slotSeen = true
+	r.history.lastConfirmed = max(r.history.lastConfirmed, slot.ConfirmedFlushLSN)
+	r.history.sessionStarted = sessionStart
+	if r.singleUntil > 0 {
+		r.log.Warn("sending records one per produce request until the batch Kafka refused as too large is confirmed",
+			zap.Stringer("until", r.singleUntil))
 	}
+	s := newSession(r, ctx, start, st, prod)
 	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
-	err = s.loop(ctx)
-	s.finish(ctx, err)
-	if errors.Is(err, errStopped) {
+	err = s.loop()
+	s.finish(err)
+	if errors.Is(err, errStopped) || errors.Is(err, errNewProducer) {
 		r.obs.SessionEnded(nil)
 	} else {
 		r.obs.SessionEnded(err)
@@ -304,445 +358,134 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	return true, err
 }
 
-// loop reads WAL and acks until the context is cancelled (at a transaction
-// boundary: errStopped) or something fails.
-func (s *session) loop(ctx context.Context) error {
-	lim := s.r.cfg.Relay
-	interval := s.r.cfg.Postgres.StatusInterval
-	// Receives use a context that outlives cancellation so the open
-	// transaction can be read to its commit; stopBy bounds that.
-	recvCtx := context.WithoutCancel(ctx)
-	var stopBy time.Time
-	s.nextStatus = time.Now().Add(interval)
-	for {
-		if stopBy.IsZero() && ctx.Err() != nil {
-			stopBy = time.Now().Add(lim.ShutdownTimeout)
-			s.log.Info("stopping at the next transaction boundary")
-		}
-		if err := s.drainAcks(); err != nil {
-			return err
-		}
-		if !stopBy.IsZero() {
-			if !s.tr.Open() {
-				return errStopped
-			}
-			if time.Now().After(stopBy) {
-				return fmt.Errorf("relay: transaction still open %s after the stop request; stopping without confirming it", lim.ShutdownTimeout)
-			}
-		}
-		now := time.Now()
-		// Confirm promptly when the position moved (so a crash repeats
-		// little), but at most every confirmEvery; otherwise on the interval.
-		if !now.Before(s.nextStatus) || (s.tr.Confirmed() != s.sentConfirmed && now.Sub(s.lastStatus) >= confirmEvery) {
-			if err := s.status(recvCtx, false); err != nil {
-				return err
-			}
-		}
-		if s.tr.InFlight() >= lim.MaxInFlightRecords || s.inflightBytes >= lim.MaxInFlightBytes {
-			// Back-pressure: stop reading WAL, keep sending status updates.
-			if err := s.waitAck(ctx, s.nextStatus); err != nil {
-				return err
-			}
-			continue
-		}
-		ev, err := s.st.Receive(recvCtx, s.nextStatus)
-		if err != nil {
-			return err
-		}
-		if ev.WALStart > s.received {
-			s.received = ev.WALStart
-		}
-		if err := s.handle(recvCtx, ev); err != nil {
-			return err
-		}
+// prepareError classifies a failure of Prepare: a missing, vanished or lost
+// slot and an unusable publication are fatal (a restart would only repeat
+// them); anything else is retried.
+func (r *Relay) prepareError(err error) error {
+	pcfg := r.cfg.Postgres
+	switch {
+	case r.history.slotSeen && errors.Is(err, replication.ErrSlotMissing):
+		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w", pcfg.Slot, r.history.lastConfirmed, err)}
+	case errors.Is(err, replication.ErrPublicationMissing), errors.Is(err, replication.ErrSlotMissing),
+		errors.Is(err, replication.ErrSlotLost), errors.Is(err, replication.ErrSlotVanished),
+		errors.Is(err, replication.ErrCatalogUnusable), errors.Is(err, replication.ErrCatalogChanged):
+		return &FatalError{Err: err}
 	}
+	return err
 }
 
-// waitAck blocks until an ack arrives, the deadline passes or ctx ends.
-func (s *session) waitAck(ctx context.Context, deadline time.Time) error {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case a, ok := <-s.prod.Acks():
-		if !ok {
-			return errors.New("relay: producer closed its acknowledgement channel")
-		}
-		return s.ack(a)
-	case <-t.C:
-	case <-ctx.Done():
+// checkHistory compares the slot with what this process and the state table
+// remember: a slot ahead of the furthest position this process confirmed
+// was advanced by someone else, unless another pgoutbox instance took it
+// over meanwhile (it recorded its session in the state table); a slot
+// behind what pgoutbox recorded as confirmed (a failover slot that was not
+// synchronized to the end) means the transactions in between are sent
+// again.
+func (r *Relay) checkHistory(start replication.Start) error {
+	slot, pcfg := start.Slot, r.cfg.Postgres
+	if start.HadState && slot.ConfirmedFlushLSN < start.State.ConfirmedLSN {
+		r.log.Warn("the slot is behind the position pgoutbox recorded as confirmed: the transactions in between will be sent to Kafka again (duplicates with the same event ids)",
+			zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN),
+			zap.Stringer("recorded_confirmed_lsn", start.State.ConfirmedLSN), zap.Int32("timeline", start.Identity.Timeline),
+			zap.Uint64("bytes", uint64(start.State.ConfirmedLSN-slot.ConfirmedFlushLSN)))
 	}
-	return nil
+	if start.HadState && start.State.Timeline != 0 && start.Identity.Timeline != start.State.Timeline {
+		r.log.Warn("PostgreSQL changed timeline since pgoutbox last recorded the slot (a promotion or a restore)",
+			zap.Int32("recorded_timeline", start.State.Timeline), zap.Int32("timeline", start.Identity.Timeline))
+	}
+	if !r.history.slotSeen || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {
+		return nil
+	}
+	if start.HadState && start.State.Instance != "" && start.State.Instance != r.instance &&
+		start.State.SessionStartedAt.After(r.history.sessionStarted) {
+		r.log.Info("another pgoutbox instance took the slot over while this one was disconnected, and moved it on; continuing from its position",
+			zap.String("slot", pcfg.Slot), zap.String("instance", start.State.Instance), zap.Stringer("confirmed_lsn", slot.ConfirmedFlushLSN))
+		r.history = history{}
+		return nil
+	}
+	return &FatalError{Err: fmt.Errorf("relay: slot %q is at %s, past %s, the furthest pgoutbox confirmed, and no other pgoutbox instance recorded a session on it: it was advanced, or dropped and recreated, by someone else, and the events in between were skipped; investigate before restarting", pcfg.Slot, slot.ConfirmedFlushLSN, r.history.lastConfirmed)}
 }
 
-func (s *session) drainAcks() error {
-	for {
-		select {
-		case a, ok := <-s.prod.Acks():
-			if !ok {
-				return errors.New("relay: producer closed its acknowledgement channel")
-			}
-			if err := s.ack(a); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
+// checkDeadLetterTopic makes sure, before the first stream, that the
+// dead-letter topic exists: otherwise the first poison row would stop the
+// relay, and dead-letter would silently mean fail.
+func (r *Relay) checkDeadLetterTopic(ctx context.Context) error {
+	lim := r.cfg.Relay
+	if lim.PoisonPolicy != "dead-letter" || r.cfg.Kafka.AutoCreateTopics {
+		return nil
 	}
-}
-
-func (s *session) ack(a kafka.Ack) error {
-	s.inflightBytes -= int64(a.Bytes)
-	id := checkpoint.TxnID(a.Ref)
-	if a.Err != nil {
-		s.r.obs.Failed(a.Topic, a.Err)
-		lsn := s.commitLSN(id)
-		lim := s.r.cfg.Relay
-		if kafka.IsPoison(a.Err) {
-			if lim.PoisonPolicy == "dead-letter" && a.Topic != lim.DeadLetterTopic {
-				// The dead-letter record takes the failed one's place in
-				// its transaction's count.
-				s.log.Warn("dead-lettering a record Kafka cannot accept", zap.ByteString("event_id", a.EventID),
-					zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
-				s.deadLetter(id, a.Key, a.Value, a.EventID, a.Err.Error(), "", a.Topic, lsn, a.Stamp)
-				return nil
-			}
-			s.tr.Fail(id)
-			return &FatalError{Err: &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn,
-				Err: fmt.Errorf("%w (poison.policy=%s: stopping; nothing at or after transaction %s was confirmed)", a.Err, lim.PoisonPolicy, lsn)}}
-		}
-		s.tr.Fail(id)
-		s.log.Error("Kafka did not accept a record; no later position will be confirmed",
-			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
-		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
+	if _, ok := r.topics.ok[lim.DeadLetterTopic]; ok {
+		return nil
 	}
-	if err := s.tr.Ack(id); err != nil {
-		return fmt.Errorf("relay: ack for transaction %d: %w", id, err)
-	}
-	now := time.Now()
-	s.r.obs.Acked(a.Topic, a.Bytes, now.Sub(time.Unix(0, a.Stamp)), now.Sub(a.Sent))
-	return nil
-}
-
-// status sends a standby status update with the tracker's confirmed LSN. When
-// the relay is idle it asks the server to reply, so that the keepalive that
-// comes back carries a WAL end the tracker can adopt.
-func (s *session) status(ctx context.Context, force bool) error {
-	confirmed := s.tr.Confirmed()
-	idle := !s.tr.Open() && s.tr.InFlight() == 0 && !s.tr.Failed()
-	// Recorded before sending: if the send fails half-way the server may
-	// still have taken it.
-	s.r.lastConfirmed = max(s.r.lastConfirmed, confirmed)
-	if err := s.st.SendStatus(ctx, confirmed, idle && !force); err != nil {
+	st, err := r.be.CheckTopics(ctx, r.cfg.Kafka, []string{lim.DeadLetterTopic})
+	if err != nil {
 		return err
 	}
-	s.lastStatus = time.Now()
-	s.nextStatus = s.lastStatus.Add(s.r.cfg.Postgres.StatusInterval)
-	s.sentConfirmed = confirmed
-	s.progress()
+	if st[0].Err != nil {
+		return &FatalError{Err: fmt.Errorf("relay: dead.letter.topic %q: %w; create it (poison.policy=dead-letter sends the records that cannot be relayed there), or set kafka.auto.create.topics", lim.DeadLetterTopic, st[0].Err)}
+	}
+	r.topics.known(st)
 	return nil
 }
 
-func (s *session) progress() {
-	s.r.obs.Progress(Progress{
-		Received:        s.received,
-		Confirmed:       s.sentConfirmed,
-		ServerWALEnd:    s.walEnd,
-		InFlightRecords: s.tr.InFlight(),
-		InFlightBytes:   s.inflightBytes,
-		PendingTxns:     s.tr.Pending(),
-		Idle:            !s.tr.Open() && s.tr.InFlight() == 0,
+// sessionState is the state row that records this instance's session.
+func sessionState(start replication.Start, instance string, now time.Time) replication.State {
+	s := start.State
+	if !start.HadState || start.Created {
+		s = replication.State{Slot: start.Slot.Name, SlotCreatedAt: now, SlotCreatedLSN: start.Slot.ConfirmedFlushLSN, Note: "created by pgoutbox"}
+		if !start.Created {
+			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Time{}, 0, "found the slot already there"
+		}
+	}
+	s.Slot = start.Slot.Name
+	s.SystemIdentifier = start.Identity.SystemIdentifier
+	s.Database = start.Identity.Database
+	s.Timeline = start.Identity.Timeline
+	s.ConfirmedLSN = max(s.ConfirmedLSN, start.Slot.ConfirmedFlushLSN)
+	if start.Slot.ConfirmedFlushLSN < start.State.ConfirmedLSN {
+		// A slot behind the record: from here on the record follows the slot.
+		s.ConfirmedLSN = start.Slot.ConfirmedFlushLSN
+	}
+	s.ConfirmedAt = now
+	s.PublicationOID, s.TableOIDs = replication.CatalogOIDs(&start.Catalog)
+	s.Instance = instance
+	s.SessionStartedAt = now
+	return s
+}
+
+// closeProducer closes p. Between sessions the old producer must be gone
+// before a new one starts, since records it still delivers would interleave
+// with the new session's resends and break per-key order: so it waits as
+// long as sarama takes, unless a stop is requested; from then on it waits
+// until deadline at most, after which sarama's connections are closed under
+// it.
+func (r *Relay) closeProducer(ctx context.Context, p producer, deadline time.Time) {
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The budget: what is left of the stop's when it is under way, a whole
+	// relay.shutdown.timeout from a stop requested while waiting.
+	budget := r.cfg.Relay.ShutdownTimeout
+	if ctx.Err() != nil {
+		budget = deadline.Sub(r.clock.Now())
+	}
+	var mu sync.Mutex
+	var t *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		t = time.AfterFunc(budget, cancel)
 	})
+	r.logClose(p.Close(cctx))
+	stop()
+	mu.Lock()
+	if t != nil {
+		t.Stop()
+	}
+	mu.Unlock()
 }
 
-func (s *session) handle(ctx context.Context, ev replication.Event) error {
-	switch {
-	case ev.Begin != nil:
-		id, err := s.tr.Begin()
-		if err != nil {
-			return fmt.Errorf("relay: BEGIN of xid %d at %s: %w", ev.Begin.XID, ev.Begin.FinalLSN, err)
-		}
-		s.cur = id
-		s.commit = ev.Begin.FinalLSN
-		s.commitTime = ev.Begin.CommitTime.UnixNano()
-		s.rememberCommit(id, ev.Begin.FinalLSN)
-	case ev.Change != nil:
-		return s.change(ev.Change)
-	case ev.Commit != nil:
-		if err := s.tr.Commit(ev.Commit.EndLSN); err != nil {
-			return fmt.Errorf("relay: COMMIT at %s: %w", ev.Commit.EndLSN, err)
-		}
-	case ev.Keepalive != nil:
-		k := ev.Keepalive
-		if k.WALEnd > s.walEnd {
-			s.walEnd = k.WALEnd
-		}
-		// Adopting the WAL end is safe only with nothing open or in flight;
-		// the tracker checks that. It keeps an idle outbox from pinning WAL.
-		s.tr.Idle(k.WALEnd)
-		if k.ReplyRequested {
-			return s.status(ctx, true)
-		}
-	case ev.Message != nil:
-		return s.message(ev.Message)
-	case ev.StreamAbort != nil:
-		// PostgreSQL 18 sends these on protocol v1 for transactions that
-		// aborted before they were decoded; none of their changes was sent.
-		s.log.Debug("skipping a stream abort of a transaction that was never sent",
-			zap.Uint32("xid", ev.StreamAbort.XID), zap.Uint32("subxid", ev.StreamAbort.SubXID), zap.Stringer("wal", ev.WALStart))
-	case ev.Truncate != nil, ev.Relation != nil:
-		// Relations are cached by the decoder; a TRUNCATE carries no events.
-	}
-	return nil
-}
-
-// message routes a table-less outbox event. A transactional message belongs
-// to the open transaction; a non-transactional one (when accepted) is
-// tracked as a transaction of its own that ends just after its LSN, which is
-// where PostgreSQL resumes decoding past it.
-func (s *session) message(m *replication.Message) error {
-	cfg := s.r.cfg.Messages
-	if cfg.Prefix == "" || m.Prefix != cfg.Prefix {
-		return nil
-	}
-	if !m.Transactional {
-		if cfg.NonTransactional != "accept" {
-			return &FatalError{Err: fmt.Errorf("relay: non-transactional logical decoding message with prefix %q at %s: its event is not tied to a transaction's outcome; write it with pg_logical_emit_message(true, ...), or set messages.nontransactional=accept", m.Prefix, m.LSN)}
-		}
-		if s.tr.Open() {
-			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
-		}
-		id, err := s.tr.Begin()
-		if err != nil {
-			return err
-		}
-		s.cur, s.commit = id, m.LSN
-		if err := s.emitMessage(m); err != nil {
-			return err
-		}
-		if err := s.tr.Commit(m.LSN + 1); err != nil {
-			return fmt.Errorf("relay: message at %s: %w", m.LSN, err)
-		}
-		return nil
-	}
-	if !s.tr.Open() {
-		return fmt.Errorf("relay: transactional message at %s outside a transaction", m.LSN)
-	}
-	return s.emitMessage(m)
-}
-
-func (s *session) emitMessage(m *replication.Message) error {
-	row, err := messageRow(m.Prefix, m.Content)
+func (r *Relay) logClose(err error) {
 	if err != nil {
-		return &FatalError{Err: fmt.Errorf("relay: logical decoding message with prefix %q at %s in the transaction committing at %s: %w (nothing at or after it was confirmed)", m.Prefix, m.LSN, s.commit, err)}
-	}
-	return s.route(&row, "message "+m.Prefix)
-}
-
-func (s *session) change(c *replication.Change) error {
-	if !s.tr.Open() {
-		return fmt.Errorf("relay: %s on %s outside a transaction", c.Op, c.Rel.Table)
-	}
-	if !s.r.tables[c.Rel.Table] {
-		return nil
-	}
-	row := router.Row{Table: c.Rel.Table, Names: c.Rel.Columns, Types: c.Rel.Types}
-	switch c.Op {
-	case replication.OpInsert:
-		row.Op, row.Values = router.OpInsert, c.Values
-	case replication.OpUpdate:
-		row.Op, row.Values = router.OpUpdate, c.Values
-	case replication.OpDelete:
-		row.Op, row.Values = router.OpDelete, c.Old
-	}
-	return s.route(&row, c.Op.String())
-}
-
-// route maps one row (of a table or a message) and sends its record.
-func (s *session) route(row *router.Row, what string) error {
-	act, err := s.r.router.Route(row, time.Now(), &s.rec)
-	if err != nil {
-		if s.r.cfg.Relay.PoisonPolicy == "dead-letter" {
-			s.log.Warn("dead-lettering a row the router cannot map", zap.String("table", row.Table),
-				zap.ByteString("event_id", s.rec.EventID), zap.Stringer("commit_lsn", s.commit), zap.Error(err))
-			if err := s.tr.Add(1); err != nil {
-				return fmt.Errorf("relay: track record: %w", err)
-			}
-			s.deadLetter(s.cur, nil, rowJSON(row), s.rec.EventID, err.Error(), row.Table, "", s.commit, s.commitTime)
-			return nil
-		}
-		return &FatalError{Err: fmt.Errorf("relay: %s in %s of the transaction committing at %s: %w (poison.policy=fail: nothing at or after it was confirmed)", what, row.Table, s.commit, err)}
-	}
-	switch act {
-	case router.Emit:
-	case router.EmitWarn:
-		s.log.Warn("routed a record with a warning", zap.String("table", row.Table), zap.String("topic", s.rec.Topic),
-			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
-	case router.DropWarn:
-		s.log.Warn("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
-			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
-		s.r.obs.Dropped(row.Table, s.rec.Reason)
-		return nil
-	case router.DropError:
-		s.log.Error("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
-			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
-		s.r.obs.Dropped(row.Table, s.rec.Reason)
-		return nil
-	default:
-		s.r.obs.Dropped(row.Table, "delete")
-		return nil
-	}
-	if err := s.tr.Add(1); err != nil {
-		return fmt.Errorf("relay: track record: %w", err)
-	}
-	s.inflightBytes += int64(recordBytes(&s.rec))
-	s.r.obs.Routed(row.Table, s.rec.Topic)
-	s.prod.SendStamped(&s.rec, uint64(s.cur), s.commitTime)
-	return nil
-}
-
-// rememberCommit records transaction id's commit LSN and forgets those that
-// are no longer pending (amortised O(1) per transaction).
-func (s *session) rememberCommit(id checkpoint.TxnID, lsn checkpoint.LSN) {
-	if len(s.commits) == 0 {
-		s.commitsBase = id
-	}
-	s.commits = append(s.commits, lsn)
-	// The oldest transaction that can still be pending.
-	oldest := id + 1 - checkpoint.TxnID(s.tr.Pending())
-	if drop := int(oldest) - int(s.commitsBase); drop > 0 && drop <= len(s.commits) && drop > len(s.commits)/2 {
-		s.commits = append(s.commits[:0], s.commits[drop:]...)
-		s.commitsBase = oldest
-	}
-}
-
-// commitLSN is the commit LSN of a pending transaction (0 if unknown).
-func (s *session) commitLSN(id checkpoint.TxnID) checkpoint.LSN {
-	if id < s.commitsBase || int(id-s.commitsBase) >= len(s.commits) {
-		return 0
-	}
-	return s.commits[id-s.commitsBase]
-}
-
-// deadLetter produces a poison row or record to the dead-letter topic as a
-// record of transaction id, with headers saying why and where it came from.
-func (s *session) deadLetter(id checkpoint.TxnID, key, value, eventID []byte, reason, table, topic string, lsn checkpoint.LSN, stamp int64) {
-	rec := router.Record{
-		Topic:     s.r.cfg.Relay.DeadLetterTopic,
-		Key:       key,
-		Value:     value,
-		Partition: -1,
-		Timestamp: time.Now(),
-		EventID:   eventID,
-		Headers: []router.Header{
-			{Key: "id", Value: eventID},
-			{Key: "pgoutbox.error.reason", Value: []byte(reason)},
-			{Key: "pgoutbox.source.table", Value: []byte(table)},
-			{Key: "pgoutbox.source.topic", Value: []byte(topic)},
-			{Key: "pgoutbox.commit.lsn", Value: []byte(lsn.String())},
-		},
-	}
-	// A record refused for its size would be refused again: keep the head
-	// of it, and say so.
-	if limit := s.r.cfg.Kafka.MaxMessageBytes / 2; limit > 0 && len(rec.Value) > limit {
-		rec.Headers = append(rec.Headers,
-			router.Header{Key: "pgoutbox.truncated.from", Value: []byte(strconv.Itoa(len(rec.Value)))})
-		rec.Value = rec.Value[:limit]
-	}
-	s.inflightBytes += int64(recordBytes(&rec))
-	s.r.obs.DeadLettered(s.r.cfg.Relay.DeadLetterTopic)
-	s.prod.SendStamped(&rec, uint64(id), stamp)
-}
-
-func recordBytes(r *router.Record) int {
-	n := len(r.Key) + len(r.Value)
-	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value)
-	}
-	return n
-}
-
-// finish ends a session in the documented order: wait (bounded) for the
-// acks of what is in flight, send a final status with the confirmed LSN,
-// close the replication connection, close the producer.
-func (s *session) finish(ctx context.Context, cause error) {
-	lim := s.r.cfg.Relay
-	fctx := context.WithoutCancel(ctx)
-	if errors.Is(cause, errStopped) {
-		deadline := time.Now().Add(lim.ShutdownTimeout)
-		for s.tr.InFlight() > 0 && !s.tr.Failed() && time.Now().Before(deadline) {
-			next := s.nextStatus
-			if deadline.Before(next) {
-				next = deadline
-			}
-			if err := s.waitAck(fctx, next); err != nil {
-				s.log.Error("while draining acknowledgements", zap.Error(err))
-				break
-			}
-			if !time.Now().Before(s.nextStatus) {
-				_ = s.status(fctx, true)
-			}
-		}
-		if n := s.tr.InFlight(); n > 0 {
-			s.log.Warn("stopping with records unacknowledged; they will be sent again on restart", zap.Int("records", n))
-		}
-	}
-	if !isConnError(cause) {
-		sctx, cancel := context.WithTimeout(fctx, 5*time.Second)
-		s.r.lastConfirmed = max(s.r.lastConfirmed, s.tr.Confirmed())
-		if err := s.st.SendStatus(sctx, s.tr.Confirmed(), false); err != nil {
-			s.log.Warn("final status update", zap.Error(err))
-		} else {
-			s.sentConfirmed = s.tr.Confirmed()
-			s.progress()
-			// Make sure the server applied it before the connection goes.
-			if err := s.st.EndStream(5 * time.Second); err != nil {
-				s.log.Warn("end of the replication stream", zap.Error(err))
-			}
-		}
-		cancel()
-	}
-	if err := s.st.Close(fctx); err != nil {
-		s.log.Debug("close replication connection", zap.Error(err))
-	}
-	s.r.closeProducer(ctx, s.prod)
-	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.tr.Confirmed()), zap.NamedError("cause", cause))
-}
-
-func isConnError(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return true
-	}
-	return errors.Is(err, replication.ErrStreamEnded) || errors.Is(err, replication.ErrReceive)
-}
-
-func (r *Relay) closeProducer(ctx context.Context, p *kafka.Producer) {
-	done := make(chan error, 1)
-	go func() { done <- p.Close() }()
-	// Between sessions the old producer must be gone before a new one
-	// starts: records it still delivers would interleave with the new
-	// session's resends and break per-key order. Only when the process is
-	// stopping is it abandoned after a timeout (its goroutines end with the
-	// process; nothing it acks can confirm anything, the tracker is gone).
-	select {
-	case err := <-done:
-		if err != nil {
-			r.log.Debug("close producer", zap.Error(err))
-		}
-		return
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(r.cfg.Relay.ShutdownTimeout)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			r.log.Debug("close producer", zap.Error(err))
-		}
-	case <-t.C:
-		r.log.Warn("Kafka producer did not close in time; abandoning it as the process stops", zap.Duration("timeout", r.cfg.Relay.ShutdownTimeout))
+		r.log.Warn("close the Kafka producer", zap.Error(err))
 	}
 }

@@ -1,11 +1,16 @@
-package kafka
+package kafkatest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 )
 
 // OffsetWatcher reads the high-water marks (the offset the next record of a
@@ -18,9 +23,9 @@ type OffsetWatcher struct {
 }
 
 // NewOffsetWatcher connects to cfg's brokers.
-func NewOffsetWatcher(cfg Config) (*OffsetWatcher, error) {
+func NewOffsetWatcher(cfg kafka.Config) (*OffsetWatcher, error) {
 	cfg.Defaults()
-	sc, err := cfg.sarama()
+	sc, err := cfg.Sarama()
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +79,9 @@ func (w *OffsetWatcher) Total(topics ...string) (int64, error) {
 func (w *OffsetWatcher) Close() error { return w.client.Close() }
 
 // DeleteTopics deletes topics; a topic that does not exist is not an error.
-func DeleteTopics(cfg Config, topics []string) error {
+func DeleteTopics(cfg kafka.Config, topics []string) error {
 	cfg.Defaults()
-	_, admin, err := newAdmin(cfg)
+	admin, err := kafka.NewAdmin(cfg)
 	if err != nil {
 		return err
 	}
@@ -88,4 +93,83 @@ func DeleteTopics(cfg Config, topics []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Record is a record read back by Tail.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   map[string]string
+	Timestamp time.Time
+}
+
+// Tail reads every partition of topics from the oldest offset and calls fn
+// for each record until ctx ends or fn returns false. It is meant for the
+// demo and for tools, not for the relay's path.
+func Tail(ctx context.Context, cfg kafka.Config, topics []string, fn func(Record) bool) error {
+	cfg.Defaults()
+	sc, err := cfg.Sarama()
+	if err != nil {
+		return err
+	}
+	sc.Consumer.Return.Errors = false
+	consumer, err := sarama.NewConsumer(cfg.Brokers, sc)
+	if err != nil {
+		return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	defer consumer.Close()
+	out := make(chan *sarama.ConsumerMessage)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var pcs []sarama.PartitionConsumer
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	defer func() {
+		cancel()
+		close(done)
+		for _, pc := range pcs {
+			pc.AsyncClose()
+		}
+		wg.Wait() // each forwarder ends when its partition consumer closes
+	}()
+	for _, t := range topics {
+		parts, err := consumer.Partitions(t)
+		if err != nil {
+			return fmt.Errorf("kafka: partitions of %q: %w", t, err)
+		}
+		for _, p := range parts {
+			pc, err := consumer.ConsumePartition(t, p, sarama.OffsetOldest)
+			if err != nil {
+				return fmt.Errorf("kafka: consume %s/%d: %w", t, p, err)
+			}
+			pcs = append(pcs, pc)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for m := range pc.Messages() {
+					select {
+					case out <- m:
+					case <-done:
+					}
+				}
+			}()
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-out:
+			r := Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Timestamp: m.Timestamp, Headers: map[string]string{}}
+			for _, h := range m.Headers {
+				r.Headers[string(h.Key)] = string(h.Value)
+			}
+			if !fn(r) {
+				return nil
+			}
+		}
+	}
 }

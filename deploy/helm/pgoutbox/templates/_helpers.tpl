@@ -1,0 +1,228 @@
+{{/*
+pgoutbox.fullname is the prefix of every object's name: fullnameOverride,
+else the release name, with the chart's name added unless the release name
+contains it.
+*/}}
+{{- define "pgoutbox.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pgoutbox.streamName is a stream's object name, <fullname>-<stream name>,
+given (dict "root" $ "stream" $stream). It is also the value of the
+pgoutbox.io/stream label and so of the "stream" label of the metrics.
+*/}}
+{{- define "pgoutbox.streamName" -}}
+{{- printf "%s-%s" (include "pgoutbox.fullname" .root) .stream.name -}}
+{{- end -}}
+
+{{- define "pgoutbox.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* pgoutbox.selectorLabels select the pods of one stream. */}}
+{{- define "pgoutbox.selectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+pgoutbox.io/stream: {{ include "pgoutbox.streamName" . }}
+{{- end -}}
+
+{{- define "pgoutbox.streamLabels" -}}
+{{ include "pgoutbox.labels" .root }}
+app.kubernetes.io/component: relay
+pgoutbox.io/stream: {{ include "pgoutbox.streamName" . }}
+{{- end -}}
+
+{{- define "pgoutbox.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the pods find their files. */}}
+{{- define "pgoutbox.configDir" -}}/etc/pgoutbox{{- end -}}
+{{- define "pgoutbox.secretsDir" -}}/var/run/secrets/pgoutbox{{- end -}}
+
+{{/*
+pgoutbox.validate fails the rendering for values the chart cannot turn
+into working pods. It prints nothing.
+*/}}
+{{- define "pgoutbox.validate" -}}
+{{- $seen := dict -}}
+{{- range $i, $s := .Values.streams -}}
+{{- if not $s.name -}}
+{{- fail (printf "streams[%d]: name is required" $i) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $s.name) -}}
+{{- fail (printf "streams[%d]: name %q: use lower-case letters, digits and \"-\"" $i $s.name) -}}
+{{- end -}}
+{{- if hasKey $seen $s.name -}}
+{{- fail (printf "streams: the name %q is given twice" $s.name) -}}
+{{- end -}}
+{{- $_ := set $seen $s.name true -}}
+{{- $name := include "pgoutbox.streamName" (dict "root" $ "stream" $s) -}}
+{{- if gt (len $name) 63 -}}
+{{- fail (printf "stream %s: %q is longer than 63 characters (a label value): shorten the stream's name or fullnameOverride" $s.name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pgoutbox.refuseDSNPassword fails if a connection string carries a password:
+user:password@ in a URL, a password parameter in a URL's query, or
+password= in the key=value form.
+*/}}
+{{- define "pgoutbox.refuseDSNPassword" -}}
+{{- if or (regexMatch "^[a-zA-Z][a-zA-Z0-9+.-]*://[^/@?]*:[^/@?]*@" .dsn) (regexMatch "[?&]password=" .dsn) (regexMatch "(^|\\s)password\\s*=" .dsn) -}}
+{{- fail (printf "stream %s: %s carries a password; remove it and give postgres.passwordSecret (a Secret mounted as a file)" .stream .where) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pgoutbox.config renders the YAML configuration of one stream, given (dict
+"root" $ "stream" $stream): the release's config, the stream's config over
+it, then the stream's own keys, then the keys the chart owns.
+*/}}
+{{- define "pgoutbox.config" -}}
+{{- $root := .root -}}
+{{- $s := .stream -}}
+{{- $cfg := mustMergeOverwrite (deepCopy ($root.Values.config | default dict)) (deepCopy ($s.config | default dict)) -}}
+{{- $pg := $cfg.postgres | default dict -}}
+{{- $kafka := $cfg.kafka | default dict -}}
+{{- $metrics := $cfg.metrics | default dict -}}
+{{- $relay := $cfg.relay | default dict -}}
+{{- range $key := list "password" "password.file" -}}
+{{- if hasKey $pg $key -}}
+{{- fail (printf "stream %s: postgres.%s is not accepted in config: give postgres.passwordSecret, which the chart mounts as a file" $s.name $key) -}}
+{{- end -}}
+{{- if hasKey $kafka (printf "sasl.%s" $key) -}}
+{{- fail (printf "stream %s: kafka.sasl.%s is not accepted in config: give kafka.saslPasswordSecret, which the chart mounts as a file" $s.name $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey $metrics "listen" -}}
+{{- fail (printf "stream %s: metrics.listen is set by the chart: set metrics.port instead" $s.name) -}}
+{{- end -}}
+{{- if hasKey $relay "shutdown.timeout" -}}
+{{- fail (printf "stream %s: relay.shutdown.timeout is set by the chart: set shutdownTimeoutSeconds instead (it sizes the pods' grace period too)" $s.name) -}}
+{{- end -}}
+
+{{- $sp := $s.postgres | default dict -}}
+{{- $conn := $s.connector | default dict -}}
+{{- if and $sp.dsn $sp.dsnSecret -}}
+{{- fail (printf "stream %s: give postgres.dsn or postgres.dsnSecret, not both" $s.name) -}}
+{{- end -}}
+{{- if $sp.dsn -}}
+{{- $_ := set $pg "dsn" $sp.dsn -}}
+{{- end -}}
+{{- if $pg.dsn -}}
+{{- include "pgoutbox.refuseDSNPassword" (dict "dsn" $pg.dsn "stream" $s.name "where" "postgres.dsn") -}}
+{{- end -}}
+{{- if $conn -}}
+{{- if and $conn.json $conn.secret -}}
+{{- fail (printf "stream %s: give connector.json or connector.secret, not both" $s.name) -}}
+{{- end -}}
+{{- if not (or $conn.json $conn.secret) -}}
+{{- fail (printf "stream %s: connector needs json (inline) or secret (a Secret holding the JSON)" $s.name) -}}
+{{- end -}}
+{{- range $key := list "dsn" "dsnSecret" "slot" "publication" "tables" -}}
+{{- if hasKey $sp $key -}}
+{{- fail (printf "stream %s: the connector sets the database, slot, publication and tables: remove postgres.%s" $s.name $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if $s.router -}}
+{{- fail (printf "stream %s: the connector's EventRouter options are the router options: remove router" $s.name) -}}
+{{- end -}}
+{{- if $conn.json -}}
+{{- $inner := $conn.json.config | default $conn.json -}}
+{{- if or (hasKey $conn.json "database.password") (hasKey $inner "database.password") -}}
+{{- fail (printf "stream %s: connector.json holds database.password, which would land in a ConfigMap: remove it and give postgres.passwordSecret, or keep the whole JSON in a Secret (connector.secret)" $s.name) -}}
+{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- if not (or $pg.dsn $sp.dsnSecret) -}}
+{{- fail (printf "stream %s: no database: give postgres.dsn, postgres.dsnSecret or connector" $s.name) -}}
+{{- end -}}
+{{- $slot := $sp.slot | default (get $pg "slot.name") | default ($s.name | replace "-" "_") -}}
+{{- $_ := set $pg "slot.name" $slot -}}
+{{- $_ := set $pg "publication.name" ($sp.publication | default (get $pg "publication.name") | default $slot) -}}
+{{- if $sp.tables -}}
+{{- $_ := set $pg "table.include.list" $sp.tables -}}
+{{- end -}}
+{{- end -}}
+{{- if $sp.passwordSecret -}}
+{{- $_ := set $pg "password.file" (printf "%s/postgres/password" (include "pgoutbox.secretsDir" $root)) -}}
+{{- end -}}
+{{- if $pg -}}
+{{- $_ := set $cfg "postgres" $pg -}}
+{{- end -}}
+
+{{- if not $kafka.brokers -}}
+{{- fail (printf "stream %s: kafka.brokers is empty: set config.kafka.brokers" $s.name) -}}
+{{- end -}}
+{{- if (include "pgoutbox.kafkaSecret" .) -}}
+{{- $_ := set $kafka "sasl.password.file" (printf "%s/kafka/password" (include "pgoutbox.secretsDir" $root)) -}}
+{{- end -}}
+{{- $_ := set $cfg "kafka" $kafka -}}
+{{- if $s.router -}}
+{{- $_ := set $cfg "router" (mustMergeOverwrite ($cfg.router | default dict) (deepCopy $s.router)) -}}
+{{- end -}}
+{{- if $s.routes -}}
+{{- $_ := set $cfg "routes" (deepCopy $s.routes) -}}
+{{- end -}}
+{{- $_ := set $metrics "listen" (printf ":%d" (int $root.Values.metrics.port)) -}}
+{{- $_ := set $cfg "metrics" $metrics -}}
+{{- $_ := set $relay "shutdown.timeout" (printf "%ds" (int (include "pgoutbox.shutdownTimeout" .))) -}}
+{{- $_ := set $cfg "relay" $relay -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* pgoutbox.kafkaSecret is the stream's Kafka SASL password Secret as JSON, or nothing. */}}
+{{- define "pgoutbox.kafkaSecret" -}}
+{{- $k := .stream.kafka | default dict -}}
+{{- $secret := $k.saslPasswordSecret | default .root.Values.kafka.saslPasswordSecret -}}
+{{- if $secret -}}
+{{- toJson $secret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pgoutbox.shutdownTimeout" -}}
+{{- $t := .stream.shutdownTimeoutSeconds | default .root.Values.shutdownTimeoutSeconds -}}
+{{- if lt (int $t) 1 -}}
+{{- fail (printf "stream %s: shutdownTimeoutSeconds must be at least 1" .stream.name) -}}
+{{- end -}}
+{{- int $t -}}
+{{- end -}}
+
+{{/*
+pgoutbox.goMemLimit is GOMEMLIMIT for a memory limit (a Kubernetes
+quantity: a whole number of bytes with an optional suffix, k, M, G, T or
+Ki, Mi, Gi, Ti): goMemLimitPercent of it, rounded down to whole MiB, given
+(dict "limit" q "percent" p).
+*/}}
+{{- define "pgoutbox.goMemLimit" -}}
+{{- $q := .limit -}}
+{{- if kindIs "float64" $q -}}
+{{- $q = int64 $q | toString -}}
+{{- end -}}
+{{- $q = toString $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if not (regexMatch "^[0-9]+(k|M|G|T|Ki|Mi|Gi|Ti)?$" $q) -}}
+{{- fail (printf "resources.limits.memory %q: use a whole number with an optional suffix (Mi, Gi, M, G, ...)" $q) -}}
+{{- end -}}
+{{- $unit := regexReplaceAll "^[0-9]+" $q "" -}}
+{{- $n := regexReplaceAll "[^0-9]+$" $q "" | int64 -}}
+{{- $bytes := mul $n (get $units $unit) -}}
+{{- printf "%dMiB" (div (div (mul $bytes (int .percent)) 100) 1048576) -}}
+{{- end -}}

@@ -1,0 +1,75 @@
+package deploy
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestChartRefusesValuesThatWouldNotWork renders the golden values with
+// one thing wrong and expects both Helm libraries to refuse them with a
+// message that names it: a password outside a Secret, a key the chart
+// owns, an ambiguous or missing database, a values key that does not
+// exist.
+func TestChartRefusesValuesThatWouldNotWork(t *testing.T) {
+	section := func(v map[string]any, key string) map[string]any {
+		cfg := v["config"].(map[string]any)
+		if cfg[key] == nil {
+			cfg[key] = map[string]any{}
+		}
+		return cfg[key].(map[string]any)
+	}
+	orders := func(v map[string]any) map[string]any { return v["streams"].([]any)[0].(map[string]any) }
+	payments := func(v map[string]any) map[string]any { return v["streams"].([]any)[1].(map[string]any) }
+	pg := func(s map[string]any) map[string]any { return s["postgres"].(map[string]any) }
+	for _, tc := range []struct {
+		name   string
+		change func(v map[string]any)
+		want   string
+	}{
+		{"postgres.password in config", func(v map[string]any) { section(v, "postgres")["password"] = "pw" }, "postgres.password is not accepted"},
+		{"postgres.password.file in config", func(v map[string]any) { section(v, "postgres")["password.file"] = "/x" }, "postgres.password.file is not accepted"},
+		{"kafka.sasl.password in config", func(v map[string]any) { section(v, "kafka")["sasl.password"] = "pw" }, "kafka.sasl.password is not accepted"},
+		{"password in a DSN URL", func(v map[string]any) { pg(orders(v))["dsn"] = "postgres://pgoutbox:pw@db:5432/orders" }, "carries a password"},
+		{"password in a DSN query", func(v map[string]any) {
+			pg(orders(v))["dsn"] = "postgres://pgoutbox@db/orders?sslmode=require&password=pw"
+		}, "carries a password"},
+		{"password in a key=value DSN", func(v map[string]any) { pg(orders(v))["dsn"] = "host=db dbname=orders password=pw" }, "carries a password"},
+		{"password in the config's DSN", func(v map[string]any) { section(v, "postgres")["dsn"] = "postgres://u:pw@db/x" }, "carries a password"},
+		{"password in an inline connector", func(v map[string]any) {
+			payments(v)["connector"].(map[string]any)["json"].(map[string]any)["config"].(map[string]any)["database.password"] = "pw"
+		}, "connector.json holds database.password"},
+		{"metrics.listen in config", func(v map[string]any) { section(v, "metrics")["listen"] = ":1" }, "metrics.listen is set by the chart"},
+		{"relay.shutdown.timeout in config", func(v map[string]any) { section(v, "relay")["shutdown.timeout"] = "1m" }, "set shutdownTimeoutSeconds instead"},
+		{"two streams of one name", func(v map[string]any) { payments(v)["name"] = "orders" }, `"orders" is given twice`},
+		{"no database", func(v map[string]any) { delete(pg(orders(v)), "dsn") }, "no database"},
+		{"dsn and dsnSecret", func(v map[string]any) {
+			pg(orders(v))["dsnSecret"] = map[string]any{"name": "s", "key": "dsn"}
+		}, "not both"},
+		{"a connector and a slot", func(v map[string]any) { pg(payments(v))["slot"] = "x" }, "remove postgres.slot"},
+		{"a connector and router options", func(v map[string]any) { payments(v)["router"] = map[string]any{"route.topic": "x"} }, "remove router"},
+		{"no brokers", func(v map[string]any) { section(v, "kafka")["brokers"] = []any{} }, "kafka.brokers is empty"},
+		{"a memory limit pgoutbox cannot be sized from", func(v map[string]any) {
+			orders(v)["resources"] = map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}
+		}, "resources.limits.memory"},
+		{"a name too long for a label", func(v map[string]any) { orders(v)["name"] = strings.Repeat("x", 55) }, "longer than 63 characters"},
+		// values.schema.json
+		{"a Secret without its key", func(v map[string]any) { pg(orders(v))["passwordSecret"] = map[string]any{"name": "s"} }, "missing property 'key'"},
+		{"a misspelt stream key", func(v map[string]any) { orders(v)["replica"] = 3 }, "additional properties 'replica' not allowed"},
+		{"a misspelt top-level key", func(v map[string]any) { v["stream"] = []any{} }, "additional properties 'stream' not allowed"},
+		{"a bad stream name", func(v map[string]any) { orders(v)["name"] = "Orders_EU" }, "/streams/0/name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, h := range helms {
+				vals := readValues(t, goldenValues)
+				tc.change(vals)
+				out, err := h.render(vals)
+				if err == nil {
+					t.Fatalf("%s renders the values:\n%s", h.name, out)
+				}
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s: error %q does not say %q", h.name, err, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,251 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+// inproc is a relay running in the test's process.
+type inproc struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func runInProcess(t *testing.T, cfg relay.Config) *inproc {
+	t.Helper()
+	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &inproc{cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-p.done:
+		case <-time.After(time.Minute):
+			t.Error("relay did not stop within a minute")
+		}
+	})
+	return p
+}
+
+// stop stops the relay and returns Run's error.
+func (p *inproc) stop(t *testing.T) error {
+	t.Helper()
+	p.cancel()
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("relay did not stop within a minute")
+		return nil
+	}
+}
+
+// exited waits up to timeout for the relay to stop by itself.
+func (p *inproc) exited(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("the relay did not stop within %s", timeout)
+		return nil
+	}
+}
+
+func (f *fixture) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.conn.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (f *fixture) walLSN(t *testing.T) checkpoint.LSN {
+	t.Helper()
+	var s string
+	if err := f.checkDB.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	l, err := parseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// insertEvents writes n events, one transaction each, for aggregate type
+// f.shape.AggregateTypes[0], with created_at given by at(i) (nil: now), and
+// returns their ids.
+func (f *fixture) insertEvents(t *testing.T, prefix string, n int, at func(i int) string) []string {
+	t.Helper()
+	var ids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("00000000-0000-4000-8000-%s%08d", prefix, i)
+		created := "now()"
+		if at != nil {
+			created = at(i)
+		}
+		f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at) VALUES ($1, $2, $3, 'T', '{}', `+created+`)`,
+			id, f.shape.AggregateTypes[0], fmt.Sprintf("k%d", i%3))
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func receivedIDs(msgs []testenv.Message) []string {
+	var ids []string
+	for _, m := range msgs {
+		id, _ := m.Header("id")
+		ids = append(ids, string(id))
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// TestPartitionedOutboxLosesNothing: range- and hash-partitioned outbox
+// tables, with the publication pgoutbox creates (changes reported under the
+// partitioned table) and with an existing one that reports each partition
+// under its own name; under load a partition is attached, and an old one
+// detached and dropped. Every event arrives.
+func TestPartitionedOutboxLosesNothing(t *testing.T) {
+	env := testenv.Require(t)
+	for _, c := range []struct {
+		name, partitionBy string
+		partitions        []string
+		existingPub       bool
+	}{
+		{"range", "RANGE (created_at)", []string{
+			"outbox_old PARTITION OF outbox FOR VALUES FROM ('2000-01-01') TO ('2020-01-01')",
+			"outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')"}, false},
+		{"range, existing publication without publish_via_partition_root", "RANGE (created_at)", []string{
+			"outbox_old PARTITION OF outbox FOR VALUES FROM ('2000-01-01') TO ('2020-01-01')",
+			"outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')"}, true},
+		{"hash", "HASH (id)", []string{
+			"outbox_h0 PARTITION OF outbox FOR VALUES WITH (MODULUS 3, REMAINDER 0)",
+			"outbox_h1 PARTITION OF outbox FOR VALUES WITH (MODULUS 3, REMAINDER 1)",
+			"outbox_h2 PARTITION OF outbox FOR VALUES WITH (MODULUS 3, REMAINDER 2)"}, false},
+		{"hash, existing publication without publish_via_partition_root", "HASH (id)", []string{
+			"outbox_h0 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 0)",
+			"outbox_h1 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 1)"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, env, 1)
+			f.exec(t, "DROP TABLE outbox")
+			f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+				type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY `+c.partitionBy)
+			for _, p := range c.partitions {
+				f.exec(t, "CREATE TABLE "+p)
+			}
+			if c.existingPub {
+				f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox WITH (publish = 'insert')")
+			}
+			consumer := env.NewConsumer(t, f.topics[:1])
+			p := runInProcess(t, f.config())
+			f.waitStreaming(t)
+			range_ := strings.HasPrefix(c.partitionBy, "RANGE")
+			old := func(i int) string {
+				if range_ && i%2 == 0 {
+					return "'2010-06-01'"
+				}
+				return "now()"
+			}
+			want := f.insertEvents(t, "0001", 11, old)
+			if range_ {
+				// A partition attached while streaming, and the old one
+				// detached and dropped between writes.
+				f.exec(t, "CREATE TABLE outbox_next PARTITION OF outbox FOR VALUES FROM ('2100-01-01') TO ('2200-01-01')")
+				want = append(want, f.insertEvents(t, "0002", 5, func(int) string { return "'2150-01-01'" })...)
+				want = append(want, f.insertEvents(t, "0003", 5, nil)...)
+				f.exec(t, "ALTER TABLE outbox DETACH PARTITION outbox_old")
+				want = append(want, f.insertEvents(t, "0004", 5, nil)...)
+				f.exec(t, "DROP TABLE outbox_old")
+				want = append(want, f.insertEvents(t, "0005", 5, func(int) string { return "'2150-01-01'" })...)
+			}
+			msgs := consumer.WaitFor(t, len(want), time.Minute)
+			slices.Sort(want)
+			if got := receivedIDs(msgs); !slices.Equal(got, want) {
+				t.Fatalf("received %d distinct events %v, want %d", len(got), got, len(want))
+			}
+			if err := p.stop(t); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if confirmed, _ := f.slotState(t); confirmed < f.walLSN(t)-1<<20 {
+				t.Fatalf("slot confirmed only %s", confirmed)
+			}
+		})
+	}
+}
+
+// TestCatalogChangesStopTheRelayLoudly: a change that takes the outbox out
+// of the stream stops the relay within seconds, with an error naming what
+// changed, and the slot is not confirmed past the change: the events
+// written since are still to be relayed (from the table).
+func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
+	env := testenv.Require(t)
+	recreate := `DROP TABLE outbox; CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now())`
+	for _, c := range []struct {
+		name, ddl, want string
+		// restart: the change is made while the relay is stopped.
+		restart bool
+	}{
+		{"table dropped and created again", recreate, "was dropped and created again", false},
+		{"table renamed", "ALTER TABLE outbox RENAME TO outbox_old; CREATE TABLE outbox (LIKE outbox_old INCLUDING ALL)", "outbox", false},
+		{"table dropped from the publication", "ALTER PUBLICATION $PUB DROP TABLE outbox", "does not include table public.outbox", false},
+		{"publication dropped and created again", "DROP PUBLICATION $PUB; CREATE PUBLICATION $PUB FOR TABLE outbox WITH (publish = 'insert')", "publication", false},
+		{"table dropped and created again while stopped", recreate + "; ALTER PUBLICATION $PUB ADD TABLE outbox", "since pgoutbox last streamed", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, env, 1)
+			consumer := env.NewConsumer(t, f.topics[:1])
+			cfg := f.config()
+			p := runInProcess(t, cfg)
+			f.waitStreaming(t)
+			consumer.WaitFor(t, len(f.insertEvents(t, "0001", 3, nil)), time.Minute)
+			if c.restart {
+				if err := p.stop(t); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			}
+			f.exec(t, strings.ReplaceAll(c.ddl, "$PUB", f.pub))
+			after := f.walLSN(t)
+			// Writes after the change, and other WAL for idle keepalives to
+			// report, which must not be confirmed either.
+			f.insertEvents(t, "0002", 5, nil)
+			f.exec(t, "INSERT INTO outbox_other (note) SELECT repeat('x', 1000) FROM generate_series(1, 2000)")
+			if c.restart {
+				p = runInProcess(t, cfg)
+			}
+			err := p.exited(t, 30*time.Second)
+			var fe *relay.FatalError
+			if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogChanged) && !errors.Is(err, replication.ErrCatalogUnusable) {
+				t.Fatalf("want a fatal catalog error, got %v", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error does not say %q: %v", c.want, err)
+			}
+			if confirmed, _ := f.slotState(t); confirmed > after {
+				t.Fatalf("slot confirmed %s, past %s where the change was", confirmed, after)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}

@@ -1,0 +1,369 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+// realClock is the clock of the production relay.
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+func (realClock) NewTimer(d time.Duration) timer {
+	return realTimer{time.NewTimer(d)}
+}
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time { return t.t.C }
+func (t realTimer) Stop() bool          { return t.t.Stop() }
+
+// liveBackend connects to PostgreSQL and Kafka.
+//
+// Concurrency: the relay's goroutine calls its methods. The goroutines it
+// starts (a producer being created after its caller gave up on it, the
+// topic checkers, the catalog watchers) are waited for by wait, which Run
+// calls before it returns.
+type liveBackend struct {
+	log *zap.Logger
+	wg  sync.WaitGroup
+}
+
+func (b *liveBackend) Prepare(ctx context.Context, cfg replication.Config) (replication.Start, error) {
+	return replication.Prepare(ctx, cfg, b.log)
+}
+
+func (b *liveBackend) RecordSession(ctx context.Context, cfg replication.Config, st replication.State) error {
+	if cfg.StateTable == "" {
+		return nil
+	}
+	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-state", cfg.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return replication.WriteState(ctx, conn, cfg.StateTable, st)
+}
+
+func (b *liveBackend) Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error) {
+	st, err := replication.Open(ctx, cfg, start, b.log)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// NewProducer creates the producer on a goroutine of its own, so that a
+// stop is honoured at once even while sarama retries against a cluster that
+// does not answer; a producer that arrives after its caller gave up is
+// closed.
+func (b *liveBackend) NewProducer(ctx context.Context, cfg kafka.Config) (producer, error) {
+	type made struct {
+		p   *kafka.Producer
+		err error
+	}
+	ch := make(chan made, 1)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		p, err := kafka.New(ctx, cfg, b.log)
+		ch <- made{p, err}
+	}()
+	select {
+	case m := <-ch:
+		if m.err != nil {
+			return nil, m.err
+		}
+		return m.p, nil
+	case <-ctx.Done():
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if m := <-ch; m.p != nil {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = m.p.Close(cctx)
+				cancel()
+			}
+		}()
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (b *liveBackend) CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error) {
+	return kafka.CheckTopics(ctx, cfg, topics)
+}
+
+// wait waits, until ctx ends, for the goroutines the backend started.
+func (b *liveBackend) wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		b.log.Warn("some Kafka or PostgreSQL calls did not end in time; leaving them to end with the process")
+	}
+}
+
+// topicCheckRetry is how soon a topic reported missing is asked about
+// again, and how soon the cluster is asked again after it did not answer.
+const topicCheckRetry = 500 * time.Millisecond
+
+func (b *liveBackend) StartTopicChecker(cfg kafka.Config, wake func()) topicChecker {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &liveTopicChecker{cfg: cfg, wake: wake, cancel: cancel, kick: make(chan struct{}, 1),
+		results: make(chan topicResult, 64), pending: map[string]time.Time{}}
+	b.wg.Add(1)
+	c.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer c.wg.Done()
+		c.run(ctx)
+	}()
+	return c
+}
+
+// liveTopicChecker asks Kafka about topics on its own goroutine, with one
+// metadata request for all topics pending at a time.
+type liveTopicChecker struct {
+	cfg     kafka.Config
+	wake    func()
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	kick    chan struct{}
+	results chan topicResult
+
+	mu      sync.Mutex
+	pending map[string]time.Time // topic → when a "missing" answer is final
+}
+
+func (c *liveTopicChecker) Request(topic string, missingFor time.Duration) {
+	c.mu.Lock()
+	if _, ok := c.pending[topic]; !ok {
+		c.pending[topic] = time.Now().Add(missingFor)
+	}
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *liveTopicChecker) Results() <-chan topicResult { return c.results }
+
+func (c *liveTopicChecker) Stop() {
+	c.cancel()
+	c.wg.Wait()
+}
+
+func (c *liveTopicChecker) run(ctx context.Context) {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+		case <-retry.C:
+		}
+		c.mu.Lock()
+		topics := make([]string, 0, len(c.pending))
+		for t := range c.pending {
+			topics = append(topics, t)
+		}
+		c.mu.Unlock()
+		if len(topics) == 0 {
+			continue
+		}
+		// A broker that accepts connections but does not answer holds a
+		// request for the read timeout; the relay meanwhile goes on.
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout+c.cfg.DialTimeout)
+		states, err := kafka.CheckTopics(rctx, c.cfg, topics)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		again := err != nil
+		now := time.Now()
+		for _, s := range states {
+			c.mu.Lock()
+			giveUp, ok := c.pending[s.Topic]
+			if ok && errors.Is(s.Err, kafka.ErrTopicMissing) && now.Before(giveUp) {
+				// Perhaps created a moment ago, and this broker's
+				// metadata is behind: ask again.
+				again = true
+				c.mu.Unlock()
+				continue
+			}
+			delete(c.pending, s.Topic)
+			c.mu.Unlock()
+			select {
+			case c.results <- topicResult{Topic: s.Topic, State: s}:
+				c.wake()
+			case <-ctx.Done():
+				return
+			}
+		}
+		if again {
+			retry.Reset(topicCheckRetry)
+		}
+	}
+}
+
+func (b *liveBackend) StartCatalogWatcher(cfg replication.Config, instance string, wake func()) catalogWatcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &liveWatcher{cfg: cfg, instance: instance, log: b.log, wake: wake, cancel: cancel,
+		kick: make(chan struct{}, 1), results: make(chan catalogResult, 4), stopped: make(chan struct{})}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(w.stopped)
+		w.run(ctx)
+	}()
+	return w
+}
+
+// Recording the confirmed position: when events were confirmed since the
+// last record and stateRecordEvery has passed, or when stateRecordWAL more
+// WAL was confirmed (by idle keepalives). The recorded position says, after
+// a lost slot, from where events may be missing; it need not be exact, and
+// writing it on every idle keepalive would itself keep WAL moving.
+const (
+	stateRecordEvery = 10 * time.Second
+	stateRecordWAL   = 16 << 20
+	catalogTimeout   = 10 * time.Second
+)
+
+// liveWatcher checks the catalog on its own goroutine and connection.
+type liveWatcher struct {
+	cfg      replication.Config
+	instance string
+	log      *zap.Logger
+	wake     func()
+	cancel   context.CancelFunc
+	kick     chan struct{}
+	results  chan catalogResult
+	stopped  chan struct{}
+	conn     *pgx.Conn
+
+	mu          sync.Mutex
+	confirmed   checkpoint.LSN
+	eventCommit checkpoint.LSN
+
+	recorded      checkpoint.LSN // what the state row says
+	recordedEvent checkpoint.LSN
+	recordedAt    time.Time
+}
+
+func (w *liveWatcher) Check() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *liveWatcher) Results() <-chan catalogResult { return w.results }
+
+func (w *liveWatcher) Confirmed(lsn, eventCommit checkpoint.LSN) {
+	w.mu.Lock()
+	w.confirmed, w.eventCommit = max(w.confirmed, lsn), max(w.eventCommit, eventCommit)
+	w.mu.Unlock()
+}
+
+func (w *liveWatcher) Stop(ctx context.Context) {
+	w.cancel()
+	<-w.stopped
+	if w.conn != nil || w.cfg.StateTable != "" {
+		w.record(ctx, true)
+	}
+	if w.conn != nil {
+		_ = w.conn.Close(context.WithoutCancel(ctx))
+	}
+}
+
+func (w *liveWatcher) run(ctx context.Context) {
+	t := time.NewTicker(w.cfg.PublicationCheckInterval)
+	defer t.Stop()
+	w.recordedAt = time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.kick:
+		}
+		res := w.check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case w.results <- res:
+			w.wake()
+		case <-ctx.Done():
+			return
+		}
+		if res.Err == nil {
+			w.record(ctx, false)
+		}
+	}
+}
+
+func (w *liveWatcher) check(ctx context.Context) catalogResult {
+	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
+	defer cancel()
+	if w.conn == nil {
+		conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
+		if err != nil {
+			return catalogResult{Err: err, ShuttingDown: replication.IsShuttingDown(err)}
+		}
+		w.conn = conn
+	}
+	cat, err := replication.ReadCatalog(cctx, w.conn, w.cfg)
+	if err != nil {
+		_ = w.conn.Close(context.WithoutCancel(ctx))
+		w.conn = nil
+		return catalogResult{Err: err, ShuttingDown: replication.IsShuttingDown(err)}
+	}
+	return catalogResult{Catalog: cat}
+}
+
+// record writes the confirmed position to the state table when due (or,
+// final, whenever it moved).
+func (w *liveWatcher) record(ctx context.Context, final bool) {
+	if w.cfg.StateTable == "" || w.instance == "" {
+		return
+	}
+	w.mu.Lock()
+	confirmed, event := w.confirmed, w.eventCommit
+	w.mu.Unlock()
+	due := confirmed > w.recorded && (final ||
+		(event > w.recordedEvent && time.Since(w.recordedAt) >= stateRecordEvery) ||
+		confirmed-w.recorded >= stateRecordWAL)
+	if !due {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
+	defer cancel()
+	if w.conn == nil {
+		conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
+		if err != nil {
+			w.log.Debug("record the confirmed position", zap.Error(err))
+			return
+		}
+		w.conn = conn
+	}
+	if err := replication.RecordConfirmed(cctx, w.conn, w.cfg.StateTable, w.cfg.Slot, w.instance, confirmed); err != nil {
+		w.log.Warn("record the confirmed position in the state table", zap.Error(err))
+		return
+	}
+	w.recorded, w.recordedEvent, w.recordedAt = confirmed, event, time.Now()
+}

@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// The relay's loop talks to the world only through the small interfaces in
+// this file. The production implementations (live.go) connect to PostgreSQL
+// and Kafka; the deterministic tests (sim_test.go) script a walsender, a
+// producer, the topic checks, the catalog checks and the clock, and check
+// the loop's invariants after every step.
+
+// stream is one replication session: *replication.Stream.
+type stream interface {
+	// Receive waits until deadline for the next message; a zero Event
+	// means the deadline passed, or Wake was called.
+	Receive(ctx context.Context, deadline time.Time) (replication.Event, error)
+	// SendStatus confirms confirmed (flush and apply positions).
+	SendStatus(ctx context.Context, confirmed checkpoint.LSN, replyRequested bool) error
+	// EndStream ends the stream after the final status update.
+	EndStream(timeout time.Duration) error
+	// Wake makes a waiting Receive return at once; any goroutine may call it.
+	Wake()
+	Close(ctx context.Context) error
+}
+
+// producer sends records to Kafka: *kafka.Producer. Send never blocks on
+// the network.
+type producer interface {
+	Send(rec *router.Record, m kafka.Meta)
+	Acks() <-chan kafka.Ack
+	// Close waits (until ctx ends) for what is in flight.
+	Close(ctx context.Context) error
+}
+
+// topicChecker checks, off the loop's goroutine, that topics exist before
+// their first records are sent, and posts one result per request.
+type topicChecker interface {
+	// Request asks for topic to be checked; it never blocks. A topic
+	// reported missing is asked about again until missingFor has passed.
+	Request(topic string, missingFor time.Duration)
+	Results() <-chan topicResult
+	// Stop ends the checks and waits for them.
+	Stop()
+}
+
+type topicResult struct {
+	Topic string
+	State kafka.TopicState
+}
+
+// catalogWatcher reads the catalog off the loop's goroutine: every
+// postgres.publication.check.interval, and when asked. It also records the
+// confirmed position in the state table now and then.
+type catalogWatcher interface {
+	// Check asks for a check now; it never blocks.
+	Check()
+	Results() <-chan catalogResult
+	// Confirmed tells the watcher what the slot was last told, and the end
+	// of the last transaction that carried events, for the state record.
+	Confirmed(lsn, eventCommit checkpoint.LSN)
+	// Stop ends the watcher and waits for it; it records the final
+	// confirmed position first when it can within ctx.
+	Stop(ctx context.Context)
+}
+
+type catalogResult struct {
+	Catalog replication.Catalog
+	Err     error
+	// ShuttingDown says the server refused the check because it is
+	// shutting down.
+	ShuttingDown bool
+}
+
+// clock is time for the loop: the real one, or the tests' fake.
+type clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) timer
+}
+
+type timer interface {
+	C() <-chan time.Time
+	Stop() bool
+}
+
+// backend opens what a session talks to.
+type backend interface {
+	// Prepare checks the server, the publication and the slot (see
+	// replication.Prepare).
+	Prepare(ctx context.Context, cfg replication.Config) (replication.Start, error)
+	// RecordSession records in the state table that this instance now
+	// holds the slot, before it confirms anything.
+	RecordSession(ctx context.Context, cfg replication.Config, st replication.State) error
+	Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error)
+	NewProducer(ctx context.Context, cfg kafka.Config) (producer, error)
+	// CheckTopics asks Kafka about topics (start-up checks).
+	CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error)
+	// StartTopicChecker and StartCatalogWatcher start the session's
+	// checkers; wake is called after each result is posted.
+	StartTopicChecker(cfg kafka.Config, wake func()) topicChecker
+	StartCatalogWatcher(cfg replication.Config, instance string, wake func()) catalogWatcher
+}

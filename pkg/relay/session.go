@@ -1,0 +1,953 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// recordOverhead is what one record in flight costs beyond its bytes: our
+// message, sarama's message and its share of a request buffer. It is
+// counted against relay.max.inflight.bytes with the bytes themselves.
+const recordOverhead = 512
+
+// relationWait bounds how long the loop waits for the catalog to say what a
+// relation it has not seen before is (a partition attached while streaming).
+const relationWait = 30 * time.Second
+
+// stopReserve is the part of relay.shutdown.timeout kept for the final
+// status update and closing, after waiting for the open transaction and
+// for acknowledgements.
+func stopReserve(timeout time.Duration) time.Duration { return min(2*time.Second, timeout/5) }
+
+// session is one replication session.
+//
+// Concurrency: everything in it is owned by Run's goroutine. The producer,
+// the topic checker and the catalog watcher post into channels that the
+// loop reads between WAL messages and while it waits.
+type session struct {
+	r     *Relay
+	log   *zap.Logger
+	clock clock
+	ctx   context.Context // Run's: ends at the first stop request
+	st    stream
+	prod  producer
+	tr    *checkpoint.Tracker
+	start replication.Start
+
+	topics  *topicGate
+	watcher catalogWatcher
+	rec     router.Record
+	rels    map[*replication.Relation]relClass
+
+	cur    checkpoint.TxnID
+	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
+	// commitTime is the open transaction's commit time (Unix ns), stamped
+	// on its records to measure commit-to-ack latency.
+	commitTime int64
+	// hasRecords says the open transaction produced a record;
+	// eventCommit is the commit end of the last one that did.
+	hasRecords  bool
+	eventCommit checkpoint.LSN
+	lastCommit  time.Time
+	received    checkpoint.LSN
+	// commits holds the commit LSN of transactions commitsBase,
+	// commitsBase+1, ... that may still be pending, for error messages.
+	// TxnIDs are sequential, so a slice trimmed from the front is enough.
+	commits     []checkpoint.LSN
+	commitsBase checkpoint.TxnID
+
+	// inflightBytes counts the bytes records in flight hold of their own
+	// (outside WAL chunks) plus recordOverhead each; pinned counts the
+	// WAL chunks they point into, whole.
+	inflightBytes int64
+	pinned        int64
+	sentConfirmed checkpoint.LSN
+	lastStatus    time.Time
+	nextStatus    time.Time
+	walEnd        checkpoint.LSN
+
+	// verified is the WAL position of the last catalog check that passed:
+	// nothing past it is confirmed (a DDL after it may have taken a table
+	// out of the stream). capLifted: the server is shutting down, so the
+	// catalog can no longer change nor be read.
+	verified      checkpoint.LSN
+	capLifted     bool
+	lastCheckAsk  time.Time
+	catalogFailed int
+
+	// latest is the catalog of the last check that passed.
+	latest replication.Catalog
+
+	// pendingRel is a relation the loop waits for the catalog to classify.
+	pendingRel *replication.Relation
+	pendingBy  time.Time
+
+	// failures are acks the loop made itself (a topic that does not exist,
+	// a record too large for its topic), handled like Kafka's.
+	failures []kafka.Ack
+
+	stopping bool
+	stopBy   time.Time // the end of the whole stop's budget
+
+	// Catch-up progress: the server's WAL position at the last catalog
+	// check, and the position and time of the last progress report.
+	serverWAL    checkpoint.LSN
+	progressAt   time.Time
+	progressFrom checkpoint.LSN
+	rate         float64
+	behind       bool
+}
+
+// relClass is what a relation of the stream is to the relay.
+type relClass struct {
+	table string // the configured outbox table it is, or is a partition of
+	other bool   // another table of a FOR ALL TABLES publication: skipped
+	// unexpected explains a relation that is neither: its changes are
+	// poison.
+	unexpected string
+}
+
+func newSession(r *Relay, ctx context.Context, start replication.Start, st stream, prod producer) *session {
+	s := &session{
+		r:             r,
+		log:           r.log,
+		clock:         r.clock,
+		ctx:           ctx,
+		st:            st,
+		prod:          prod,
+		tr:            checkpoint.New(start.Slot.ConfirmedFlushLSN),
+		start:         start,
+		rels:          map[*replication.Relation]relClass{},
+		sentConfirmed: start.Slot.ConfirmedFlushLSN,
+		walEnd:        start.Slot.ConfirmedFlushLSN,
+		verified:      max(start.Catalog.CheckedAt, start.Slot.ConfirmedFlushLSN),
+		serverWAL:     start.Catalog.CheckedAt,
+	}
+	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, st.Wake))
+	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, st.Wake)
+	return s
+}
+
+// loop reads WAL and acks until the context is cancelled (at a transaction
+// boundary: errStopped) or something fails.
+func (s *session) loop() error {
+	lim := s.r.cfg.Relay
+	interval := s.r.cfg.Postgres.StatusInterval
+	// A stop request wakes a Receive that waits for data, so that an idle
+	// relay stops at once.
+	defer context.AfterFunc(s.ctx, s.st.Wake)()
+	s.nextStatus = s.clock.Now().Add(interval)
+	for {
+		if !s.stopping && s.ctx.Err() != nil {
+			s.stopping = true
+			s.stopBy = s.clock.Now().Add(lim.ShutdownTimeout)
+			s.log.Info("stopping at the next transaction boundary", zap.Duration("budget", lim.ShutdownTimeout))
+		}
+		if s.forced() {
+			return errForced
+		}
+		if err := s.drain(); err != nil {
+			return err
+		}
+		if s.stopping {
+			if !s.tr.Open() {
+				return errStopped
+			}
+			if !s.clock.Now().Before(s.drainBy()) {
+				return fmt.Errorf("relay: transaction still open %s after the stop request; stopping without confirming it", lim.ShutdownTimeout)
+			}
+		}
+		if s.r.singleUntil > 0 && s.tr.Confirmed() >= s.r.singleUntil && !s.tr.Open() && s.tr.InFlight() == 0 {
+			s.r.singleUntil = 0
+			return errNewProducer
+		}
+		now := s.clock.Now()
+		// Confirm promptly when the position moved (so a crash repeats
+		// little), but at most every confirmEvery; otherwise on the interval.
+		if !now.Before(s.nextStatus) || (s.confirmable() != s.sentConfirmed && now.Sub(s.lastStatus) >= confirmEvery) {
+			if err := s.status(false); err != nil {
+				return err
+			}
+		}
+		if s.pendingRel != nil {
+			// Stop reading WAL until the catalog says what the relation is.
+			if !now.Before(s.pendingBy) {
+				return s.unclassified()
+			}
+			until := s.nextStatus
+			if s.pendingBy.Before(until) {
+				until = s.pendingBy
+			}
+			if err := s.wait(until); err != nil {
+				return err
+			}
+			continue
+		}
+		if s.tr.InFlight() >= lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= lim.MaxInFlightBytes {
+			// Back-pressure: stop reading WAL, keep sending status updates.
+			if err := s.wait(s.waitDeadline()); err != nil {
+				return err
+			}
+			continue
+		}
+		ev, err := s.st.Receive(s.forceCtx(), s.waitDeadline())
+		if err != nil {
+			if s.forced() {
+				return errForced
+			}
+			return err
+		}
+		if ev.WALStart > s.received {
+			s.received = ev.WALStart
+		}
+		if err := s.handle(ev); err != nil {
+			return err
+		}
+	}
+}
+
+// errForced ends a session stopped at once by a second signal.
+var errForced = errors.New("relay: stopped at once by a second signal")
+
+// forced reports whether a stop at once was requested.
+func (s *session) forced() bool {
+	if s.r.force == nil {
+		return false
+	}
+	select {
+	case <-s.r.force:
+		return true
+	default:
+		return false
+	}
+}
+
+// forceCtx is done when a stop at once is requested; it interrupts a
+// Receive that waits.
+func (s *session) forceCtx() context.Context {
+	if s.r.force == nil {
+		return context.WithoutCancel(s.ctx)
+	}
+	return forceContext{s.ctx, s.r.force}
+}
+
+// drainBy is when waiting for the open transaction and the acknowledgements
+// must end, so that the rest of the stop fits in its budget.
+func (s *session) drainBy() time.Time {
+	return s.stopBy.Add(-stopReserve(s.r.cfg.Relay.ShutdownTimeout))
+}
+
+// waitDeadline is when the next wait or Receive must end: the next status
+// update, or the end of the stop's budget.
+func (s *session) waitDeadline() time.Time {
+	if s.stopping && s.drainBy().Before(s.nextStatus) {
+		return s.drainBy()
+	}
+	return s.nextStatus
+}
+
+// wait blocks until something arrives for the loop (an ack, a topic check,
+// a catalog check), the deadline passes, or a stop is requested.
+func (s *session) wait(deadline time.Time) error {
+	t := s.clock.NewTimer(deadline.Sub(s.clock.Now()))
+	defer t.Stop()
+	var stop <-chan struct{}
+	if !s.stopping {
+		stop = s.ctx.Done()
+	}
+	select {
+	case a, ok := <-s.prod.Acks():
+		if !ok {
+			return errors.New("relay: producer closed its acknowledgement channel")
+		}
+		return s.ack(a)
+	case res := <-s.topics.checker.Results():
+		s.topics.result(res)
+	case res := <-s.watcher.Results():
+		return s.catalog(res)
+	case <-t.C():
+	case <-stop:
+	case <-s.r.force:
+	}
+	return nil
+}
+
+// drain handles, without waiting, everything that arrived for the loop.
+func (s *session) drain() error {
+	for {
+		select {
+		case a, ok := <-s.prod.Acks():
+			if !ok {
+				return errors.New("relay: producer closed its acknowledgement channel")
+			}
+			if err := s.ack(a); err != nil {
+				return err
+			}
+			continue
+		case res := <-s.topics.checker.Results():
+			s.topics.result(res)
+			continue
+		case res := <-s.watcher.Results():
+			if err := s.catalog(res); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		if len(s.failures) == 0 {
+			return nil
+		}
+		a := s.failures[0]
+		s.failures = s.failures[1:]
+		if err := s.ack(a); err != nil {
+			return err
+		}
+	}
+}
+
+// confirmable is the position the slot may be told: the tracker's, but not
+// past the last catalog check that passed.
+func (s *session) confirmable() checkpoint.LSN {
+	c := s.tr.Confirmed()
+	if !s.capLifted && c > s.verified {
+		c = max(s.verified, s.sentConfirmed)
+	}
+	return c
+}
+
+// catalog handles a catalog check.
+func (s *session) catalog(res catalogResult) error {
+	cfg := s.r.cfg.Postgres
+	if res.Err != nil {
+		if res.ShuttingDown && !s.capLifted {
+			// Nothing can change the catalog any more, and PostgreSQL
+			// waits for the end of WAL to be confirmed before it stops.
+			s.capLifted = true
+			s.log.Info("PostgreSQL is shutting down; confirming without a catalog check", zap.Error(res.Err))
+			return nil
+		}
+		s.catalogFailed++
+		if s.catalogFailed == 3 || s.catalogFailed%60 == 0 {
+			s.log.Warn("cannot check the publication and the outbox tables; the slot is not confirmed past the last check until a check passes",
+				zap.Stringer("verified_lsn", s.verified), zap.Int("failed_checks", s.catalogFailed), zap.Error(res.Err))
+		}
+		return nil
+	}
+	if s.catalogFailed >= 3 {
+		s.log.Info("the publication check passes again", zap.Int("failed_checks", s.catalogFailed))
+	}
+	s.catalogFailed = 0
+	if changes := s.start.Catalog.Changes(&res.Catalog, cfg); len(changes) > 0 {
+		return &FatalError{Err: &replication.CatalogError{Publication: cfg.Publication, Problems: changes, Err: replication.ErrCatalogChanged}}
+	}
+	s.verified = max(s.verified, res.Catalog.CheckedAt)
+	s.serverWAL = max(s.serverWAL, res.Catalog.CheckedAt)
+	s.latest = res.Catalog
+	if s.pendingRel != nil {
+		s.classifyPending()
+	}
+	return nil
+}
+
+// requestCheck asks the watcher for a check when the confirmable position
+// lags behind what the tracker could confirm (at most every confirmEvery).
+func (s *session) requestCheck() {
+	if s.tr.Confirmed() <= s.verified || s.capLifted {
+		return
+	}
+	if now := s.clock.Now(); now.Sub(s.lastCheckAsk) >= confirmEvery {
+		s.lastCheckAsk = now
+		s.watcher.Check()
+	}
+}
+
+func (s *session) ack(a kafka.Ack) error {
+	s.inflightBytes -= int64(a.Held)
+	if c, ok := a.Hold.(*replication.Chunk); ok && c.Unpin() {
+		s.pinned -= int64(c.Size())
+	}
+	id := checkpoint.TxnID(a.Ref)
+	if a.Err != nil {
+		return s.failed(id, a)
+	}
+	if err := s.tr.Ack(id); err != nil {
+		return fmt.Errorf("relay: ack for transaction %d: %w", id, err)
+	}
+	now := s.clock.Now()
+	s.r.obs.Acked(a.Topic, a.Bytes, now.Sub(time.Unix(0, a.Stamp)), now.Sub(a.Sent))
+	return nil
+}
+
+// failed handles a record Kafka did not accept.
+func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
+	s.r.obs.Failed(a.Topic, a.Err)
+	lsn := s.commitLSN(id)
+	lim := s.r.cfg.Relay
+	if kafka.IsBatchTooLarge(a.Err) && s.r.singleUntil == 0 {
+		// The broker refused a whole batch; its records may each be
+		// small enough. Resend from the slot, one record per request,
+		// until past the last transaction sent so far.
+		s.tr.Fail(id)
+		s.r.singleUntil = max(s.lastSent(), lsn)
+		s.log.Warn("Kafka refused a batch as too large (the topic's max.message.bytes is below kafka.max.message.bytes?); resending its records one at a time",
+			zap.String("topic", a.Topic), zap.ByteString("event_id", a.EventID), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
+		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
+	}
+	if kafka.IsPoison(a.Err) {
+		if lim.PoisonPolicy == "dead-letter" && a.Topic != lim.DeadLetterTopic {
+			// The dead-letter record takes the failed one's place in its
+			// transaction's count.
+			s.log.Warn("dead-lettering a record Kafka cannot accept", zap.ByteString("event_id", a.EventID),
+				zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
+			s.deadLetter(id, a.Key, a.Value, a.EventID, a.Err.Error(), "", a.Topic, lsn, a.Stamp, a.Hold)
+			return nil
+		}
+		s.tr.Fail(id)
+		return &FatalError{Err: &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn,
+			Err: fmt.Errorf("%w (poison.policy=%s: stopping; nothing at or after transaction %s was confirmed)", a.Err, lim.PoisonPolicy, lsn)}}
+	}
+	s.tr.Fail(id)
+	s.log.Error("Kafka did not accept a record; no later position will be confirmed",
+		zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
+	return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
+}
+
+// lastSent is the commit LSN of the newest transaction that records were
+// sent for.
+func (s *session) lastSent() checkpoint.LSN {
+	if len(s.commits) == 0 {
+		return 0
+	}
+	return s.commits[len(s.commits)-1]
+}
+
+// status sends a standby status update with the confirmable position. When
+// the relay is idle it asks the server to reply, so that the keepalive that
+// comes back carries a WAL end the tracker can adopt.
+func (s *session) status(force bool) error {
+	confirmed := s.confirmable()
+	idle := !s.tr.Open() && s.tr.InFlight() == 0 && !s.tr.Failed()
+	// Recorded before sending: if the send fails half-way the server may
+	// still have taken it.
+	s.r.history.lastConfirmed = max(s.r.history.lastConfirmed, confirmed)
+	ctx, cancel := s.statusContext()
+	err := s.st.SendStatus(ctx, confirmed, idle && !force)
+	cancel()
+	if err != nil {
+		return err
+	}
+	s.lastStatus = s.clock.Now()
+	s.nextStatus = s.lastStatus.Add(s.r.cfg.Postgres.StatusInterval)
+	s.sentConfirmed = confirmed
+	s.watcher.Confirmed(confirmed, min(s.eventCommit, confirmed))
+	s.reportProgress()
+	s.progress()
+	return nil
+}
+
+// statusContext bounds one status update's write: a server that does not
+// read gets the status interval, never more.
+func (s *session) statusContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(s.ctx), s.r.cfg.Postgres.StatusInterval)
+}
+
+func (s *session) progress() {
+	s.r.obs.Progress(Progress{
+		Received:        s.received,
+		Confirmed:       s.sentConfirmed,
+		ServerWALEnd:    s.walEnd,
+		InFlightRecords: s.tr.InFlight(),
+		InFlightBytes:   s.inflightBytes + s.pinned,
+		PendingTxns:     s.tr.Pending(),
+		Idle:            !s.tr.Open() && s.tr.InFlight() == 0,
+		Verified:        s.verified,
+		LastCommitTime:  s.lastCommit,
+		ServerWAL:       s.serverWAL,
+		Behind:          s.behindBytes(),
+		CatchUpRate:     s.rate,
+	})
+}
+
+// behindBytes is how much WAL the relay has yet to read to reach the
+// server's position at the last catalog check (0 when idle: the server
+// sends nothing for transactions that touch no published table).
+func (s *session) behindBytes() int64 {
+	pos := max(s.received, s.sentConfirmed)
+	if s.serverWAL <= pos || s.tr.Confirmed() >= s.serverWAL || (!s.tr.Open() && s.tr.InFlight() == 0 && s.walEnd >= s.serverWAL) {
+		return 0
+	}
+	return int64(s.serverWAL - pos)
+}
+
+// catchUpThreshold: behind by more than this, or reading transactions
+// committed longer ago than catchUpAge, the relay reports its progress.
+const (
+	catchUpThreshold = 1 << 20
+	catchUpAge       = 10 * time.Second
+)
+
+// reportProgress logs, every relay.progress.interval while the relay is
+// behind, how far behind it is, how fast it catches up and when it expects
+// to be done; and once when it has caught up.
+func (s *session) reportProgress() {
+	now := s.clock.Now()
+	if s.progressAt.IsZero() {
+		s.progressAt, s.progressFrom = now, s.received
+		return
+	}
+	elapsed := now.Sub(s.progressAt)
+	if elapsed < s.r.cfg.Relay.ProgressInterval {
+		return
+	}
+	s.rate = float64(s.received-min(s.progressFrom, s.received)) / elapsed.Seconds()
+	s.progressAt, s.progressFrom = now, s.received
+	behind := s.behindBytes()
+	age := time.Duration(0)
+	if !s.lastCommit.IsZero() {
+		age = now.Sub(s.lastCommit)
+	}
+	if behind < catchUpThreshold && (age < catchUpAge || behind == 0) {
+		if s.behind {
+			s.behind = false
+			s.log.Info("caught up", zap.Stringer("received_lsn", s.received), zap.Stringer("confirmed_lsn", s.sentConfirmed))
+		}
+		s.rate = 0
+		return
+	}
+	s.behind = true
+	fields := []zap.Field{zap.Int64("behind_bytes", behind), zap.Duration("last_commit_age", age.Round(time.Millisecond)),
+		zap.Float64("rate_bytes_per_second", s.rate), zap.Stringer("received_lsn", s.received), zap.Stringer("server_lsn", s.serverWAL),
+		zap.Stringer("confirmed_lsn", s.sentConfirmed)}
+	if s.rate > 0 {
+		fields = append(fields, zap.Duration("estimated_time_left", time.Duration(float64(behind)/s.rate*float64(time.Second)).Round(time.Second)))
+	}
+	s.log.Info("catching up", fields...)
+}
+
+func (s *session) handle(ev replication.Event) error {
+	switch {
+	case ev.Begin != nil:
+		id, err := s.tr.Begin()
+		if err != nil {
+			return fmt.Errorf("relay: BEGIN of xid %d at %s: %w", ev.Begin.XID, ev.Begin.FinalLSN, err)
+		}
+		s.cur = id
+		s.commit = ev.Begin.FinalLSN
+		s.commitTime = ev.Begin.CommitTime.UnixNano()
+		s.lastCommit = ev.Begin.CommitTime
+		s.hasRecords = false
+		s.rememberCommit(id, ev.Begin.FinalLSN)
+	case ev.Change != nil:
+		return s.change(ev.Change)
+	case ev.Commit != nil:
+		if err := s.tr.Commit(ev.Commit.EndLSN); err != nil {
+			return fmt.Errorf("relay: COMMIT at %s: %w", ev.Commit.EndLSN, err)
+		}
+		if s.hasRecords {
+			s.eventCommit = ev.Commit.EndLSN
+		}
+		s.requestCheck()
+	case ev.Keepalive != nil:
+		k := ev.Keepalive
+		if k.WALEnd > s.walEnd {
+			s.walEnd = k.WALEnd
+		}
+		// Adopting the WAL end is safe only with nothing open or in flight;
+		// the tracker checks that. It keeps an idle outbox from pinning WAL.
+		s.tr.Idle(k.WALEnd)
+		s.requestCheck()
+		if k.ReplyRequested {
+			return s.status(true)
+		}
+	case ev.Relation != nil:
+		s.relation(ev.Relation)
+	case ev.Message != nil:
+		return s.message(ev.Message)
+	case ev.StreamAbort != nil:
+		// PostgreSQL 18 sends these on protocol v1 for transactions that
+		// aborted before they were decoded; none of their changes was sent.
+		s.log.Debug("skipping a stream abort of a transaction that was never sent",
+			zap.Uint32("xid", ev.StreamAbort.XID), zap.Uint32("subxid", ev.StreamAbort.SubXID), zap.Stringer("wal", ev.WALStart))
+	case ev.Truncate != nil:
+		// A TRUNCATE carries no events (Debezium's router skips them too).
+	}
+	return nil
+}
+
+// message routes a table-less outbox event. A transactional message belongs
+// to the open transaction; a non-transactional one (when accepted) is
+// tracked as a transaction of its own ending at the message's LSN: that is
+// the end of its WAL record, and PostgreSQL skips on restart exactly the
+// non-transactional messages and the commits that begin before the slot's
+// confirmed position, so confirming it skips this message and nothing else
+// (a commit record may begin right where the message ends).
+func (s *session) message(m *replication.Message) error {
+	cfg := s.r.cfg.Messages
+	if cfg.Prefix == "" || m.Prefix != cfg.Prefix {
+		return nil
+	}
+	if !m.Transactional {
+		if cfg.NonTransactional != "accept" {
+			return &FatalError{Err: fmt.Errorf("relay: non-transactional logical decoding message with prefix %q at %s: its event is not tied to a transaction's outcome; write it with pg_logical_emit_message(true, ...), or set messages.nontransactional=accept", m.Prefix, m.LSN)}
+		}
+		if s.tr.Open() {
+			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
+		}
+		id, err := s.tr.Begin()
+		if err != nil {
+			return err
+		}
+		s.cur, s.commit, s.hasRecords = id, m.LSN, false
+		s.rememberCommit(id, m.LSN)
+		if err := s.emitMessage(m); err != nil {
+			return err
+		}
+		if err := s.tr.Commit(m.LSN); err != nil {
+			return fmt.Errorf("relay: message at %s: %w", m.LSN, err)
+		}
+		if s.hasRecords {
+			s.eventCommit = m.LSN
+		}
+		return nil
+	}
+	if !s.tr.Open() {
+		return fmt.Errorf("relay: transactional message at %s outside a transaction", m.LSN)
+	}
+	return s.emitMessage(m)
+}
+
+func (s *session) emitMessage(m *replication.Message) error {
+	row, err := messageRow(m.Prefix, m.Content)
+	if err != nil {
+		err = fmt.Errorf("logical decoding message with prefix %q at %s in the transaction committing at %s: %w", m.Prefix, m.LSN, s.commit, err)
+		// The message's bytes as they are, so that the dead-letter
+		// record shows what was written.
+		return s.poisonRow("message "+m.Prefix, "message:"+m.Prefix, nil, m.Content, nil, m.Chunk, err)
+	}
+	return s.route(&row, "message "+m.Prefix, m.Chunk)
+}
+
+// relation classifies a relation the stream announced.
+func (s *session) relation(rel *replication.Relation) {
+	if c, ok := s.classify(rel, &s.start.Catalog, false); ok {
+		s.rels[rel] = c
+		return
+	}
+	// Perhaps a partition attached since the session started: ask the
+	// catalog, and read no more WAL until it answers.
+	s.pendingRel, s.pendingBy = rel, s.clock.Now().Add(relationWait)
+	s.watcher.Check()
+}
+
+// classify says what rel is, by its OID, from cat. final says cat is the
+// last word (a fresh check): an OID it does not know is then another table.
+func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, final bool) (relClass, bool) {
+	if t, ok := cat.Root(rel.ID); ok {
+		return relClass{table: t}, true
+	}
+	if s.start.Catalog.AllTables {
+		// Every table of the database is published: only a partition of
+		// an outbox table (when partitions report under their own names)
+		// needs a look at the catalog.
+		if s.start.Catalog.ViaRoot || !s.start.Catalog.Partitioned() || final {
+			return relClass{other: true}, true
+		}
+		return relClass{}, false
+	}
+	if !s.start.Catalog.Partitioned() || final {
+		return relClass{unexpected: fmt.Sprintf("table %s is in publication %q but is not an outbox table in postgres.table.include.list (nor a partition of one): add it there, or remove it from the publication (ALTER PUBLICATION ... DROP TABLE)",
+			rel.Table, s.r.cfg.Postgres.Publication)}, true
+	}
+	return relClass{}, false
+}
+
+// classifyPending classifies the pending relation with the latest catalog.
+func (s *session) classifyPending() {
+	rel := s.pendingRel
+	c, _ := s.classify(rel, &s.latest, true)
+	if !c.other && c.table == "" {
+		// Gone from the catalog (a partition dropped since its rows were
+		// written): when exactly one outbox table is partitioned, the
+		// publication carries nothing else, so it was a partition of it.
+		if t, ok := s.onlyPartitioned(); ok && !s.start.Catalog.AllTables {
+			s.log.Info("a relation the catalog no longer knows is taken as a partition of the only partitioned outbox table",
+				zap.String("relation", rel.Table), zap.Uint32("oid", rel.ID), zap.String("table", t))
+			c = relClass{table: t}
+		}
+	}
+	s.rels[rel] = c
+	s.pendingRel = nil
+}
+
+func (s *session) onlyPartitioned() (string, bool) {
+	name, n := "", 0
+	for _, t := range s.start.Catalog.Tables {
+		if t.Kind == 'p' {
+			name, n = t.Name, n+1
+		}
+	}
+	return name, n == 1
+}
+
+// unclassified ends the wait for a relation the catalog did not classify.
+func (s *session) unclassified() error {
+	rel := s.pendingRel
+	return &FatalError{Err: fmt.Errorf("relay: the stream carries table %s (OID %d), and no catalog check within %s said whether it is a partition of an outbox table; nothing at or after it was confirmed",
+		rel.Table, rel.ID, relationWait)}
+}
+
+func (s *session) change(c *replication.Change) error {
+	if !s.tr.Open() {
+		return fmt.Errorf("relay: %s on %s outside a transaction", c.Op, c.Rel.Table)
+	}
+	cls, ok := s.rels[c.Rel]
+	switch {
+	case !ok:
+		return fmt.Errorf("relay: %s on %s before its relation was classified", c.Op, c.Rel.Table)
+	case cls.other:
+		s.r.obs.OtherTable(c.Rel.Table)
+		return nil
+	case cls.unexpected != "":
+		values := c.Values
+		if c.Op == replication.OpDelete {
+			values = c.Old
+		}
+		row := router.Row{Table: c.Rel.Table, Names: c.Rel.Columns, Types: c.Rel.Types, Values: values}
+		return s.poisonRow(c.Op.String(), c.Rel.Table, &row, nil, nil, c.Chunk, errors.New(cls.unexpected))
+	}
+	row := router.Row{Table: cls.table, Op: c.Op, Names: c.Rel.Columns, Types: c.Rel.Types, Values: c.Values}
+	if c.Op == replication.OpDelete {
+		row.Values = c.Old
+	}
+	return s.route(&row, c.Op.String(), c.Chunk)
+}
+
+// route maps one row (of a table or a message) and sends its record.
+func (s *session) route(row *router.Row, what string, chunk *replication.Chunk) error {
+	act, err := s.r.router.Route(row, s.clock.Now(), &s.rec)
+	if err != nil {
+		return s.poisonRow(what, row.Table, row, nil, s.rec.EventID, chunk,
+			fmt.Errorf("%s in %s of the transaction committing at %s: %w", what, row.Table, s.commit, err))
+	}
+	switch act {
+	case router.Emit:
+	case router.EmitWarn:
+		s.log.Warn("routed a record with a warning", zap.String("table", row.Table), zap.String("topic", s.rec.Topic),
+			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
+	case router.DropWarn:
+		s.log.Warn("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
+			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
+		s.r.obs.Dropped(row.Table, s.rec.Reason)
+		return nil
+	case router.DropError:
+		s.log.Error("dropped a change on the outbox table", zap.String("table", row.Table), zap.String("op", what),
+			zap.ByteString("event_id", s.rec.EventID), zap.String("reason", s.rec.Reason), zap.Stringer("commit_lsn", s.commit))
+		s.r.obs.Dropped(row.Table, s.rec.Reason)
+		return nil
+	default:
+		s.r.obs.Dropped(row.Table, "delete")
+		return nil
+	}
+	if err := s.tr.Add(1); err != nil {
+		return fmt.Errorf("relay: track record: %w", err)
+	}
+	s.hasRecords = true
+	s.r.obs.Routed(row.Table, s.rec.Topic)
+	s.send(&s.rec, s.meta(&s.rec, chunk, s.cur, s.commitTime))
+	return nil
+}
+
+// meta accounts for a record about to be sent and returns what its ack will
+// bring back: the bytes it holds outside the WAL chunk, and the chunk it
+// pins when it points into it.
+func (s *session) meta(rec *router.Record, chunk *replication.Chunk, id checkpoint.TxnID, stamp int64) kafka.Meta {
+	held, inChunk := recordOverhead, false
+	count := func(b []byte) {
+		if chunk.Contains(b) {
+			inChunk = true
+		} else {
+			held += len(b)
+		}
+	}
+	count(rec.Key)
+	count(rec.Value)
+	for _, h := range rec.Headers {
+		held += len(h.Key)
+		count(h.Value)
+	}
+	m := kafka.Meta{Ref: uint64(id), Stamp: stamp, Held: held}
+	s.inflightBytes += int64(held)
+	if inChunk {
+		m.Hold = chunk
+		if chunk.Pin() {
+			s.pinned += int64(chunk.Size())
+		}
+	}
+	return m
+}
+
+// send sends rec once its topic is known to exist (see topicGate).
+func (s *session) send(rec *router.Record, m kafka.Meta) {
+	s.topics.send(rec, m)
+}
+
+// poisonRow handles a change or message that cannot become a record: it
+// is dead-lettered (its columns as a JSON object, or value as it is) or
+// it stops the relay, per relay.poison.policy.
+func (s *session) poisonRow(what, table string, row *router.Row, value, eventID []byte, chunk *replication.Chunk, cause error) error {
+	if s.r.cfg.Relay.PoisonPolicy != "dead-letter" {
+		return &FatalError{Err: fmt.Errorf("relay: %w (poison.policy=fail: nothing at or after it was confirmed)", cause)}
+	}
+	var key []byte
+	if row != nil {
+		value = rowJSON(row)
+		key = s.r.cfg.keyOf(row)
+	}
+	s.log.Warn("dead-lettering a row that cannot be relayed", zap.String("table", table), zap.String("op", what),
+		zap.ByteString("event_id", eventID), zap.Stringer("commit_lsn", s.commit), zap.Error(cause))
+	if err := s.tr.Add(1); err != nil {
+		return fmt.Errorf("relay: track record: %w", err)
+	}
+	s.hasRecords = true
+	s.deadLetter(s.cur, key, value, eventID, cause.Error(), table, "", s.commit, s.commitTime, chunk)
+	return nil
+}
+
+// rememberCommit records transaction id's commit LSN and forgets those that
+// are no longer pending (amortised O(1) per transaction).
+func (s *session) rememberCommit(id checkpoint.TxnID, lsn checkpoint.LSN) {
+	if len(s.commits) == 0 {
+		s.commitsBase = id
+	}
+	s.commits = append(s.commits, lsn)
+	// The oldest transaction that can still be pending.
+	oldest := id + 1 - checkpoint.TxnID(s.tr.Pending())
+	if drop := int(oldest) - int(s.commitsBase); drop > 0 && drop <= len(s.commits) && drop > len(s.commits)/2 {
+		s.commits = append(s.commits[:0], s.commits[drop:]...)
+		s.commitsBase = oldest
+	}
+}
+
+// commitLSN is the commit LSN of a pending transaction (0 if unknown).
+func (s *session) commitLSN(id checkpoint.TxnID) checkpoint.LSN {
+	if id < s.commitsBase || int(id-s.commitsBase) >= len(s.commits) {
+		return 0
+	}
+	return s.commits[id-s.commitsBase]
+}
+
+// finish ends a session in the documented order, all within the stop's
+// budget: wait for the acks of what is in flight, send a final status with
+// the confirmed LSN (after a last catalog check, so that a clean stop
+// confirms everything), end the stream, close the producer, stop the
+// helpers.
+func (s *session) finish(cause error) {
+	lim := s.r.cfg.Relay
+	if !s.stopping {
+		s.stopBy = s.clock.Now().Add(lim.ShutdownTimeout)
+	}
+	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) {
+		for (s.tr.InFlight() > 0 || (s.tr.Confirmed() > s.verified && !s.capLifted)) && !s.tr.Failed() &&
+			s.clock.Now().Before(s.drainBy()) && !s.forced() {
+			if s.tr.InFlight() == 0 {
+				s.requestCheck()
+			}
+			if err := s.wait(s.waitDeadline()); err != nil {
+				s.log.Error("while draining acknowledgements", zap.Error(err))
+				break
+			}
+			if err := s.drain(); err != nil {
+				s.log.Error("while draining acknowledgements", zap.Error(err))
+				break
+			}
+			if !s.clock.Now().Before(s.nextStatus) {
+				if err := s.status(true); err != nil {
+					// The connection is gone: nothing more can be confirmed.
+					s.log.Warn("status update while draining acknowledgements", zap.Error(err))
+					cause = err
+					break
+				}
+			}
+		}
+	}
+	if n := s.tr.InFlight(); n > 0 || s.tr.Confirmed() > s.confirmable() {
+		s.log.Warn("stopping with events not confirmed to PostgreSQL; they will be sent again on restart",
+			zap.Int("records_in_flight", n), zap.Int("transactions_pending", s.tr.Pending()),
+			zap.Stringer("confirmed_lsn", s.confirmable()), zap.Stringer("acknowledged_lsn", s.tr.Confirmed()),
+			zap.Bool("forced", errors.Is(cause, errForced)))
+	}
+	if !replication.IsConnError(cause) {
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))
+		confirmed := s.confirmable()
+		s.r.history.lastConfirmed = max(s.r.history.lastConfirmed, confirmed)
+		if err := s.st.SendStatus(ctx, confirmed, false); err != nil {
+			s.log.Warn("final status update", zap.Error(err))
+		} else {
+			s.sentConfirmed = confirmed
+			s.watcher.Confirmed(confirmed, min(s.eventCommit, confirmed))
+			s.progress()
+			// Make sure the server applied it before the connection goes.
+			if err := s.st.EndStream(s.finalBy(time.Second).Sub(s.clock.Now())); err != nil {
+				s.log.Warn("end of the replication stream", zap.Error(err))
+			}
+		}
+		cancel()
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
+	if err := s.st.Close(cctx); err != nil {
+		s.log.Debug("close replication connection", zap.Error(err))
+	}
+	cancel()
+	s.r.closeProducer(s.stopCtx(cause), s.prod, s.stopBy)
+	s.topics.checker.Stop()
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(2*time.Second))
+	s.watcher.Stop(wctx)
+	cancel()
+	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.sentConfirmed), zap.NamedError("cause", cause))
+}
+
+// finalBy is now plus at most d, but not past the stop's budget when
+// stopping.
+func (s *session) finalBy(d time.Duration) time.Time {
+	t := s.clock.Now().Add(d)
+	if s.stopping && s.stopBy.Before(t) {
+		return s.stopBy
+	}
+	return t
+}
+
+// stopCtx is the context whose end lets closing the producer give up at the
+// stop's deadline: Run's (a stop) or, for a failed session, one that never
+// ends, since the next session must not start before the old producer is
+// gone.
+func (s *session) stopCtx(cause error) context.Context {
+	if s.stopping || errors.Is(cause, errForced) {
+		return s.ctx
+	}
+	return context.WithoutCancel(s.ctx)
+}
+
+// forceContext is a context that is also done when force is closed.
+type forceContext struct {
+	context.Context
+	force <-chan struct{}
+}
+
+func (c forceContext) Done() <-chan struct{} { return c.force }
+func (c forceContext) Err() error {
+	select {
+	case <-c.force:
+		return context.Canceled
+	default:
+		return nil
+	}
+}

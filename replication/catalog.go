@@ -1,0 +1,275 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrCatalogChanged is wrapped by the error of a publication or outbox table
+// that is no longer what the relay started with: events written since may
+// never reach the stream, so the relay must stop.
+var ErrCatalogChanged = errors.New("replication: the publication or an outbox table changed")
+
+// Catalog is what the server's catalog says about the publication and the
+// outbox tables, read in one snapshot. The relay reads it when a session
+// starts and then every few seconds, and compares: any change that can keep
+// an insert out of the stream (the publication dropped or recreated, a table
+// dropped, recreated, renamed or removed from the publication, inserts no
+// longer published, a row filter or column list added) stops it.
+type Catalog struct {
+	// CheckedAt is the server's WAL position read before the catalog: every
+	// DDL committed before it is reflected here.
+	CheckedAt LSN
+	// Publication is the publication's OID; 0 when it does not exist.
+	Publication uint32
+	AllTables   bool
+	Insert      bool
+	ViaRoot     bool // publish_via_partition_root
+	Tables      []TableInfo
+}
+
+// TableInfo describes one configured outbox table in a Catalog.
+type TableInfo struct {
+	Name string // schema.table, as configured
+	// OID is 0 when no table of that name exists.
+	OID uint32
+	// Kind is pg_class.relkind: 'r' a table, 'p' a partitioned table.
+	Kind byte
+	// Persistence is pg_class.relpersistence: 'p' permanent, 'u' unlogged
+	// (never written to the WAL), 't' temporary.
+	Persistence byte
+	// Published says the publication carries the table: it is a member,
+	// or its schema is, or the publication is FOR ALL TABLES.
+	Published bool
+	// RowFilter and ColumnList say the publication filters the table's
+	// rows or columns (PostgreSQL 15+), which keeps events out silently.
+	RowFilter, ColumnList bool
+	// Partitions are the table's partitions at every level (none for an
+	// ordinary table), with the few facts that can keep their rows out of
+	// the WAL.
+	Partitions []PartitionInfo
+}
+
+// PartitionInfo is one partition of a partitioned outbox table.
+type PartitionInfo struct {
+	OID         uint32
+	Name        string // schema.table
+	Kind        byte   // 'r', 'p' or 'f' (a foreign table: its rows are not in this WAL)
+	Persistence byte
+}
+
+// Table returns the configured table named name, if any.
+func (c *Catalog) Table(name string) (TableInfo, bool) {
+	for _, t := range c.Tables {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return TableInfo{}, false
+}
+
+// Root returns the configured table that the relation with OID oid is, or
+// that it is a partition of.
+func (c *Catalog) Root(oid uint32) (string, bool) {
+	for _, t := range c.Tables {
+		if t.OID == oid && oid != 0 {
+			return t.Name, true
+		}
+		for _, p := range t.Partitions {
+			if p.OID == oid {
+				return t.Name, true
+			}
+		}
+	}
+	return "", false
+}
+
+const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1`
+
+// catalogTableSQL reads one table by schema and name: its OID, kind and
+// persistence, whether the publication carries it and filters it, and its
+// partitions as a text array of "oid:kind:persistence:schema.name".
+const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
+	($3::oid <> 0 AND (p.puballtables
+		OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
+		OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace))),
+	EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid AND r.prqual IS NOT NULL),
+	EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid AND r.prattrs IS NOT NULL),
+	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':' || pn.nspname || '.' || pc.relname
+		FROM pg_partition_tree(c.oid) t JOIN pg_class pc ON pc.oid = t.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+		WHERE t.relid <> c.oid ORDER BY t.relid)
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	LEFT JOIN pg_publication p ON p.oid = $3::oid
+	WHERE n.nspname = $1 AND c.relname = $2`
+
+// ReadCatalog reads the publication and every configured table in one
+// repeatable-read transaction, after reading the WAL position it reports as
+// CheckedAt.
+func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, error) {
+	var c Catalog
+	var at string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&at); err != nil {
+		return c, fmt.Errorf("replication: read the WAL position: %w", err)
+	}
+	l, err := pglogrepl.ParseLSN(at)
+	if err != nil {
+		return c, fmt.Errorf("replication: WAL position %q: %w", at, err)
+	}
+	c.CheckedAt = LSN(l)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return c, fmt.Errorf("replication: read the catalog: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	err = tx.QueryRow(ctx, catalogPublicationSQL, cfg.Publication).Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return c, fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
+	}
+	for _, name := range cfg.QualifiedTables() {
+		schema, table, _ := splitTable(name)
+		t := TableInfo{Name: name}
+		var kind, persistence string
+		var parts []string
+		err := tx.QueryRow(ctx, catalogTableSQL, schema, table, c.Publication).Scan(
+			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &parts)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return c, fmt.Errorf("replication: read table %s: %w", name, err)
+		default:
+			t.Kind, t.Persistence = kind[0], persistence[0]
+			for _, p := range parts {
+				pi, err := parsePartition(p)
+				if err != nil {
+					return c, fmt.Errorf("replication: partitions of %s: %w", name, err)
+				}
+				t.Partitions = append(t.Partitions, pi)
+			}
+		}
+		c.Tables = append(c.Tables, t)
+	}
+	return c, nil
+}
+
+func parsePartition(s string) (PartitionInfo, error) {
+	f := strings.SplitN(s, ":", 4)
+	if len(f) != 4 || len(f[1]) != 1 || len(f[2]) != 1 {
+		return PartitionInfo{}, fmt.Errorf("unexpected partition row %q", s)
+	}
+	var oid uint32
+	if _, err := fmt.Sscan(f[0], &oid); err != nil {
+		return PartitionInfo{}, fmt.Errorf("unexpected partition OID in %q", s)
+	}
+	return PartitionInfo{OID: oid, Kind: f[1][0], Persistence: f[2][0], Name: f[3]}, nil
+}
+
+// Problems lists what, in this catalog alone, keeps inserts into an outbox
+// table out of the stream, each with its fix. Empty means nothing does.
+func (c *Catalog) Problems(cfg Config) []string {
+	var out []string
+	pub := quoteIdent(cfg.Publication)
+	if c.Publication == 0 {
+		return []string{fmt.Sprintf("publication %q does not exist: create it (pgoutbox migrate)", cfg.Publication)}
+	}
+	if !c.Insert {
+		out = append(out, fmt.Sprintf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", cfg.Publication, pub))
+	}
+	for _, t := range c.Tables {
+		switch {
+		case t.OID == 0:
+			out = append(out, fmt.Sprintf("outbox table %s does not exist: create it (pgoutbox migrate) or correct postgres.table.include.list", t.Name))
+			continue
+		case t.Kind != 'r' && t.Kind != 'p':
+			out = append(out, fmt.Sprintf("%s is not a table (relkind %q): its rows are not decoded", t.Name, t.Kind))
+		case t.Persistence != 'p':
+			out = append(out, fmt.Sprintf("outbox table %s is %s: its rows are never written to the WAL, so no event would ever be relayed: ALTER TABLE %s SET LOGGED",
+				t.Name, persistenceName(t.Persistence), quoteTable(t.Name)))
+		}
+		if !t.Published {
+			out = append(out, fmt.Sprintf("publication %q does not include table %s: ALTER PUBLICATION %s ADD TABLE %s", cfg.Publication, t.Name, pub, quoteTable(t.Name)))
+		}
+		if t.RowFilter {
+			out = append(out, fmt.Sprintf("publication %q has a row filter (WHERE) on %s: rows it filters out are never sent, so events would be lost silently: ALTER PUBLICATION %s SET TABLE %s without a WHERE clause",
+				cfg.Publication, t.Name, pub, quoteTable(t.Name)))
+		}
+		if t.ColumnList {
+			out = append(out, fmt.Sprintf("publication %q publishes only some columns of %s: ALTER PUBLICATION %s SET TABLE %s without a column list",
+				cfg.Publication, t.Name, pub, quoteTable(t.Name)))
+		}
+		for _, p := range t.Partitions {
+			switch {
+			case p.Kind == 'f':
+				out = append(out, fmt.Sprintf("partition %s of outbox table %s is a foreign table: rows inserted into it are not in this server's WAL", p.Name, t.Name))
+			case p.Persistence != 'p':
+				out = append(out, fmt.Sprintf("partition %s of outbox table %s is %s: its rows are never written to the WAL: ALTER TABLE %s SET LOGGED",
+					p.Name, t.Name, persistenceName(p.Persistence), quoteTable(p.Name)))
+			}
+		}
+	}
+	return out
+}
+
+// Partitioned reports whether any configured table is partitioned.
+func (c *Catalog) Partitioned() bool {
+	for _, t := range c.Tables {
+		if t.Kind == 'p' {
+			return true
+		}
+	}
+	return false
+}
+
+// Changes compares a catalog read later (now) with this one, read when the
+// session started, and describes every change that can keep an insert out
+// of the stream. Partitions attached or detached are not changes: the relay
+// classifies new partitions as it meets them.
+func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
+	var out []string
+	switch {
+	case now.Publication == 0:
+		return []string{fmt.Sprintf("publication %q was dropped", cfg.Publication)}
+	case now.Publication != c.Publication:
+		out = append(out, fmt.Sprintf("publication %q was dropped and created again (OID %d, now %d): PostgreSQL may skip the changes in between",
+			cfg.Publication, c.Publication, now.Publication))
+	}
+	for _, t := range c.Tables {
+		n, _ := now.Table(t.Name)
+		switch {
+		case n.OID == 0:
+			out = append(out, fmt.Sprintf("outbox table %s was dropped or renamed", t.Name))
+		case n.OID != t.OID:
+			out = append(out, fmt.Sprintf("outbox table %s was dropped and created again (OID %d, now %d): the new table's rows are not in the stream", t.Name, t.OID, n.OID))
+		}
+	}
+	for _, p := range now.Problems(cfg) {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func persistenceName(p byte) string {
+	switch p {
+	case 'u':
+		return "UNLOGGED"
+	case 't':
+		return "TEMPORARY"
+	}
+	return fmt.Sprintf("of persistence %q", p)
+}
+
+// quoteTable quotes a schema.table name for a fix in a message.
+func quoteTable(name string) string {
+	schema, table, err := splitTable(name)
+	if err != nil {
+		return name
+	}
+	return quoteIdent(schema) + "." + quoteIdent(table)
+}

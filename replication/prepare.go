@@ -1,0 +1,255 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+)
+
+// ErrCatalogUnusable is wrapped by Prepare's error when the publication or an
+// outbox table is set up so that inserts would not reach the stream (or not
+// all of them): streaming from it would lose events silently.
+var ErrCatalogUnusable = errors.New("replication: the publication or an outbox table would keep events out of the stream")
+
+// CatalogError lists what is wrong with the publication or the outbox
+// tables, each with its fix. It wraps ErrCatalogUnusable at start-up and
+// ErrCatalogChanged while streaming.
+type CatalogError struct {
+	Publication string
+	Problems    []string
+	Err         error
+}
+
+func (e *CatalogError) Error() string {
+	verb := "cannot stream from"
+	if errors.Is(e.Err, ErrCatalogChanged) {
+		verb = "stopped streaming from"
+	}
+	return fmt.Sprintf("replication: %s publication %q: %s", verb, e.Publication, strings.Join(e.Problems, "; "))
+}
+
+func (e *CatalogError) Unwrap() error { return e.Err }
+
+// Start is what a session starts from: the slot, the catalog as it was when
+// the session started (the relay compares later reads against it), the
+// server's identity, and the relay's history of the slot.
+type Start struct {
+	Slot     SlotState
+	Catalog  Catalog
+	Identity ServerIdentity
+	// State is the history as read before this start; HadState is false
+	// when there was none (a first start, or history turned off).
+	State    State
+	HadState bool
+	// Created says that Prepare created the slot.
+	Created bool
+}
+
+// Prepare checks the server and makes sure the publication and slot exist,
+// creating them when configured to, and reads the catalog the session will
+// be held to. With a state table (postgres.state.table) it also keeps the
+// slot's history: a slot that is missing although the history says pgoutbox
+// used it is ErrSlotVanished, never silently replaced; a slot it creates or
+// finds is recorded. It uses an ordinary (non-replication) connection that
+// it closes before returning.
+func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
+	var st Start
+	if err := cfg.Validate(); err != nil {
+		return st, err
+	}
+	conn, err := connectSQL(ctx, cfg)
+	if err != nil {
+		return st, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return st, fmt.Errorf("replication: read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return st, fmt.Errorf("replication: wal_level is %q, logical decoding needs 'logical': set wal_level = logical in postgresql.conf and restart PostgreSQL", walLevel)
+	}
+	if err := ensurePublication(ctx, conn, cfg, log); err != nil {
+		return st, err
+	}
+	if st.Catalog, err = ReadCatalog(ctx, conn, cfg); err != nil {
+		return st, err
+	}
+	if p := st.Catalog.Problems(cfg); len(p) > 0 {
+		return st, &CatalogError{Publication: cfg.Publication, Problems: p, Err: ErrCatalogUnusable}
+	}
+	if st.Catalog.Partitioned() && !st.Catalog.ViaRoot {
+		log.Warn("the publication reports changes under each partition's name (publish_via_partition_root is off); pgoutbox maps them to their outbox table, but a partition created and dropped while pgoutbox is stopped cannot be mapped: turn it on while pgoutbox is stopped and caught up",
+			zap.String("publication", cfg.Publication),
+			zap.String("fix", fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", quoteIdent(cfg.Publication))))
+	}
+	if st.Identity, err = ReadServerIdentity(ctx, conn); err != nil {
+		return st, err
+	}
+	if cfg.StateTable != "" {
+		if err := EnsureStateTable(ctx, conn, cfg.StateTable); err != nil {
+			return st, err
+		}
+		if st.State, st.HadState, err = ReadState(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
+			return st, err
+		}
+		if changes := st.State.ChangesSince(&st.Catalog, cfg); len(changes) > 0 {
+			changes = append(changes, "find and relay what is missing (rows still in the outbox table can be read from it), then run `pgoutbox migrate --accept-catalog` to record the new one")
+			return st, &CatalogError{Publication: cfg.Publication, Problems: changes, Err: ErrCatalogChanged}
+		}
+	}
+	st.Slot, st.Created, err = ensureSlot(ctx, conn, cfg, st, log)
+	if err != nil {
+		return st, err
+	}
+	if cfg.StateTable != "" && (st.Created || !st.HadState) {
+		s := State{Slot: cfg.Slot, SystemIdentifier: st.Identity.SystemIdentifier, Database: st.Identity.Database,
+			Timeline: st.Identity.Timeline, ConfirmedLSN: st.Slot.ConfirmedFlushLSN, ConfirmedAt: time.Now(),
+			Instance: "", SessionStartedAt: time.Now(), Note: "found the slot already there"}
+		if st.Created {
+			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Now(), st.Slot.ConfirmedFlushLSN, "created by pgoutbox"
+		}
+		s.PublicationOID, s.TableOIDs = CatalogOIDs(&st.Catalog)
+		if err := WriteState(ctx, conn, cfg.StateTable, s); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {
+	return ConnectSQL(ctx, cfg, "", cfg.ConnectTimeout)
+}
+
+// CreatePublicationSQL is the statement that creates the publication for
+// cfg: FOR TABLE the outbox tables (or FOR ALL TABLES), inserts only, and
+// changes of partitions reported under their partitioned table's name.
+func CreatePublicationSQL(cfg Config) string {
+	sql := "CREATE PUBLICATION " + quoteIdent(cfg.Publication)
+	if cfg.PublicationAutocreate == PublicationAllTables {
+		sql += " FOR ALL TABLES"
+	} else {
+		quoted := make([]string, 0, len(cfg.Tables))
+		for _, t := range cfg.QualifiedTables() {
+			quoted = append(quoted, quoteTable(t))
+		}
+		if len(quoted) > 0 { // none: a table-less outbox needs only messages
+			sql += " FOR TABLE " + strings.Join(quoted, ", ")
+		}
+	}
+	return sql + " WITH (publish = 'insert', publish_via_partition_root = true)"
+}
+
+func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&exists); err != nil {
+		return fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
+	}
+	if exists {
+		return nil
+	}
+	if cfg.PublicationAutocreate == PublicationDisabled {
+		return fmt.Errorf("%w: %q; create it with %s, or set publication.autocreate.mode=filtered",
+			ErrPublicationMissing, cfg.Publication, CreatePublicationSQL(Config{Publication: cfg.Publication, Tables: cfg.Tables}))
+	}
+	if _, err := conn.Exec(ctx, CreatePublicationSQL(cfg)); err != nil {
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
+			return fmt.Errorf("replication: create publication %q: %w; create the outbox table (pgoutbox migrate) or correct postgres.table.include.list", cfg.Publication, err)
+		case errors.As(err, &pe) && pe.Code == "42501": // insufficient_privilege
+			return fmt.Errorf("replication: create publication %q: %w; create the publication as the tables' owner (pgoutbox migrate), or give this role CREATE on the database and ownership of the tables", cfg.Publication, err)
+		case errors.As(err, &pe) && pe.Code == "42710": // duplicate_object: another instance made it just now
+			return nil
+		}
+		return fmt.Errorf("replication: create publication %q: %w", cfg.Publication, err)
+	}
+	log.Info("created publication", zap.String("publication", cfg.Publication), zap.Strings("tables", cfg.QualifiedTables()), zap.String("mode", cfg.PublicationAutocreate))
+	return nil
+}
+
+// ReadSlot reads the slot's row from pg_replication_slots.
+func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
+	r, err := ReadSlotReport(ctx, conn, slot)
+	return r.State(), err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// VanishedError is ErrSlotVanished with what the history says.
+type VanishedError struct {
+	Slot  string
+	State State
+}
+
+func (e *VanishedError) Error() string {
+	s := e.State
+	return fmt.Sprintf("%v: slot %q does not exist, but pgoutbox used it on this database (last recorded confirmed position %s at %s, by %s); "+
+		"events committed after that position may be lost (the slot was dropped by someone, expired, or lost in a database failover). "+
+		"pgoutbox will not create a new slot by itself: find out what happened, relay what is missing (rows still in the outbox table can be read from it), "+
+		"then run `pgoutbox migrate --recreate-slot` to create a new slot and record that you did",
+		ErrSlotVanished, e.Slot, s.ConfirmedLSN, s.ConfirmedAt.UTC().Format(time.RFC3339), instanceName(s.Instance))
+}
+
+func (e *VanishedError) Unwrap() error { return ErrSlotVanished }
+
+func instanceName(s string) string {
+	if s == "" {
+		return "pgoutbox migrate"
+	}
+	return "instance " + s
+}
+
+func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *zap.Logger) (SlotState, bool, error) {
+	created := false
+	s, err := ReadSlot(ctx, conn, cfg.Slot)
+	if errors.Is(err, ErrSlotMissing) {
+		switch {
+		case st.HadState:
+			return s, false, &VanishedError{Slot: cfg.Slot, State: st.State}
+		case !cfg.CreateSlot:
+			return s, false, fmt.Errorf("%w: %q; create it with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), or set slot.create=true", ErrSlotMissing, cfg.Slot, cfg.Slot)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot); err != nil {
+			var pe *pgconn.PgError
+			// 42710: another instance created it at the same moment; use it.
+			if !errors.As(err, &pe) || pe.Code != "42710" {
+				return s, false, fmt.Errorf("replication: create slot %q: %w", cfg.Slot, err)
+			}
+		} else {
+			created = true
+			log.Info("created replication slot", zap.String("slot", cfg.Slot), zap.String("plugin", "pgoutput"))
+		}
+		s, err = ReadSlot(ctx, conn, cfg.Slot)
+	}
+	if err != nil {
+		return s, false, err
+	}
+	switch {
+	case s.SlotType != "logical":
+		return s, false, fmt.Errorf("replication: slot %q is a %s slot; pgoutbox needs a logical slot with plugin pgoutput", cfg.Slot, s.SlotType)
+	case s.Plugin != "pgoutput":
+		return s, false, fmt.Errorf("replication: slot %q uses plugin %q; pgoutbox needs pgoutput: drop it or choose another slot.name", cfg.Slot, s.Plugin)
+	case s.Database != st.Identity.Database && st.Identity.Database != "":
+		return s, false, fmt.Errorf("replication: slot %q belongs to database %q, not %q", cfg.Slot, s.Database, st.Identity.Database)
+	case s.WALStatus == "lost" || s.InvalidationReason != "":
+		why := "the WAL it needed was removed"
+		if s.InvalidationReason != "" {
+			why = "PostgreSQL invalidated it (invalidation_reason " + s.InvalidationReason + ")"
+		}
+		return s, false, fmt.Errorf("%w: slot %q: %s and events may be gone; investigate, then drop and recreate the slot deliberately", ErrSlotLost, cfg.Slot, why)
+	}
+	return s, created, nil
+}

@@ -1,0 +1,263 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrSlotVanished is wrapped by the error of a slot that the relay's history
+// says existed but that is gone: events committed after the last confirmed
+// position may be lost, so the relay will not create a new slot by itself.
+var ErrSlotVanished = errors.New("replication: the slot pgoutbox used before is gone")
+
+// DefaultStateTable is the table that keeps the relay's history, one row per
+// slot.
+const DefaultStateTable = "public.pgoutbox_state"
+
+// State is the relay's history of one slot, kept in the database beside the
+// outbox (postgres.state.table) so that it outlives the process and the
+// slot: a slot that vanished while pgoutbox was stopped (dropped by a DBA,
+// or lost in a failover before PostgreSQL 17) is found out at the next start
+// instead of being replaced silently.
+type State struct {
+	Slot             string
+	SystemIdentifier string
+	Database         string
+	Timeline         int32
+	// SlotCreatedAt and SlotCreatedLSN say when and where pgoutbox created
+	// the slot; zero when it found the slot already there.
+	SlotCreatedAt  time.Time
+	SlotCreatedLSN LSN
+	// ConfirmedLSN is the position pgoutbox last recorded as confirmed;
+	// the slot may be a little further (it is recorded every few seconds).
+	ConfirmedLSN LSN
+	ConfirmedAt  time.Time
+	// Instance is the pgoutbox process that last started a session on the
+	// slot, and SessionStartedAt when.
+	Instance         string
+	SessionStartedAt time.Time
+	Note             string
+	// PublicationOID and TableOIDs are the catalog the last session
+	// streamed with: a publication or table recreated while pgoutbox was
+	// stopped is found out at the next start.
+	PublicationOID uint32
+	TableOIDs      map[string]uint32
+}
+
+// ServerIdentity is what identifies the server and its history.
+type ServerIdentity struct {
+	SystemIdentifier string
+	Database         string
+	Timeline         int32
+}
+
+// ReadServerIdentity reads the system identifier, database and timeline.
+func ReadServerIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error) {
+	var id ServerIdentity
+	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(), c.timeline_id
+		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline)
+	if err != nil {
+		return id, fmt.Errorf("replication: read the server's system identifier: %w", err)
+	}
+	return id, nil
+}
+
+// stateDDL creates the state table. It holds no events and is small: one row
+// per slot, updated every few seconds while events flow.
+const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
+	slot_name          text PRIMARY KEY,
+	system_identifier  text NOT NULL,
+	database           text NOT NULL,
+	timeline           integer NOT NULL,
+	slot_created_at    timestamptz,
+	slot_created_lsn   pg_lsn,
+	confirmed_lsn      pg_lsn NOT NULL,
+	confirmed_at       timestamptz NOT NULL,
+	instance           text NOT NULL,
+	session_started_at timestamptz NOT NULL,
+	note               text NOT NULL DEFAULT '',
+	publication_oid    oid,
+	table_oids         jsonb
+)`
+
+// StateTableDDL returns the statement that creates the state table.
+func StateTableDDL(table string) (string, error) {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return "", fmt.Errorf("replication: state.table: %w", err)
+	}
+	return fmt.Sprintf(stateDDL, q), nil
+}
+
+// EnsureStateTable creates the state table unless it exists. A role that may
+// not create it gets an error that says how to have it created.
+func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoteTable(table)).Scan(&exists); err != nil {
+		return fmt.Errorf("replication: look up state table %s: %w", table, err)
+	}
+	if exists {
+		return nil
+	}
+	ddl, err := StateTableDDL(table)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, ddl); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			return fmt.Errorf("replication: create state table %s: %w; run pgoutbox migrate as the outbox tables' owner (it creates the table), grant this role CREATE on the schema, or set postgres.state.table to \"\" to keep no history (a slot dropped while pgoutbox is stopped is then replaced silently)", table, err)
+		}
+		return fmt.Errorf("replication: create state table %s: %w", table, err)
+	}
+	return nil
+}
+
+// ReadState reads the state row of slot; ok is false when there is none.
+func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State, ok bool, err error) {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return s, false, err
+	}
+	var createdLSN *string
+	var createdAt *time.Time
+	var confirmed string
+	var pubOID *uint32
+	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
+		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids FROM `+q+` WHERE slot_name = $1`, slot).Scan(
+		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
+		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs)
+	if pubOID != nil {
+		s.PublicationOID = *pubOID
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, fmt.Errorf("replication: read state of slot %q from %s: %w", slot, table, err)
+	}
+	if createdAt != nil {
+		s.SlotCreatedAt = *createdAt
+	}
+	if createdLSN != nil {
+		if s.SlotCreatedLSN, err = parseLSN(*createdLSN); err != nil {
+			return s, false, err
+		}
+	}
+	if s.ConfirmedLSN, err = parseLSN(confirmed); err != nil {
+		return s, false, err
+	}
+	return s, true, nil
+}
+
+// WriteState inserts or replaces the state row of s.Slot.
+func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) error {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	var createdAt *time.Time
+	var createdLSN *string
+	if !s.SlotCreatedAt.IsZero() {
+		createdAt = &s.SlotCreatedAt
+		l := s.SlotCreatedLSN.String()
+		createdLSN = &l
+	}
+	var pubOID *uint32
+	if s.PublicationOID != 0 {
+		pubOID = &s.PublicationOID
+	}
+	_, err = conn.Exec(ctx, `INSERT INTO `+q+` (slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn,
+		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids)
+		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13)
+		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = EXCLUDED.system_identifier, database = EXCLUDED.database,
+		timeline = EXCLUDED.timeline, slot_created_at = EXCLUDED.slot_created_at, slot_created_lsn = EXCLUDED.slot_created_lsn,
+		confirmed_lsn = EXCLUDED.confirmed_lsn, confirmed_at = EXCLUDED.confirmed_at, instance = EXCLUDED.instance,
+		session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note, publication_oid = EXCLUDED.publication_oid,
+		table_oids = EXCLUDED.table_oids`,
+		s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs)
+	if err != nil {
+		return fmt.Errorf("replication: write state of slot %q to %s: %w", s.Slot, table, err)
+	}
+	return nil
+}
+
+// RecordConfirmed moves the recorded confirmed position of slot forward to
+// lsn (never back), if instance still owns the row.
+func RecordConfirmed(ctx context.Context, conn *pgx.Conn, table, slot, instance string, lsn LSN) error {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `UPDATE `+q+` SET confirmed_lsn = $3::pg_lsn, confirmed_at = now()
+		WHERE slot_name = $1 AND instance = $2 AND confirmed_lsn < $3::pg_lsn`, slot, instance, lsn.String())
+	if err != nil {
+		return fmt.Errorf("replication: record confirmed position of slot %q in %s: %w", slot, table, err)
+	}
+	return nil
+}
+
+// DeleteState removes the state row of slot (when the slot is dropped on
+// purpose).
+func DeleteState(ctx context.Context, conn *pgx.Conn, table, slot string) error {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM `+q+` WHERE slot_name = $1`, slot); err != nil {
+		return fmt.Errorf("replication: delete state of slot %q from %s: %w", slot, table, err)
+	}
+	return nil
+}
+
+func parseLSN(s string) (LSN, error) {
+	l, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		return 0, fmt.Errorf("replication: LSN %q: %w", s, err)
+	}
+	return LSN(l), nil
+}
+
+// qualifiedIdent quotes a schema.table name (public when no schema).
+func qualifiedIdent(name string) (string, error) {
+	schema, table, err := splitTable(name)
+	if err != nil {
+		return "", err
+	}
+	return quoteIdent(schema) + "." + quoteIdent(table), nil
+}
+
+// CatalogOIDs returns the OIDs to record for c.
+func CatalogOIDs(c *Catalog) (uint32, map[string]uint32) {
+	m := make(map[string]uint32, len(c.Tables))
+	for _, t := range c.Tables {
+		m[t.Name] = t.OID
+	}
+	return c.Publication, m
+}
+
+// ChangesSince describes how c differs from the OIDs the last session
+// recorded (none when nothing was recorded).
+func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
+	if s.PublicationOID == 0 {
+		return nil
+	}
+	var out []string
+	if s.PublicationOID != c.Publication {
+		out = append(out, fmt.Sprintf("publication %q was dropped and created again since pgoutbox last streamed (OID %d, now %d): PostgreSQL may have skipped the changes committed in between",
+			cfg.Publication, s.PublicationOID, c.Publication))
+	}
+	for _, t := range c.Tables {
+		if was, ok := s.TableOIDs[t.Name]; ok && was != t.OID {
+			out = append(out, fmt.Sprintf("outbox table %s was dropped and created again since pgoutbox last streamed (OID %d, now %d): rows written before it was in the publication were not in the stream", t.Name, was, t.OID))
+		}
+	}
+	return out
+}

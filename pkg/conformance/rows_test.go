@@ -68,6 +68,10 @@ type workload struct {
 	// afterSentinel is pg_current_wal_lsn() read after the sentinel's
 	// commit, set by write.
 	afterSentinel string
+	// before maps each event id to pg_current_wal_lsn() read before its
+	// transaction began: a slot confirmed at or before it sends the event
+	// again.
+	before map[string]string
 }
 
 func (w *workload) ev(table string, mods ...func(row)) row {
@@ -243,7 +247,17 @@ func jsonString(s string) string {
 func (w *workload) write(t testing.TB, conn *pgx.Conn) {
 	t.Helper()
 	ctx := context.Background()
+	w.before = map[string]string{}
 	for _, tx := range w.txns {
+		var lsn string
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tx.rows {
+			if id, ok := r["id"].(string); ok {
+				w.before[id] = lsn
+			}
+		}
 		pt, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)

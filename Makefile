@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go test-pg test-deploy test-faults demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
+.PHONY: test test-go test-pg test-deploy test-faults test-debezium demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL 15 and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down;
 ## then test-pg on PostgreSQL 16, 17 and 18, and test-deploy
@@ -79,6 +79,15 @@ test-faults:
 		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' -v ./pkg/relay/ \
 		| grep -v 'logger.go'
 	@cat faults-report.md
+
+## test-debezium: the conformance suite against the real Debezium 3.6.1 on Kafka Connect 4.1.1 (fetched with
+## Maven from scripts/debezium/pom.xml) on its own PostgreSQL and Kafka; the table goes to conformance-report.md
+test-debezium:
+	libs=$$(bash scripts/debezium/fetch.sh); \
+	bash scripts/testenv.sh exec -- env PGOUTBOX_DEBEZIUM_LIBS="$$libs" PGOUTBOX_REQUIRE_INTEGRATION=1 PGOUTBOX_REQUIRE_DEBEZIUM=1 \
+		PGOUTBOX_CONFORMANCE_REPORT=$(CURDIR)/conformance-report.md \
+		$(GO) test -race -count=1 -timeout 20m -run '^(TestMatchesDebezium|TestMigratesInPlaceFromDebezium)$$' -v ./pkg/conformance/
+	@cat conformance-report.md
 
 ## demo: start PostgreSQL and Kafka locally, run pgoutbox, write orders and print the records from Kafka
 demo:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/outbox"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -39,8 +40,14 @@ type Messages struct {
 }
 
 // RouterSet builds the router for every table: the router section for all,
-// with each table's routes entry applied over a copy of it.
+// with each table's routes entry applied over a copy of it (a table's own
+// route.topic replaces the section's regex and replacement). With extended
+// headers on and no run id, it picks one, once per Config, as Debezium does
+// at each task start.
 func (c *Config) RouterSet() (*router.Set, error) {
+	if c.Router.ExtendedHeaders && c.Router.ExtendedHeadersRunID == "" {
+		c.Router.ExtendedHeadersRunID = outbox.NewID()
+	}
 	per := make(map[string]router.Options, len(c.Routes))
 	tables := map[string]bool{}
 	for _, t := range c.Postgres.QualifiedTables() {
@@ -57,6 +64,10 @@ func (c *Config) RouterSet() (*router.Set, error) {
 			continue
 		}
 		o := c.Router
+		if _, fixed := opts["route.topic"]; fixed {
+			d := router.DefaultOptions()
+			o.RouteTopicRegex, o.RouteTopicReplacement = d.RouteTopicRegex, d.RouteTopicReplacement
+		}
 		for k, v := range opts {
 			if err := o.Set(k, v); err != nil {
 				errs = append(errs, fmt.Errorf("routes.%s: %w", table, err))
@@ -132,9 +143,7 @@ func (c *Config) Validate() error {
 	if err := c.Kafka.ValidateExplicit(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Router.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	// RouterSet validates the router section too: each problem once.
 	if _, err := c.RouterSet(); err != nil {
 		errs = append(errs, err)
 	}

@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -63,7 +62,7 @@ func (e *Env) NewPair(t testing.TB) *Pair {
 	if err := p.chown(dir); err != nil {
 		t.Fatal(err)
 	}
-	p.PrimaryPort, p.StandbyPort = freePort(t), freePort(t)
+	p.PrimaryPort, p.StandbyPort = mustFreePort(t), mustFreePort(t)
 	p.must(t, "initdb", "-D", p.data("primary"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	conf := fmt.Sprintf(`
 listen_addresses = '127.0.0.1'
@@ -248,14 +247,13 @@ func (p *Pair) chown(path string) error {
 	return os.Chown(path, uid, gid)
 }
 
-func freePort(t testing.TB) int {
+func mustFreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // state reads the environment's state file (KEY=value lines).

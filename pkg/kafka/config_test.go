@@ -228,3 +228,27 @@ func TestSingleRecordBatchesIsAValidSaramaConfiguration(t *testing.T) {
 		t.Fatalf("Flush.MaxMessages = %d, want 1", sc.Producer.Flush.MaxMessages)
 	}
 }
+
+// A record the broker refuses for what it is (too large, a timestamp out of
+// the topic's range, a bad topic, no permission) is poison; an outage, a
+// leader change or a timeout is retried, never poison.
+func TestIsPoisonTellsTheRecordFromTheBroker(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		poison bool
+	}{
+		{&ProduceError{Err: sarama.ErrInvalidTimestamp}, true},
+		{&ProduceError{Err: sarama.ErrMessageSizeTooLarge}, true},
+		{&ProduceError{Err: sarama.ErrTopicAuthorizationFailed}, true},
+		{&RecordTooLargeError{Size: 2, Limit: 1}, true},
+		{ErrTopicMissing, true},
+		{&ProduceError{Err: sarama.ErrNotLeaderForPartition}, false},
+		{&ProduceError{Err: sarama.ErrNotEnoughReplicas}, false},
+		{&ProduceError{Err: sarama.ErrRequestTimedOut}, false},
+		{&ProduceError{Err: sarama.ErrOutOfBrokers}, false},
+	} {
+		if got := IsPoison(c.err); got != c.poison {
+			t.Errorf("IsPoison(%v) = %v, want %v", c.err, got, c.poison)
+		}
+	}
+}

@@ -27,7 +27,7 @@ func IsPoison(err error) bool {
 	var ke sarama.KError
 	if errors.As(err, &ke) {
 		switch ke {
-		case sarama.ErrMessageSizeTooLarge, sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidTopic,
+		case sarama.ErrMessageSizeTooLarge, sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidTopic, sarama.ErrInvalidTimestamp,
 			sarama.ErrTopicAuthorizationFailed, sarama.ErrInvalidRecord, sarama.ErrUnknownTopicOrPartition:
 			return true
 		}

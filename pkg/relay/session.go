@@ -855,8 +855,15 @@ func (s *session) finish(cause error) {
 	if !s.stopping {
 		s.stopBy = s.clock.Now().Add(lim.ShutdownTimeout)
 	}
-	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) {
-		for (s.tr.InFlight() > 0 || (s.tr.Confirmed() > s.verified && !s.capLifted)) && !s.tr.Failed() &&
+	// A clean stop, and a fatal error too (a poison row, a changed catalog:
+	// the transactions before it are good), waits for what is in flight so
+	// that it can be confirmed; after a changed catalog without waiting for
+	// a check that would only fail again.
+	var fatal *FatalError
+	isFatal := errors.As(cause, &fatal)
+	verify := !errors.Is(cause, replication.ErrCatalogChanged)
+	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) || isFatal {
+		for (s.tr.InFlight() > 0 || (verify && s.tr.Confirmed() > s.verified && !s.capLifted)) && !s.tr.Failed() &&
 			s.clock.Now().Before(s.drainBy()) && !s.forced() {
 			if s.tr.InFlight() == 0 {
 				s.requestCheck()

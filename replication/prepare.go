@@ -232,8 +232,13 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *
 		if _, err := conn.Exec(ctx, create, cfg.Slot); err != nil {
 			var pe *pgconn.PgError
 			// 42710: another instance created it at the same moment; use it.
-			if !errors.As(err, &pe) || pe.Code != "42710" {
-				return s, false, fmt.Errorf("replication: create slot %q: %w", cfg.Slot, err)
+			switch {
+			case errors.As(err, &pe) && pe.Code == "42710":
+			case errors.As(err, &pe) && pe.Code == "42501":
+				return s, false, fmt.Errorf("replication: create slot %q on %s: %w; give the role the REPLICATION attribute (ALTER ROLE %s REPLICATION), or use a role that has it",
+					cfg.Slot, target(&conn.Config().Config), err, quoteIdent(conn.Config().User))
+			default:
+				return s, false, fmt.Errorf("replication: create slot %q on %s: %w", cfg.Slot, target(&conn.Config().Config), err)
 			}
 		} else {
 			created = true

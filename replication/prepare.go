@@ -117,6 +117,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Now(), st.Slot.ConfirmedFlushLSN, "created by pgoutbox"
 		}
 		s.PublicationOID, s.TableOIDs = CatalogOIDs(&st.Catalog)
+		s.Publication = cfg.Publication
 		if err := WriteState(ctx, conn, cfg.StateTable, s); err != nil {
 			return st, err
 		}

@@ -416,6 +416,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
+	guard := c.fs.Bool("guard", false, "create an event trigger that refuses to drop the publication or take an outbox table out of it while pgoutbox streams (needs a superuser)")
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
 	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
@@ -460,6 +461,13 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	fmt.Fprintf(stdout, "migrated %s (publication %s)\n", strings.Join(p.Tables, ", "), cfg.Postgres.Publication)
+	if *guard {
+		if err := applyGuard(ctx, conn, cfg.Postgres); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: migrate --guard: %v\n", err)
+			return exitRuntime
+		}
+		fmt.Fprintln(stdout, "guard installed: dropping the publication or an outbox table from it is refused")
+	}
 	if *accept {
 		if err := acceptCatalog(ctx, conn, cfg.Postgres, stdout); err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: accept the catalog: %v\n", err)
@@ -487,6 +495,23 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// applyGuard installs migrate --guard's event trigger.
+func applyGuard(ctx context.Context, conn *pgx.Conn, pcfg replication.Config) error {
+	if pcfg.StateTable == "" {
+		return errors.New("the guard reads what to protect from the state table, and postgres.state.table is empty")
+	}
+	stmts, err := replication.GuardSQL(pcfg.StateTable)
+	if err != nil {
+		return err
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%w (event triggers need a superuser)", err)
+		}
+	}
+	return nil
+}
+
 // acceptCatalog records the publication's and the outbox tables' OIDs as
 // they are now in the state table, so that the next start accepts them.
 func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
@@ -508,6 +533,7 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
 	}
 	st.PublicationOID, st.TableOIDs = replication.CatalogOIDs(&cat)
+	st.Publication = pcfg.Publication
 	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
 	return replication.WriteState(ctx, conn, pcfg.StateTable, st)
 }

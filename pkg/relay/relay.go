@@ -317,7 +317,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		return false, err
 	}
 	sessionStart := r.clock.Now()
-	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, r.instance, sessionStart)); err != nil {
+	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.instance, sessionStart)); err != nil {
 		return false, err
 	}
 
@@ -429,7 +429,7 @@ func (r *Relay) checkDeadLetterTopic(ctx context.Context) error {
 }
 
 // sessionState is the state row that records this instance's session.
-func sessionState(start replication.Start, instance string, now time.Time) replication.State {
+func sessionState(start replication.Start, publication, instance string, now time.Time) replication.State {
 	s := start.State
 	if !start.HadState || start.Created {
 		s = replication.State{Slot: start.Slot.Name, SlotCreatedAt: now, SlotCreatedLSN: start.Slot.ConfirmedFlushLSN, Note: "created by pgoutbox"}
@@ -448,6 +448,7 @@ func sessionState(start replication.Start, instance string, now time.Time) repli
 	}
 	s.ConfirmedAt = now
 	s.PublicationOID, s.TableOIDs = replication.CatalogOIDs(&start.Catalog)
+	s.Publication = publication
 	s.Instance = instance
 	s.SessionStartedAt = now
 	return s

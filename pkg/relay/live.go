@@ -197,9 +197,11 @@ func (c *liveTopicChecker) run(ctx context.Context) {
 		for _, s := range states {
 			c.mu.Lock()
 			giveUp, ok := c.pending[s.Topic]
-			if ok && errors.Is(s.Err, kafka.ErrTopicMissing) && now.Before(giveUp) {
+			missingForNow := errors.Is(s.Err, kafka.ErrTopicMissing) && now.Before(giveUp)
+			if ok && (missingForNow || (s.Err != nil && !kafka.IsPoison(s.Err))) {
 				// Perhaps created a moment ago, and this broker's
-				// metadata is behind: ask again.
+				// metadata is behind, or a leader not elected yet: ask
+				// again.
 				again = true
 				c.mu.Unlock()
 				continue

@@ -192,6 +192,10 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 		s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
 		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication)
 	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			return fmt.Errorf("replication: write state of slot %q to %s: %w; let pgoutbox's role write it: GRANT SELECT, INSERT, UPDATE ON %s TO <the role>", s.Slot, table, err, q)
+		}
 		return fmt.Errorf("replication: write state of slot %q to %s: %w", s.Slot, table, err)
 	}
 	return nil

@@ -239,7 +239,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		started := r.clock.Now()
 		ran, err := r.session(ctx)
-		streamed = streamed || ran
+		// A standby has found the servers and its slot (busy): from then on
+		// a failure is retried as after streaming, not a start-up error.
+		streamed = streamed || ran || errors.Is(err, replication.ErrSlotInUse)
 		if errors.Is(err, errStopped) || (err == nil && ctx.Err() != nil) {
 			return nil
 		}

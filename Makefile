@@ -93,13 +93,17 @@ test-debezium:
 demo:
 	bash scripts/demo.sh
 
-## fuzz: run every fuzzer for FUZZTIME each (default 60s; FUZZFLAGS=-parallel=1 to leave cores free);
-## the seed corpora run in make test too
+## fuzz: the deterministic relay harness over SIMSEEDS seeds (default 100000), then every fuzzer for
+## FUZZTIME each (default 60s; FUZZFLAGS=-parallel=1 to leave cores free); the seed corpora and 2000 seeds run in make test too
 FUZZTIME ?= 60s
 FUZZFLAGS ?=
 FUZZERS := ./checkpoint:FuzzTrackerMatchesModel ./replication:FuzzDecode ./router:FuzzRoute ./router:FuzzExpandJSON \
 	./router:FuzzJSONEncoding ./cmd/pgoutbox:FuzzLoadConfig ./pkg/outbox:FuzzMessageJSONRoundTrip
+SIMSEEDS ?= 100000
 fuzz:
+	@echo "== the deterministic relay harness, $(SIMSEEDS) seeds from 10001"
+	$(GO) test -count=1 -timeout 60m -run '^TestSimulatedRelayKeepsItsInvariants$$' ./pkg/relay/ \
+		-sim.first=10001 -sim.seeds=$(SIMSEEDS) -sim.duration=45m
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \
 		echo "== $$name ($$pkg, $(FUZZTIME))"; \

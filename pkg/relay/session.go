@@ -38,6 +38,8 @@ type session struct {
 	log   *zap.Logger
 	clock clock
 	ctx   context.Context // Run's: ends at the first stop request
+	// recvCtx is Receive's: it ends only with a stop at once.
+	recvCtx context.Context
 	st    stream
 	prod  producer
 	tr    *checkpoint.Tracker
@@ -143,8 +145,11 @@ func (s *session) loop() error {
 	lim := s.r.cfg.Relay
 	interval := s.r.cfg.Postgres.StatusInterval
 	// A stop request wakes a Receive that waits for data, so that an idle
-	// relay stops at once.
+	// relay stops at once. The context Receive is given is made once: the
+	// stream watches each new one (a context.AfterFunc), which per message
+	// would cost allocations on the hot path.
 	defer context.AfterFunc(s.ctx, s.st.Wake)()
+	s.recvCtx = s.forceCtx()
 	s.nextStatus = s.clock.Now().Add(interval)
 	for {
 		if !s.stopping && s.ctx.Err() != nil {
@@ -199,7 +204,7 @@ func (s *session) loop() error {
 			}
 			continue
 		}
-		ev, err := s.st.Receive(s.forceCtx(), s.waitDeadline())
+		ev, err := s.st.Receive(s.recvCtx, s.waitDeadline())
 		if err != nil {
 			if s.forced() {
 				return errForced

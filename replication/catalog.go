@@ -238,6 +238,9 @@ func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
 		out = append(out, fmt.Sprintf("publication %q was dropped and created again (OID %d, now %d): PostgreSQL may skip the changes in between",
 			cfg.Publication, c.Publication, now.Publication))
 	}
+	if now.ViaRoot != c.ViaRoot && c.Partitioned() {
+		out = append(out, fmt.Sprintf("publication %q changed publish_via_partition_root from %v to %v: partitions' changes now report under other names", cfg.Publication, c.ViaRoot, now.ViaRoot))
+	}
 	for _, t := range c.Tables {
 		n, _ := now.Table(t.Name)
 		switch {

@@ -532,6 +532,16 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	for _, ch := range st.ChangesSince(&cat, pcfg) {
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
 	}
+	// The old tables' rows may still be in the WAL still to be read: their
+	// OIDs stay known as the outbox's.
+	for _, t := range cat.Tables {
+		if was, ok := st.TableOIDs[t.Name]; ok && was != t.OID && was != 0 {
+			if st.RetiredOIDs == nil {
+				st.RetiredOIDs = map[uint32]string{}
+			}
+			st.RetiredOIDs[was] = t.Name
+		}
+	}
 	st.PublicationOID, st.TableOIDs = replication.CatalogOIDs(&cat)
 	st.Publication = pcfg.Publication
 	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)

@@ -41,10 +41,10 @@ type session struct {
 	ctx   context.Context // Run's: ends at the first stop request
 	// recvCtx is Receive's: it ends only with a stop at once.
 	recvCtx context.Context
-	st    stream
-	prod  producer
-	tr    *checkpoint.Tracker
-	start replication.Start
+	st      stream
+	prod    producer
+	tr      *checkpoint.Tracker
+	start   replication.Start
 
 	topics  *topicGate
 	watcher catalogWatcher

@@ -89,6 +89,8 @@ func topicStates(ctx context.Context, addr string, sc *sarama.Config, topics []s
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	sc, release := withCancel(ctx, sc)
+	defer release()
 	b := sarama.NewBroker(addr)
 	if err := b.Open(sc); err != nil {
 		return nil, err

@@ -163,8 +163,9 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(brokers, ","), err)
 		}
+		bc, release := withCancel(ctx, sc)
 		b := sarama.NewBroker(addr)
-		err := b.Open(sc)
+		err := b.Open(bc)
 		if err == nil {
 			stop := context.AfterFunc(ctx, func() { _ = b.Close() })
 			var ok bool
@@ -180,6 +181,7 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 				err = cerr
 			}
 			if ok && err == nil {
+				release()
 				return nil
 			}
 			if err == nil {
@@ -188,6 +190,7 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 				err = &silentBrokerError{timeout: sc.Net.ReadTimeout, err: err}
 			}
 		}
+		release()
 		if err == nil {
 			err = errors.New("not connected")
 		}

@@ -284,7 +284,7 @@ func (p *Producer) AckBuffer() int { return cap(p.acks) }
 // the channel stay readable after Close returns.
 //
 // When ctx ends first, Close closes the connections under sarama, which
-// fails what is still in flight, and waits for that a little longer; if
+// fails what is still in flight, and waits for that CloseGrace longer; if
 // sarama still has not finished it returns ErrCloseTimeout and leaves its
 // goroutines to end with the process. Records failed that way are reported
 // like any failure: nothing after them may be confirmed.
@@ -301,7 +301,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		p.log.Warn("kafka producer did not finish in time; closing its connections")
 		_ = p.client.Close()
-		t := time.NewTimer(forceCloseWait)
+		t := time.NewTimer(CloseGrace)
 		defer t.Stop()
 		select {
 		case <-p.done:
@@ -318,9 +318,13 @@ func (p *Producer) Close(ctx context.Context) error {
 	return nil
 }
 
-// forceCloseWait is how long Close waits for sarama after closing its
-// connections.
-const forceCloseWait = 2 * time.Second
+// CloseGrace is how long Close waits for sarama after its context ended and
+// it closed sarama's connections. It is short: a caller that gives up on
+// the producer has confirmed what it will confirm, and against a broker
+// that does not answer sarama seldom finishes anyway (it retries its
+// records, failing on the closed client, for as long as its retries last);
+// a caller with a budget keeps CloseGrace of it for Close.
+const CloseGrace = 500 * time.Millisecond
 
 // ErrCloseTimeout is returned by Close when sarama did not finish after its
 // connections were closed.

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -473,16 +474,12 @@ func sessionState(start replication.Start, publication, instance string, now tim
 	return s
 }
 
-// forceClose is what closing the producer takes after it gave up waiting
-// (kafka.Producer closes its connections and waits for sarama this long).
-const forceClose = 2 * time.Second
-
 // closeProducer closes p. Between sessions the old producer must be gone
 // before a new one starts, since records it still delivers would interleave
 // with the new session's resends and break per-key order: so it waits as
 // long as sarama takes, unless a stop is requested; from then on it waits
 // until deadline at most, after which sarama's connections are closed under
-// it.
+// it. A stop at once (the second signal) closes them at once.
 func (r *Relay) closeProducer(ctx context.Context, p producer, deadline time.Time) {
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -494,7 +491,7 @@ func (r *Relay) closeProducer(ctx context.Context, p producer, deadline time.Tim
 	}
 	// Closing gives up the moment sarama's Close is given, less the time
 	// Close then needs to close the connections under it.
-	budget -= forceClose
+	budget -= kafka.CloseGrace
 	var mu sync.Mutex
 	var t *time.Timer
 	stop := context.AfterFunc(ctx, func() {

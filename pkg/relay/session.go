@@ -913,7 +913,7 @@ func (s *session) finish(cause error) {
 		s.log.Warn("stopping with events not confirmed to PostgreSQL; they will be sent again on restart",
 			zap.Int("records_in_flight", n), zap.Int("transactions_pending", s.tr.Pending()),
 			zap.Stringer("confirmed_lsn", s.confirmable()), zap.Stringer("acknowledged_lsn", s.tr.Confirmed()),
-			zap.Bool("forced", errors.Is(cause, errForced)))
+			zap.Bool("forced", errors.Is(cause, errForced) || s.forced()))
 	}
 	if !replication.IsConnError(cause) {
 		ctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))

@@ -42,7 +42,8 @@ func Ping(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return probe(ctx, &cfg, sc)
+	_, err = probe(ctx, &cfg, sc)
+	return err
 }
 
 // CheckTopics asks the cluster about topics with one metadata request, and

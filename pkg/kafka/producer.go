@@ -113,10 +113,17 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := probe(ctx, &cfg, sc); err != nil {
+	answered, err := probe(ctx, &cfg, sc)
+	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(cfg.Brokers, sc)
+	// The client starts with the broker that answered as its only seed:
+	// the idempotent producer asks its first seed for a producer ID before
+	// the client knows any other broker, and sarama shuffles the seeds and
+	// retries that same one when it is down, so a dead broker in
+	// kafka.brokers failed one start in three. Once the producer has its ID
+	// every address is a seed again.
+	client, err := sarama.NewClient([]string{answered}, sc)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
@@ -133,6 +140,14 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	if len(cfg.Brokers) > 1 {
+		// Nothing was sent yet: the connections this closes are the ones
+		// the start used.
+		if err := client.RefreshBrokers(cfg.Brokers); err != nil {
+			_ = ap.Close()
+			return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+		}
 	}
 	p := &Producer{
 		log:    log,
@@ -152,16 +167,17 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 }
 
 // probe dials the seed brokers one after another (and exchanges ApiVersions
-// with them, and authenticates) until one answers, so that an unreachable
-// cluster fails New within DialTimeout per broker rather than after sarama's
-// retries. A broker that refuses the credentials ends the probe with an
-// *AuthError: the other brokers would refuse them too.
-func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
+// with them, and authenticates) until one answers, and returns its address,
+// so that an unreachable cluster fails New within DialTimeout per broker
+// rather than after sarama's retries. A broker that refuses the credentials
+// ends the probe with an *AuthError: the other brokers would refuse them
+// too.
+func probe(ctx context.Context, cfg *Config, sc *sarama.Config) (string, error) {
 	brokers := cfg.Brokers
 	var errs, hints []string
 	for _, addr := range brokers {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(brokers, ","), err)
+			return "", fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(brokers, ","), err)
 		}
 		bc, release := withCancel(ctx, sc)
 		b := sarama.NewBroker(addr)
@@ -182,7 +198,7 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 			}
 			if ok && err == nil {
 				release()
-				return nil
+				return addr, nil
 			}
 			if err == nil {
 				err = errors.New("not connected")
@@ -196,12 +212,12 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 		}
 		var ae *AuthError
 		if err = cfg.Security.authError(addr, err); errors.As(err, &ae) {
-			return err
+			return "", err
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
 		hints = append(hints, brokerHint(err))
 	}
-	return fmt.Errorf("kafka: no broker reachable among %s: %s; %s",
+	return "", fmt.Errorf("kafka: no broker reachable among %s: %s; %s",
 		strings.Join(brokers, ","), strings.Join(errs, "; "), strings.Join(slices.Compact(hints), "; "))
 }
 

@@ -346,17 +346,18 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
-	r, err := relay.New(cfg.Config, log, relay.WithObserver(m), relay.WithForceStop(force))
+	audit := newDurabilityAudit(cfg.Config, log)
+	r, err := relay.New(cfg.Config, log, relay.WithObserver(audit.Observe(m)), relay.WithForceStop(force))
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitConfig
 	}
 
 	// Goroutines and shutdown order: the relay runs on this goroutine until
-	// a signal (it drains and confirms itself); the HTTP server and the slot
-	// poller run on their own contexts so /metrics and /readyz stay up while
-	// the relay drains; after Run returns the poller is stopped, then the
-	// server, each waited for.
+	// a signal (it drains and confirms itself); the HTTP server, the slot
+	// poller and the durability audit run on their own goroutines, under
+	// auxCtx, so /metrics and /readyz stay up while the relay drains; after
+	// Run returns they are stopped and waited for.
 	var wg sync.WaitGroup
 	auxCtx, stopAux := context.WithCancel(context.Background())
 	defer func() {
@@ -378,6 +379,13 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
+	// The durability audit asks the servers on its own goroutine, never on
+	// the relay's: it warns about settings that can lose confirmed events.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		audit.Run(auxCtx)
+	}()
 	if cfg.Metrics.SlotPollInterval > 0 {
 		wg.Add(1)
 		go func() {

@@ -1,10 +1,15 @@
 package relay_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
 
@@ -111,4 +116,52 @@ func TestClusterFaults(t *testing.T) {
 		r.progress(500)
 		r.finish()
 	})
+}
+
+// TestRunWarnsOfDurabilityAtStartAndPerTopic: pgoutbox run audits
+// durability off the relay's goroutine and logs what it finds, without
+// stopping: at start PostgreSQL (the test server has no
+// max_slot_wal_keep_size) and the topics it knows (a dead-letter topic with
+// one replica), and each topic when it first routes a record to it (one
+// with min.insync.replicas=1 on the cluster); delivery goes on.
+func TestRunWarnsOfDurabilityAtStartAndPerTopic(t *testing.T) {
+	c := testenv.RequireCluster(t)
+	f := newFixture(t, c.Env, 1)
+	dlq := strings.ToLower(testenv.UniqueName(t, "dlq"))
+	c.CreateTopicWith(t, dlq, testenv.TopicSpec{Partitions: 1, ReplicationFactor: 1})
+	loose := f.topics[1]
+	admin, err := kafka.NewAdmin(kafka.Config{Brokers: c.KafkaBrokers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := "1"
+	err = admin.AlterConfig(sarama.TopicResource, loose, map[string]*string{"min.insync.replicas": &one}, false)
+	_ = admin.Close()
+	if err != nil {
+		t.Fatalf("min.insync.replicas=1 on %s: %v", loose, err)
+	}
+
+	cons := c.NewConsumer(t, f.topics)
+	p := startBinaryWith(t, f, "pgoutbox.log", "PGOUTBOX_RELAY_POISON_POLICY=dead-letter", "PGOUTBOX_RELAY_DEAD_LETTER_TOPIC="+dlq)
+	f.waitStreaming(t)
+	p.waitLog(t, `"msg":"durability: -1 (no limit)`, time.Minute)
+	p.waitLog(t, `"check":"dead-letter topic `+dlq+` durability"`, time.Minute)
+
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 35)
+	for i := 0; i < 30; i++ {
+		if err := w.Txn(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, cons, w, 2*time.Minute)
+	line := p.waitLog(t, `"check":"topic `+loose+` durability"`, time.Minute)
+	if !strings.Contains(line, "replication factor 3 but min.insync.replicas 1") || !strings.Contains(line, `"fix":"kafka-configs.sh`) {
+		t.Fatalf("the warning about %s says neither what nor how to fix: %s", loose, line)
+	}
+	p.terminate(t, time.Minute)
+	for _, topic := range []string{f.topics[0], f.topics[2]} {
+		if lines := p.logLines(t, `"check":"topic `+topic+` durability"`); len(lines) > 0 {
+			t.Errorf("a warning about %s, which has three replicas and min.insync.replicas=2: %s", topic, lines[0])
+		}
+	}
 }

@@ -71,12 +71,15 @@ test-go:
 	echo "integration tests run: $$(wc -l <"$$marker")"
 
 ## test-faults: the full fault suite (30 relay SIGKILLs, Kafka killed and paused, PostgreSQL restarts,
-## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM); results in faults-report.md
+## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM; Kafka frozen 90 s and 2 minutes
+## with topics new to the session; on the 3-node cluster a rolling restart, leader SIGKILLs, a paused
+## broker, a dead first broker); results in faults-report.md
+FAULT_TESTS := ^(TestFaults|TestKafkaFrozen|TestClusterFaults)$$
 test-faults:
 	@echo "| scenario | events written | verified | lost | out of order | duplicates | wall time | peak RSS |" > faults-report.md
 	@echo "|---|---|---|---|---|---|---|---|" >> faults-report.md
 	bash scripts/testenv.sh exec -- env PGOUTBOX_FAULTS=full PGOUTBOX_REQUIRE_INTEGRATION=1 \
-		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' -v ./pkg/relay/ \
+		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 90m -run '$(FAULT_TESTS)' -v ./pkg/relay/ \
 		| grep -v 'logger.go'
 	@cat faults-report.md
 

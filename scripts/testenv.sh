@@ -540,13 +540,102 @@ EOF
 
 # kafka_pid DIR: prints the broker's pid if it runs (a stale pid file or a
 # reused pid does not count).
-kafka_pid() {
+kafka_pid() { jvm_pid "$1/kafka"; }
+
+# A broker's JVM keeps its files in one directory: server.properties,
+# kafka.pid, kafka.log, gc.log (DIR/kafka, or DIR/cluster/nodeN).
+
+# jvm_pid BDIR: prints the pid of the broker of BDIR if it runs.
+jvm_pid() {
 	local pid
-	pid=$(cat "$1/kafka/kafka.pid" 2>/dev/null) || return 1
+	pid=$(cat "$1/kafka.pid" 2>/dev/null) || return 1
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	proc_alive "$pid" || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$1/kafka/server.properties" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$1/server.properties" || return 1
 	printf '%s\n' "$pid"
+}
+
+# jvm_spawn BDIR HEAP: starts the broker of BDIR in the background with a
+# heap of at most HEAP (e.g. 768m), records its pid, and does not wait.
+jvm_spawn() {
+	local bd=$1 heap=$2
+	# setsid: its own session, so that a terminal's Ctrl-C or hangup does
+	# not reach it; started from a shell without job control it execs
+	# java in place, so $! is the JVM's pid. 9>&- keeps it from holding
+	# cluster-up's lock.
+	# The GC settings are the ones Kafka's own start script uses (G1
+	# aiming at 20 ms pauses); the GC log lets a latency spike be
+	# matched against the broker's pauses.
+	setsid java "-Xms$((${heap%m} / 3))m" "-Xmx$heap" -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData \
+		-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+		-XX:+ExplicitGCInvokesConcurrent \
+		"-Xlog:gc:file=$bd/gc.log:time,uptime:filecount=2,filesize=10m" \
+		-Djava.awt.headless=true \
+		-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+		-Dorg.slf4j.simpleLogger.showDateTime=true \
+		"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX" \
+		-cp "$KAFKA_LIBS/*" kafka.Kafka "$bd/server.properties" \
+		</dev/null >>"$bd/kafka.log" 2>&1 9>&- &
+	printf '%s\n' "$!" >"$bd/kafka.pid"
+}
+
+# jvm_stop BDIR NAME [SIGNAL]: signals the broker of BDIR (TERM by default)
+# and waits until it has exited, KILLing it after KAFKA_STOP_TIMEOUT.
+jvm_stop() {
+	local bd=$1 name=$2 sig=${3:-TERM} pid
+	sig=${sig#SIG}
+	if ! pid=$(jvm_pid "$bd"); then
+		rm -f "$bd/kafka.pid"
+		return 0
+	fi
+	kill -l "$sig" >/dev/null 2>&1 || die "unknown signal $sig"
+	kill -CONT "$pid" 2>/dev/null || true # a paused JVM would not act on TERM
+	kill -s "$sig" "$pid"
+	if ! wait_gone "$pid" "$KAFKA_STOP_TIMEOUT"; then
+		log "$name (pid $pid) still runs ${KAFKA_STOP_TIMEOUT}s after SIG$sig; sending KILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_gone "$pid" 10 || die "$name (pid $pid) survived SIGKILL"
+	fi
+	rm -f "$bd/kafka.pid"
+	log "$name stopped (SIG$sig)"
+}
+
+# kafka_topic_props RF: the topic and footprint settings of a broker whose
+# cluster has RF nodes: internal topics with RF replicas (in sync: RF - 1,
+# at least 1), Kafka's min.insync.replicas of 1 for the rest.
+kafka_topic_props() {
+	local rf=$1 isr=$(($1 > 1 ? $1 - 1 : 1))
+	cat <<EOP
+# Topics: tests create theirs explicitly (pkg/testenv gives those of a
+# cluster min.insync.replicas=2). No time-based retention: tests write
+# records with event timestamps years old, which the retention check (every
+# 5 minutes) would otherwise delete before a consumer reads them.
+log.retention.ms=-1
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=1
+auto.create.topics.enable=false
+unclean.leader.election.enable=false
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
+share.coordinator.state.topic.num.partitions=1
+group.initial.rebalance.delay.ms=0
+
+# A small footprint on a 2-core machine.
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.recovery.threads.per.data.dir=1
+num.replica.fetchers=1
+log.cleaner.threads=1
+log.cleaner.dedupe.buffer.size=8388608
+log.index.size.max.bytes=1048576
+EOP
 }
 
 # kafka_security_init DIR: a port for the SASL_SSL listener and the SASL
@@ -600,34 +689,7 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.se
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS;User:admin;User:$KAFKA_SASL_USER
 
-# Topics: tests create theirs explicitly, with one replica. No time-based
-# retention: tests write records with event timestamps years old, which the
-# retention check (every 5 minutes) would otherwise delete before a
-# consumer reads them.
-log.retention.ms=-1
-num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-share.coordinator.state.topic.num.partitions=1
-group.initial.rebalance.delay.ms=0
-
-# A small footprint on a 2-core machine.
-num.network.threads=2
-num.io.threads=2
-background.threads=2
-num.recovery.threads.per.data.dir=1
-num.replica.fetchers=1
-log.cleaner.threads=1
-log.cleaner.dedupe.buffer.size=8388608
-log.index.size.max.bytes=1048576
+$(kafka_topic_props 1)
 
 # Lenient timeouts: on 2 cores busy compiling with -race, the controller
 # thread can starve for seconds; with the defaults (2 s requests, 9 s
@@ -661,24 +723,8 @@ kafka_start() {
 		[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing ($KAFKA_LIBS): run scripts/testenv.sh install"
 		log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller 127.0.0.1:$CONTROLLER_PORT)"
 		printf '\n==== %s scripts/testenv.sh: starting Kafka\n' "$(date -u +%FT%TZ)" >>"$dir/kafka/kafka.log"
-		# setsid: its own session, so that a terminal's Ctrl-C or hangup does
-		# not reach it; started from a shell without job control it execs
-		# java in place, so $! is the JVM's pid.
-		# The GC settings are the ones Kafka's own start script uses (G1
-		# aiming at 20 ms pauses); the GC log lets a latency spike be
-		# matched against the broker's pauses.
-		setsid java -Xms256m -Xmx768m -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData \
-			-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-			-XX:+ExplicitGCInvokesConcurrent \
-			"-Xlog:gc:file=$dir/kafka/gc.log:time,uptime:filecount=2,filesize=10m" \
-			-Djava.awt.headless=true \
-			-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
-			-Dorg.slf4j.simpleLogger.showDateTime=true \
-			"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX" \
-			-cp "$KAFKA_LIBS/*" kafka.Kafka "$dir/kafka/server.properties" \
-			</dev/null >>"$dir/kafka/kafka.log" 2>&1 &
-		pid=$!
-		printf '%s\n' "$pid" >"$dir/kafka/kafka.pid"
+		jvm_spawn "$dir/kafka" 768m
+		pid=$(cat "$dir/kafka/kafka.pid")
 	fi
 	if ! ctl kafka-ready -brokers "127.0.0.1:$KAFKA_PORT" -timeout "${KAFKA_READY_TIMEOUT}s" -pid "$pid"; then
 		tail -n 40 "$dir/kafka/kafka.log" >&2 || true
@@ -688,24 +734,7 @@ kafka_start() {
 	log "Kafka is ready (pid $pid)"
 }
 
-kafka_stop() {
-	local dir=$1 sig=${2:-TERM} pid
-	sig=${sig#SIG}
-	if ! pid=$(kafka_pid "$dir"); then
-		rm -f "$dir/kafka/kafka.pid"
-		return 0
-	fi
-	kill -l "$sig" >/dev/null 2>&1 || die "unknown signal $sig"
-	kill -CONT "$pid" 2>/dev/null || true # a paused JVM would not act on TERM
-	kill -s "$sig" "$pid"
-	if ! wait_gone "$pid" "$KAFKA_STOP_TIMEOUT"; then
-		log "Kafka (pid $pid) still runs ${KAFKA_STOP_TIMEOUT}s after SIG$sig; sending KILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_gone "$pid" 10 || die "Kafka (pid $pid) survived SIGKILL"
-	fi
-	rm -f "$dir/kafka/kafka.pid"
-	log "Kafka stopped (SIG$sig)"
-}
+kafka_stop() { jvm_stop "$1/kafka" Kafka "${2:-TERM}"; }
 
 # ---------------------------------------------------------------- Kafka cluster
 
@@ -752,14 +781,7 @@ cluster_node() {
 }
 
 # cluster_pid DIR N: prints node N's pid if it runs.
-cluster_pid() {
-	local pid props=$1/cluster/node$2/server.properties
-	pid=$(cat "$1/cluster/node$2/kafka.pid" 2>/dev/null) || return 1
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	proc_alive "$pid" || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$props" || return 1
-	printf '%s\n' "$pid"
-}
+cluster_pid() { jvm_pid "$1/cluster/node$2"; }
 
 # free_ports N: N free ports that none of the environment's servers uses,
 # even one that is stopped now.
@@ -809,33 +831,7 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/cluster/node$n/data
 
-# Topics: tests create theirs with three replicas and the
-# min.insync.replicas they need; the broker default stays Kafka's (1). No
-# time-based retention (see the single broker's configuration).
-log.retention.ms=-1
-num.partitions=1
-default.replication.factor=3
-auto.create.topics.enable=false
-unclean.leader.election.enable=false
-offsets.topic.replication.factor=3
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=3
-transaction.state.log.min.isr=2
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=3
-share.coordinator.state.topic.min.isr=2
-share.coordinator.state.topic.num.partitions=1
-group.initial.rebalance.delay.ms=0
-
-# A small footprint: three of these share two cores with everything else.
-num.network.threads=1
-num.io.threads=2
-background.threads=2
-num.recovery.threads.per.data.dir=1
-num.replica.fetchers=1
-log.cleaner.threads=1
-log.cleaner.dedupe.buffer.size=4194304
-log.index.size.max.bytes=1048576
+$(kafka_topic_props 3)
 
 # Timeouts: lenient enough that a node starved of CPU for a few seconds is
 # not fenced (see the single broker's), short enough that a killed or
@@ -873,19 +869,7 @@ cluster_spawn() {
 	[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing ($KAFKA_LIBS): run scripts/testenv.sh install"
 	log "starting cluster node $n on 127.0.0.1:${CLUSTER_PORT[$n]} (controller 127.0.0.1:${CLUSTER_CPORT[$n]})"
 	printf '\n==== %s scripts/testenv.sh: starting node %s\n' "$(date -u +%FT%TZ)" >>"$nd/kafka.log"
-	# As kafka_start, with a smaller heap; 9>&- keeps the JVM from holding
-	# cluster-up's lock.
-	setsid java -Xms128m -Xmx384m -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData \
-		-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-		-XX:+ExplicitGCInvokesConcurrent \
-		"-Xlog:gc:file=$nd/gc.log:time,uptime:filecount=2,filesize=10m" \
-		-Djava.awt.headless=true \
-		-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
-		-Dorg.slf4j.simpleLogger.showDateTime=true \
-		"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX" \
-		-cp "$KAFKA_LIBS/*" kafka.Kafka "$nd/server.properties" \
-		</dev/null >>"$nd/kafka.log" 2>&1 9>&- &
-	printf '%s\n' "$!" >"$nd/kafka.pid"
+	jvm_spawn "$nd" 384m
 }
 
 # cluster_wait DIR [N]: waits until every node (or node N) is registered,
@@ -919,24 +903,7 @@ cluster_wait() {
 	fi
 }
 
-cluster_node_stop() {
-	local dir=$1 n=$2 sig=${3:-TERM} pid
-	sig=${sig#SIG}
-	if ! pid=$(cluster_pid "$dir" "$n"); then
-		rm -f "$dir/cluster/node$n/kafka.pid"
-		return 0
-	fi
-	kill -l "$sig" >/dev/null 2>&1 || die "unknown signal $sig"
-	kill -CONT "$pid" 2>/dev/null || true # a paused JVM would not act on TERM
-	kill -s "$sig" "$pid"
-	if ! wait_gone "$pid" "$KAFKA_STOP_TIMEOUT"; then
-		log "cluster node $n (pid $pid) still runs ${KAFKA_STOP_TIMEOUT}s after SIG$sig; sending KILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_gone "$pid" 10 || die "cluster node $n (pid $pid) survived SIGKILL"
-	fi
-	rm -f "$dir/cluster/node$n/kafka.pid"
-	log "cluster node $n stopped (SIG$sig)"
-}
+cluster_node_stop() { jvm_stop "$1/cluster/node$2" "cluster node $2" "${3:-TERM}"; }
 
 # cluster_stop_all DIR: stops every node, all at once (one by one, the last
 # would wait for a quorum that is gone).
@@ -1311,35 +1278,33 @@ main() {
 		cluster-status) cmd_cluster_status "$dir" ;;
 		esac
 		;;
-	cluster-stop)
-		local dir n
-		dir=$(state_dir "${3:-}")
-		load_state "$dir"
-		cluster_load "$dir"
-		n=$(cluster_node "${1:-}")
-		cluster_node_stop "$dir" "$n" "${2:-TERM}"
-		;;
-	cluster-start)
-		local dir n
-		dir=$(state_dir "${2:-}")
-		load_state "$dir"
-		cluster_load "$dir"
-		n=$(cluster_node "${1:-}")
-		cluster_spawn "$dir" "$n"
-		cluster_wait "$dir" "$n"
-		log "cluster node $n is ready"
-		;;
-	cluster-pause | cluster-resume)
+	cluster-stop | cluster-start | cluster-pause | cluster-resume)
+		# N first; DIR last (after cluster-stop's SIGNAL).
 		local dir n pid
-		dir=$(state_dir "${2:-}")
+		if [[ $cmd == cluster-stop ]]; then
+			dir=$(state_dir "${3:-}")
+		else
+			dir=$(state_dir "${2:-}")
+		fi
+		load_state "$dir"
 		cluster_load "$dir"
 		n=$(cluster_node "${1:-}")
-		pid=$(cluster_pid "$dir" "$n") || die "$cmd: cluster node $n is not running"
-		if [[ $cmd == cluster-pause ]]; then
-			kill -STOP "$pid"
-		else
-			kill -CONT "$pid"
-		fi
+		case $cmd in
+		cluster-stop) cluster_node_stop "$dir" "$n" "${2:-TERM}" ;;
+		cluster-start)
+			cluster_spawn "$dir" "$n"
+			cluster_wait "$dir" "$n"
+			log "cluster node $n is ready"
+			;;
+		*)
+			pid=$(cluster_pid "$dir" "$n") || die "$cmd: cluster node $n is not running"
+			if [[ $cmd == cluster-pause ]]; then
+				kill -STOP "$pid"
+			else
+				kill -CONT "$pid"
+			fi
+			;;
+		esac
 		;;
 	pg-ctl)
 		local dir arg log=1 start=0

@@ -227,6 +227,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			cancel()
 		}
 	}()
+	// The poll source (relay.source: poll) has a loop of its own: poll.go.
+	if r.cfg.Relay.Source == SourcePoll {
+		return r.runPoll(ctx)
+	}
 	backoff := r.cfg.Relay.RestartBackoff
 	streamed := false
 	for {

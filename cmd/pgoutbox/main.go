@@ -91,6 +91,7 @@ Usage:
   pgoutbox migrate [flags]   create the default outbox table and publication
   pgoutbox status  [flags]   show the slot, its lag and WAL retention, and the publication
   pgoutbox validate [flags]  check configuration, servers, permissions, publication, slot and topics
+  pgoutbox cleanup [flags]   delete outbox rows relayed longer ago than the retention (for cron)
   pgoutbox convert FILE      print the native YAML equivalent of a Debezium connector JSON
   pgoutbox version           print the version
   pgoutbox completion SHELL  print a completion script for bash, zsh or fish
@@ -114,6 +115,8 @@ func run(args []string, environ []string, stdout, stderr io.Writer) int {
 		return cmdStatus(args[1:], environ, stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], environ, stdout, stderr)
+	case "cleanup":
+		return cmdCleanup(args[1:], environ, stdout, stderr)
 	case "completion":
 		return cmdCompletion(args[1:], environ, stdout, stderr)
 	case "version", "--version", "-version":
@@ -380,7 +383,16 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
-	if cfg.Metrics.SlotPollInterval > 0 {
+	if isPoll(cfg) {
+		// The poll source has no slot: its backlog is what is watched.
+		if t, err := cfg.PollTable(); err == nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.PollBacklog(auxCtx, cfg.Postgres, t, cfg.Metrics.BacklogPollInterval, log.Named("backlog"))
+			}()
+		}
+	} else if cfg.Metrics.SlotPollInterval > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -416,13 +428,16 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 }
 
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
-	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\n")
+	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\nWith relay.source=poll: creates (or completes) the poll table, its indexes and its\nnotification trigger instead.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
 	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
+	}
+	if isPoll(cfg) {
+		return migratePoll(cfg, *dry, stdout, stderr)
 	}
 	p := migrations.Params{Tables: cfg.Postgres.QualifiedTables(), Publication: cfg.Postgres.Publication}
 	if cfg.Postgres.StateTable != "" {

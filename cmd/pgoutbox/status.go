@@ -44,6 +44,9 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: --format %q: use table or json\n", *format)
 		return exitConfig
 	}
+	if isPoll(cfg) {
+		return statusPoll(cfg, *format, stdout, stderr)
+	}
 	if err := cfg.Postgres.Validate(); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig

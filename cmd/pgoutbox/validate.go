@@ -106,7 +106,11 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 		v.report(warn("connector", "settings pgoutbox ignores: "+strings.Join(describeIgnored(c.ignored), ", "), ""))
 	}
 
-	if strings.TrimSpace(cfg.Postgres.DSN) != "" {
+	switch {
+	case strings.TrimSpace(cfg.Postgres.DSN) == "":
+	case isPoll(cfg):
+		validatePollSource(v, cfg)
+	default:
 		validatePostgres(v, cfg)
 	}
 	// An invalid Kafka section is already a FAIL above; asking the brokers

@@ -231,6 +231,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.cfg.Relay.Source == SourcePoll {
 		return r.runPoll(ctx)
 	}
+	// snapshot.mode: initial publishes the tables' rows before the slot
+	// streams, when it creates the slot: snapshot.go.
+	if r.cfg.Snapshot.Mode == SnapshotInitial {
+		if err := r.runSnapshot(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
 	backoff := r.cfg.Relay.RestartBackoff
 	streamed := false
 	for {

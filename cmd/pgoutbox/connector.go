@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -142,8 +143,10 @@ func applyConnector(cfg *fileConfig, conn map[string]string) (ignored []string, 
 	if v, ok := get("snapshot.mode"); ok {
 		switch v {
 		case "no_data", "never":
+		case "initial": // the rows already in the outbox tables, then the stream
+			cfg.Snapshot.Mode = relay.SnapshotInitial
 		default:
-			refuse("snapshot.mode", "pgoutbox streams new events only and never snapshots the outbox table; use no_data (existing outbox rows were either delivered already or deleted)")
+			refuse("snapshot.mode", "pgoutbox publishes the outbox tables' rows once when it creates the slot (initial) or not at all (no_data); use one of those")
 		}
 	}
 	if v, ok := get("slot.drop.on.stop"); ok && strings.EqualFold(v, "true") {

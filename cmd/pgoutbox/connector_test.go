@@ -50,7 +50,7 @@ func TestConnectorImportRefusesWhatItCannotHonour(t *testing.T) {
 		key, value, want string
 	}{
 		"decoderbufs":         {"plugin.name", "decoderbufs", "pgoutput only"},
-		"initial snapshot":    {"snapshot.mode", "initial", "never snapshots"},
+		"snapshot only":       {"snapshot.mode", "initial_only", "initial"},
 		"regex tables":        {"table.include.list", "public.outbox_.*", "regular expression"},
 		"other transform":     {"transforms", "outbox,unwrap", "transforms.unwrap.type"},
 		"config provider":     {"database.password", "${file:/secrets:pw}", "config providers"},
@@ -115,5 +115,22 @@ func TestConvertPrintsNativeYAMLWithoutThePassword(t *testing.T) {
 	if cfg.Postgres.Slot != "orders_outbox" || cfg.Router.RouteTopicReplacement != "orders.${routedByValue}.events" ||
 		cfg.Postgres.DSN != "postgres://debezium@orders-db.internal:5432/orders?sslmode=disable" {
 		t.Fatalf("round trip lost settings: %+v", cfg.Postgres)
+	}
+}
+
+// TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot: Debezium's
+// snapshot.mode=initial becomes pgoutbox's snapshot.mode initial (the rows
+// already in the outbox tables, then the stream); no_data stays no_data.
+func TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot(t *testing.T) {
+	for mode, want := range map[string]string{"initial": "initial", "no_data": "no_data", "never": "no_data"} {
+		conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox",
+			"transforms.outbox.type": eventRouter, "snapshot.mode": mode}
+		cfg := defaultFileConfig()
+		if _, err := applyConnector(&cfg, conn); err != nil {
+			t.Fatalf("snapshot.mode=%s: %v", mode, err)
+		}
+		if cfg.Snapshot.Mode != want {
+			t.Errorf("snapshot.mode=%s: pgoutbox's snapshot.mode is %q, want %q", mode, cfg.Snapshot.Mode, want)
+		}
 	}
 }

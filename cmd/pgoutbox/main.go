@@ -492,6 +492,12 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	if !cfg.Postgres.CreateSlot {
 		return exitOK
 	}
+	if cfg.Snapshot.Mode == relay.SnapshotInitial {
+		// The relay creates the slot after publishing the rows already
+		// there: a slot made now would skip them.
+		fmt.Fprintf(stdout, "slot %s not created: with snapshot.mode=initial pgoutbox run creates it after publishing the rows the outbox tables hold\n", cfg.Postgres.Slot)
+		return exitOK
+	}
 	// Create the slot now too: events are captured from the slot's creation
 	// on, so an application that writes between the migration and the
 	// relay's first start loses nothing.

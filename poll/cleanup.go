@@ -167,7 +167,10 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 	if err != nil {
 		return 0, err
 	}
-	rows, err := conn.Query(ctx, "SELECT relid::regclass::text, (pg_relation_size(relid) / current_setting('block_size')::bigint) FROM pg_partition_tree($1::regclass) WHERE isleaf", q)
+	// The leaf partitions of a partitioned table, or the table itself.
+	rows, err := conn.Query(ctx, `SELECT r::regclass::text, pg_relation_size(r) / current_setting('block_size')::bigint FROM (
+		SELECT relid AS r FROM pg_partition_tree($1::regclass) WHERE isleaf
+		UNION SELECT $1::regclass WHERE (SELECT relkind FROM pg_class WHERE oid = $1::regclass) <> 'p') leaves`, q)
 	if err != nil {
 		return 0, fmt.Errorf("poll: list the relations of %s: %w", table, err)
 	}

@@ -131,7 +131,7 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 			continue
 		}
 		if !ok {
-			fmt.Fprintf(stdout, "%s: no mark old enough yet (a mark was recorded now): a run %s from now deletes what slot %s relayed before it\n", table, keep, pc.Slot)
+			fmt.Fprintf(stdout, "%s: nothing deleted: no mark yet that is %s old and that slot %s has confirmed (a new mark was recorded; a later run deletes what the slot relayed before it)\n", table, keep, pc.Slot)
 			continue
 		}
 		n, err := cl.Relayed(ctx, conn, table, m)

@@ -356,9 +356,12 @@ func (p *rowPublisher) deadLetterRecord(row *pubRow, res *rowResult, seq int64, 
 			{Key: "pgoutbox.error.reason", Value: []byte(res.err.Error())},
 			{Key: "pgoutbox.source.table", Value: []byte(row.row.Table)},
 			{Key: "pgoutbox.source.topic", Value: []byte(topic)},
-			{Key: "pgoutbox.poll.seq", Value: strconv.AppendInt(nil, seq, 10)},
-			{Key: "pgoutbox.poll.attempts", Value: strconv.AppendInt(nil, int64(attempts), 10)},
 		},
+	}
+	if seq > 0 { // a claimed row (a snapshot row has neither)
+		rec.Headers = append(rec.Headers,
+			router.Header{Key: "pgoutbox.poll.seq", Value: strconv.AppendInt(nil, seq, 10)},
+			router.Header{Key: "pgoutbox.poll.attempts", Value: strconv.AppendInt(nil, int64(attempts), 10)})
 	}
 	if limit := p.r.cfg.Kafka.MaxMessageBytes / 2; limit > 0 && len(rec.Value) > limit {
 		rec.Headers = append(rec.Headers, router.Header{Key: "pgoutbox.truncated.from", Value: []byte(strconv.Itoa(len(rec.Value)))})

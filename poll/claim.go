@@ -16,7 +16,10 @@ import (
 // the columns' type OIDs. Names is the same slice for every row of a
 // claimer's table, so the router reuses its column lookup.
 type Row struct {
-	CTID     string // the row's physical position while it is locked
+	// Rel and CTID are where the row lies while it is locked: its table
+	// (a partition's, for a partitioned table) and its position there.
+	Rel      string
+	CTID     string
 	Seq      int64
 	Attempts int
 	// Written is the row's created_at in Unix microseconds (0 without the
@@ -50,6 +53,7 @@ type Claimer struct {
 	names     []string
 	types     []uint32
 	arena     arena
+	rels      map[string]string
 }
 
 // NewClaimer returns a claimer of t on conn (t checked with Check).
@@ -95,7 +99,7 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	if c.t.created {
 		written = "(extract(epoch FROM t." + ColumnCreatedAt + ") * 1000000)::bigint"
 	}
-	sql := "SELECT t.ctid::text, " + written + ", t.* FROM " + c.t.quoted + " t WHERE t." + ColumnPublishedAt + " IS NULL"
+	sql := "SELECT t.tableoid::regclass::text, t.ctid::text, " + written + ", t.* FROM " + c.t.quoted + " t WHERE t." + ColumnPublishedAt + " IS NULL"
 	for _, w := range where {
 		sql += " AND " + w
 	}
@@ -121,10 +125,10 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 func (b *Batch) read(rows pgx.Rows) error {
 	c := b.c
 	fds := rows.FieldDescriptions()
-	if len(fds) < 3 {
+	if len(fds) < 4 {
 		return errors.New("no columns")
 	}
-	cols := fds[2:] // after the ctid and created_at
+	cols := fds[3:] // after the relation, the ctid and created_at
 	if len(c.names) != len(cols) || !sameNames(c.names, cols) {
 		c.names, c.types = make([]string, len(cols)), make([]uint32, len(cols))
 		for i, f := range cols {
@@ -148,11 +152,11 @@ func (b *Batch) read(rows pgx.Rows) error {
 	c.arena.reset()
 	for rows.Next() {
 		raw := rows.RawValues()
-		r := Row{CTID: string(raw[0]), Names: c.names, Types: c.types, Values: make([][]byte, len(cols))}
-		if w, err := strconv.ParseInt(string(raw[1]), 10, 64); err == nil {
+		r := Row{Rel: c.relName(raw[0]), CTID: string(raw[1]), Names: c.names, Types: c.types, Values: make([][]byte, len(cols))}
+		if w, err := strconv.ParseInt(string(raw[2]), 10, 64); err == nil {
 			r.Written = w
 		}
-		for i, v := range raw[2:] {
+		for i, v := range raw[3:] {
 			if v != nil {
 				r.Values[i] = c.arena.copy(v)
 				b.Bytes += len(v)
@@ -190,51 +194,79 @@ const maxErrorText = 2000
 // records their reasons (a dead-lettered failure is marked as well), and
 // commits. Rows in neither list stay as they were, unpublished. After an
 // error the transaction is gone: its rows are claimed again later.
+//
+// Rows are found by their position (a TID scan of the relation each lies
+// in: the table, or its partition), which cannot change while they are
+// locked.
 func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) error {
 	defer b.release()
 	c, tx := b.c, b.tx
-	done := make([]string, 0, len(published)+len(failed))
+	done := map[string][]string{}
 	for _, i := range published {
-		done = append(done, b.Rows[i].CTID)
+		r := &b.Rows[i]
+		done[r.Rel] = append(done[r.Rel], r.CTID)
 	}
-	var ctids, reasons []string
-	var dead []bool
+	type attempts struct {
+		ctids, reasons []string
+		dead           []bool
+	}
+	tried := map[string]*attempts{}
 	for _, f := range failed {
+		r := &b.Rows[f.Index]
 		if f.DeadLettered && c.onPublish == OnPublishDelete {
-			done = append(done, b.Rows[f.Index].CTID)
+			done[r.Rel] = append(done[r.Rel], r.CTID)
 			continue
 		}
 		reason := f.Err
 		if len(reason) > maxErrorText {
 			reason = reason[:maxErrorText]
 		}
-		ctids = append(ctids, b.Rows[f.Index].CTID)
-		reasons = append(reasons, strings.ToValidUTF8(reason, "?"))
-		dead = append(dead, f.DeadLettered)
+		a := tried[r.Rel]
+		if a == nil {
+			a = &attempts{}
+			tried[r.Rel] = a
+		}
+		a.ctids = append(a.ctids, r.CTID)
+		a.reasons = append(a.reasons, strings.ToValidUTF8(reason, "?"))
+		a.dead = append(a.dead, f.DeadLettered)
 	}
-	if len(ctids) > 0 {
-		_, err := tx.Exec(ctx, "UPDATE "+c.t.quoted+" t SET "+ColumnAttempts+" = t."+ColumnAttempts+" + 1, "+ColumnLastError+" = v.err, "+
+	for rel, a := range tried {
+		_, err := tx.Exec(ctx, "UPDATE "+rel+" t SET "+ColumnAttempts+" = t."+ColumnAttempts+" + 1, "+ColumnLastError+" = v.err, "+
 			ColumnPublishedAt+" = CASE WHEN v.dead THEN now() ELSE t."+ColumnPublishedAt+" END"+
-			" FROM unnest($1::text[]::tid[], $2::text[], $3::bool[]) AS v(c, err, dead) WHERE t.ctid = v.c", ctids, reasons, dead)
+			" FROM unnest($1::text[]::tid[], $2::text[], $3::bool[]) AS v(c, err, dead) WHERE t.ctid = v.c", a.ctids, a.reasons, a.dead)
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return fmt.Errorf("poll: record failed attempts in %s: %w", c.t.Name, err)
 		}
 	}
-	if len(done) > 0 {
-		sql := "UPDATE " + c.t.quoted + " SET " + ColumnPublishedAt + " = now() WHERE ctid = ANY($1::text[]::tid[])"
+	for rel, ctids := range done {
+		sql := "UPDATE " + rel + " SET " + ColumnPublishedAt + " = now() WHERE ctid = ANY($1::text[]::tid[])"
 		if c.onPublish == OnPublishDelete {
-			sql = "DELETE FROM " + c.t.quoted + " WHERE ctid = ANY($1::text[]::tid[])"
+			sql = "DELETE FROM " + rel + " WHERE ctid = ANY($1::text[]::tid[])"
 		}
-		if _, err := tx.Exec(ctx, sql, done); err != nil {
+		if _, err := tx.Exec(ctx, sql, ctids); err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return fmt.Errorf("poll: mark %d rows of %s published: %w", len(done), c.t.Name, err)
+			return fmt.Errorf("poll: mark %d rows of %s published: %w", len(ctids), c.t.Name, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("poll: commit the claim of %d rows of %s: %w", len(b.Rows), c.t.Name, err)
 	}
 	return nil
+}
+
+// relName interns the relation names the claims return (one per table or
+// partition), so that every row of a relation shares one string.
+func (c *Claimer) relName(raw []byte) string {
+	if c.rels == nil {
+		c.rels = map[string]string{}
+	}
+	if s, ok := c.rels[string(raw)]; ok {
+		return s
+	}
+	s := string(raw)
+	c.rels[s] = s
+	return s
 }
 
 // Abort rolls the claim back: every row stays unpublished and unlocked.

@@ -30,17 +30,14 @@ func DefaultCleanup(batch int) Cleanup {
 // (published_at < now() - olderThan): rows Kafka acknowledged. Unpublished
 // rows are never touched. It returns how many rows it deleted.
 func (c Cleanup) Published(ctx context.Context, conn *pgx.Conn, t *Table, olderThan time.Duration) (int64, error) {
-	sql := "DELETE FROM " + t.quoted + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + t.quoted +
-		" WHERE " + ColumnPublishedAt + " < now() - $1::bigint * interval '1 microsecond' ORDER BY " + ColumnPublishedAt +
-		" LIMIT $2 FOR UPDATE SKIP LOCKED))"
 	var total int64
 	for i := 0; i < c.MaxBatches; i++ {
-		tag, err := conn.Exec(ctx, sql, olderThan.Microseconds(), c.BatchSize)
+		n, err := c.publishedBatch(ctx, conn, t, olderThan)
+		total += n
 		if err != nil {
 			return total, fmt.Errorf("poll: delete published rows of %s: %w", t.Name, err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(c.BatchSize) {
+		if n < int64(c.BatchSize) {
 			return total, nil
 		}
 		if err := c.pause(ctx); err != nil {
@@ -48,6 +45,42 @@ func (c Cleanup) Published(ctx context.Context, conn *pgx.Conn, t *Table, olderT
 		}
 	}
 	return total, nil
+}
+
+// publishedBatch deletes one batch in one transaction: it locks the
+// oldest published rows (skipping any another transaction holds) and
+// deletes them where they lie, relation by relation (a partitioned
+// table's partitions can hold rows at the same position).
+func (c Cleanup) publishedBatch(ctx context.Context, conn *pgx.Conn, t *Table, olderThan time.Duration) (int64, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	rows, err := tx.Query(ctx, "SELECT tableoid::regclass::text, ctid::text FROM "+t.quoted+
+		" WHERE "+ColumnPublishedAt+" < now() - $1::bigint * interval '1 microsecond' ORDER BY "+ColumnPublishedAt+
+		" LIMIT $2 FOR UPDATE SKIP LOCKED", olderThan.Microseconds(), c.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	byRel := map[string][]string{}
+	var rel, ctid string
+	_, err = pgx.ForEachRow(rows, []any{&rel, &ctid}, func() error {
+		byRel[rel] = append(byRel[rel], ctid)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for rel, ctids := range byRel {
+		tag, err := tx.Exec(ctx, "DELETE FROM "+rel+" WHERE ctid = ANY($1::text[]::tid[])", ctids)
+		if err != nil {
+			return 0, err
+		}
+		n += tag.RowsAffected()
+	}
+	return n, tx.Commit(ctx)
 }
 
 func (c Cleanup) pause(ctx context.Context) error {

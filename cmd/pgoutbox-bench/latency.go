@@ -36,7 +36,8 @@ import (
 // consumer's fetch, which ReceiveLatencyMs adds. The append time has
 // millisecond precision: the middle of its millisecond is used.
 type LatencyResult struct {
-	// Source is "" for the WAL source, "poll" or "poll+notify" (poll.go).
+	// Source is "" for the WAL source, a poll variant's label for the poll
+	// source (poll.go).
 	Source          string  `json:"source,omitempty"`
 	TargetRate      int     `json:"target_rate"`
 	DurationSeconds float64 `json:"duration_s"` // how long the measured writing ran

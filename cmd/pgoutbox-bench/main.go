@@ -91,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		catchupTimeout = fs.Duration("catchup-timeout", 0, "catch-up: limit for one reader to read every event (default 15m; smoke 2m)")
 		scenarios      = fs.String("scenarios", "", "comma-separated subset of catchup,latency,poll,micro (default all)")
 		pollInstances  = fs.String("poll-instances", "", "poll: comma-separated numbers of relays the backlog catch-up runs with (default 1,4)")
-		pollRates      = fs.String("poll-rates", "", "poll: comma-separated write rates of the latency runs, each with and without notifications (default 1000,5000; smoke 200)")
+		pollRates      = fs.String("poll-rates", "", "poll: comma-separated write rates of the latency runs, each with notifications, without at the default poll.interval, and without at 50ms (default 1000,5000; smoke 200)")
 		triggerRound   = fs.Duration("trigger-round", 0, "poll: how long each round of the trigger's cost runs (default 15s; smoke 2s)")
 		benchtime      = fs.String("benchtime", "", "go test -benchtime for the micro-benchmarks (default 1s; smoke 100x)")
 		microPkgs      = fs.String("micro-packages", "", "packages of the micro-benchmarks (default ./checkpoint ./router ./replication ./pkg/kafka ./pkg/relay, comma-separated)")

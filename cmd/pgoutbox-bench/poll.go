@@ -79,21 +79,50 @@ func (h *harness) setupPoll(ctx context.Context, notify bool) error {
 	return nil
 }
 
+// pollVariant is how a poll relay is woken: by notifications, or by
+// poll.interval alone (0: the default, 500 ms).
+type pollVariant struct {
+	notify   bool
+	interval time.Duration
+}
+
+// label names the variant in the results: poll+notify, poll, poll 50ms.
+func (v pollVariant) label() string {
+	switch {
+	case v.notify:
+		return "poll+notify"
+	case v.interval > 0:
+		return "poll " + v.interval.String()
+	}
+	return "poll"
+}
+
+// pollVariants are the latency runs' variants: the default (notifications),
+// without them at the default interval, and without them at a short one.
+var pollVariants = []pollVariant{{notify: true}, {}, {interval: 50 * time.Millisecond}}
+
 // pollEnv is the environment of a pgoutbox process on the poll source.
-func (h *harness) pollEnv(notify bool) func(slot string) []string {
+func (h *harness) pollEnv(v pollVariant) func(slot string) []string {
 	return func(slot string) []string {
-		return h.relayEnv(slot, "PGOUTBOX_RELAY_SOURCE=poll", "PGOUTBOX_POSTGRES_TABLE_INCLUDE_LIST="+pollTable,
-			"PGOUTBOX_POLL_NOTIFY="+strconv.FormatBool(notify), "PGOUTBOX_POLL_NOTIFY_CHANNEL="+pollChannel)
+		extra := []string{"PGOUTBOX_RELAY_SOURCE=poll", "PGOUTBOX_POSTGRES_TABLE_INCLUDE_LIST=" + pollTable,
+			"PGOUTBOX_POLL_NOTIFY=" + strconv.FormatBool(v.notify), "PGOUTBOX_POLL_NOTIFY_CHANNEL=" + pollChannel}
+		if v.interval > 0 {
+			extra = append(extra, "PGOUTBOX_POLL_INTERVAL="+v.interval.String())
+		}
+		return h.relayEnv(slot, extra...)
 	}
 }
 
 // pollSource is the poll source for a latency run.
-func (h *harness) pollSource(notify bool) latencySource {
+func (h *harness) pollSource(v pollVariant) latencySource {
 	tag := "poll"
-	if notify {
+	switch {
+	case v.notify:
 		tag = "pollnotify"
+	case v.interval > 0:
+		tag = "pollfast"
 	}
-	return latencySource{tag: tag, table: pollTable, env: h.pollEnv(notify),
+	return latencySource{tag: tag, table: pollTable, env: h.pollEnv(v),
 		ready: func(ctx context.Context, p *relayProc, _ string) error { return h.waitPollOwners(ctx, []*relayProc{p}) }}
 }
 
@@ -143,8 +172,10 @@ func (h *harness) runPoll(ctx context.Context, res *Results, record func(string,
 		res.PollCatchup = append(res.PollCatchup, r)
 		record(fmt.Sprintf("poll catch-up, %d instances", n), err)
 	}
-	for _, notify := range []bool{true, false} {
-		if err := h.setupPoll(ctx, notify); err != nil {
+	for _, v := range pollVariants {
+		// Without notifications the trigger is dropped too: what a
+		// deployment that turned them off runs.
+		if err := h.setupPoll(ctx, v.notify); err != nil {
 			record("poll source", err)
 			return
 		}
@@ -152,16 +183,13 @@ func (h *harness) runPoll(ctx context.Context, res *Results, record func(string,
 			if ctx.Err() != nil {
 				return
 			}
-			r, err := h.latency(ctx, rate, h.pollSource(notify))
-			r.Source = "poll"
-			if notify {
-				r.Source = "poll+notify"
-			}
+			r, err := h.latency(ctx, rate, h.pollSource(v))
+			r.Source = v.label()
 			if err != nil {
 				r.Error = err.Error()
 			}
 			res.PollLatency = append(res.PollLatency, r)
-			record(fmt.Sprintf("poll latency at %d events/s (notify %v)", rate, notify), err)
+			record(fmt.Sprintf("poll latency at %d events/s (%s)", rate, v.label()), err)
 		}
 	}
 	if ctx.Err() == nil {
@@ -214,7 +242,7 @@ func (h *harness) pollCatchup(ctx context.Context, instances int) (PollCatchupRe
 	}()
 	start := time.Now()
 	for i := range instances {
-		p, err := startRelay(o.Pgoutbox, h.pollEnv(true)(h.name(tag, strconv.Itoa(i))), filepath.Join(h.logDir, fmt.Sprintf("pgoutbox-%s-%d.log", tag, i)))
+		p, err := startRelay(o.Pgoutbox, h.pollEnv(pollVariant{notify: true})(h.name(tag, strconv.Itoa(i))), filepath.Join(h.logDir, fmt.Sprintf("pgoutbox-%s-%d.log", tag, i)))
 		if err != nil {
 			return r, err
 		}
@@ -432,7 +460,7 @@ func pollSummary(r *Results) string {
 	}
 	if len(r.PollLatency) > 0 {
 		p("\n## Poll source: steady-state latency\n\n")
-		p("One relay; commit → consumer is until a sarama consumer received the record. Without notifications the relay claims every poll.interval (500 ms).\n\n")
+		p("One relay; commit → consumer is until a sarama consumer received the record. poll+notify: woken by the trigger's notifications; poll: without them (and without the trigger), claiming every poll.interval, 500 ms by default or as named.\n\n")
 		p("| source | target events/s | achieved events/s | events | commit → consumer p50 / p99 ms | commit → Kafka append p50 / p99 / max ms | kept up | pgoutbox CPU s per 100k events |\n")
 		p("|---|---:|---:|---:|---:|---:|:---:|---:|\n")
 		for _, l := range r.PollLatency {

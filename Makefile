@@ -71,12 +71,14 @@ test-go:
 	echo "integration tests run: $$(wc -l <"$$marker")"
 
 ## test-faults: the full fault suite (30 relay SIGKILLs, Kafka killed and paused, PostgreSQL restarts,
-## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM); results in faults-report.md
+## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM), and the poll source's with four
+## instances (30 SIGKILLs, Kafka down 2 minutes, SIGTERM); results in faults-report.md
 test-faults:
 	@echo "| scenario | events written | verified | lost | out of order | duplicates | wall time | peak RSS |" > faults-report.md
 	@echo "|---|---|---|---|---|---|---|---|" >> faults-report.md
 	bash scripts/testenv.sh exec -- env PGOUTBOX_FAULTS=full PGOUTBOX_REQUIRE_INTEGRATION=1 \
-		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' -v ./pkg/relay/ \
+		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m \
+		-run '^(TestFaults|TestPollSIGKILLWithFourInstancesLosesNothing|TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers|TestPollSIGTERMWithFourInstancesRepeatsNothing)$$' -v ./pkg/relay/ \
 		| grep -v 'logger.go'
 	@cat faults-report.md
 

@@ -15,7 +15,10 @@ import (
 )
 
 // The WAL source's delivery, SIGKILL, Kafka-down and SIGTERM tests, run
-// against the poll source with four instances of the binary at once.
+// against the poll source with four instances of the binary at once. make
+// test runs them as they stand; make test-faults runs the longer forms
+// (PGOUTBOX_FAULTS=full: 30 SIGKILLs, Kafka down 2 minutes) and adds their
+// rows to its report.
 
 // pollGroup is the four binaries relaying one table.
 type pollGroup struct {
@@ -72,6 +75,15 @@ func (g *pollGroup) kill(i int) {
 	g.procs[i].wait(g.t, 30*time.Second)
 	g.running--
 	g.waitMembers()
+}
+
+// peakRSS is the largest peak resident set of the running instances.
+func (g *pollGroup) peakRSS() int64 {
+	var peak int64
+	for _, p := range g.procs {
+		peak = max(peak, p.peakRSS())
+	}
+	return peak
 }
 
 // terminate SIGTERMs every instance at once and requires each to exit 0.
@@ -154,7 +166,7 @@ func sumDups(byID map[string][]outboxtest.Delivered) int {
 }
 
 // TestPollSIGKILLWithFourInstancesLosesNothing kills one of four instances
-// ten times while a writer is busy. Every other time the others must take
+// ten times (thirty in the full form) while a writer is busy. Every other time the others must take
 // its buckets over and carry on without it before it comes back. Nothing
 // may be lost or published out of order per key, nothing rolled back
 // published, and a duplicate only of a row whose claim had not committed.
@@ -163,9 +175,11 @@ func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 	f := newPollFixture(t, env, 3)
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 31)
 	c := env.NewConsumer(t, f.topics)
+	start := time.Now()
 	g := startPollGroup(t, f, 4)
-	bw := startWriter(w, 4000)
-	for round := 0; round < 10; round++ {
+	bw := startWriter(w, pick(4000, 12000))
+	kills := pick(10, 30)
+	for round := 0; round < kills; round++ {
 		target := c.Len() + 500 + 97*round
 		testenv.Eventually(t, 90*time.Second, 5*time.Millisecond, func() (bool, string) {
 			return c.Len() >= target, fmt.Sprintf("round %d: %d records delivered, want %d (%d events written)", round, c.Len(), target, bw.Events())
@@ -190,7 +204,8 @@ func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 	rep := outboxtest.Check(w.Committed, w.RolledBack, msgs, nil)
 	rep.Unexplained = nil // the WAL source's explanation, by LSN: explainDuplicates is the poll source's
 	dups := g.explainDuplicates(msgs)
-	t.Logf("10 SIGKILLs among 4 instances, %d transactions: %s; every duplicate explained by a kill (%d)", w.Txns, rep, dups)
+	t.Logf("%d SIGKILLs among 4 instances, %d transactions: %s; every duplicate explained by a kill (%d)", kills, w.Txns, rep, dups)
+	report(t, rep, time.Since(start), g.peakRSS())
 	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
 		t.Fatalf("after SIGKILLs: %s", rep)
 	}
@@ -200,7 +215,7 @@ func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 }
 
 // TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers stops Kafka for
-// 30 s while four instances relay: no row written meanwhile may be marked
+// 30 s (2 minutes in the full form) while four instances relay: no row written meanwhile may be marked
 // published, no failed attempt is counted (a broker outage is retriable),
 // memory stays bounded, and afterwards everything arrives in order.
 func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
@@ -208,6 +223,7 @@ func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
 	f := newPollFixture(t, env, 3)
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 32)
 	c := env.NewConsumer(t, f.topics)
+	start := time.Now()
 	g := startPollGroup(t, f, 4)
 	ctx := context.Background()
 	writeEvents(t, w, 2000, 3000)
@@ -219,7 +235,7 @@ func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
 	var maxRSS int64
 	tick := time.NewTicker(20 * time.Millisecond) // a write rate, not synchronisation
 	defer tick.Stop()
-	for time.Since(stopped) < 30*time.Second && w.Txns < 100000 {
+	for time.Since(stopped) < pick(30*time.Second, 2*time.Minute) && w.Txns < 100000 {
 		<-tick.C
 		if err := w.Txn(ctx); err != nil {
 			t.Fatal(err)
@@ -231,19 +247,20 @@ func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
 		if published > 0 {
 			t.Fatalf("%d rows written while Kafka is down are marked published", published)
 		}
-		for _, p := range g.procs {
-			maxRSS = max(maxRSS, p.peakRSS())
-		}
+		maxRSS = max(maxRSS, g.peakRSS())
 	}
 	if maxRSS > 128<<20 {
 		t.Fatalf("peak RSS %d MB while Kafka was down", maxRSS>>20)
 	}
 	t.Logf("Kafka down %s; %d events written meanwhile; peak RSS %d MB", time.Since(stopped).Round(time.Second), len(w.Committed)-written, maxRSS>>20)
+	started := time.Now()
 	env.KafkaStart(t)
+	back := time.Now()
 	waitAll(t, c, w, 3*time.Minute)
+	t.Logf("Kafka back after %s; every event delivered %s later", back.Sub(started).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 	g.terminate()
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), nil)
-	t.Logf("%s", rep)
+	report(t, rep, time.Since(start), maxRSS)
 	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
 		t.Fatalf("after the Kafka outage: %s", rep)
 	}
@@ -264,18 +281,21 @@ func TestPollSIGTERMWithFourInstancesRepeatsNothing(t *testing.T) {
 	f := newPollFixture(t, env, 3)
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 33)
 	c := env.NewConsumer(t, f.topics)
+	start := time.Now()
 	g := startPollGroup(t, f, 4)
 	bw := startWriter(w, 2000)
 	testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() (bool, string) {
 		return c.Len() >= 1000, fmt.Sprintf("%d records delivered, %d events written", c.Len(), bw.Events())
 	})
+	peak := g.peakRSS()
 	g.terminate()
 	bw.Stop(t)
 	g2 := startPollGroup(t, f, 4)
 	waitAll(t, c, w, 2*time.Minute)
+	peak = max(peak, g2.peakRSS())
 	g2.terminate()
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), nil)
-	t.Logf("%s", rep)
+	report(t, rep, time.Since(start), peak)
 	if !rep.OK() || rep.Duplicates != 0 {
 		t.Fatalf("after SIGTERM and restart: %s", rep)
 	}

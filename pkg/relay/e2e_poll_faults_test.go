@@ -29,8 +29,10 @@ type pollGroup struct {
 	extra []string
 	// kills are the times of the SIGKILLs, for explaining duplicates.
 	kills []time.Time
-	// running counts the instances alive.
+	// running counts the instances alive; peak is the largest peak
+	// resident set seen of one, before it exited.
 	running int
+	peak    int64
 }
 
 func startPollGroup(t *testing.T, f *fixture, n int, extra ...string) *pollGroup {
@@ -68,6 +70,7 @@ func (g *pollGroup) waitMembers() {
 
 // kill SIGKILLs instance i and waits for it to exit.
 func (g *pollGroup) kill(i int) {
+	g.peakRSS()
 	g.kills = append(g.kills, time.Now())
 	if err := g.procs[i].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		g.t.Fatal(err)
@@ -77,17 +80,17 @@ func (g *pollGroup) kill(i int) {
 	g.waitMembers()
 }
 
-// peakRSS is the largest peak resident set of the running instances.
+// peakRSS is the largest peak resident set of an instance so far.
 func (g *pollGroup) peakRSS() int64 {
-	var peak int64
 	for _, p := range g.procs {
-		peak = max(peak, p.peakRSS())
+		g.peak = max(g.peak, p.peakRSS())
 	}
-	return peak
+	return g.peak
 }
 
 // terminate SIGTERMs every instance at once and requires each to exit 0.
 func (g *pollGroup) terminate() {
+	g.peakRSS()
 	for _, p := range g.procs {
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			g.t.Fatal(err)

@@ -101,7 +101,7 @@ fuzz:
 
 BENCHFLAGS ?=
 
-## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s,
+## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s, the poll source,
 ## resources, micro-benchmarks) into bench-results/; shorten with e.g. BENCHFLAGS='--events 50000 --duration 20s'
 bench:
 	bash scripts/bench.sh $(BENCHFLAGS)

@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go test-pg test-deploy test-faults demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
+.PHONY: test test-go test-pg test-deploy test-faults test-debezium demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL 15 and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down;
 ## then test-pg on PostgreSQL 16, 17 and 18, and test-deploy
@@ -29,7 +29,7 @@ test-deploy:
 # and the tests it runs there: the delivery test, the fast fault suite, the
 # version-specific tests, and the code that reads pg_replication_slots.
 VERSIONS ?= 16 17 18
-PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestCatalogChangesStopTheRelayLoudly|TestPartitionedOutboxLosesNothing|TestSimulatedRelayKeepsItsInvariants|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot)$$
+PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestCatalogChangesStopTheRelayLoudly|TestPartitionedOutboxLosesNothing|TestSimulatedRelayKeepsItsInvariants|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot|TestFailoverSlotSurvivesAPromotion|TestSlotDroppedWhileStoppedIsNotReplacedSilently)$$
 PG_TESTS_CMD := ^(TestStatus|TestValidate)
 PG_TESTS_METRICS := ^(TestMetricsFollowARealRelay|TestPollerReportsALostSlotAsNotReady)$$
 
@@ -82,17 +82,30 @@ test-faults:
 		| grep -v 'logger.go'
 	@cat faults-report.md
 
+## test-debezium: the conformance suite against the real Debezium 3.6.1 on Kafka Connect 4.1.1 (fetched with
+## Maven from scripts/debezium/pom.xml) on its own PostgreSQL and Kafka; the table goes to conformance-report.md
+test-debezium:
+	libs=$$(bash scripts/debezium/fetch.sh); \
+	bash scripts/testenv.sh exec -- env PGOUTBOX_DEBEZIUM_LIBS="$$libs" PGOUTBOX_REQUIRE_INTEGRATION=1 PGOUTBOX_REQUIRE_DEBEZIUM=1 \
+		PGOUTBOX_CONFORMANCE_REPORT=$(CURDIR)/conformance-report.md \
+		$(GO) test -race -count=1 -timeout 20m -run '^(TestMatchesDebezium|TestMigratesInPlaceFromDebezium)$$' -v ./pkg/conformance/
+	@cat conformance-report.md
+
 ## demo: start PostgreSQL and Kafka locally, run pgoutbox, write orders and print the records from Kafka
 demo:
 	bash scripts/demo.sh
 
-## fuzz: run every fuzzer for FUZZTIME each (default 60s; FUZZFLAGS=-parallel=1 to leave cores free);
-## the seed corpora run in make test too
+## fuzz: the deterministic relay harness over SIMSEEDS seeds (default 100000), then every fuzzer for
+## FUZZTIME each (default 60s; FUZZFLAGS=-parallel=1 to leave cores free); the seed corpora and 2000 seeds run in make test too
 FUZZTIME ?= 60s
 FUZZFLAGS ?=
 FUZZERS := ./checkpoint:FuzzTrackerMatchesModel ./replication:FuzzDecode ./router:FuzzRoute ./router:FuzzExpandJSON \
 	./router:FuzzJSONEncoding ./cmd/pgoutbox:FuzzLoadConfig ./pkg/outbox:FuzzMessageJSONRoundTrip
+SIMSEEDS ?= 100000
 fuzz:
+	@echo "== the deterministic relay harness, $(SIMSEEDS) seeds from 10001"
+	$(GO) test -count=1 -timeout 60m -run '^TestSimulatedRelayKeepsItsInvariants$$' ./pkg/relay/ \
+		-sim.first=10001 -sim.seeds=$(SIMSEEDS) -sim.duration=45m
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \
 		echo "== $$name ($$pkg, $(FUZZTIME))"; \

@@ -16,7 +16,6 @@ import (
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed 0001_outbox.sql
@@ -187,8 +186,8 @@ func ensurePublication(ctx context.Context, tx pgx.Tx, p Params) error {
 			continue
 		}
 		if _, err := tx.Exec(ctx, "ALTER PUBLICATION "+qp+" ADD TABLE "+q); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "42710" { // a member through its schema
+			var se interface{ SQLState() string }
+			if errors.As(err, &se) && se.SQLState() == "42710" { // a member through its schema
 				continue
 			}
 			return fmt.Errorf("migrations: add table %s to publication %q: %w", t, p.Publication, err)

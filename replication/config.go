@@ -36,6 +36,10 @@ type Config struct {
 	Slot string `yaml:"slot.name"`
 	// CreateSlot creates the slot when it does not exist.
 	CreateSlot bool `yaml:"slot.create"`
+	// SlotFailover makes the slot a failover slot (PostgreSQL 17+, as
+	// Debezium's slot.failover): a standby with sync_replication_slots
+	// keeps a copy of it, so that it survives a promotion.
+	SlotFailover bool `yaml:"slot.failover"`
 	// Publication is the publication named in publication_names.
 	Publication string `yaml:"publication.name"`
 	// PublicationAutocreate is disabled, filtered or all_tables.

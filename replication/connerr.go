@@ -29,6 +29,7 @@ const (
 	ConnectNoDatabase               // the database does not exist
 	ConnectNoPrivilege              // the role may not connect this way (REPLICATION missing)
 	ConnectTooManyConns             // max_connections or max_wal_senders reached
+	ConnectNotPostgres              // something that is not PostgreSQL answered on the port
 )
 
 func (k ConnectKind) String() string {
@@ -51,6 +52,8 @@ func (k ConnectKind) String() string {
 		return "privilege"
 	case ConnectTooManyConns:
 		return "too-many-connections"
+	case ConnectNotPostgres:
+		return "not-postgres"
 	}
 	return "other"
 }
@@ -149,6 +152,8 @@ func (e *ConnectError) Hint() string {
 		return fmt.Sprintf("give the role the REPLICATION attribute (ALTER ROLE %s REPLICATION) or use a role that has it", quoteIdent(e.User))
 	case ConnectTooManyConns:
 		return "the server has no free connection or WAL sender slot: raise max_connections or max_wal_senders, or find what holds them (pg_stat_activity)"
+	case ConnectNotPostgres:
+		return fmt.Sprintf("what answers on %s does not speak PostgreSQL's protocol: check the host and port in postgres.dsn", host)
 	}
 	return "check postgres.dsn and the server's log"
 }
@@ -181,6 +186,9 @@ func classifyConnect(err error) ConnectKind {
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		return ConnectTimeout
 	}
+	if notPostgres(err) {
+		return ConnectNotPostgres
+	}
 	var (
 		unknownAuthority x509.UnknownAuthorityError
 		hostname         x509.HostnameError
@@ -209,17 +217,12 @@ func target(c *pgconn.Config) string {
 }
 
 // IsShuttingDown reports whether err says the server is shutting down: a
-// connection ended by a fast or immediate shutdown, or refused because one
-// is under way.
+// new connection refused because a shutdown is under way (57P03). A
+// connection ended by 57P01 is not enough: pg_terminate_backend ends one the
+// same way on a server that goes on.
 func IsShuttingDown(err error) bool {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &pe) && pe.Code == "57P03" // cannot_connect_now
 }
 
 // IsConnError reports whether err ended the replication connection, so that
@@ -233,4 +236,17 @@ func IsConnError(err error) bool {
 		return true
 	}
 	return errors.Is(err, ErrStreamEnded) || errors.Is(err, ErrReceive)
+}
+
+// notPostgres recognises an answer that is not PostgreSQL's: a first byte
+// that is neither yes nor no to the TLS request, or a reply to the startup
+// message that is no PostgreSQL message at all.
+func notPostgres(err error) bool {
+	s := err.Error()
+	for _, sign := range []string{"invalid body length", "unexpected message type", "received unexpected message", "invalid message", "bad message", "unknown message type", "expected AuthenticationRequest", "unexpected EOF"} {
+		if strings.Contains(s, sign) {
+			return !strings.Contains(s, "SQLSTATE") && (sign != "unexpected EOF" || strings.Contains(s, "server refused TLS connection"))
+		}
+	}
+	return false
 }

@@ -41,6 +41,26 @@ func TestConnectErrorKindsWithoutAServer(t *testing.T) {
 		}
 	})
 
+	// A server that speaks something else: it answers any connection with
+	// an HTTP error and hangs up.
+	web, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	webDone := make(chan struct{})
+	go func() { // owned by the test: ends when the listener is closed
+		defer close(webDone)
+		for {
+			c, err := web.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { web.Close(); <-webDone })
+
 	connect := func(dsn string, edit func(*pgconn.Config)) *ConnectError {
 		t.Helper()
 		c, err := pgconn.ParseConfig(dsn)
@@ -70,6 +90,10 @@ func TestConnectErrorKindsWithoutAServer(t *testing.T) {
 		}), ConnectDNS, []string{"db.example.test:5432/shop as app", "no such host", "host name in postgres.dsn", "DNS"}},
 		{"timeout", connect("postgres://app:hunter22@"+silent.Addr().String()+"/shop?sslmode=disable&connect_timeout=1", nil),
 			ConnectTimeout, []string{silent.Addr().String(), "reachable", "postgres.connect.timeout"}},
+		{"not PostgreSQL, TLS preferred", connect("postgres://app:hunter22@"+web.Addr().String()+"/shop?connect_timeout=5", nil),
+			ConnectNotPostgres, []string{web.Addr().String(), "does not speak PostgreSQL", "port"}},
+		{"not PostgreSQL, no TLS", connect("postgres://app:hunter22@"+web.Addr().String()+"/shop?sslmode=disable&connect_timeout=5", nil),
+			ConnectNotPostgres, []string{web.Addr().String(), "does not speak PostgreSQL"}},
 		{"password", newConnectError(&pgconn.Config{Host: "db", Port: 5432, Database: "shop", User: "app"}, true,
 			&pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: `password authentication failed for user "app"`}),
 			ConnectAuth, []string{"for replication", "password authentication failed", "check the user and its password", "postgres.password.file"}},

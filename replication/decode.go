@@ -9,33 +9,23 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/router"
 )
 
 // LSN is a PostgreSQL WAL position. It is the checkpoint package's type so
 // that positions flow from the stream to the tracker without conversion.
 type LSN = checkpoint.LSN
 
-// Op is a row operation carried by a Change.
-type Op uint8
+// Op is a row operation carried by a Change: the router's own type, so
+// that a change's operation reaches the router without translation.
+type Op = router.Op
 
 // Row operations.
 const (
-	OpInsert Op = iota + 1
-	OpUpdate
-	OpDelete
+	OpInsert = router.OpInsert
+	OpUpdate = router.OpUpdate
+	OpDelete = router.OpDelete
 )
-
-func (o Op) String() string {
-	switch o {
-	case OpInsert:
-		return "INSERT"
-	case OpUpdate:
-		return "UPDATE"
-	case OpDelete:
-		return "DELETE"
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
 
 // Relation describes a table as announced by a pgoutput RELATION message.
 // The server sends one before the first change of a table in a session and

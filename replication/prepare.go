@@ -117,6 +117,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Now(), st.Slot.ConfirmedFlushLSN, "created by pgoutbox"
 		}
 		s.PublicationOID, s.TableOIDs = CatalogOIDs(&st.Catalog)
+		s.Publication = cfg.Publication
 		if err := WriteState(ctx, conn, cfg.StateTable, s); err != nil {
 			return st, err
 		}
@@ -222,11 +223,24 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *
 		case !cfg.CreateSlot:
 			return s, false, fmt.Errorf("%w: %q; create it with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), or set slot.create=true", ErrSlotMissing, cfg.Slot, cfg.Slot)
 		}
-		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Slot); err != nil {
+		create := "SELECT pg_create_logical_replication_slot($1, 'pgoutput')"
+		if cfg.SlotFailover {
+			if err := failoverSupported(st.Identity); err != nil {
+				return s, false, err
+			}
+			create = "SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
+		}
+		log.Info("creating the replication slot; PostgreSQL waits for the transactions open now to end first", zap.String("slot", cfg.Slot))
+		if _, err := conn.Exec(ctx, create, cfg.Slot); err != nil {
 			var pe *pgconn.PgError
 			// 42710: another instance created it at the same moment; use it.
-			if !errors.As(err, &pe) || pe.Code != "42710" {
-				return s, false, fmt.Errorf("replication: create slot %q: %w", cfg.Slot, err)
+			switch {
+			case errors.As(err, &pe) && pe.Code == "42710":
+			case errors.As(err, &pe) && pe.Code == "42501":
+				return s, false, fmt.Errorf("replication: create slot %q on %s: %w; give the role the REPLICATION attribute (ALTER ROLE %s REPLICATION), or use a role that has it",
+					cfg.Slot, target(&conn.Config().Config), err, quoteIdent(conn.Config().User))
+			default:
+				return s, false, fmt.Errorf("replication: create slot %q on %s: %w", cfg.Slot, target(&conn.Config().Config), err)
 			}
 		} else {
 			created = true
@@ -251,5 +265,49 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *
 		}
 		return s, false, fmt.Errorf("%w: slot %q: %s and events may be gone; investigate, then drop and recreate the slot deliberately", ErrSlotLost, cfg.Slot, why)
 	}
+	if cfg.SlotFailover && !s.Failover {
+		if err := failoverSupported(st.Identity); err != nil {
+			return s, false, err
+		}
+		if err := alterSlotFailover(ctx, cfg); err != nil {
+			return s, false, err
+		}
+		log.Info("made the slot a failover slot", zap.String("slot", cfg.Slot))
+		s.Failover = true
+	}
 	return s, created, nil
+}
+
+// failoverSupported says whether the server can keep failover slots.
+func failoverSupported(id ServerIdentity) error {
+	if id.VersionNum != 0 && id.VersionNum < 170000 {
+		return fmt.Errorf("replication: postgres.slot.failover needs PostgreSQL 17 or later, and this server is %d.%d: before 17 no standby keeps a copy of a logical slot, so a promotion loses it (pgoutbox then stops: see the README's Database failover section); upgrade, or turn slot.failover off",
+			id.VersionNum/10000, id.VersionNum%10000)
+	}
+	return nil
+}
+
+// alterSlotFailover turns an existing slot into a failover slot; only the
+// replication protocol has the command.
+func alterSlotFailover(ctx context.Context, cfg Config) error {
+	pcfg, err := cfg.replicationConfig()
+	if err != nil {
+		return err
+	}
+	pcfg.ConnectTimeout = cfg.ConnectTimeout
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return newConnectError(pcfg, true, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// The slot name is checked to be lower-case letters, digits and
+	// underscores, so it needs no quoting.
+	if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+cfg.Slot+" ( FAILOVER true )").ReadAll(); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55006" {
+			return fmt.Errorf("%w: slot %q: %s (it cannot be made a failover slot while in use)", ErrSlotInUse, cfg.Slot, pe.Message)
+		}
+		return fmt.Errorf("replication: make slot %q a failover slot: %w", cfg.Slot, err)
+	}
+	return nil
 }

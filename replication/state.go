@@ -48,6 +48,13 @@ type State struct {
 	// stopped is found out at the next start.
 	PublicationOID uint32
 	TableOIDs      map[string]uint32
+	// Publication is the publication's name (for the guard of migrate
+	// --guard, which sees only names once a publication is dropped).
+	Publication string
+	// RetiredOIDs are the OIDs of outbox tables that were dropped and
+	// created again (recorded by migrate --accept-catalog), by the table's
+	// name: rows of the old table may still be in the WAL to read.
+	RetiredOIDs map[uint32]string
 }
 
 // ServerIdentity is what identifies the server and its history.
@@ -55,13 +62,16 @@ type ServerIdentity struct {
 	SystemIdentifier string
 	Database         string
 	Timeline         int32
+	// VersionNum is server_version_num (170002 for 17.2).
+	VersionNum int
 }
 
 // ReadServerIdentity reads the system identifier, database and timeline.
 func ReadServerIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error) {
 	var id ServerIdentity
-	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(), c.timeline_id
-		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline)
+	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(), c.timeline_id,
+		current_setting('server_version_num')::int
+		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline, &id.VersionNum)
 	if err != nil {
 		return id, fmt.Errorf("replication: read the server's system identifier: %w", err)
 	}
@@ -83,7 +93,9 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	session_started_at timestamptz NOT NULL,
 	note               text NOT NULL DEFAULT '',
 	publication_oid    oid,
-	table_oids         jsonb
+	table_oids         jsonb,
+	publication_name   text,
+	retired_oids       jsonb
 )`
 
 // StateTableDDL returns the statement that creates the state table.
@@ -130,9 +142,10 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	var confirmed string
 	var pubOID *uint32
 	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
-		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids FROM `+q+` WHERE slot_name = $1`, slot).Scan(
+		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids,
+		coalesce(publication_name, ''), retired_oids FROM `+q+` WHERE slot_name = $1`, slot).Scan(
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
-		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs)
+		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs)
 	if pubOID != nil {
 		s.PublicationOID = *pubOID
 	}
@@ -174,16 +187,20 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 		pubOID = &s.PublicationOID
 	}
 	_, err = conn.Exec(ctx, `INSERT INTO `+q+` (slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn,
-		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids)
-		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13)
+		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids, publication_name, retired_oids)
+		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13, $14, $15)
 		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = EXCLUDED.system_identifier, database = EXCLUDED.database,
 		timeline = EXCLUDED.timeline, slot_created_at = EXCLUDED.slot_created_at, slot_created_lsn = EXCLUDED.slot_created_lsn,
 		confirmed_lsn = EXCLUDED.confirmed_lsn, confirmed_at = EXCLUDED.confirmed_at, instance = EXCLUDED.instance,
 		session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note, publication_oid = EXCLUDED.publication_oid,
-		table_oids = EXCLUDED.table_oids`,
+		table_oids = EXCLUDED.table_oids, publication_name = EXCLUDED.publication_name, retired_oids = EXCLUDED.retired_oids`,
 		s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
-		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs)
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs)
 	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			return fmt.Errorf("replication: write state of slot %q to %s: %w; let pgoutbox's role write it: GRANT SELECT, INSERT, UPDATE ON %s TO <the role>", s.Slot, table, err, q)
+		}
 		return fmt.Errorf("replication: write state of slot %q to %s: %w", s.Slot, table, err)
 	}
 	return nil
@@ -260,4 +277,40 @@ func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
 		}
 	}
 	return out
+}
+
+// GuardSQL returns the statements of migrate --guard: an event trigger
+// that refuses to drop a publication pgoutbox streams from, or to take an
+// outbox table out of it (DROP TABLE, ALTER PUBLICATION ... DROP TABLE,
+// DROP PUBLICATION), as recorded in the state table. A session that means
+// it sets pgoutbox.allow_outbox_ddl = on first.
+func GuardSQL(stateTable string) ([]string, error) {
+	q, err := qualifiedIdent(stateTable)
+	if err != nil {
+		return nil, err
+	}
+	schema, _, _ := splitTable(stateTable)
+	fn := quoteIdent(schema) + ".pgoutbox_guard"
+	return []string{
+		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS event_trigger LANGUAGE plpgsql AS $pgoutbox_guard$
+DECLARE
+	o record;
+BEGIN
+	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on' THEN
+		RETURN;
+	END IF;
+	FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
+		IF (o.object_type = 'publication' AND EXISTS (SELECT 1 FROM ` + q + ` s WHERE s.publication_name = o.object_identity))
+			OR (o.object_type = 'publication relation' AND EXISTS (SELECT 1 FROM ` + q + ` s, jsonb_object_keys(s.table_oids) k
+				WHERE o.object_identity = k || ' in publication ' || quote_ident(s.publication_name)))
+		THEN
+			RAISE EXCEPTION 'pgoutbox: % % is streamed by pgoutbox: dropping it would keep events from Kafka without a word', o.object_type, o.object_identity
+				USING HINT = 'stop pgoutbox once it has caught up, then SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway, and run pgoutbox migrate afterwards';
+		END IF;
+	END LOOP;
+END
+$pgoutbox_guard$`,
+		`DROP EVENT TRIGGER IF EXISTS pgoutbox_guard`,
+		`CREATE EVENT TRIGGER pgoutbox_guard ON sql_drop EXECUTE FUNCTION ` + fn + `()`,
+	}, nil
 }

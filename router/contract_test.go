@@ -112,6 +112,16 @@ func optionDefaultCases(t testing.TB) map[string]struct {
 			emit("outbox.event.Order", "k1", `{"total":12}`, idHeader)},
 		optValueConverter: {"raw", outbox(set("payload", 17, `\x6869`)),
 			emit("outbox.event.Order", "1", "hi", idHeader)},
+		optSchemaVersion: {"", outbox(set("version", 25, "not a number")),
+			emit("outbox.event.Order", "1", `{"total":12}`, idHeader)}, // the column is not read
+		optTracingContext: {"", outbox(set("tracingspancontext", 25, "traceparent="+traceOK)),
+			emit("outbox.event.Order", "1", `{"total":12}`, idHeader)}, // no tracing headers
+		optExtendedHeaders: {"false", outbox(), emit("outbox.event.Order", "1", `{"total":12}`, idHeader)}, // no __debezium.context.* headers
+		optLogicalName:     {"", outbox(), emit("outbox.event.Order", "1", `{"total":12}`, idHeader)},
+		optRunID:           {"", outbox(), emit("outbox.event.Order", "1", `{"total":12}`, idHeader)},
+		optHeaderConverter: {"raw", outbox(set("id", 17, `\x6964`)),
+			emit("outbox.event.Order", "1", `{"total":12}`, "id=id")}, // a bytea id as its bytes
+		optHeaderSchemas:      {"-", outbox(), emit("outbox.event.Order", "1", `{"total":12}`, idHeader)},
 		optKeySchemasEnable:   {"-", outbox(), emit("outbox.event.Order", "1", `{"total":12}`, idHeader)},
 		optValueSchemasEnable: {"-", outbox(), emit("outbox.event.Order", "1", `{"total":12}`, idHeader)},
 	}

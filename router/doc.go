@@ -54,8 +54,10 @@
 // Connect's worker and connector options, are described after Debezium's.
 //
 // table.field.event.id (default "id"): the column copied to the header "id".
-// A row without the column is an error; a NULL id gives an "id" header with
-// a null value.
+// A row without the column is an error, and so is a NULL id
+// (ErrNullEventID): consumers de-duplicate on the id, so an event without
+// one is poison for the relay's poison.policy. (Debezium 3.6.1 delivers it
+// with an "id" header whose value is null; the conformance suite checks.)
 //
 // table.field.event.key (default "aggregateid"): the column whose text is
 // the record key (with the default key.converter=raw; see key.converter
@@ -90,8 +92,9 @@
 // of column:placement[:alias] entries that copy more columns into the
 // record; the alias defaults to the column name. Placements:
 //
-//   - header: a header named alias with the column's text (bytea decoded to
-//     its bytes; NULL gives a header with a null value). Headers follow "id"
+//   - header: a header named alias with the column's value as
+//     header.converter writes it (raw: its text, bytea decoded to its
+//     bytes; NULL gives a header with a null value). Headers follow "id"
 //     in the configured order.
 //   - envelope: the record value becomes the JSON object
 //     {"payload": <payload>, "<alias>": <value>, ...}, fields in the
@@ -130,7 +133,8 @@
 // table.expand.json.payload (default false): with true, a payload of a
 // string type (text, varchar, json, jsonb, ...: every type Debezium reads
 // as a string, so not bytea, boolean, numbers or arrays) whose text starts
-// with { or [ (after JSON whitespace) is parsed as JSON and emitted as
+// with { or [ (the first character, as Debezium checks: a payload with
+// white space first stays as it is) is parsed as JSON and emitted as
 // JSON. With value.converter=raw (and in a raw envelope) the expanded
 // payload is the document in compact form: no whitespace, strings
 // re-escaped as Jackson writes them (\u00e9 becomes é, \/ becomes /),
@@ -145,21 +149,27 @@
 // EmitWarn and Record.Reason saying why, as Debezium logs "JSON expansion
 // failed" and emits it unchanged: a payload of a type that is not a string,
 // text that does not start with { or [ (an empty text, a jsonb scalar such
-// as "hello"), text that is not valid JSON as Jackson parses it, and, with
-// JsonConverter, JSON that Debezium cannot convert to a Connect value. A
+// as "hello", white space first), text that is not valid JSON as Jackson
+// parses it, and, with JsonConverter, JSON for which Debezium infers no
+// Connect schema. With JsonConverter, a payload for which Debezium infers
+// a schema that its value then does not fit (a top-level array, an integer
+// beyond 64 bits, array elements whose members conflict) fails with
+// ErrNotExpandable: Debezium's converter fails on that record, its task
+// stops, and with errors.tolerance=all the record is skipped; pgoutbox
+// makes the row poison, so its poison.policy decides. A
 // NULL payload is left alone without a warning (Debezium warns that it is
 // "not a string"), and so is a payload that route.tombstone.on.empty.payload
 // turns into a tombstone.
 //
 // The parser follows Jackson's ObjectMapper defaults: no comments, trailing
 // commas, single quotes, leading zeros, NaN or unescaped control characters;
-// at most 1000 levels of nesting and 1000 characters per number. Two
-// differences, both to avoid emitting something silently different from
-// the row: content after the JSON value (which Jackson ignores) makes the
-// payload invalid, and so do unpaired UTF-16 surrogate escapes (which
-// Jackson reads but then cannot write). And where Debezium takes only a
-// payload whose first character is { or [, pgoutbox skips leading
-// whitespace first (Debezium warns and keeps such a payload a string).
+// at most 1000 levels of nesting and 1000 characters per number. With
+// JsonConverter it also does as Jackson's readTree does beyond JSON:
+// content after the root value is ignored ({"a": 1} trailing expands to
+// {"a":1}) and an unpaired UTF-16 surrogate escape is kept and written
+// escaped (\uD83D). With value.converter=raw, pgoutbox's own rendering,
+// both make the payload invalid: nothing is dropped silently, and a raw
+// value stays valid UTF-8.
 //
 // table.json.payload.null.behavior (default "ignore"): what expansion does
 // with object members whose value is null. "ignore" drops them, at every
@@ -194,7 +204,10 @@
 // \x is a literal x (write \$ for a dollar), a group that did not
 // participate adds nothing, and any other $ is an error. References to
 // groups the regex does not have are rejected by Validate, not on the
-// first matching row as in Java. The topic must be a legal Kafka topic name
+// first matching row as in Java. So is a replacement whose literal text
+// holds a character no topic may hold, or which, having no group
+// reference, is not itself a legal topic (the rule of route.topic). The
+// topic must be a legal Kafka topic name
 // (1 to 249 characters of [a-zA-Z0-9._-], not "." or ".."), or the row
 // fails with ErrInvalidTopic. Topics are cached per routing value (up to
 // 4096 values of at most 512 bytes; the cache is emptied when full), so the
@@ -224,13 +237,50 @@
 // header. An invalid value gives no header and Action EmitWarn with
 // Record.Reason saying so: the event still goes out. A row without the
 // column follows table.field.additional.missing (an error by default).
-// This is not Debezium's tracing (tracing.span.context.field, which holds a
-// serialized OpenTelemetry context and starts spans inside Kafka Connect).
+// For Debezium's tracing option see tracing.span.context.field.
+//
+// table.field.event.schema.version (default none): Debezium's column for
+// the version of the value schema. Schemaless converters write no schema,
+// so no byte changes; the column is checked as Debezium reads it: a row
+// without it fails with ErrMissingColumn, a value that is not a 32-bit
+// integer with ErrBadValue (NULL is allowed).
+//
+// tracing.span.context.field (default none): Debezium's column holding the
+// application's trace context as java.util.Properties text
+// (traceparent=00-…\ntracestate=…). A valid traceparent becomes the header
+// "traceparent", and a tracestate the header "tracestate", before "id" (where
+// Debezium's OpenTelemetry propagator writes them). Debezium, when
+// OpenTelemetry is on its class path, writes the context of a span of its
+// own, a child of the application's; pgoutbox starts no spans and forwards
+// the application's context, so consumers continue the application's trace.
+// Without OpenTelemetry (the plugin archive as shipped) Debezium writes no
+// tracing headers at all. A row without the column or with NULL gives none;
+// an invalid traceparent gives none and EmitWarn.
+//
+// extended.headers.enabled (default false), extended.headers.logical.name
+// and extended.headers.run.id: Debezium 3's context headers, first on every
+// record: __debezium.context.connectorLogicalName (the logical name,
+// Debezium's topic.prefix), __debezium.context.taskId (0),
+// __debezium.context.connectorName (postgresql) and
+// __debezium.context.runId (the run id, a UUIDv7 that Debezium makes anew
+// at each task start and pgoutbox's relay at each start of the process
+// when the option is empty). A Kafka Connect connector configuration turns
+// them on unless it says extended.headers.enabled=false, as in Debezium.
+//
+// header.converter (default "raw"), with header.converter.schemas.enable:
+// the encoding of header values. "raw" writes the column's text (bytea
+// decoded). org.apache.kafka.connect.storage.SimpleHeaderConverter, Kafka
+// Connect's default, writes Java's text of Debezium's value (booleans as
+// true or false, floats in Java's form, bytea as base64, other types as
+// their text); JsonConverter (schemas.enable=false) writes JSON as for
+// values ("406c…" quoted, NULL as null). The Kafka Connect import uses
+// SimpleHeaderConverter unless the connector names another.
 //
 // route.topic (default none): a fixed topic for every row, instead of the
 // topic computed from route.by.field, route.topic.regex and
 // route.topic.replacement; the routing column is then not needed. It must
-// be a legal Kafka topic name. Useful in a Set for a table whose events all
+// be a legal Kafka topic name, and a regex or replacement other than the
+// defaults beside it is rejected (they would never apply). Useful in a Set for a table whose events all
 // belong to one topic.
 //
 // ${table} in route.topic.replacement: when the regex has no group named
@@ -270,7 +320,11 @@
 //     string). Jackson escapes " and \ with a backslash, \b \t \n \f \r
 //     with their short escapes and other control characters (below U+0020)
 //     as \u00XX with upper-case hex; it does not escape /, DEL, U+2028 or
-//     U+2029, and writes other characters as UTF-8.
+//     U+2029, and writes other characters as UTF-8, except those outside
+//     the Basic Multilingual Plane (emoji), which are two UTF-16 code units
+//     in Java and which Jackson writes as an escaped surrogate pair
+//     (\uD83D\uDE00), in keys too (so a JSON key's murmur2 partition
+//     follows those bytes).
 //   - integers as JSON numbers; booleans as true or false.
 //   - floats as Java's Float.toString or Double.toString print them
 //     (1.5e+20 becomes 1.5E20, 12.50 becomes 12.5, 100 becomes 100.0; NaN
@@ -293,18 +347,19 @@
 //     (12.50 becomes 12.5, 1e2 becomes 100.0); the elements of an array of
 //     objects sharing one struct with the fields of all of them in order of
 //     first appearance, so an element lacking a field gets it as null.
-//     Debezium's conversion fails, and pgoutbox emits the payload as a
+//     Debezium infers no schema, and pgoutbox emits the payload as a
 //     string literal with EmitWarn, for an array mixing types or number
 //     classes (1 and 2.5, 1 and 3000000000), an array of only nulls (with
-//     "ignore") or whose first non-null element is an empty array, integers
-//     beyond 64 bits, an empty member name, and array elements giving one
-//     member conflicting types. Where Debezium's output is not defined
-//     pgoutbox chooses: Debezium cannot expand a top-level array (it fails
-//     the record), pgoutbox expands it by the same rules; for arrays of
-//     objects with different members Debezium's field order depends on
-//     hash codes and varies between JVMs, pgoutbox uses first appearance
-//     (and, as Debezium, merges only the top-level members of the
-//     elements: the first element's nested object schema wins).
+//     "ignore") or whose first non-null element is an empty array, an empty
+//     member name, and a top-level []. A top-level array, an integer
+//     beyond 64 bits and array elements giving one member conflicting
+//     types fail with ErrNotExpandable (see table.expand.json.payload). For
+//     arrays of objects with different members Debezium's field order
+//     follows hash codes that vary between JVMs; pgoutbox uses first
+//     appearance (and, as Debezium, merges only the top-level members of
+//     the elements: the first element's nested object schema wins).
+//     Strings are written as Jackson writes them, characters outside the
+//     Basic Multilingual Plane as escaped surrogate pairs.
 //
 // StringConverter writes Java's toString() of the Connect value as UTF-8:
 // text as it is, booleans as true and false, floats in Java's form, and a
@@ -312,12 +367,9 @@
 // tombstone). For bytea, whose Java toString() is an object address,
 // pgoutbox writes the decoded bytes.
 //
-// Headers are not converted: Kafka Connect encodes them with its
-// header.converter (SimpleHeaderConverter by default), not with
-// key.converter or value.converter, and pgoutbox always writes the
-// column's text (bytea decoded). For the usual header columns (uuid id,
-// varchar type) the bytes are the same; SimpleHeaderConverter would write
-// booleans as true or false and bytea as base64.
+// Headers are encoded by header.converter, not by key.converter or
+// value.converter, as in Kafka Connect. For the usual header columns (uuid
+// id, varchar type) raw and SimpleHeaderConverter give the same bytes.
 //
 // Types Debezium gives logical types whose encoding depends on connector
 // options pgoutbox does not emulate (decimal.handling.mode,

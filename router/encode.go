@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/base64"
 	"math"
 	"strconv"
 )
@@ -42,15 +43,15 @@ func appendConnectJSON(dst []byte, oid uint32, v []byte) ([]byte, error) {
 	case oidJSON, oidJSONB:
 		// Debezium's io.debezium.data.Json is a STRING: the JSON text
 		// becomes a JSON string literal.
-		return appendJSONString(dst, v), nil
+		return appendJacksonString(dst, v), nil
 	case oidFloat4, oidFloat8:
 		f, ok := parsePGFloat(oid, v)
 		if !ok {
-			return appendJSONString(dst, v), nil
+			return appendJacksonString(dst, v), nil
 		}
 		return appendJacksonFloat(dst, f, floatBits(oid)), nil
 	}
-	return appendJSONValue(dst, oid, v)
+	return appendJSONValueAs(dst, oid, v, appendJacksonString)
 }
 
 // connectText returns column value v of type oid as StringConverter writes
@@ -78,6 +79,21 @@ func connectText(oid uint32, v []byte) ([]byte, error) {
 		return decodeBytea(v)
 	}
 	return v, nil
+}
+
+// headerText returns column value v of type oid as Kafka Connect's
+// SimpleHeaderConverter writes the Connect value Debezium makes of it:
+// Java's text of it, as StringConverter, except that bytes are written in
+// base64.
+func headerText(oid uint32, v []byte) ([]byte, error) {
+	if oid == oidBytea && v != nil {
+		b, err := decodeBytea(v)
+		if err != nil {
+			return nil, err
+		}
+		return base64.StdEncoding.AppendEncode(nil, b), nil
+	}
+	return connectText(oid, v)
 }
 
 func floatBits(oid uint32) int {

@@ -14,6 +14,15 @@ var (
 	// routing field, timestamp, or an additional field with
 	// table.field.additional.missing=error) is not in the row.
 	ErrMissingColumn = errors.New("router: column missing from row")
+	// ErrNullEventID: the table.field.event.id column is NULL: consumers
+	// could not de-duplicate the event. (Debezium delivers it with a null
+	// id header.)
+	ErrNullEventID = errors.New("router: event id is NULL")
+	// ErrNotExpandable: with table.expand.json.payload and
+	// value.converter=JsonConverter, a payload whose expansion Kafka
+	// Connect's converter fails on in Debezium (a top-level array, an
+	// integer beyond 64 bits, conflicting array elements).
+	ErrNotExpandable = errors.New("router: payload cannot be expanded as Debezium converts it")
 	// ErrNullRoutingValue: the route.by.field column is NULL.
 	ErrNullRoutingValue = errors.New("router: routing value is NULL")
 	// ErrInvalidTopic: the topic computed from the routing value is not a

@@ -72,6 +72,11 @@ type jsonDoc struct {
 	nodes     []jsonNode
 	text      []byte
 	keepNulls bool // table.json.payload.null.behavior=optional_bytes
+	// jackson parses as Jackson's readTree does beyond JSON's grammar, for
+	// the JsonConverter rendering: content after the root value is
+	// ignored, and unpaired UTF-16 surrogate escapes are kept (in d.text as
+	// the 3-byte sequences of WTF-8, which appendJacksonString escapes).
+	jackson bool
 
 	order []int32 // scratch for finding duplicate keys
 
@@ -117,7 +122,7 @@ func (d *jsonDoc) parse(src []byte) bool {
 		return false
 	}
 	_, i, ok := d.value(i, 1)
-	return ok && skipJSONSpace(src, i) == len(src)
+	return ok && (d.jackson || skipJSONSpace(src, i) == len(src))
 }
 
 // skipJSONSpace skips the whitespace Jackson accepts: space, tab, CR, LF.
@@ -347,15 +352,22 @@ func (d *jsonDoc) str(i int) (int32, int32, int, bool) {
 			if utf16.IsSurrogate(r) {
 				// Only a high surrogate followed by an escaped low one
 				// makes a character.
-				if r >= 0xDC00 || j+6 >= len(src) || src[j+1] != '\\' || src[j+2] != 'u' {
+				r2, ok := rune(0), false
+				if r < 0xDC00 && j+6 < len(src) && src[j+1] == '\\' && src[j+2] == 'u' {
+					r2, ok = hex4(src, j+3)
+					ok = ok && r2 >= 0xDC00 && r2 <= 0xDFFF
+				}
+				switch {
+				case ok:
+					r = utf16.DecodeRune(r, r2)
+					j += 6
+				case d.jackson:
+					d.text = append(d.text, 0xE0|byte(r>>12), 0x80|byte(r>>6)&0x3F, 0x80|byte(r)&0x3F)
+					i = j + 1
+					continue
+				default:
 					return 0, 0, j, false
 				}
-				r2, ok := hex4(src, j+3)
-				if !ok || r2 < 0xDC00 || r2 > 0xDFFF {
-					return 0, 0, j, false
-				}
-				r = utf16.DecodeRune(r, r2)
-				j += 6
 			}
 			d.text = utf8.AppendRune(d.text, r)
 		default:
@@ -524,10 +536,23 @@ const (
 	sNone int32 = -1 // no schema: Debezium leaves the field out
 )
 
+// connectResult is appendConnect's verdict.
+type connectResult uint8
+
+const (
+	connectOK connectResult = iota
+	// connectNoSchema: Debezium infers no schema; it warns and leaves the
+	// payload as it was.
+	connectNoSchema
+	// connectFails: Debezium infers a schema but the value does not fit it
+	// (or is a top-level array); Kafka Connect's converter then fails on
+	// the record.
+	connectFails
+)
+
 // appendConnect appends the expanded document as Kafka Connect's
 // JsonConverter (schemas.enable=false) writes the Struct that Debezium's
-// EventRouter builds from it, or reports false where Debezium's conversion
-// fails (and Debezium then warns and leaves the payload as it was).
+// EventRouter builds from it, or reports where Debezium's conversion fails.
 //
 // Debezium infers a schema from the document: a field whose value is null
 // has none and is left out (with table.json.payload.null.behavior=ignore)
@@ -539,25 +564,33 @@ const (
 // field gets it as null. Integers beyond 64 bits fail. Numbers are written
 // as Java writes an int, long or double (12.50 becomes 12.5, 1e2 100.0).
 //
-// Debezium cannot expand a top-level array (it fails the record); pgoutbox
-// expands it with the same rules. For arrays of objects whose elements have
-// different fields, Debezium's field order depends on hash codes of its
-// schemas and varies from one JVM to the next; pgoutbox uses the order in
-// which the fields first appear.
-func (d *jsonDoc) appendConnect(dst []byte) ([]byte, bool) {
+// Debezium sets the payload's schema before it converts the value, so a
+// value that fails conversion after its schema was inferred (an integer
+// beyond 64 bits, array elements whose members conflict, and any non-empty
+// top-level array, which it converts as a struct) leaves a string under a
+// struct or array schema, which the converter rejects. A top-level []
+// has no schema and stays a string. For arrays of objects whose elements
+// have different fields, Debezium's field order follows a HashSet of the
+// element schemas, whose hash codes vary from one JVM to the next;
+// pgoutbox uses the order in which the fields first appear.
+func (d *jsonDoc) appendConnect(dst []byte) ([]byte, connectResult) {
 	d.schemas = append(d.schemas[:0],
 		connectSchema{typ: schString}, connectSchema{typ: schBool}, connectSchema{typ: schInt32},
 		connectSchema{typ: schInt64}, connectSchema{typ: schFloat64}, connectSchema{typ: schBytes})
 	d.fields = d.fields[:0]
 	d.mapFor = -1
 	s, ok := d.schemaOf(0)
+	if !ok || s == sNone {
+		return dst, connectNoSchema
+	}
+	if d.nodes[0].kind == jsonArray {
+		return dst, connectFails
+	}
+	out, ok := d.appendWithSchema(dst, 0, s)
 	if !ok {
-		return dst, false
+		return out, connectFails
 	}
-	if s == sNone { // an empty top-level array
-		return append(dst, '[', ']'), true
-	}
-	return d.appendWithSchema(dst, 0, s)
+	return out, connectOK
 }
 
 // schemaOf infers node n's schema as JsonSchemaData.toConnectSchema does;
@@ -749,7 +782,7 @@ func (d *jsonDoc) appendWithSchema(dst []byte, n, s int32) ([]byte, bool) {
 	case jsonNull:
 		return append(dst, "null"...), true
 	case jsonString:
-		return appendJSONString(dst, d.text[nd.start:nd.end]), s == sString
+		return appendJacksonString(dst, d.text[nd.start:nd.end]), s == sString
 	case jsonFalse:
 		return append(dst, "false"...), s == sBool
 	case jsonTrue:
@@ -799,7 +832,7 @@ func (d *jsonDoc) appendWithSchema(dst []byte, n, s int32) ([]byte, bool) {
 			dst = append(dst, ',')
 		}
 		name := d.fieldName(f)
-		dst = appendJSONString(dst, name)
+		dst = appendJacksonString(dst, name)
 		dst = append(dst, ':')
 		m := int32(-1)
 		for c := cursor; c >= 0; c = d.nodes[c].next {

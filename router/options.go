@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -47,6 +48,33 @@ type Options struct {
 
 	RouteTombstoneOnEmptyPayload bool `yaml:"route.tombstone.on.empty.payload"`
 
+	// SchemaVersionField is Debezium's table.field.event.schema.version: an
+	// integer column whose value Debezium sets as the version of the value
+	// schema. Schemaless converters write no schema, so it changes no byte;
+	// pgoutbox checks the column as Debezium reads it (present, NULL or an
+	// int32). Empty for none.
+	SchemaVersionField string `yaml:"table.field.event.schema.version"`
+	// TracingSpanContextField is Debezium's tracing.span.context.field: a
+	// column holding a java.util.Properties text with the application's
+	// W3C trace context (traceparent=..., tracestate=...), which becomes
+	// the headers traceparent and tracestate. Empty for none.
+	TracingSpanContextField string `yaml:"tracing.span.context.field"`
+
+	// ExtendedHeaders is Debezium 3's extended.headers.enabled: every
+	// record starts with the headers __debezium.context.connectorLogicalName
+	// (ExtendedHeadersLogicalName), .taskId (0), .connectorName
+	// (postgresql) and .runId (ExtendedHeadersRunID). pgoutbox's default
+	// is false; a Kafka Connect connector configuration turns it on, as
+	// Debezium's default is true.
+	ExtendedHeaders bool `yaml:"extended.headers.enabled"`
+	// ExtendedHeadersLogicalName is the connector's logical name (Debezium's
+	// topic.prefix) for the extended headers.
+	ExtendedHeadersLogicalName string `yaml:"extended.headers.logical.name"`
+	// ExtendedHeadersRunID identifies the run for the extended headers;
+	// empty lets the relay pick a new UUIDv7 at each start, as Debezium
+	// does at each task start.
+	ExtendedHeadersRunID string `yaml:"extended.headers.run.id"`
+
 	// The options below are pgoutbox's own; Debezium has no such options.
 
 	// EventTraceField names a column holding a W3C trace context
@@ -71,6 +99,15 @@ type Options struct {
 	// schemas, so JsonConverter requires them to be false.
 	KeyConverterSchemasEnable   *bool `yaml:"key.converter.schemas.enable"`
 	ValueConverterSchemasEnable *bool `yaml:"value.converter.schemas.enable"`
+	// HeaderConverter chooses the bytes of header values: "raw" (the
+	// default: the column's own bytes), or Kafka Connect's
+	// "org.apache.kafka.connect.storage.SimpleHeaderConverter" (the worker's
+	// default: Java's text of the value, bytea as base64) or JsonConverter,
+	// reproduced byte for byte. HeaderConverterSchemasEnable is
+	// header.converter.schemas.enable, which must be false with
+	// JsonConverter.
+	HeaderConverter              string `yaml:"header.converter"`
+	HeaderConverterSchemasEnable *bool  `yaml:"header.converter.schemas.enable"`
 }
 
 // Option names, as Debezium spells them.
@@ -90,6 +127,9 @@ const (
 	optRouteTopicRegex     = "route.topic.regex"
 	optRouteReplacement    = "route.topic.replacement"
 	optTombstoneOnEmpty    = "route.tombstone.on.empty.payload"
+	optSchemaVersion       = "table.field.event.schema.version"
+	optTracingContext      = "tracing.span.context.field"
+	optExtendedHeaders     = "extended.headers.enabled"
 
 	// pgoutbox's own.
 	optEventTrace         = "table.field.event.trace"
@@ -98,6 +138,10 @@ const (
 	optValueConverter     = "value.converter"
 	optKeySchemasEnable   = "key.converter.schemas.enable"
 	optValueSchemasEnable = "value.converter.schemas.enable"
+	optHeaderConverter    = "header.converter"
+	optHeaderSchemas      = "header.converter.schemas.enable"
+	optLogicalName        = "extended.headers.logical.name"
+	optRunID              = "extended.headers.run.id"
 )
 
 // Converter names accepted by key.converter and value.converter.
@@ -105,6 +149,7 @@ const (
 	ConverterRaw    = "raw"
 	ConverterJSON   = "org.apache.kafka.connect.json.JsonConverter"
 	ConverterString = "org.apache.kafka.connect.storage.StringConverter"
+	ConverterHeader = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
 )
 
 // DefaultOptions returns Debezium's defaults, and for pgoutbox's own
@@ -123,6 +168,7 @@ func DefaultOptions() Options {
 		RouteTopicReplacement:   "outbox.event.${routedByValue}",
 		KeyConverter:            ConverterRaw,
 		ValueConverter:          ConverterRaw,
+		HeaderConverter:         ConverterRaw,
 	}
 }
 
@@ -134,6 +180,20 @@ func DefaultOptions() Options {
 // An unknown name gives an *OptionError wrapping ErrUnsupportedOption; Set
 // does not validate values otherwise (Validate does).
 func (o *Options) Set(name, value string) error {
+	setBool := func(dst *bool) error {
+		b, err := parseBool(name, value)
+		if err == nil {
+			*dst = b
+		}
+		return err
+	}
+	setBoolPtr := func(dst **bool) error {
+		b, err := parseBool(name, value)
+		if err == nil {
+			*dst = &b
+		}
+		return err
+	}
 	switch name {
 	case optEventID:
 		o.EventIDField = value
@@ -150,19 +210,11 @@ func (o *Options) Set(name, value string) error {
 	case optAdditionalMissing:
 		o.AdditionalMissing = value
 	case optErrorOnMissing:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.AdditionalErrorOnMissing = &b
+		return setBoolPtr(&o.AdditionalErrorOnMissing)
 	case optOpInvalidBehavior:
 		o.OpInvalidBehavior = value
 	case optExpandJSONPayload:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.ExpandJSONPayload = b
+		return setBool(&o.ExpandJSONPayload)
 	case optJSONNullBehavior:
 		o.JSONPayloadNullBehavior = value
 	case optRouteByField:
@@ -172,11 +224,21 @@ func (o *Options) Set(name, value string) error {
 	case optRouteReplacement:
 		o.RouteTopicReplacement = value
 	case optTombstoneOnEmpty:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		o.RouteTombstoneOnEmptyPayload = b
+		return setBool(&o.RouteTombstoneOnEmptyPayload)
+	case optSchemaVersion:
+		o.SchemaVersionField = value
+	case optTracingContext:
+		o.TracingSpanContextField = value
+	case optExtendedHeaders:
+		return setBool(&o.ExtendedHeaders)
+	case optLogicalName:
+		o.ExtendedHeadersLogicalName = value
+	case optRunID:
+		o.ExtendedHeadersRunID = value
+	case optHeaderConverter:
+		o.HeaderConverter = value
+	case optHeaderSchemas:
+		return setBoolPtr(&o.HeaderConverterSchemasEnable)
 	case optEventTrace:
 		o.EventTraceField = value
 	case optRouteTopic:
@@ -185,16 +247,10 @@ func (o *Options) Set(name, value string) error {
 		o.KeyConverter = value
 	case optValueConverter:
 		o.ValueConverter = value
-	case optKeySchemasEnable, optValueSchemasEnable:
-		b, err := parseBool(name, value)
-		if err != nil {
-			return err
-		}
-		if name == optKeySchemasEnable {
-			o.KeyConverterSchemasEnable = &b
-		} else {
-			o.ValueConverterSchemasEnable = &b
-		}
+	case optKeySchemasEnable:
+		return setBoolPtr(&o.KeyConverterSchemasEnable)
+	case optValueSchemasEnable:
+		return setBoolPtr(&o.ValueConverterSchemasEnable)
 	default:
 		return &OptionError{Option: name, Value: value, Reason: "unknown or unsupported outbox router option", Err: ErrUnsupportedOption}
 	}
@@ -233,8 +289,9 @@ type additionalField struct {
 	place  placement
 	name   string // the alias, or the column name when none was given
 
-	// jsonKey is name as a JSON object key with its colon, for envelopes.
-	jsonKey string
+	// jsonKey and jacksonKey are name as a JSON object key with its colon,
+	// for raw and JsonConverter envelopes.
+	jsonKey, jacksonKey string
 }
 
 // parsePlacements parses Debezium's "column:placement[:alias],..." list.
@@ -279,6 +336,7 @@ func parsePlacements(s string) ([]additionalField, error) {
 			f.name = parts[2]
 		}
 		f.jsonKey = string(appendJSONString(nil, []byte(f.name))) + ":"
+		f.jacksonKey = string(appendJacksonString(nil, []byte(f.name))) + ":"
 		out = append(out, f)
 	}
 	var partitions int
@@ -316,11 +374,13 @@ const (
 	convRaw    converter = iota // the column's own bytes
 	convString                  // Kafka Connect's StringConverter
 	convJSON                    // Kafka Connect's JsonConverter, schemas.enable=false
+	convHeader                  // Kafka Connect's SimpleHeaderConverter
 )
 
 // config is Options compiled for routing.
 type config struct {
 	idCol, keyCol, payloadCol, routeCol, tsCol, traceCol string
+	versionCol, spanCol                                  string
 
 	extras        []additionalField
 	missingIgnore bool
@@ -334,6 +394,11 @@ type config struct {
 	keepNulls bool // table.json.payload.null.behavior=optional_bytes
 
 	keyConv, valueConv converter
+	headerConv         converter // convRaw, convHeader or convJSON
+
+	// contextHeaders are Debezium's extended headers, converted; empty
+	// when extended.headers.enabled is false.
+	contextHeaders []Header
 }
 
 // parseConverter reads key.converter or value.converter: pgoutbox's raw
@@ -347,6 +412,8 @@ func parseConverter(s string) (converter, bool) {
 		return convJSON, true
 	case ConverterString, "StringConverter":
 		return convString, true
+	case ConverterHeader, "SimpleHeaderConverter":
+		return convHeader, true
 	}
 	return 0, false
 }
@@ -368,6 +435,8 @@ func compile(o Options, table string) (*config, error) {
 		routeCol:   o.RouteByField,
 		tsCol:      o.EventTimestampField,
 		traceCol:   o.EventTraceField,
+		versionCol: o.SchemaVersionField,
+		spanCol:    o.TracingSpanContextField,
 		fixedTopic: o.RouteTopic,
 		tombstone:  o.RouteTombstoneOnEmptyPayload,
 		expand:     o.ExpandJSONPayload,
@@ -435,19 +504,24 @@ func compile(o Options, table string) (*config, error) {
 		invalid(optRouteTopic, o.RouteTopic, "is not a legal Kafka topic name (1 to 249 characters of [a-zA-Z0-9._-], not . or ..)")
 	}
 
-	const converters = "must be raw, " + ConverterJSON + " or " + ConverterString
 	for _, cv := range []struct {
 		opt, schemasOpt string
 		value           string
 		schemas         *bool
 		dst             *converter
+		allowed         []converter
 	}{
-		{optKeyConverter, optKeySchemasEnable, o.KeyConverter, o.KeyConverterSchemasEnable, &c.keyConv},
-		{optValueConverter, optValueSchemasEnable, o.ValueConverter, o.ValueConverterSchemasEnable, &c.valueConv},
+		{optKeyConverter, optKeySchemasEnable, o.KeyConverter, o.KeyConverterSchemasEnable, &c.keyConv, []converter{convRaw, convJSON, convString}},
+		{optValueConverter, optValueSchemasEnable, o.ValueConverter, o.ValueConverterSchemasEnable, &c.valueConv, []converter{convRaw, convJSON, convString}},
+		{optHeaderConverter, optHeaderSchemas, o.HeaderConverter, o.HeaderConverterSchemasEnable, &c.headerConv, []converter{convRaw, convJSON, convHeader}},
 	} {
 		conv, ok := parseConverter(cv.value)
-		if !ok {
-			unsupported(cv.opt, cv.value, converters+" (other Kafka Connect converters are not supported)")
+		if !ok || !slices.Contains(cv.allowed, conv) {
+			names := "raw, " + ConverterJSON + " or " + ConverterString
+			if cv.opt == optHeaderConverter {
+				names = "raw, " + ConverterHeader + " or " + ConverterJSON
+			}
+			unsupported(cv.opt, cv.value, "must be "+names+" (other Kafka Connect converters are not supported)")
 			continue
 		}
 		*cv.dst = conv
@@ -459,6 +533,29 @@ func compile(o Options, table string) (*config, error) {
 				reason = "is not set, and Kafka Connect's default for JsonConverter is true (a schema envelope); " + reason
 			}
 			unsupported(cv.schemasOpt, value, reason)
+		}
+	}
+	if o.RouteTopic != "" && (o.RouteTopicReplacement != DefaultOptions().RouteTopicReplacement || o.RouteTopicRegex != DefaultOptions().RouteTopicRegex) {
+		invalid(optRouteTopic, o.RouteTopic, "is a fixed topic for every row, so "+optRouteTopicRegex+" and "+optRouteReplacement+" would never apply: set either route.topic or the regex and replacement")
+	}
+	if o.ExtendedHeaders {
+		if o.ExtendedHeadersLogicalName == "" {
+			invalid(optLogicalName, "", "must be set with "+optExtendedHeaders+"=true (it is Debezium's topic.prefix, the connector's logical name)")
+		}
+		if o.ExtendedHeadersRunID == "" {
+			invalid(optRunID, "", "must be set with "+optExtendedHeaders+"=true (the relay sets a new UUIDv7 at each start when it is empty)")
+		}
+		for _, h := range [][2]string{
+			{"__debezium.context.connectorLogicalName", o.ExtendedHeadersLogicalName},
+			{"__debezium.context.taskId", "0"},
+			{"__debezium.context.connectorName", "postgresql"},
+			{"__debezium.context.runId", o.ExtendedHeadersRunID},
+		} {
+			v := []byte(h[1])
+			if c.headerConv == convJSON {
+				v = appendJacksonString(nil, v)
+			}
+			c.contextHeaders = append(c.contextHeaders, Header{Key: h[0], Value: v})
 		}
 	}
 	if c.valueConv == convString {

@@ -34,6 +34,15 @@ func TestDefaultOptionsAreDebeziums(t *testing.T) {
 		"route.topic.regex":                        "(?<routedByValue>.*)",
 		"route.topic.replacement":                  "outbox.event.${routedByValue}",
 		"route.tombstone.on.empty.payload":         "false",
+		"table.field.event.schema.version":         "",
+		"tracing.span.context.field":               "",
+		// Debezium's connector options the router honours; pgoutbox's
+		// default for extended headers is off (a connector JSON turns it on).
+		"extended.headers.enabled":        "false",
+		"extended.headers.logical.name":   "",
+		"extended.headers.run.id":         "",
+		"header.converter":                "raw",
+		"header.converter.schemas.enable": "<nil>",
 	}
 	d := reflect.ValueOf(DefaultOptions())
 	typ := d.Type()
@@ -123,8 +132,8 @@ func TestSet(t *testing.T) {
 	if err := o.Set("value.converter.schemas.enable", "no"); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("Set with a bad schemas.enable: %v", err)
 	}
-	err = o.Set("tracing.span.context.field", "tracingspancontext")
-	if !errors.Is(err, ErrUnsupportedOption) || !strings.Contains(err.Error(), "tracing.span.context.field") {
+	err = o.Set("tracing.span.context.fields", "tracingspancontext")
+	if !errors.Is(err, ErrUnsupportedOption) || !strings.Contains(err.Error(), "tracing.span.context.fields") {
 		t.Errorf("Set with an unknown name: %v", err)
 	}
 }
@@ -168,6 +177,16 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{"replacement empty name", func(o *Options) { o.RouteTopicReplacement = "t.${}" }, "route.topic.replacement", "0 length name", ErrInvalidOption},
 		{"replacement name starts with digit", func(o *Options) { o.RouteTopicReplacement = "t.${1a}" }, "route.topic.replacement", "starts with digit", ErrInvalidOption},
 		{"bad fixed topic", func(o *Options) { o.RouteTopic = "orders/eu" }, "route.topic", "not a legal Kafka topic name", ErrInvalidOption},
+		{"bad constant replacement", func(o *Options) { o.RouteTopicReplacement = "orders.eu.." + strings.Repeat("x", 249) }, "route.topic.replacement", "not a legal Kafka topic name", ErrInvalidOption},
+		{"constant replacement dot", func(o *Options) { o.RouteTopicReplacement = "." }, "route.topic.replacement", "not a legal Kafka topic name", ErrInvalidOption},
+		{"replacement with illegal text", func(o *Options) { o.RouteTopicReplacement = "orders/${routedByValue}" }, "route.topic.replacement", `has '/'`, ErrInvalidOption},
+		{"replacement with escaped dollar", func(o *Options) { o.RouteTopicReplacement = `t\$${routedByValue}` }, "route.topic.replacement", `has '$'`, ErrInvalidOption},
+		{"fixed topic and replacement", func(o *Options) { o.RouteTopic = "orders"; o.RouteTopicReplacement = "x.${routedByValue}" }, "route.topic", "set either route.topic or the regex and replacement", ErrInvalidOption},
+		{"fixed topic and regex", func(o *Options) { o.RouteTopic = "orders"; o.RouteTopicRegex = "(?<routedByValue>.+)" }, "route.topic", "set either route.topic", ErrInvalidOption},
+		{"extended headers without a name", func(o *Options) { o.ExtendedHeaders, o.ExtendedHeadersRunID = true, "r" }, "extended.headers.logical.name", "Debezium's topic.prefix", ErrInvalidOption},
+		{"extended headers without a run id", func(o *Options) { o.ExtendedHeaders, o.ExtendedHeadersLogicalName = true, "orders" }, "extended.headers.run.id", "new UUIDv7", ErrInvalidOption},
+		{"string header converter", func(o *Options) { o.HeaderConverter = "StringConverter" }, "header.converter", "SimpleHeaderConverter", ErrUnsupportedOption},
+		{"json header converter schemas default", func(o *Options) { o.HeaderConverter = "JsonConverter" }, "header.converter.schemas.enable", "Kafka Connect's default for JsonConverter is true", ErrUnsupportedOption},
 		{"fixed topic dot", func(o *Options) { o.RouteTopic = "." }, "route.topic", "not a legal Kafka topic name", ErrInvalidOption},
 		{"unknown key converter", func(o *Options) { o.KeyConverter = "io.confluent.connect.avro.AvroConverter" }, "key.converter", "must be raw, org.apache.kafka.connect.json.JsonConverter or org.apache.kafka.connect.storage.StringConverter", ErrUnsupportedOption},
 		{"byte array value converter", func(o *Options) { o.ValueConverter = "org.apache.kafka.connect.converters.ByteArrayConverter" }, "value.converter", "other Kafka Connect converters are not supported", ErrUnsupportedOption},
@@ -235,7 +254,15 @@ func TestValidateAccepts(t *testing.T) {
 		func(o *Options) { o.JSONPayloadNullBehavior = "optional_bytes" },
 		func(o *Options) { o.RouteTopicRegex = `\Q(?<notAGroup>\E(?<g>x)`; o.RouteTopicReplacement = "${g}" },
 		func(o *Options) { o.RouteTopicRegex = `[(?<]+`; o.RouteTopicReplacement = "t" },
-		func(o *Options) { o.RouteTopicReplacement = `literal\$sign` },
+		func(o *Options) { o.RouteTopicReplacement = `literal\.dot` },
+		func(o *Options) {
+			o.ExtendedHeaders, o.ExtendedHeadersLogicalName, o.ExtendedHeadersRunID = true, "orders", "r1"
+		},
+		func(o *Options) {
+			o.HeaderConverter, o.HeaderConverterSchemasEnable = "JsonConverter", &f
+			o.SchemaVersionField, o.TracingSpanContextField = "version", "tracingspancontext"
+		},
+		func(o *Options) { o.HeaderConverter = "org.apache.kafka.connect.storage.SimpleHeaderConverter" },
 		func(o *Options) { o.EventTypeField = "" }, // unused by itself
 		func(o *Options) { o.ExpandJSONPayload = true },
 		func(o *Options) { o.ExpandJSONPayload = true; o.JSONPayloadNullBehavior = "OPTIONAL_BYTES" },

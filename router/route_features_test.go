@@ -1,6 +1,7 @@
 package router
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -59,8 +60,8 @@ func TestRouteExpandJSONPayload(t *testing.T) {
 			}},
 		{name: "expand_text_payload", opts: x(), row: outbox(set("payload", 25, `{"a": [1, 2], "b": {"c": null}}`)),
 			wantAction: Emit, wantValue: str(`{"a":[1,2],"b":{}}`)},
-		{name: "expand_varchar_payload_after_whitespace", opts: x(), row: outbox(set("payload", 1043, "\n  [{\"a\": null}]")),
-			wantAction: Emit, wantValue: str(`[{}]`)},
+		{name: "expand_varchar_payload_after_whitespace_warns", opts: x(), row: outbox(set("payload", 1043, "\n  [{\"a\": null}]")),
+			wantAction: EmitWarn, wantValue: str("\n  [{\"a\": null}]"), wantReason: "does not start with { or ["},
 		{name: "expand_json_payload_repeated_keys", opts: x(), row: outbox(set("payload", 114, `{"a": 1, "b": 2, "a": 3}`)),
 			wantAction: Emit, wantValue: str(`{"a":3,"b":2}`)},
 		{name: "expand_text_not_json_warns", opts: x(), row: outbox(set("payload", 25, "plain text")),
@@ -95,7 +96,22 @@ func TestRouteExpandJSONPayload(t *testing.T) {
 			row:        outbox(set("payload", 3802, `{"lines": [{"sku": "a"}, {"qty": 2}], "tags": []}`)),
 			wantAction: Emit, wantValue: str(`{"lines":[{"sku":"a","qty":null},{"sku":null,"qty":2}]}`)},
 		{name: "expand_json_converter_failure_is_string_literal", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 3802, `{"a": [1, "x"]}`)),
-			wantAction: EmitWarn, wantValue: str(`"{\"a\": [1, \"x\"]}"`), wantReason: "cannot convert"},
+			wantAction: EmitWarn, wantValue: str(`"{\"a\": [1, \"x\"]}"`), wantReason: "infers no Kafka Connect schema"},
+		// Confirmed against Debezium 3.6.1 by the conformance suite.
+		{name: "expand_json_converter_empty_top_level_array_is_string_literal", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 3802, `[]`)),
+			wantAction: EmitWarn, wantValue: str(`"[]"`), wantReason: "infers no Kafka Connect schema"},
+		{name: "expand_json_converter_top_level_array_is_error", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 3802, `[1, 2]`)),
+			wantErr: ErrNotExpandable, wantColumn: "payload"},
+		{name: "expand_json_converter_big_integer_is_error", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 3802, `{"big": 18446744073709551616}`)),
+			wantErr: ErrNotExpandable, wantColumn: "payload"},
+		{name: "expand_json_converter_ignores_trailing_content", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 25, `{"a": 1} trailing`)),
+			wantAction: Emit, wantValue: str(`{"a":1}`)},
+		{name: "expand_json_converter_keeps_an_unpaired_surrogate", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 25, `{"s": "\ud83d"}`)),
+			wantAction: Emit, wantValue: str(`{"s":"\uD83D"}`)},
+		{name: "expand_json_converter_escapes_non_bmp", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 3802, `{"😀": "a😀"}`)),
+			wantAction: Emit, wantValue: str(`{"\uD83D\uDE00":"a\uD83D\uDE00"}`)},
+		{name: "expand_text_after_whitespace_warns", opts: jsonValue(t, optExpandJSONPayload, "true"), row: outbox(set("payload", 25, ` {"a": 1}`)),
+			wantAction: EmitWarn, wantValue: str(`" {\"a\": 1}"`), wantReason: "does not start with { or ["},
 		{name: "expand_json_converter_envelope", opts: jsonValue(t, optExpandJSONPayload, "true", optAdditionalPlacement, "type:envelope:eventType"),
 			row:        outbox(set("payload", 3802, `{"total": 1e2}`)),
 			wantAction: Emit, wantValue: str(`{"payload":{"total":100.0},"eventType":"OrderCreated"}`)},
@@ -106,6 +122,10 @@ func TestRouteConverters(t *testing.T) {
 	runRouteCases(t, []routeCase{
 		{name: "converter_json_key_and_value", opts: jsonBoth(t), row: outbox(set("payload", 3802, `{"total": 12}`)),
 			wantAction: Emit, wantKey: str(`"1"`), wantValue: str(`"{\"total\": 12}"`)},
+		// Confirmed against Debezium 3.6.1 by the conformance suite: Jackson
+		// writes a character outside the BMP as an escaped surrogate pair.
+		{name: "converter_json_non_bmp_is_a_surrogate_pair", opts: jsonBoth(t), row: outbox(set("payload", 3802, `{"e": "😀 é"}`), val("aggregateid", "k😀")),
+			wantAction: Emit, wantKey: str(`"k\uD83D\uDE00"`), wantValue: str(`"{\"e\": \"\uD83D\uDE00 é\"}"`)},
 		{name: "converter_json_simple_class_name", opts: opts(t, optValueConverter, "JsonConverter", optValueSchemasEnable, "false"), row: outbox(),
 			wantAction: Emit, wantKey: str("1"), wantValue: str(`"{\"total\":12}"`)},
 		{name: "converter_json_null_key_is_json_null", opts: jsonBoth(t), row: outbox(val("aggregateid", nil)),
@@ -292,4 +312,64 @@ func TestRouteColumnTypes(t *testing.T) {
 			wantAction: Emit, wantValue: str(" \t\n")},
 	)
 	runRouteCases(t, cases)
+}
+
+// headers returns a check that the record's headers are exactly want
+// ("key=value", "key" alone for a null value).
+func headers(want ...string) func(t *testing.T, rec *Record) {
+	return func(t *testing.T, rec *Record) {
+		t.Helper()
+		var got []string
+		for _, h := range rec.Headers {
+			if h.Value == nil {
+				got = append(got, h.Key)
+			} else {
+				got = append(got, h.Key+"="+string(h.Value))
+			}
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("headers %q, want %q", got, want)
+		}
+	}
+}
+
+// TestRouteDebeziumOptions covers the Debezium options the conformance
+// suite checks against Debezium 3.6.1: the extended headers, the header
+// converters, the schema version column and the tracing context column.
+func TestRouteDebeziumOptions(t *testing.T) {
+	ext := []string{optExtendedHeaders, "true", optLogicalName, "orders", optRunID, "01890a5d-ac96-774b-bcce-b302099a8057"}
+	simple := []string{optHeaderConverter, ConverterHeader}
+	jsonHeaders := []string{optHeaderConverter, jsonConv, optHeaderSchemas, "false"}
+	extras := []string{optAdditionalPlacement, "flag:header,blob:header,f:header,type:header"}
+	typed := outbox(set("flag", 16, "t"), set("blob", 17, `\x0102ff`), set("f", 701, "1e+20"))
+	runRouteCases(t, []routeCase{
+		{name: "extended_headers_come_first", opts: opts(t, ext...), row: outbox(), wantAction: Emit,
+			check: headers("__debezium.context.connectorLogicalName=orders", "__debezium.context.taskId=0",
+				"__debezium.context.connectorName=postgresql", "__debezium.context.runId=01890a5d-ac96-774b-bcce-b302099a8057", "id="+eventID)},
+		{name: "extended_headers_json_header_converter", opts: opts(t, append(ext, jsonHeaders...)...), row: outbox(), wantAction: Emit,
+			check: headers(`__debezium.context.connectorLogicalName="orders"`, `__debezium.context.taskId="0"`,
+				`__debezium.context.connectorName="postgresql"`, `__debezium.context.runId="01890a5d-ac96-774b-bcce-b302099a8057"`, `id="`+eventID+`"`)},
+		{name: "header_converter_raw_keeps_postgres_text", opts: opts(t, extras...), row: typed, wantAction: Emit,
+			check: headers("id="+eventID, "flag=t", "blob=\x01\x02\xff", "f=1e+20", "type=OrderCreated")},
+		{name: "header_converter_simple_writes_java_text", opts: opts(t, append(extras, simple...)...), row: typed, wantAction: Emit,
+			check: headers("id="+eventID, "flag=true", "blob=AQL/", "f=1.0E20", "type=OrderCreated")},
+		{name: "header_converter_json_writes_json", opts: opts(t, append(extras, jsonHeaders...)...), row: outbox(set("flag", 16, nil), set("blob", 17, `\x01`), set("f", 701, "1.5"), val("type", "Évt😀")), wantAction: Emit,
+			check: headers(`id="`+eventID+`"`, "flag=null", `blob="AQ=="`, "f=1.5", `type="Évt\uD83D\uDE00"`)},
+		{name: "schema_version_column_is_checked", opts: opts(t, optSchemaVersion, "version"), row: outbox(set("version", 23, "3")), wantAction: Emit,
+			wantValue: str(`{"total":12}`), check: headers("id=" + eventID)},
+		{name: "schema_version_null_is_accepted", opts: opts(t, optSchemaVersion, "version"), row: outbox(set("version", 23, nil)), wantAction: Emit},
+		{name: "schema_version_missing_is_error", opts: opts(t, optSchemaVersion, "version"), row: outbox(), wantErr: ErrMissingColumn, wantColumn: "version"},
+		{name: "schema_version_not_int32_is_error", opts: opts(t, optSchemaVersion, "version"), row: outbox(set("version", 20, "3000000000")), wantErr: ErrBadValue, wantColumn: "version"},
+		{name: "tracing_context_becomes_headers_before_id", opts: opts(t, append(ext, optTracingContext, "tracingspancontext")...),
+			row:        outbox(set("tracingspancontext", 25, "#Properties\ntraceparent="+traceOK+"\ntracestate=congo\\=t61rcWkgMzE\n")),
+			wantAction: Emit,
+			check: headers("__debezium.context.connectorLogicalName=orders", "__debezium.context.taskId=0",
+				"__debezium.context.connectorName=postgresql", "__debezium.context.runId=01890a5d-ac96-774b-bcce-b302099a8057",
+				"traceparent="+traceOK, "tracestate=congo=t61rcWkgMzE", "id="+eventID)},
+		{name: "tracing_context_colon_separator", opts: opts(t, optTracingContext, "ctx"), row: outbox(set("ctx", 25, "traceparent : "+traceOK)), wantAction: Emit,
+			check: headers("traceparent="+traceOK, "id="+eventID)},
+		{name: "tracing_context_invalid_warns", opts: opts(t, optTracingContext, "ctx"), row: outbox(set("ctx", 25, "not a context")), wantAction: EmitWarn,
+			wantReason: "traceparent", check: headers("id=" + eventID)},
+		{name: "tracing_context_missing_column_gives_none", opts: opts(t, optTracingContext, "ctx"), row: outbox(), wantAction: Emit, check: headers("id=" + eventID)},
+	})
 }

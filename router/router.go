@@ -69,7 +69,10 @@ type Record struct {
 	// slice is an empty value.
 	Value []byte
 	// Headers' backing array is reused by Route when the caller reuses the
-	// Record; the first header is always "id".
+	// Record. They are, in Debezium's order: the extended headers
+	// (extended.headers.enabled), traceparent and tracestate
+	// (tracing.span.context.field), "id", the additional fields, and
+	// traceparent from table.field.event.trace.
 	Headers []Header
 	// Partition is the explicit partition from a column with placement
 	// partition, or -1 to let the producer's partitioner choose.
@@ -139,8 +142,14 @@ const (
 	reasonExpandNotString = "payload not expanded (table.expand.json.payload): its column type is not a string type (bytea, boolean, number or array); emitted unchanged"
 	reasonExpandNotJSON   = "payload not expanded (table.expand.json.payload): it does not start with { or [; emitted unchanged"
 	reasonExpandBadJSON   = "payload not expanded (table.expand.json.payload): it is not valid JSON; emitted unchanged"
-	reasonExpandNoConnect = "payload not expanded (table.expand.json.payload): Debezium cannot convert this JSON to a Kafka Connect value (an array mixing types or number classes, an integer beyond 64 bits, an array of nulls only or whose first element is an empty array, an empty member name, or array elements whose members conflict); emitted unchanged"
-	reasonTraceInvalid    = "header traceparent left out: the table.field.event.trace value is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lower case, ids not all zero)"
+	reasonExpandNoConnect = "payload not expanded (table.expand.json.payload): Debezium infers no Kafka Connect schema for this JSON (an array mixing types or number classes, an array of nulls only or whose first element is an empty array, an empty member name, or a top-level []); emitted unchanged"
+
+	// reasonExpandPoison is not a warning: with JsonConverter, Debezium
+	// infers a schema for these payloads but its converter then fails
+	// on the record (its task dies, or with errors.tolerance=all skips the
+	// record), so the row is poison.
+	reasonExpandPoison = "with value.converter=JsonConverter Debezium infers a schema for this JSON but cannot convert it (a top-level array, an integer beyond 64 bits, or array elements whose members conflict): its converter fails on the record, its task stops (errors.tolerance=all skips the record)"
+	reasonTraceInvalid = "header traceparent left out: the table.field.event.trace value is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lower case, ids not all zero)"
 )
 
 // warnReason returns Record.Reason for an emitted row: the expansion's
@@ -203,6 +212,7 @@ type Router struct {
 type layout struct {
 	names                              []string
 	id, key, payload, route, ts, trace int
+	version, span                      int
 	extras                             []int // parallel to config.extras
 }
 
@@ -218,6 +228,7 @@ func newRouter(opts Options, table string) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, topics: make(map[string]string)}
 	r.json.keepNulls = cfg.keepNulls
+	r.json.jackson = cfg.valueConv == convJSON
 	return r, nil
 }
 
@@ -267,8 +278,19 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 	if lay.id < 0 {
 		return 0, rowErr(row, rec, cfg.idCol, ErrMissingColumn, "the event id column ("+optEventID+") is not in the row")
 	}
+	if row.Values[lay.id] == nil {
+		return 0, rowErr(row, rec, cfg.idCol, ErrNullEventID, "")
+	}
 	if lay.payload < 0 {
 		return 0, rowErr(row, rec, cfg.payloadCol, ErrMissingColumn, "the payload column ("+optEventPayload+") is not in the row")
+	}
+	if cfg.versionCol != "" {
+		if lay.version < 0 {
+			return 0, rowErr(row, rec, cfg.versionCol, ErrMissingColumn, "the schema version column ("+optSchemaVersion+") is not in the row")
+		}
+		if v := row.Values[lay.version]; v != nil && !isInt32(v) {
+			return 0, rowErr(row, rec, cfg.versionCol, ErrBadValue, strconv.Quote(string(v))+" is not a 32-bit integer ("+optSchemaVersion+")")
+		}
 	}
 
 	// Topic.
@@ -315,8 +337,22 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 		}
 	}
 
-	// Headers and partition.
-	id, err := raw(row, rec, lay.id)
+	// Headers and partition, in Debezium's order: its extended headers,
+	// the tracing context, id, the additional fields.
+	rec.Headers = append(rec.Headers, cfg.contextHeaders...)
+	badTrace := false
+	if lay.span >= 0 && row.Values[lay.span] != nil {
+		tp, ts := spanContext(row.Values[lay.span])
+		if validTraceparent(tp) {
+			rec.Headers = append(rec.Headers, Header{Key: "traceparent", Value: r.stringHeader(tp)})
+			if ts != nil {
+				rec.Headers = append(rec.Headers, Header{Key: "tracestate", Value: r.stringHeader(ts)})
+			}
+		} else {
+			badTrace = true
+		}
+	}
+	id, err := r.headerValue(row, rec, lay.id)
 	if err != nil {
 		return 0, err
 	}
@@ -331,7 +367,7 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 		}
 		switch f.place {
 		case placeHeader:
-			v, err := raw(row, rec, idx)
+			v, err := r.headerValue(row, rec, idx)
 			if err != nil {
 				return 0, err
 			}
@@ -348,7 +384,6 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 			rec.Partition = p
 		}
 	}
-	badTrace := false
 	if cfg.traceCol != "" {
 		switch {
 		case lay.trace < 0:
@@ -379,6 +414,9 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 		var expanded []byte
 		if cfg.expand && pv != nil {
 			expanded, expandReason = r.expand(poid, pv)
+			if expandReason == reasonExpandPoison {
+				return 0, rowErr(row, rec, cfg.payloadCol, ErrNotExpandable, reasonExpandPoison)
+			}
 		}
 		switch {
 		case cfg.hasEnvelope:
@@ -425,13 +463,18 @@ func emptyPayload(oid uint32, v []byte) bool {
 	return true
 }
 
-// convert returns column i's value as record key or value bytes for conv:
-// raw (aliased text, or decoded bytea), StringConverter's text, or
-// JsonConverter's JSON (newly allocated; NULL is the JSON null).
+// convert returns column i's value as record key, value or header bytes
+// for conv: raw (aliased text, or decoded bytea), StringConverter's or
+// SimpleHeaderConverter's text, or JsonConverter's JSON (newly allocated;
+// NULL is the JSON null).
 func (r *Router) convert(row *Row, rec *Record, i int, conv converter) ([]byte, error) {
 	switch conv {
-	case convString:
-		b, err := connectText(typeOf(row, i), row.Values[i])
+	case convString, convHeader:
+		text := connectText
+		if conv == convHeader {
+			text = headerText
+		}
+		b, err := text(typeOf(row, i), row.Values[i])
 		if err != nil {
 			return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
 		}
@@ -461,7 +504,9 @@ func (r *Router) expand(oid uint32, v []byte) ([]byte, string) {
 	if !stringType(oid) {
 		return nil, reasonExpandNotString
 	}
-	if i := skipJSONSpace(v, 0); i == len(v) || v[i] != '{' && v[i] != '[' {
+	// As Debezium: the text itself must start with { or [ (no white space
+	// first).
+	if len(v) == 0 || v[0] != '{' && v[0] != '[' {
 		return nil, reasonExpandNotJSON
 	}
 	defer func() { r.json.src = nil }() // keep no reference to the row
@@ -469,10 +514,13 @@ func (r *Router) expand(oid uint32, v []byte) ([]byte, string) {
 		return nil, reasonExpandBadJSON
 	}
 	if r.cfg.valueConv == convJSON {
-		out, ok := r.json.appendConnect(r.expanded[:0])
+		out, res := r.json.appendConnect(r.expanded[:0])
 		r.expanded = out
-		if !ok {
+		switch res {
+		case connectNoSchema:
 			return nil, reasonExpandNoConnect
+		case connectFails:
+			return nil, reasonExpandPoison
 		}
 		return out, ""
 	}
@@ -505,6 +553,20 @@ func (r *Router) topicFor(row *Row, rec *Record, rv []byte) (string, error) {
 	return topic, nil
 }
 
+// headerValue returns column i's value as header bytes for
+// header.converter.
+func (r *Router) headerValue(row *Row, rec *Record, i int) ([]byte, error) {
+	return r.convert(row, rec, i, r.cfg.headerConv)
+}
+
+// stringHeader returns a string header value for header.converter.
+func (r *Router) stringHeader(v []byte) []byte {
+	if r.cfg.headerConv == convJSON {
+		return appendJacksonString(nil, v)
+	}
+	return v
+}
+
 // raw returns column i's value as record bytes: the text as it is (aliased),
 // or for bytea the decoded bytes.
 func raw(row *Row, rec *Record, i int) ([]byte, error) {
@@ -531,7 +593,7 @@ func (r *Router) envelope(row *Row, rec *Record, lay *layout, expanded []byte) (
 	}
 	for i, f := range r.cfg.extras {
 		if f.place == placeEnvelope && lay.extras[i] >= 0 {
-			size += 8 + len(f.jsonKey) + len(row.Values[lay.extras[i]])
+			size += 8 + len(f.jacksonKey) + len(row.Values[lay.extras[i]])
 		}
 	}
 	appendValue := appendJSONValue
@@ -554,7 +616,11 @@ func (r *Router) envelope(row *Row, rec *Record, lay *layout, expanded []byte) (
 			continue
 		}
 		b = append(b, ',')
-		b = append(b, f.jsonKey...)
+		if r.cfg.valueConv == convJSON {
+			b = append(b, f.jacksonKey...)
+		} else {
+			b = append(b, f.jsonKey...)
+		}
 		var err error
 		if b, err = appendValue(b, typeOf(row, idx), row.Values[idx]); err != nil {
 			return nil, rowErr(row, rec, f.column, ErrBadValue, err.Error())
@@ -615,6 +681,8 @@ func (r *Router) layoutFor(names []string) *layout {
 		route:   slices.Index(names, cfg.routeCol),
 		ts:      -1,
 		trace:   -1,
+		version: -1,
+		span:    -1,
 		extras:  make([]int, len(cfg.extras)),
 	}
 	if cfg.tsCol != "" {
@@ -622,6 +690,12 @@ func (r *Router) layoutFor(names []string) *layout {
 	}
 	if cfg.traceCol != "" {
 		l.trace = slices.Index(names, cfg.traceCol)
+	}
+	if cfg.versionCol != "" {
+		l.version = slices.Index(names, cfg.versionCol)
+	}
+	if cfg.spanCol != "" {
+		l.span = slices.Index(names, cfg.spanCol)
 	}
 	for i, f := range cfg.extras {
 		l.extras[i] = slices.Index(names, f.column)

@@ -138,7 +138,7 @@ func routeCases(t testing.TB) []routeCase {
 		{name: "missing_routing_column_is_error", opts: d, row: outbox(del("aggregatetype")), wantErr: ErrMissingColumn, wantColumn: "aggregatetype"},
 		{name: "missing_id_column_is_error", opts: d, row: outbox(del("id")), wantErr: ErrMissingColumn, wantColumn: "id"},
 		{name: "missing_payload_column_is_error", opts: d, row: outbox(del("payload")), wantErr: ErrMissingColumn, wantColumn: "payload"},
-		{name: "null_id_gives_null_id_header", opts: d, row: outbox(val("id", nil)), wantAction: Emit},
+		{name: "null_id_is_error", opts: d, row: outbox(val("id", nil)), wantErr: ErrNullEventID, wantColumn: "id"},
 		{name: "names_and_values_mismatch_is_error", opts: d, row: outbox(func(r *Row) { r.Values = r.Values[:3] }), wantErr: ErrMalformedRow},
 
 		// Operations.
@@ -246,8 +246,20 @@ func runRouteCases(t *testing.T, cases []routeCase) {
 			}
 			checkBytes(t, "key", rec.Key, tc.wantKey, nilKey)
 			checkBytes(t, "value", rec.Value, tc.wantValue, tombstone)
-			if len(rec.Headers) == 0 || rec.Headers[0].Key != "id" {
-				t.Errorf("headers = %v, want id first", rec.Headers)
+			// id comes after Debezium's extended and tracing headers only.
+			ids := 0
+			for i, h := range rec.Headers {
+				if h.Key == "id" {
+					ids++
+					for _, before := range rec.Headers[:i] {
+						if !strings.HasPrefix(before.Key, "__debezium.context.") && before.Key != "traceparent" && before.Key != "tracestate" {
+							t.Errorf("header %q before id", before.Key)
+						}
+					}
+				}
+			}
+			if ids != 1 {
+				t.Errorf("headers = %v, want one id", rec.Headers)
 			}
 			if tc.check != nil {
 				tc.check(t, &rec)

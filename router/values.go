@@ -1,10 +1,13 @@
 package router
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -120,6 +123,91 @@ func decodeBytea(v []byte) ([]byte, error) {
 
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// isInt32 reports whether v is a decimal integer in int32's range, as
+// PostgreSQL prints one.
+func isInt32(v []byte) bool {
+	n, err := strconv.ParseInt(string(v), 10, 32)
+	return err == nil && n == int64(int32(n))
+}
+
+// spanContext reads the traceparent and tracestate of a java.util.Properties
+// text (Debezium's tracing.span.context.field): key=value or key:value
+// lines, # and ! comments, backslash escapes. Either is nil when absent.
+func spanContext(v []byte) (traceparent, tracestate []byte) {
+	for _, line := range bytes.Split(v, []byte("\n")) {
+		line = bytes.TrimLeft(bytes.TrimRight(line, "\r"), " \t\f")
+		if len(line) == 0 || line[0] == '#' || line[0] == '!' {
+			continue
+		}
+		key, val := splitProperty(line)
+		switch string(key) {
+		case "traceparent":
+			traceparent = val
+		case "tracestate":
+			tracestate = val
+		}
+	}
+	return traceparent, tracestate
+}
+
+// splitProperty splits one Properties line at its first unescaped =, : or
+// white space and unescapes both sides.
+func splitProperty(line []byte) (key, val []byte) {
+	i := 0
+	for i < len(line) {
+		c := line[i]
+		if c == '\\' {
+			i += 2
+			continue
+		}
+		if c == '=' || c == ':' || c == ' ' || c == '\t' || c == '\f' {
+			break
+		}
+		i++
+	}
+	key = unescapeProperty(line[:min(i, len(line))])
+	rest := line[min(i, len(line)):]
+	rest = bytes.TrimLeft(rest, " \t\f")
+	if len(rest) > 0 && (rest[0] == '=' || rest[0] == ':') {
+		rest = bytes.TrimLeft(rest[1:], " \t\f")
+	}
+	return key, unescapeProperty(rest)
+}
+
+func unescapeProperty(b []byte) []byte {
+	if bytes.IndexByte(b, '\\') < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 == len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		i++
+		switch b[i] {
+		case 't':
+			out = append(out, '\t')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 'f':
+			out = append(out, '\f')
+		case 'u':
+			if r, ok := hex4(b, i+1); ok {
+				out = utf8.AppendRune(out, r)
+				i += 4
+				continue
+			}
+			out = append(out, 'u')
+		default:
+			out = append(out, b[i])
+		}
+	}
+	return out
+}
 
 // parsePartition parses a non-negative int32 in decimal, with no sign or
 // spaces (PostgreSQL's integer output).
@@ -278,6 +366,11 @@ func (p *tsParser) byte(c byte) bool {
 // its bytes (as Kafka Connect's JsonConverter writes bytes); everything
 // else as a JSON string of its text.
 func appendJSONValue(dst []byte, oid uint32, v []byte) ([]byte, error) {
+	return appendJSONValueAs(dst, oid, v, appendJSONString)
+}
+
+// appendJSONValueAs is appendJSONValue with str writing the strings.
+func appendJSONValueAs(dst []byte, oid uint32, v []byte, str func(dst, s []byte) []byte) ([]byte, error) {
 	if v == nil {
 		return append(dst, "null"...), nil
 	}
@@ -307,7 +400,7 @@ func appendJSONValue(dst []byte, oid uint32, v []byte) ([]byte, error) {
 		dst = base64.StdEncoding.AppendEncode(dst, raw)
 		return append(dst, '"'), nil
 	}
-	return appendJSONString(dst, v), nil
+	return str(dst, v), nil
 }
 
 // isJSONNumber reports whether v matches JSON's number grammar.
@@ -350,8 +443,9 @@ func isJSONNumber(v []byte) bool {
 	return i == len(v)
 }
 
-// escapeGrowth returns how many bytes appendJSONString adds to s besides
-// the quotes, except for invalid UTF-8, so that one allocation holds it.
+// escapeGrowth returns how many bytes appendJacksonString adds to s
+// besides the quotes (appendJSONString adds no more), except for invalid
+// UTF-8, so that one allocation holds it.
 func escapeGrowth(s []byte) int {
 	n := 0
 	for _, c := range s {
@@ -360,16 +454,27 @@ func escapeGrowth(s []byte) int {
 			n++
 		case c < 0x20:
 			n += 5
+		case c >= 0xF0:
+			n += 8 // a 4-byte character becomes two \uXXXX escapes
 		}
 	}
 	return n
 }
 
-// appendJSONString appends s as a JSON string the way Jackson (Kafka
-// Connect's JSON library) writes one: ", \ and control characters escaped
-// (\b \t \n \f \r, others as \u00XX), everything else as UTF-8; invalid
-// UTF-8 becomes U+FFFD.
-func appendJSONString(dst, s []byte) []byte {
+// appendJSONString appends s as a JSON string: ", \ and control
+// characters escaped (\b \t \n \f \r, others as \u00XX), everything else
+// as UTF-8; invalid UTF-8 becomes U+FFFD. It is pgoutbox's own JSON (raw
+// envelopes and expansions).
+func appendJSONString(dst, s []byte) []byte { return appendString(dst, s, false) }
+
+// appendJacksonString appends s as a JSON string the way Jackson, Kafka
+// Connect's JSON library, writes a Java string: as appendJSONString, except
+// that a character outside the Basic Multilingual Plane, two UTF-16 code
+// units in Java, is written as an escaped surrogate pair (\uD83D\uDE00)
+// rather than as its UTF-8 bytes.
+func appendJacksonString(dst, s []byte) []byte { return appendString(dst, s, true) }
+
+func appendString(dst, s []byte, surrogates bool) []byte {
 	const hexDigits = "0123456789ABCDEF"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
@@ -406,9 +511,21 @@ func appendJSONString(dst, s []byte) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
+		switch {
+		case surrogates && size == 1 && c == 0xED && i+2 < len(s) && s[i+1] >= 0xA0 && s[i+1] <= 0xBF && s[i+2]&0xC0 == 0x80:
+			// An unpaired surrogate, kept by a Jackson-mode parse as WTF-8:
+			// Jackson writes it escaped.
+			u := rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F) | 0xD000
+			dst = append(dst, '\\', 'u', hexDigits[u>>12&0xF], hexDigits[u>>8&0xF], hexDigits[u>>4&0xF], hexDigits[u&0xF])
+			size = 3
+		case r == utf8.RuneError && size == 1:
 			dst = utf8.AppendRune(dst, utf8.RuneError)
-		} else {
+		case surrogates && r > 0xFFFF:
+			hi, lo := utf16.EncodeRune(r)
+			for _, u := range [2]rune{hi, lo} {
+				dst = append(dst, '\\', 'u', hexDigits[u>>12&0xF], hexDigits[u>>8&0xF], hexDigits[u>>4&0xF], hexDigits[u&0xF])
+			}
+		default:
 			dst = append(dst, s[i:i+size]...)
 		}
 		i += size

@@ -20,8 +20,9 @@ import (
 // fileConfig is the YAML file: the relay's sections plus the process's own.
 type fileConfig struct {
 	relay.Config `yaml:",inline"`
-	Log          logConfig      `yaml:"log"`
-	Metrics      metrics.Config `yaml:"metrics"`
+	Log          logConfig       `yaml:"log"`
+	Metrics      metrics.Config  `yaml:"metrics"`
+	Connector    connectorConfig `yaml:"connector"`
 }
 
 type logConfig struct {
@@ -56,6 +57,12 @@ func loadConfigWith(path string, environ []string, between func(*fileConfig) err
 		}
 	}
 	if between != nil {
+		// The environment may configure the connector import itself
+		// (connector.config.providers): apply it before, and again after
+		// so that it overrides what the import set.
+		if err := applyEnv(&cfg, environ); err != nil {
+			return cfg, err
+		}
 		if err := between(&cfg); err != nil {
 			return cfg, err
 		}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
 )
 
 // Kafka Connect import: a Debezium PostgreSQL connector configuration with
@@ -31,10 +35,10 @@ var connectorIgnored = map[string]string{
 	"tasks.max":                                 "pgoutbox is one process per slot",
 	"topic.prefix":                              "only names Debezium's own change-event topics",
 	"database.server.name":                      "only names Debezium's own change-event topics",
-	"tombstones.on.delete":                      "DELETEs on the outbox table are dropped, never turned into tombstones",
-	"heartbeat.interval.ms":                     "pgoutbox confirms the slot on idle keepalives; no heartbeat records are needed",
+	"tombstones.on.delete":                      "the EventRouter drops Debezium's delete tombstones, and pgoutbox never makes them",
+	"heartbeat.interval.ms":                     "pgoutbox confirms idle keepalives, so an idle outbox never pins WAL; no heartbeat records are written",
 	"heartbeat.topics.prefix":                   "pgoutbox writes no heartbeat records",
-	"heartbeat.action.query":                    "pgoutbox confirms the slot on idle keepalives without writing to the database",
+	"heartbeat.action.query":                    "pgoutbox confirms idle keepalives, so the slot advances without writes to the database",
 	"schema.include.list":                       "the tables come from table.include.list",
 	"include.schema.changes":                    "no schema change events are produced",
 	"decimal.handling.mode":                     "outbox values are routed as their PostgreSQL text",
@@ -45,9 +49,11 @@ var connectorIgnored = map[string]string{
 	"max.queue.size.in.bytes":                   "in-flight caps are relay.max.inflight.*",
 	"poll.interval.ms":                          "pgoutbox streams without polling",
 	"errors.max.retries":                        "reconnects use relay.restart.backoff*",
-	"errors.tolerance":                          "a row that cannot be routed stops the relay",
-	"errors.log.enable":                         "",
-	"errors.log.include.messages":               "",
+	"errors.log.enable":                         "pgoutbox logs every poison row with its table, event id and reason",
+	"errors.log.include.messages":               "pgoutbox never logs a payload",
+	"errors.retry.timeout":                      "retriable errors are retried by the producer (kafka.retry.*)",
+	"errors.retry.delay.max.ms":                 "retriable errors are retried by the producer (kafka.retry.*)",
+	"message.prefix.exclude.list":               "only messages with the prefix messages.prefix are events",
 	"slot.stream.params":                        "",
 	"slot.max.retries":                          "reconnects use relay.restart.backoff*",
 	"slot.retry.delay.ms":                       "reconnects use relay.restart.backoff*",
@@ -57,12 +63,16 @@ var connectorIgnored = map[string]string{
 	"topic.creation.default.partitions":         "pgoutbox does not create topics",
 	"topic.creation.default.replication.factor": "pgoutbox does not create topics",
 	"topic.creation.enable":                     "pgoutbox does not create topics",
-	"skipped.operations":                        "only INSERTs on the outbox table produce records",
+	"skipped.operations":                        "only INSERTs on the outbox table produce records; UPDATEs follow table.op.invalid.behavior",
 	"signal.data.collection":                    "",
 	"message.key.columns":                       "the key comes from table.field.event.key",
-	"key.converter.schemas.enable":              "",
-	"value.converter.schemas.enable":            "",
 	"transforms.outbox.predicate":               "",
+}
+
+// routerIgnored are EventRouter options without effect in pgoutbox.
+var routerIgnored = map[string]string{
+	"tracing.operation.name":          "pgoutbox creates no spans: it forwards the application's trace context",
+	"tracing.with.context.field.only": "pgoutbox writes tracing headers only for rows with a context",
 }
 
 // connectorRefused are keys with a meaning pgoutbox cannot honour, and why.
@@ -75,9 +85,14 @@ var connectorRefused = map[string]string{
 	"snapshot.select.statement.overrides": "pgoutbox takes no snapshots",
 }
 
-type connectorFile struct {
-	Name   string            `json:"name"`
-	Config map[string]string `json:"config"`
+// connectorConfig is the configuration file's connector section: what a
+// Kafka Connect worker would have told the connector.
+type connectorConfig struct {
+	// ConfigProviders names the worker's config providers
+	// (config.providers): file, dir and env, standing for Kafka's
+	// FileConfigProvider, DirectoryConfigProvider and EnvVarConfigProvider.
+	// A ${name:...} placeholder of another provider is an error.
+	ConfigProviders []string `yaml:"config.providers"`
 }
 
 // readConnector reads the JSON a user POSTs to Kafka Connect, either
@@ -124,9 +139,19 @@ func readConnector(path string) (map[string]string, error) {
 // applyConnector sets cfg from a connector configuration. It returns the
 // keys it ignored (for one warning) or an error naming every key it cannot
 // honour.
-func applyConnector(cfg *fileConfig, conn map[string]string) (ignored []string, err error) {
+func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string, err error) {
 	var refused []string
-	refuse := func(key, why string) { refused = append(refused, fmt.Sprintf("%s=%q: %s", key, conn[key], why)) }
+	// Messages quote the values as given: a resolved value may be a secret.
+	refuse := func(key, why string) { refused = append(refused, fmt.Sprintf("%s=%q: %s", key, given[key], why)) }
+	conn := make(map[string]string, len(given))
+	for k, v := range given {
+		r, err := resolveProviders(v, cfg.Connector.ConfigProviders)
+		if err != nil {
+			refuse(k, err.Error())
+			continue
+		}
+		conn[k] = r
+	}
 	used := map[string]bool{}
 	get := func(k string) (string, bool) {
 		v, ok := conn[k]
@@ -168,10 +193,6 @@ func applyConnector(cfg *fileConfig, conn map[string]string) (ignored []string, 
 	}
 	user, _ := get("database.user")
 	pass, hasPass := get("database.password")
-	if strings.HasPrefix(pass, "${") {
-		refuse("database.password", "Kafka Connect config providers are not resolved; give the password with PGOUTBOX_POSTGRES_PASSWORD, postgres.password.file or PGPASSWORD")
-		hasPass = false
-	}
 	switch {
 	case user != "" && hasPass:
 		u.User = url.UserPassword(user, pass)
@@ -266,16 +287,70 @@ func applyConnector(cfg *fileConfig, conn map[string]string) (ignored []string, 
 				refuse(k, "predicates on transforms are not supported")
 				continue
 			}
+			if _, ok := routerIgnored[opt]; ok {
+				used[k] = false
+				continue
+			}
 			if err := cfg.Router.Set(opt, v); err != nil {
 				refuse(k, err.Error())
 			}
 		}
 	}
-	for _, k := range []string{"key.converter", "value.converter", "key.converter.schemas.enable", "value.converter.schemas.enable"} {
+	// Kafka Connect's worker writes headers with SimpleHeaderConverter
+	// unless told otherwise.
+	cfg.Router.HeaderConverter = router.ConverterHeader
+	for _, k := range []string{"key.converter", "value.converter", "key.converter.schemas.enable", "value.converter.schemas.enable",
+		"header.converter", "header.converter.schemas.enable", "extended.headers.enabled"} {
 		if v, ok := get(k); ok {
 			if err := cfg.Router.Set(k, v); err != nil {
 				refuse(k, err.Error())
 			}
+		}
+	}
+	// Debezium 3's extended headers are on by default; they name the
+	// connector by its logical name, topic.prefix, which Debezium requires
+	// (without it there is no Debezium to be like, and no such headers).
+	prefix, _ := get("topic.prefix")
+	if _, ok := conn["extended.headers.enabled"]; !ok && prefix != "" {
+		cfg.Router.ExtendedHeaders = true
+	}
+	cfg.Router.ExtendedHeadersLogicalName = prefix
+	if cfg.Router.ExtendedHeaders && prefix == "" {
+		refuse("topic.prefix", "extended headers name the connector by its logical name: set topic.prefix (Debezium requires it) or extended.headers.enabled=false")
+	}
+
+	// Errors: Kafka Connect's tolerance becomes pgoutbox's poison policy.
+	// With all, Kafka Connect skips a record that fails in a transform or
+	// a converter; pgoutbox dead-letters it (relay.dead.letter.topic), so
+	// the outbox topics hold the same records and nothing vanishes.
+	if v, ok := get("errors.tolerance"); ok {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "none":
+			cfg.Relay.PoisonPolicy = "fail"
+		case "all":
+			cfg.Relay.PoisonPolicy = "dead-letter"
+		default:
+			refuse("errors.tolerance", "use none or all")
+		}
+	}
+	if v, ok := get("skipped.operations"); ok {
+		for _, op := range strings.Split(v, ",") {
+			switch strings.TrimSpace(op) {
+			case "c":
+				refuse("skipped.operations", "skipping inserts (c) would relay no event at all")
+			case "u", "d", "t", "none", "":
+			default:
+				refuse("skipped.operations", fmt.Sprintf("%q is not an operation: use c, u, d, t or none", op))
+			}
+		}
+	}
+	if v, ok := get("message.prefix.include.list"); ok {
+		prefixes := strings.Split(v, ",")
+		p := strings.TrimSpace(prefixes[0])
+		if len(prefixes) > 1 || strings.ContainsAny(p, `*+?[](){}|^$\.`) {
+			refuse("message.prefix.include.list", "pgoutbox routes the logical decoding messages of one prefix (messages.prefix): name it")
+		} else {
+			cfg.Messages.Prefix = p
 		}
 	}
 
@@ -285,7 +360,7 @@ func applyConnector(cfg *fileConfig, conn map[string]string) (ignored []string, 
 			refuse(k, why)
 		}
 	}
-	for k := range conn {
+	for k := range given {
 		if !used[k] {
 			ignored = append(ignored, k)
 		}
@@ -296,4 +371,138 @@ func applyConnector(cfg *fileConfig, conn map[string]string) (ignored []string, 
 		return ignored, fmt.Errorf("connector configuration has settings pgoutbox cannot honour:\n  %s", strings.Join(refused, "\n  "))
 	}
 	return ignored, nil
+}
+
+// configVariable is Kafka's ConfigTransformer pattern: ${provider:[path:]key}.
+var configVariable = regexp.MustCompile(`\$\{([^}]*?):(([^}]*?):)?([^}]*?)\}`)
+
+// resolveProviders replaces the config-provider placeholders in v, as a
+// Kafka Connect worker whose config.providers are providers would: file
+// (FileConfigProvider: ${file:/path/to.properties:key}, a key of a
+// properties file), dir (DirectoryConfigProvider: ${dir:/path:name}, the
+// content of a file in a directory, as Kubernetes mounts a secret) and env
+// (EnvVarConfigProvider: ${env:NAME}). A placeholder of a provider not
+// configured, or one that names nothing, is an error, where Kafka Connect
+// would leave the text as it is.
+func resolveProviders(v string, providers []string) (string, error) {
+	var err error
+	out := configVariable.ReplaceAllStringFunc(v, func(m string) string {
+		if err != nil {
+			return m
+		}
+		g := configVariable.FindStringSubmatch(m)
+		name, path, key := g[1], g[3], g[4]
+		if !slices.Contains(providers, name) {
+			err = fmt.Errorf("config provider %q is not configured: list it in connector.config.providers (PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS: file, dir, env), as config.providers on the Connect worker", name)
+			return m
+		}
+		var val string
+		switch name {
+		case "file":
+			val, err = propertiesValue(path, key)
+		case "dir":
+			if strings.ContainsAny(key, "/\x00") || key == ".." || key == "." {
+				err = fmt.Errorf("config provider dir: %q is not a file name", key)
+				break
+			}
+			var b []byte
+			b, err = os.ReadFile(filepath.Join(path, key))
+			if err != nil {
+				err = fmt.Errorf("config provider dir: %w", err)
+			}
+			val = string(b)
+		case "env":
+			if path != "" {
+				err = fmt.Errorf("config provider env takes ${env:NAME}, without a path")
+				break
+			}
+			var ok bool
+			if val, ok = os.LookupEnv(key); !ok {
+				err = fmt.Errorf("config provider env: environment variable %s is not set", key)
+			}
+		default:
+			err = fmt.Errorf("config provider %q: pgoutbox knows file, dir and env (Kafka's FileConfigProvider, DirectoryConfigProvider and EnvVarConfigProvider)", name)
+		}
+		return val
+	})
+	return out, err
+}
+
+// propertiesValue reads key from the Java properties file at path.
+func propertiesValue(path, key string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("config provider file: %w", err)
+	}
+	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimLeft(lines[i], " \t\f")
+		// A line ending in an odd number of backslashes continues.
+		for strings.HasSuffix(line, "\\") && (len(line)-len(strings.TrimRight(line, "\\")))%2 == 1 && i+1 < len(lines) {
+			i++
+			line = line[:len(line)-1] + strings.TrimLeft(lines[i], " \t\f")
+		}
+		if line == "" || line[0] == '#' || line[0] == '!' {
+			continue
+		}
+		k, v := splitProperty(line)
+		if k == key {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("config provider file: no key %q in %s", key, path)
+}
+
+// splitProperty splits a properties line at its first unescaped =, : or
+// white space and unescapes both sides.
+func splitProperty(line string) (string, string) {
+	i := 0
+	for i < len(line) && !strings.ContainsRune("=: \t\f", rune(line[i])) {
+		if line[i] == '\\' {
+			i++
+		}
+		i++
+	}
+	i = min(i, len(line))
+	rest := strings.TrimLeft(line[i:], " \t\f")
+	if rest != "" && (rest[0] == '=' || rest[0] == ':') {
+		rest = strings.TrimLeft(rest[1:], " \t\f")
+	}
+	return unescapeProperty(line[:i]), unescapeProperty(rest)
+}
+
+func unescapeProperty(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch s[i] {
+		case 't':
+			b.WriteByte('\t')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 'f':
+			b.WriteByte('\f')
+		case 'u':
+			if i+4 < len(s) {
+				if r, err := strconv.ParseUint(s[i+1:i+5], 16, 16); err == nil {
+					b.WriteRune(rune(r))
+					i += 4
+					continue
+				}
+			}
+			b.WriteByte('u')
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,7 +36,7 @@ func TestConnectorImportMapsDebeziumSettings(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
 		}
 	}
-	if strings.Join(ignored, ",") != "heartbeat.interval.ms,tasks.max,tombstones.on.delete,topic.prefix" {
+	if strings.Join(ignored, ",") != "heartbeat.interval.ms,tasks.max,tombstones.on.delete" {
 		t.Errorf("ignored keys: %v", ignored)
 	}
 }
@@ -53,7 +54,7 @@ func TestConnectorImportRefusesWhatItCannotHonour(t *testing.T) {
 		"snapshot only":       {"snapshot.mode", "initial_only", "initial"},
 		"regex tables":        {"table.include.list", "public.outbox_.*", "regular expression"},
 		"other transform":     {"transforms", "outbox,unwrap", "transforms.unwrap.type"},
-		"config provider":     {"database.password", "${file:/secrets:pw}", "config providers"},
+		"config provider":     {"database.password", "${file:/secrets:pw}", "connector.config.providers"},
 		"drop slot":           {"slot.drop.on.stop", "true", "loses every event"},
 		"unknown router opt":  {"transforms.outbox.no.such.option", "x", "no.such.option"},
 		"transaction topic":   {"provide.transaction.metadata", "true", "transaction metadata"},
@@ -132,5 +133,123 @@ func TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot(t *testing.T) {
 		if cfg.Snapshot.Mode != want {
 			t.Errorf("snapshot.mode=%s: pgoutbox's snapshot.mode is %q, want %q", mode, cfg.Snapshot.Mode, want)
 		}
+	}
+}
+
+// TestConvertAndRunAgreeOnEveryConnector feeds the same connector
+// configurations to `convert` and to `run --connector`: convert accepts
+// exactly those that run accepts (run then fails to reach the database on
+// port 1, exit 3, instead of refusing the configuration, exit 2).
+func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
+	secrets := t.TempDir()
+	if err := os.WriteFile(filepath.Join(secrets, "db.properties"), []byte("# mounted\nuser = app\npassword=s3cret\\=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secrets, "slot"), []byte("orders_slot"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	jsonConv := "org.apache.kafka.connect.json.JsonConverter"
+	cases := []struct {
+		name   string
+		set    map[string]string
+		env    []string
+		accept bool
+	}{
+		{"base", nil, nil, true},
+		{"json value without schemas.enable", map[string]string{"value.converter": jsonConv}, nil, false},
+		{"json value, schemas off", map[string]string{"value.converter": jsonConv, "value.converter.schemas.enable": "false"}, nil, true},
+		{"regex that does not compile", map[string]string{"transforms.outbox.route.topic.regex": "(?<x>a"}, nil, false},
+		{"bad op behavior", map[string]string{"transforms.outbox.table.op.invalid.behavior": "panic"}, nil, false},
+		{"bad slot name", map[string]string{"slot.name": "Bad-Slot"}, nil, false},
+		{"status interval too long", map[string]string{"status.update.interval.ms": "60000"}, nil, false},
+		{"json headers without schemas.enable", map[string]string{"header.converter": jsonConv}, nil, false},
+		{"json headers", map[string]string{"header.converter": jsonConv, "header.converter.schemas.enable": "false"}, nil, true},
+		{"string header converter", map[string]string{"header.converter": "org.apache.kafka.connect.storage.StringConverter"}, nil, false},
+		{"errors.tolerance all", map[string]string{"errors.tolerance": "all", "errors.log.enable": "true", "errors.log.include.messages": "true"}, nil, true},
+		{"errors.tolerance other", map[string]string{"errors.tolerance": "some"}, nil, false},
+		{"skipped inserts", map[string]string{"skipped.operations": "c,d"}, nil, false},
+		{"skipped updates", map[string]string{"skipped.operations": "u,t"}, nil, true},
+		{"tombstones and heartbeats", map[string]string{"tombstones.on.delete": "true", "heartbeat.interval.ms": "10000", "heartbeat.action.query": "UPDATE hb SET ts = now()"}, nil, true},
+		{"one message prefix", map[string]string{"message.prefix.include.list": "outbox"}, nil, true},
+		{"two message prefixes", map[string]string{"message.prefix.include.list": "a,b"}, nil, false},
+		{"fixed topic and replacement", map[string]string{"transforms.outbox.route.topic": "orders", "transforms.outbox.route.topic.replacement": "x.${routedByValue}"}, nil, false},
+		{"constant replacement that is no topic", map[string]string{"transforms.outbox.route.topic.replacement": "all events"}, nil, false},
+		{"constant replacement", map[string]string{"transforms.outbox.route.topic.replacement": "all.events"}, nil, true},
+		{"extended headers without topic.prefix", map[string]string{"topic.prefix": "", "extended.headers.enabled": "true"}, nil, false},
+		{"extended headers off", map[string]string{"extended.headers.enabled": "false"}, nil, true},
+		{"initial snapshot", map[string]string{"snapshot.mode": "initial"}, nil, true},
+		{"snapshot only", map[string]string{"snapshot.mode": "initial_only"}, nil, false},
+		{"schema version and tracing", map[string]string{"transforms.outbox.table.field.event.schema.version": "version",
+			"transforms.outbox.tracing.span.context.field": "tracingspancontext", "transforms.outbox.tracing.operation.name": "read"}, nil, true},
+		{"bad autocreate mode", map[string]string{"publication.autocreate.mode": "sometimes"}, nil, false},
+		{"decoderbufs", map[string]string{"plugin.name": "decoderbufs"}, nil, false},
+		{"avro keys", map[string]string{"key.converter": "io.confluent.connect.avro.AvroConverter"}, nil, false},
+		{"string values expanded", map[string]string{"value.converter": "org.apache.kafka.connect.storage.StringConverter", "transforms.outbox.table.expand.json.payload": "true"}, nil, false},
+		{"provider not configured", map[string]string{"database.password": "${file:" + secrets + "/db.properties:password}"}, nil, false},
+		{"file and dir providers", map[string]string{"database.password": "${file:" + secrets + "/db.properties:password}",
+			"database.user": "${file:" + secrets + "/db.properties:user}", "slot.name": "${dir:" + secrets + ":slot}"},
+			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=file,dir"}, true},
+		{"missing key in a file", map[string]string{"database.password": "${file:" + secrets + "/db.properties:nope}"},
+			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=file"}, false},
+		{"env provider", map[string]string{"database.dbname": "${env:PGOUTBOX_TEST_CONNECTOR_DB}"},
+			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=env"}, true},
+		{"env provider, variable unset", map[string]string{"database.dbname": "${env:PGOUTBOX_TEST_NO_SUCH_VARIABLE}"},
+			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=env"}, false},
+	}
+	t.Setenv("PGOUTBOX_TEST_CONNECTOR_DB", "orders")
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conn := map[string]string{
+				"connector.class": postgresConnector, "database.hostname": "127.0.0.1", "database.port": "1",
+				"database.user": "app", "database.dbname": "orders", "topic.prefix": "orders",
+				"plugin.name": "pgoutput", "slot.name": "orders_outbox", "snapshot.mode": "no_data",
+				"transforms": "outbox", "transforms.outbox.type": eventRouter,
+			}
+			for k, v := range c.set {
+				if v == "" {
+					delete(conn, k)
+				} else {
+					conn[k] = v
+				}
+			}
+			body, err := json.Marshal(map[string]any{"name": "c", "config": conn})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(t.TempDir(), "connector.json")
+			if err := os.WriteFile(p, body, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, convErr bytes.Buffer
+			convCode := run([]string{"convert", p}, c.env, &out, &convErr)
+			var runOut, runErr bytes.Buffer
+			runCode := run([]string{"run", "--connector", p, "--brokers", "127.0.0.1:1", "--log-format", "json"}, c.env, &runOut, &runErr)
+			if (convCode == exitOK) != (runCode != exitConfig) {
+				t.Fatalf("convert exit %d, run exit %d\nconvert: %s\nrun: %s", convCode, runCode, convErr.String(), runErr.String())
+			}
+			if (convCode == exitOK) != c.accept {
+				t.Fatalf("convert exit %d, want acceptance %v: %s", convCode, c.accept, convErr.String())
+			}
+			if !c.accept && runCode != exitConfig {
+				t.Fatalf("run exit %d, want %d: %s", runCode, exitConfig, runErr.String())
+			}
+			if strings.Contains(out.String()+convErr.String()+runOut.String()+runErr.String(), "s3cret") {
+				t.Fatal("a password from a config provider was printed")
+			}
+		})
+	}
+}
+
+// TestRunPrintsARouterOptionErrorOnce: each bad router option is reported
+// once, not once by the router section's check and again by the routes'.
+func TestRunPrintsARouterOptionErrorOnce(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"run", "--dsn", "postgres://u@127.0.0.1:1/d", "--brokers", "127.0.0.1:1"},
+		[]string{"PGOUTBOX_ROUTER_TABLE_OP_INVALID_BEHAVIOR=panic"}, &out, &errOut)
+	if code != exitConfig {
+		t.Fatalf("exit %d, want %d: %s", code, exitConfig, errOut.String())
+	}
+	if n := strings.Count(errOut.String(), "table.op.invalid.behavior"); n != 1 {
+		t.Fatalf("the option error is printed %d times:\n%s", n, errOut.String())
 	}
 }

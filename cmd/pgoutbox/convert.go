@@ -16,7 +16,13 @@ func describeIgnored(keys []string) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
 		out[i] = k
-		if why := connectorIgnored[k]; why != "" {
+		why := connectorIgnored[k]
+		if opt, ok := strings.CutPrefix(k, "transforms."); ok && why == "" {
+			if _, o, ok := strings.Cut(opt, "."); ok {
+				why = routerIgnored[o]
+			}
+		}
+		if why != "" {
 			out[i] = k + " (" + why + ")"
 		}
 	}
@@ -48,9 +54,27 @@ func cmdConvert(args, environ []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	cfg := defaultFileConfig()
+	// The connector section (config providers) may come from the
+	// environment, as for run.
+	envCfg := defaultFileConfig()
+	if err := applyEnv(&envCfg, environ); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitConfig
+	}
+	cfg.Connector = envCfg.Connector
 	ignored, err := applyConnector(&cfg, conn)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitConfig
+	}
+	// What run would refuse, convert refuses: the same checks, with a
+	// stand-in for the brokers a connector does not name.
+	check := cfg
+	if len(check.Kafka.Brokers) == 0 {
+		check.Kafka.Brokers = []string{"kafka:9092"}
+	}
+	if err := check.Config.Validate(); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
 	hadPassword := false

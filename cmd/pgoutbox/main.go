@@ -65,10 +65,8 @@ func tuneRuntime() {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
 	// One processor for Go code unless GOMAXPROCS says otherwise: the
-	// walsender decodes on one core, and one P keeps up with it (catch-up
-	// 1.26-1.43x pg_recvlogical) while sparing the wake-ups of idle Ps
-	// looking for work: about 20% less CPU at 5,000 events/s and a lower
-	// p99 in each of three paired runs on the 2-core test machine.
+	// walsender decodes on one core, and one P keeps up with it while
+	// sparing idle Ps' wake-ups (measurements in DESIGN.md).
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
 		runtime.GOMAXPROCS(1)
 	}
@@ -430,6 +428,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\nWith relay.source=poll: creates (or completes) the poll table, its indexes and its\nnotification trigger instead.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
+	guard := c.fs.Bool("guard", false, "create an event trigger that refuses to drop the publication or take an outbox table out of it while pgoutbox streams (needs a superuser)")
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
 	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
@@ -477,6 +476,13 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	fmt.Fprintf(stdout, "migrated %s (publication %s)\n", strings.Join(p.Tables, ", "), cfg.Postgres.Publication)
+	if *guard {
+		if err := applyGuard(ctx, conn, cfg.Postgres); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: migrate --guard: %v\n", err)
+			return exitRuntime
+		}
+		fmt.Fprintln(stdout, "guard installed: dropping the publication or an outbox table from it is refused")
+	}
 	if *accept {
 		if err := acceptCatalog(ctx, conn, cfg.Postgres, stdout); err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: accept the catalog: %v\n", err)
@@ -510,6 +516,23 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// applyGuard installs migrate --guard's event trigger.
+func applyGuard(ctx context.Context, conn *pgx.Conn, pcfg replication.Config) error {
+	if pcfg.StateTable == "" {
+		return errors.New("the guard reads what to protect from the state table, and postgres.state.table is empty")
+	}
+	stmts, err := replication.GuardSQL(pcfg.StateTable)
+	if err != nil {
+		return err
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%w (event triggers need a superuser)", err)
+		}
+	}
+	return nil
+}
+
 // acceptCatalog records the publication's and the outbox tables' OIDs as
 // they are now in the state table, so that the next start accepts them.
 func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
@@ -530,7 +553,18 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	for _, ch := range st.ChangesSince(&cat, pcfg) {
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
 	}
+	// The old tables' rows may still be in the WAL still to be read: their
+	// OIDs stay known as the outbox's.
+	for _, t := range cat.Tables {
+		if was, ok := st.TableOIDs[t.Name]; ok && was != t.OID && was != 0 {
+			if st.RetiredOIDs == nil {
+				st.RetiredOIDs = map[uint32]string{}
+			}
+			st.RetiredOIDs[was] = t.Name
+		}
+	}
 	st.PublicationOID, st.TableOIDs = replication.CatalogOIDs(&cat)
+	st.Publication = pcfg.Publication
 	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
 	return replication.WriteState(ctx, conn, pcfg.StateTable, st)
 }

@@ -208,6 +208,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	} else {
 		v.report(checkSlot(f, rc)...)
 	}
+	validateFailover(ctx, v, rc)
 }
 
 // connectResult turns a failed connection into its FAIL line.

@@ -539,6 +539,25 @@ func TestRunStartupErrorsSayWhatToCheck(t *testing.T) {
 	}
 	noRole := *u
 	noRole.User = url.UserPassword("nobody_at_all", testSecret)
+	// A role that may do everything but replicate.
+	norep := strings.ToLower(testenv.UniqueName(t, "norep"))
+	for _, sql := range []string{
+		"CREATE ROLE " + norep + " LOGIN",
+		"GRANT CREATE ON SCHEMA public TO " + norep,
+		"GRANT CREATE ON DATABASE " + strings.TrimPrefix(u.Path, "/") + " TO " + norep,
+		"CREATE TABLE norep_outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)",
+		"ALTER TABLE norep_outbox OWNER TO " + norep,
+	} {
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP OWNED BY "+norep)
+		_, _ = conn.Exec(context.Background(), "DROP ROLE "+norep)
+	})
+	noRepl := *u
+	noRepl.User = url.User(norep)
 	deadBroker := "127.0.0.1:1" // nothing listens there; a freed port could be taken by another test
 	brokers := strings.Join(env.KafkaBrokers, ",")
 	cases := []struct {
@@ -547,6 +566,8 @@ func TestRunStartupErrorsSayWhatToCheck(t *testing.T) {
 	}{
 		{"no such role", noRole.String(), brokers, "public.outbox",
 			[]string{"as nobody_at_all", `role "nobody_at_all" does not exist`, "pg_hba.conf"}},
+		{"role without REPLICATION", noRepl.String(), brokers, "public.norep_outbox",
+			[]string{"as " + norep, "replication role", "ALTER ROLE " + `"` + norep + `" REPLICATION`}},
 		{"no outbox table", dsn, brokers, "public.orders_outbox",
 			[]string{`relation "public.orders_outbox" does not exist`, "pgoutbox migrate"}},
 		{"Kafka refuses", dsn, deadBroker, "public.outbox",
@@ -555,7 +576,7 @@ func TestRunStartupErrorsSayWhatToCheck(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := run([]string{"run", "--slot", strings.ToLower(testenv.UniqueName(t, "s"))},
+			code := run([]string{"run", "--slot", strings.ToLower(testenv.UniqueName(t, "s")), "--publication", testenv.UniqueName(t, "p")},
 				[]string{"PGOUTBOX_POSTGRES_DSN=" + c.dsn, "PGOUTBOX_KAFKA_BROKERS=" + c.brokers,
 					"PGOUTBOX_POSTGRES_TABLE_INCLUDE_LIST=" + c.tables, "PGOUTBOX_METRICS_LISTEN="},
 				&out, &errOut)

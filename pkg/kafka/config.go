@@ -19,15 +19,9 @@ const (
 	DefaultCompression     = "none"
 
 	// DefaultFlushFrequency bounds the time a record waits in a batch while
-	// no request is in flight to its broker. With all three flush triggers
-	// off, sarama sends whatever has accumulated the moment the previous
-	// request returns; that gives the same saturated throughput (records pile
-	// up while the one allowed request is in flight) but, below saturation,
-	// a request for every one to three records. Measured against a
-	// single-node Kafka 4 on a 2-core machine at 2,000-40,000 records/s,
-	// 1 ms cut the number of produce requests 2-6 times (3 to 69 records per
-	// request instead of 1.3 to 11) for 0.7-1.4 ms more median ack latency;
-	// 5 ms cut them 10-20 times for 3 ms more.
+	// no request is in flight to its broker: without it, below saturation,
+	// sarama sends a request for every one to three records (DESIGN.md,
+	// "Latency and throughput", has the measurements).
 	DefaultFlushFrequency = time.Millisecond
 	// DefaultFlushBytes flushes a batch early once this many bytes wait for
 	// one broker, so big records do not wait for the timer.
@@ -359,6 +353,7 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	p.Flush.Messages = max(c.FlushMessages, 0)
 	if c.SingleRecordBatches {
 		p.Flush.MaxMessages = 1
+		p.Flush.Messages = 0 // sarama wants it at most MaxMessages
 	}
 	p.Flush.Frequency = max(c.FlushFrequency, 0)
 	p.Retry.Max = c.RetryMax

@@ -216,3 +216,39 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 		t.Errorf("zero backoff = %v", got)
 	}
 }
+
+func TestSingleRecordBatchesIsAValidSaramaConfiguration(t *testing.T) {
+	c := Config{Brokers: []string{"b:9092"}, SingleRecordBatches: true}
+	c.Defaults()
+	sc, err := c.sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Producer.Flush.MaxMessages != 1 {
+		t.Fatalf("Flush.MaxMessages = %d, want 1", sc.Producer.Flush.MaxMessages)
+	}
+}
+
+// A record the broker refuses for what it is (too large, a timestamp out of
+// the topic's range, a bad topic, no permission) is poison; an outage, a
+// leader change or a timeout is retried, never poison.
+func TestIsPoisonTellsTheRecordFromTheBroker(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		poison bool
+	}{
+		{&ProduceError{Err: sarama.ErrInvalidTimestamp}, true},
+		{&ProduceError{Err: sarama.ErrMessageSizeTooLarge}, true},
+		{&ProduceError{Err: sarama.ErrTopicAuthorizationFailed}, true},
+		{&RecordTooLargeError{Size: 2, Limit: 1}, true},
+		{ErrTopicMissing, true},
+		{&ProduceError{Err: sarama.ErrNotLeaderForPartition}, false},
+		{&ProduceError{Err: sarama.ErrNotEnoughReplicas}, false},
+		{&ProduceError{Err: sarama.ErrRequestTimedOut}, false},
+		{&ProduceError{Err: sarama.ErrOutOfBrokers}, false},
+	} {
+		if got := IsPoison(c.err); got != c.poison {
+			t.Errorf("IsPoison(%v) = %v, want %v", c.err, got, c.poison)
+		}
+	}
+}

@@ -169,6 +169,11 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 			stop := context.AfterFunc(ctx, func() { _ = b.Close() })
 			var ok bool
 			ok, err = b.Connected()
+			if ok && err == nil {
+				// sarama reports a connection open before the broker
+				// answered anything: ask it something small.
+				_, err = b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
+			}
 			if stop() {
 				_ = b.Close()
 			} else if cerr := ctx.Err(); cerr != nil {

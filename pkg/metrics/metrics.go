@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -96,6 +95,10 @@ type Metrics struct {
 	slotStatus     map[string]prometheus.Gauge
 	slotPollErrors prometheus.Counter
 
+	behind         prometheus.Gauge
+	catchUpRate    prometheus.Gauge
+	catchUpETA     prometheus.Gauge
+	lastCommit     prometheus.Gauge
 	otherTables    prometheus.Counter
 	verifiedLSN    prometheus.Gauge
 	catalogChanged prometheus.Gauge
@@ -236,6 +239,10 @@ func (m *Metrics) build() {
 		m.slotStatus[s] = status.WithLabelValues(s)
 	}
 	m.slotPollErrors = counter("pgoutbox_slot_poll_errors_total", "Failed reads of the slot's WAL usage.")
+	m.behind = gauge("pgoutbox_catchup_behind_bytes", "WAL the relay still has to read to reach the server's position at its last catalog check; 0 when caught up.")
+	m.catchUpRate = gauge("pgoutbox_catchup_rate_bytes_per_second", "How fast the relay read WAL over the last relay.progress.interval while behind; 0 when caught up.")
+	m.catchUpETA = gauge("pgoutbox_catchup_eta_seconds", "Estimated time to catch up at the current rate; 0 when caught up or unknown.")
+	m.lastCommit = gauge("pgoutbox_last_commit_timestamp_seconds", "Commit time of the last transaction read from the slot, in Unix seconds (time() minus it is how old the events being read are).")
 	m.otherTables = counter("pgoutbox_other_table_changes_total", "Changes on tables of a FOR ALL TABLES publication that are not outbox tables, skipped.")
 	m.verifiedLSN = gauge("pgoutbox_catalog_verified_lsn_bytes", "WAL position of the last check that found the publication and the outbox tables unchanged; the slot is not confirmed past it.")
 	m.catalogChanged = gauge("pgoutbox_catalog_changed", "1 after the relay stopped because the publication or an outbox table changed under it (events may be missing from the stream).")
@@ -365,6 +372,16 @@ func (m *Metrics) Progress(p relay.Progress) {
 	m.inflightBytes.Set(float64(p.InFlightBytes))
 	m.pendingTxns.Set(float64(p.PendingTxns))
 	m.verifiedLSN.Set(float64(p.Verified))
+	m.behind.Set(float64(p.Behind))
+	m.catchUpRate.Set(p.CatchUpRate)
+	eta := 0.0
+	if p.CatchUpRate > 0 {
+		eta = float64(p.Behind) / p.CatchUpRate
+	}
+	m.catchUpETA.Set(eta)
+	if !p.LastCommitTime.IsZero() {
+		m.lastCommit.Set(float64(p.LastCommitTime.UnixNano()) / 1e9)
+	}
 	now := m.now()
 	m.mu.Lock()
 	if p.Confirmed > m.st.confirmed {
@@ -447,9 +464,8 @@ func Cause(err error) string {
 			return CausePostgres
 		}
 	}
-	var pg *pgconn.PgError
 	var ne net.Error
-	if errors.As(err, &pg) || errors.As(err, &ne) {
+	if replication.IsConnError(err) || errors.As(err, &ne) {
 		return CausePostgres
 	}
 	return CauseOther

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/outbox"
 	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
@@ -44,8 +45,14 @@ type Messages struct {
 }
 
 // RouterSet builds the router for every table: the router section for all,
-// with each table's routes entry applied over a copy of it.
+// with each table's routes entry applied over a copy of it (a table's own
+// route.topic replaces the section's regex and replacement). With extended
+// headers on and no run id, it picks one, once per Config, as Debezium does
+// at each task start.
 func (c *Config) RouterSet() (*router.Set, error) {
+	if c.Router.ExtendedHeaders && c.Router.ExtendedHeadersRunID == "" {
+		c.Router.ExtendedHeadersRunID = outbox.NewID()
+	}
 	per := make(map[string]router.Options, len(c.Routes))
 	tables := map[string]bool{}
 	for _, t := range c.Postgres.QualifiedTables() {
@@ -62,6 +69,10 @@ func (c *Config) RouterSet() (*router.Set, error) {
 			continue
 		}
 		o := c.Router
+		if _, fixed := opts["route.topic"]; fixed {
+			d := router.DefaultOptions()
+			o.RouteTopicRegex, o.RouteTopicReplacement = d.RouteTopicRegex, d.RouteTopicReplacement
+		}
 		for k, v := range opts {
 			if err := o.Set(k, v); err != nil {
 				errs = append(errs, fmt.Errorf("routes.%s: %w", table, err))
@@ -85,6 +96,10 @@ type Limits struct {
 	// ShutdownTimeout bounds how long a stop waits for the open transaction to
 	// end and for Kafka to acknowledge what is in flight.
 	ShutdownTimeout time.Duration `yaml:"shutdown.timeout"`
+	// ProgressInterval is how often, while the relay is behind (a backlog
+	// after a restart or an outage), it logs how far behind it is, how fast
+	// it catches up and when it expects to be done.
+	ProgressInterval time.Duration `yaml:"progress.interval"`
 	// RestartBackoff is the first wait before a new session after a failure;
 	// it doubles (with jitter) up to RestartBackoffMax.
 	RestartBackoff    time.Duration `yaml:"restart.backoff"`
@@ -114,6 +129,7 @@ func DefaultConfig() Config {
 			MaxInFlightRecords: 5000,
 			MaxInFlightBytes:   8 << 20,
 			ShutdownTimeout:    30 * time.Second,
+			ProgressInterval:   10 * time.Second,
 			RestartBackoff:     500 * time.Millisecond,
 			RestartBackoffMax:  30 * time.Second,
 			PoisonPolicy:       "fail",
@@ -138,9 +154,7 @@ func (c *Config) Validate() error {
 	if err := c.Kafka.ValidateExplicit(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Router.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	// RouterSet validates the router section too: each problem once.
 	if _, err := c.RouterSet(); err != nil {
 		errs = append(errs, err)
 	}
@@ -150,6 +164,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxInFlightBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("relay: max.inflight.bytes %d too small: use at least 1024", l.MaxInFlightBytes))
+	}
+	if l.ProgressInterval <= 0 {
+		errs = append(errs, fmt.Errorf("relay: progress.interval %s must be positive", l.ProgressInterval))
 	}
 	if l.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("relay: shutdown.timeout %s must be positive", l.ShutdownTimeout))

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
@@ -198,5 +201,65 @@ func TestTopicCreatedAfterItsFirstRecordIsNotPoison(t *testing.T) {
 	}
 	if hw := env.HighWater(t, []string{dlq}); hw[dlq+"/0"] != 0 {
 		t.Fatalf("the record was dead-lettered as well: %d records on %s", hw[dlq+"/0"], dlq)
+	}
+}
+
+// TestBatchTooLargeForItsTopicPoisonsOnlyTheRecordTooLarge: a topic whose
+// max.message.bytes is far below the producer's refuses whole batches as too
+// large; only the record that is too large on its own is poison (here: it
+// goes to the dead-letter topic), every other record arrives.
+func TestBatchTooLargeForItsTopicPoisonsOnlyTheRecordTooLarge(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	small := "outbox.event." + f.slot + "_small"
+	dlq := f.slot + ".dlq"
+	env.CreateTopic(t, dlq, 1)
+	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{small}, 1, 1,
+		map[string]string{"max.message.bytes": "6000"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.config()
+	cfg.Relay.PoisonPolicy = "dead-letter"
+	cfg.Relay.DeadLetterTopic = dlq
+	cfg.Kafka.FlushFrequency = 50 * time.Millisecond // batches of many records
+	p := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	const big = "00000000-0000-4000-8000-0000000000ff"
+	tx, err := f.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := 0; i < 60; i++ {
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'T', json_build_object('pad', repeat('x', 900)))`,
+			id, f.slot+"_small", fmt.Sprint(i%4)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k', 'T', json_build_object('pad', repeat('x', 8000)))`,
+		big, f.slot+"_small"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := receivedIDs(env.ConsumeAll(t, []string{small}, time.Minute, func(n int) bool { return n >= len(want) }))
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %d distinct records, want %d", len(got), len(want))
+	}
+	env.NewConsumer(t, []string{dlq}).WaitFor(t, 1, time.Minute)
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// The refused batch is resent from the slot, so the big record may be
+	// dead-lettered twice (with its id): never another record.
+	n := env.HighWater(t, []string{dlq})[dlq+"/0"]
+	for _, m := range env.ConsumeAll(t, []string{dlq}, time.Minute, func(got int) bool { return int64(got) >= n }) {
+		if id, _ := m.Header("id"); string(id) != big {
+			t.Fatalf("dead-lettered %q, want only %s", id, big)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -178,4 +179,164 @@ func TestLostSlotAtStartUpIsFatal(t *testing.T) {
 	if n != 1 || status != "lost" {
 		t.Errorf("after the exit: %d slots named %s, wal_status %q; want the lost slot left as it was", n, f.slot, status)
 	}
+}
+
+// startBinaryWith is startBinary with extra environment, not waiting for it
+// to stream.
+func startBinaryWith(t *testing.T, f *fixture, logName string, extra ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), logName)
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, pgoutboxBinary(t), []string{"run"}, append(f.environ(), extra...), lf, logPath)
+}
+
+// TestInstanceThatLostTheSlotBecomesTheStandby: when the active instance's
+// connection drops and the standby takes the slot over and moves it on, the
+// first instance must become the standby, not stop with "slot advanced by
+// someone else"; and when the second one dies, the first takes over again.
+func TestInstanceThatLostTheSlotBecomesTheStandby(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 3)
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 11)
+	c := env.NewConsumer(t, f.topics)
+	ctx := context.Background()
+	// a comes back slowly after losing its connection, so that b, polling
+	// every ~2 s, takes the slot first.
+	a := startBinaryWith(t, f, "a.log", "PGOUTBOX_RELAY_RESTART_BACKOFF=8s", "PGOUTBOX_RELAY_RESTART_BACKOFF_MAX=8s")
+	f.waitStreaming(t)
+	b := startBinaryWith(t, f, "b.log")
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		data, _ := os.ReadFile(b.log)
+		return strings.Contains(string(data), "standby"), "b has not logged that it is a standby"
+	})
+	write := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			if err := w.Txn(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitAll(t, c, w, time.Minute)
+	}
+	write(20)
+	aPID := f.activePID(t)
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_terminate_backend($1)", aPID); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		pid := f.activePID(t)
+		return pid != 0 && pid != aPID, "b did not take the slot over"
+	})
+	write(20) // b moves the slot on
+	// a comes back, finds the slot busy, and waits as the standby.
+	testenv.Eventually(t, 60*time.Second, 100*time.Millisecond, func() (bool, string) {
+		data, _ := os.ReadFile(a.log)
+		return strings.Count(string(data), "standby: the slot is in use") >= 1, "a has not become the standby"
+	})
+	select {
+	case <-a.done:
+		data, _ := os.ReadFile(a.log)
+		t.Fatalf("a exited after losing the slot to b: %v\n%s", a.err, data)
+	default:
+	}
+	bPID := f.activePID(t)
+	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, 30*time.Second)
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() (bool, string) {
+		pid := f.activePID(t)
+		return pid != 0 && pid != bPID, "a did not take the slot back"
+	})
+	write(20)
+	a.terminate(t, time.Minute)
+	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), sessionStarts(t, a.log, b.log))
+	if !rep.OK() {
+		t.Fatalf("after two takeovers: %s", rep)
+	}
+}
+
+// lastLine returns the last line a process wrote to its log.
+func lastLine(t *testing.T, p *process) string {
+	t.Helper()
+	out, err := os.ReadFile(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestSlotDroppedWhileStoppedIsNotReplacedSilently: a slot dropped while
+// pgoutbox was stopped (a DBA cleaning up inactive slots; every failover
+// before PostgreSQL 17) is found out at the next start from the state
+// table, and pgoutbox stops instead of creating a new slot and skipping the
+// events in between; `migrate --recreate-slot` is the deliberate way on.
+func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 21)
+	c := env.NewConsumer(t, f.topics)
+	p := startBinary(t, f, "first.log")
+	for i := 0; i < 10; i++ {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+	p.terminate(t, time.Minute)
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_drop_replication_slot($1)", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ { // events the dropped slot would have carried
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := startBinaryWith(t, f, "second.log")
+	if code := second.wait(t, time.Minute); code == 0 {
+		t.Fatal("exit 0 with the slot gone")
+	}
+	last := lastLine(t, second)
+	for _, want := range []string{f.slot, "does not exist, but pgoutbox used it", "migrate --recreate-slot"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("last line %q lacks %q", last, want)
+		}
+	}
+	if _, active := f.slotState(t); active {
+		t.Fatal("a slot is active")
+	}
+	var n int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d slots named %s after the refusal (%v): one was created silently", n, f.slot, err)
+	}
+
+	// The deliberate recreation, then streaming goes on from the new slot.
+	bin := pgoutboxBinary(t)
+	out, err := exec.Command(bin, "migrate", "--recreate-slot").CombinedOutput()
+	if err == nil {
+		t.Fatalf("migrate without its environment succeeded: %s", out)
+	}
+	cmd := exec.Command(bin, "migrate", "--recreate-slot")
+	cmd.Env = f.environ()
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "created again") {
+		t.Fatalf("migrate --recreate-slot: %v\n%s", err, out)
+	}
+	var note string
+	if err := f.checkDB.QueryRow(ctx, "SELECT note FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&note); err != nil || !strings.Contains(note, "recreated") {
+		t.Fatalf("state note %q (%v): the recreation is not recorded", note, err)
+	}
+	third := startBinary(t, f, "third.log")
+	w2 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 22)
+	for i := 0; i < 10; i++ {
+		if err := w2.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w2, time.Minute)
+	third.terminate(t, time.Minute)
 }

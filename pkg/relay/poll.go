@@ -376,7 +376,7 @@ func (s *pollSession) process(b *poll.Batch) error {
 	if err != nil {
 		s.abort(b)
 		var pe *ProduceError
-		if errors.As(err, &pe) && kafkaBatchTooLarge(pe) {
+		if errors.As(err, &pe) && batchRefused(pe) {
 			pr.single = true
 		}
 		return err
@@ -424,8 +424,8 @@ func (s *pollSession) process(b *poll.Batch) error {
 	return fatal
 }
 
-func kafkaBatchTooLarge(pe *ProduceError) bool {
-	return pe != nil && pe.Err != nil && kafka.IsBatchTooLarge(pe.Err)
+func batchRefused(pe *ProduceError) bool {
+	return pe != nil && pe.Err != nil && kafka.IsBatchRefused(pe.Err)
 }
 
 // deadLetter produces the dead-letter records of the failures at dead

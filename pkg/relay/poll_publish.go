@@ -269,7 +269,7 @@ func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []er
 			continue
 		}
 		p.r.obs.Failed(a.Topic, a.Err)
-		if kafka.IsPoison(a.Err) && (p.single || !kafka.IsBatchTooLarge(a.Err)) {
+		if kafka.IsPoison(a.Err) && (p.single || !kafka.IsBatchRefused(a.Err)) {
 			errs[a.Ref] = a.Err
 			continue
 		}

@@ -57,6 +57,17 @@ type history struct {
 	slotSeen       bool
 	lastConfirmed  checkpoint.LSN
 	sessionStarted time.Time
+	// othersHeld: another connection held the slot since this process
+	// last streamed from it, so its position may have moved on
+	// legitimately (the slot stays known: a slot that vanishes later is
+	// still not recreated).
+	othersHeld bool
+}
+
+// slotBusy notes that another connection holds the slot.
+func (h *history) slotBusy() {
+	h.lastConfirmed = 0
+	h.othersHeld = true
 }
 
 // Observer receives what the relay does, for metrics, health and tests.
@@ -103,6 +114,13 @@ type Progress struct {
 	Verified checkpoint.LSN
 	// LastCommitTime is the commit time of the last transaction read.
 	LastCommitTime time.Time
+	// ServerWAL is the server's WAL position at the last catalog check.
+	// Behind is how much WAL the relay still has to read to reach it, and
+	// CatchUpRate how fast it read WAL over the last progress interval
+	// (bytes per second); both 0 when caught up.
+	ServerWAL   checkpoint.LSN
+	Behind      int64
+	CatchUpRate float64
 }
 
 // NopObserver implements Observer with methods that do nothing.
@@ -243,7 +261,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		started := r.clock.Now()
 		ran, err := r.session(ctx)
-		streamed = streamed || ran
+		// A standby has found the servers and its slot (busy): from then on
+		// a failure is retried as after streaming, not a start-up error.
+		streamed = streamed || ran || errors.Is(err, replication.ErrSlotInUse)
 		if errors.Is(err, errStopped) || (err == nil && ctx.Err() != nil) {
 			return nil
 		}
@@ -314,14 +334,10 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		// Another instance owns the slot, and may advance it: when this
 		// one takes over, the slot's position is legitimately ahead. No
 		// producer is built for a slot that is busy.
-		r.history = history{}
+		r.history.slotBusy()
 		return false, fmt.Errorf("%w: slot %q (walsender PID %d)", replication.ErrSlotInUse, pcfg.Slot, slot.ActivePID)
 	}
 	if err := r.checkHistory(start); err != nil {
-		return false, err
-	}
-	sessionStart := r.clock.Now()
-	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, r.instance, sessionStart)); err != nil {
 		return false, err
 	}
 
@@ -339,11 +355,21 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if err != nil {
 		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
 		if errors.Is(err, replication.ErrSlotInUse) {
-			r.history = history{}
+			r.history.slotBusy()
 		}
 		return false, err
 	}
-	r.history.slotSeen = true
+	// Recorded once this instance holds the slot, and before it confirms
+	// anything: another instance that finds the slot moved on knows who did.
+	sessionStart := r.clock.Now()
+	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.instance, sessionStart)); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = st.Close(cctx)
+		cancel()
+		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+		return false, err
+	}
+	r.history.slotSeen, r.history.othersHeld = true, false
 	r.history.lastConfirmed = max(r.history.lastConfirmed, slot.ConfirmedFlushLSN)
 	r.history.sessionStarted = sessionStart
 	if r.singleUntil > 0 {
@@ -397,14 +423,14 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		r.log.Warn("PostgreSQL changed timeline since pgoutbox last recorded the slot (a promotion or a restore)",
 			zap.Int32("recorded_timeline", start.State.Timeline), zap.Int32("timeline", start.Identity.Timeline))
 	}
-	if !r.history.slotSeen || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {
+	if !r.history.slotSeen || r.history.othersHeld || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {
 		return nil
 	}
 	if start.HadState && start.State.Instance != "" && start.State.Instance != r.instance &&
 		start.State.SessionStartedAt.After(r.history.sessionStarted) {
 		r.log.Info("another pgoutbox instance took the slot over while this one was disconnected, and moved it on; continuing from its position",
 			zap.String("slot", pcfg.Slot), zap.String("instance", start.State.Instance), zap.Stringer("confirmed_lsn", slot.ConfirmedFlushLSN))
-		r.history = history{}
+		r.history.slotBusy()
 		return nil
 	}
 	return &FatalError{Err: fmt.Errorf("relay: slot %q is at %s, past %s, the furthest pgoutbox confirmed, and no other pgoutbox instance recorded a session on it: it was advanced, or dropped and recreated, by someone else, and the events in between were skipped; investigate before restarting", pcfg.Slot, slot.ConfirmedFlushLSN, r.history.lastConfirmed)}
@@ -433,7 +459,7 @@ func (r *Relay) checkDeadLetterTopic(ctx context.Context) error {
 }
 
 // sessionState is the state row that records this instance's session.
-func sessionState(start replication.Start, instance string, now time.Time) replication.State {
+func sessionState(start replication.Start, publication, instance string, now time.Time) replication.State {
 	s := start.State
 	if !start.HadState || start.Created {
 		s = replication.State{Slot: start.Slot.Name, SlotCreatedAt: now, SlotCreatedLSN: start.Slot.ConfirmedFlushLSN, Note: "created by pgoutbox"}
@@ -452,10 +478,15 @@ func sessionState(start replication.Start, instance string, now time.Time) repli
 	}
 	s.ConfirmedAt = now
 	s.PublicationOID, s.TableOIDs = replication.CatalogOIDs(&start.Catalog)
+	s.Publication = publication
 	s.Instance = instance
 	s.SessionStartedAt = now
 	return s
 }
+
+// forceClose is what closing the producer takes after it gave up waiting
+// (kafka.Producer closes its connections and waits for sarama this long).
+const forceClose = 2 * time.Second
 
 // closeProducer closes p. Between sessions the old producer must be gone
 // before a new one starts, since records it still delivers would interleave
@@ -472,15 +503,24 @@ func (r *Relay) closeProducer(ctx context.Context, p producer, deadline time.Tim
 	if ctx.Err() != nil {
 		budget = deadline.Sub(r.clock.Now())
 	}
+	// Closing gives up the moment sarama's Close is given, less the time
+	// Close then needs to close the connections under it.
+	budget -= forceClose
 	var mu sync.Mutex
 	var t *time.Timer
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		t = time.AfterFunc(budget, cancel)
+		t = time.AfterFunc(max(budget, 0), cancel)
 	})
+	// A second signal: at once.
+	stopForce := func() bool { return false }
+	if r.force != nil {
+		stopForce = context.AfterFunc(forceContext{context.Background(), r.force}, cancel)
+	}
 	r.logClose(p.Close(cctx))
 	stop()
+	stopForce()
 	mu.Lock()
 	if t != nil {
 		t.Stop()

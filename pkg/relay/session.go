@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,10 +39,12 @@ type session struct {
 	log   *zap.Logger
 	clock clock
 	ctx   context.Context // Run's: ends at the first stop request
-	st    stream
-	prod  producer
-	tr    *checkpoint.Tracker
-	start replication.Start
+	// recvCtx is Receive's: it ends only with a stop at once.
+	recvCtx context.Context
+	st      stream
+	prod    producer
+	tr      *checkpoint.Tracker
+	start   replication.Start
 
 	topics  *topicGate
 	watcher catalogWatcher
@@ -87,8 +90,10 @@ type session struct {
 	// latest is the catalog of the last check that passed.
 	latest replication.Catalog
 
-	// pendingRel is a relation the loop waits for the catalog to classify.
+	// pendingRel is a relation the loop waits for the catalog to classify,
+	// with a check made at or after pendingAt.
 	pendingRel *replication.Relation
+	pendingAt  checkpoint.LSN
 	pendingBy  time.Time
 
 	// failures are acks the loop made itself (a topic that does not exist,
@@ -97,6 +102,17 @@ type session struct {
 
 	stopping bool
 	stopBy   time.Time // the end of the whole stop's budget
+	// ending: the final status is sent; the helpers' results no longer
+	// wake the stream (a Wake would cut EndStream's wait for the server).
+	ending atomic.Bool
+
+	// Catch-up progress: the server's WAL position at the last catalog
+	// check, and the position and time of the last progress report.
+	serverWAL    checkpoint.LSN
+	progressAt   time.Time
+	progressFrom checkpoint.LSN
+	rate         float64
+	behind       bool
 }
 
 // relClass is what a relation of the stream is to the relay.
@@ -122,10 +138,18 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		sentConfirmed: start.Slot.ConfirmedFlushLSN,
 		walEnd:        start.Slot.ConfirmedFlushLSN,
 		verified:      max(start.Catalog.CheckedAt, start.Slot.ConfirmedFlushLSN),
+		serverWAL:     start.Catalog.CheckedAt,
 	}
-	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, st.Wake))
-	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, st.Wake)
+	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
+	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, s.wake)
 	return s
+}
+
+// wake wakes the stream for a helper's result, unless the session ends.
+func (s *session) wake() {
+	if !s.ending.Load() {
+		s.st.Wake()
+	}
 }
 
 // loop reads WAL and acks until the context is cancelled (at a transaction
@@ -134,8 +158,11 @@ func (s *session) loop() error {
 	lim := s.r.cfg.Relay
 	interval := s.r.cfg.Postgres.StatusInterval
 	// A stop request wakes a Receive that waits for data, so that an idle
-	// relay stops at once.
+	// relay stops at once. The context Receive is given is made once: the
+	// stream watches each new one (a context.AfterFunc), which per message
+	// would cost allocations on the hot path.
 	defer context.AfterFunc(s.ctx, s.st.Wake)()
+	s.recvCtx = s.forceCtx()
 	s.nextStatus = s.clock.Now().Add(interval)
 	for {
 		if !s.stopping && s.ctx.Err() != nil {
@@ -154,7 +181,8 @@ func (s *session) loop() error {
 				return errStopped
 			}
 			if !s.clock.Now().Before(s.drainBy()) {
-				return fmt.Errorf("relay: transaction still open %s after the stop request; stopping without confirming it", lim.ShutdownTimeout)
+				return fmt.Errorf("relay: transaction still open %s after the stop request (relay.shutdown.timeout %s, less the time kept for confirming and closing); stopping without confirming it",
+					s.clock.Now().Sub(s.stopBy.Add(-lim.ShutdownTimeout)).Round(time.Millisecond), lim.ShutdownTimeout)
 			}
 		}
 		if s.r.singleUntil > 0 && s.tr.Confirmed() >= s.r.singleUntil && !s.tr.Open() && s.tr.InFlight() == 0 {
@@ -190,7 +218,7 @@ func (s *session) loop() error {
 			}
 			continue
 		}
-		ev, err := s.st.Receive(s.forceCtx(), s.waitDeadline())
+		ev, err := s.st.Receive(s.recvCtx, s.waitDeadline())
 		if err != nil {
 			if s.forced() {
 				return errForced
@@ -341,6 +369,7 @@ func (s *session) catalog(res catalogResult) error {
 		return &FatalError{Err: &replication.CatalogError{Publication: cfg.Publication, Problems: changes, Err: replication.ErrCatalogChanged}}
 	}
 	s.verified = max(s.verified, res.Catalog.CheckedAt)
+	s.serverWAL = max(s.serverWAL, res.Catalog.CheckedAt)
 	s.latest = res.Catalog
 	if s.pendingRel != nil {
 		s.classifyPending()
@@ -382,13 +411,13 @@ func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
 	s.r.obs.Failed(a.Topic, a.Err)
 	lsn := s.commitLSN(id)
 	lim := s.r.cfg.Relay
-	if kafka.IsBatchTooLarge(a.Err) && s.r.singleUntil == 0 {
-		// The broker refused a whole batch; its records may each be
-		// small enough. Resend from the slot, one record per request,
-		// until past the last transaction sent so far.
+	if kafka.IsBatchRefused(a.Err) && s.r.singleUntil == 0 {
+		// The broker refused a whole batch; its other records may be
+		// good. Resend from the slot, one record per request, until past
+		// the last transaction sent so far.
 		s.tr.Fail(id)
 		s.r.singleUntil = max(s.lastSent(), lsn)
-		s.log.Warn("Kafka refused a batch as too large (the topic's max.message.bytes is below kafka.max.message.bytes?); resending its records one at a time",
+		s.log.Warn("Kafka refused a whole batch for one of its records (too large for the topic, a timestamp out of its range, ...); resending them one at a time, so that only that record is poison",
 			zap.String("topic", a.Topic), zap.ByteString("event_id", a.EventID), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
 		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
 	}
@@ -439,6 +468,7 @@ func (s *session) status(force bool) error {
 	s.nextStatus = s.lastStatus.Add(s.r.cfg.Postgres.StatusInterval)
 	s.sentConfirmed = confirmed
 	s.watcher.Confirmed(confirmed, min(s.eventCommit, confirmed))
+	s.reportProgress()
 	s.progress()
 	return nil
 }
@@ -460,7 +490,66 @@ func (s *session) progress() {
 		Idle:            !s.tr.Open() && s.tr.InFlight() == 0,
 		Verified:        s.verified,
 		LastCommitTime:  s.lastCommit,
+		ServerWAL:       s.serverWAL,
+		Behind:          s.behindBytes(),
+		CatchUpRate:     s.rate,
 	})
+}
+
+// behindBytes is how much WAL the relay has yet to read to reach the
+// server's position at the last catalog check (0 when idle: the server
+// sends nothing for transactions that touch no published table).
+func (s *session) behindBytes() int64 {
+	pos := max(s.received, s.sentConfirmed)
+	if s.serverWAL <= pos || s.tr.Confirmed() >= s.serverWAL || (!s.tr.Open() && s.tr.InFlight() == 0 && s.walEnd >= s.serverWAL) {
+		return 0
+	}
+	return int64(s.serverWAL - pos)
+}
+
+// catchUpThreshold: behind by more than this, or reading transactions
+// committed longer ago than catchUpAge, the relay reports its progress.
+const (
+	catchUpThreshold = 1 << 20
+	catchUpAge       = 10 * time.Second
+)
+
+// reportProgress logs, every relay.progress.interval while the relay is
+// behind, how far behind it is, how fast it catches up and when it expects
+// to be done; and once when it has caught up.
+func (s *session) reportProgress() {
+	now := s.clock.Now()
+	if s.progressAt.IsZero() {
+		s.progressAt, s.progressFrom = now, s.received
+		return
+	}
+	elapsed := now.Sub(s.progressAt)
+	if elapsed < s.r.cfg.Relay.ProgressInterval {
+		return
+	}
+	s.rate = float64(s.received-min(s.progressFrom, s.received)) / elapsed.Seconds()
+	s.progressAt, s.progressFrom = now, s.received
+	behind := s.behindBytes()
+	age := time.Duration(0)
+	if !s.lastCommit.IsZero() {
+		age = now.Sub(s.lastCommit)
+	}
+	if behind < catchUpThreshold && (age < catchUpAge || behind == 0) {
+		if s.behind {
+			s.behind = false
+			s.log.Info("caught up", zap.Stringer("received_lsn", s.received), zap.Stringer("confirmed_lsn", s.sentConfirmed))
+		}
+		s.rate = 0
+		return
+	}
+	s.behind = true
+	fields := []zap.Field{zap.Int64("behind_bytes", behind), zap.Duration("last_commit_age", age.Round(time.Millisecond)),
+		zap.Float64("rate_bytes_per_second", s.rate), zap.Stringer("received_lsn", s.received), zap.Stringer("server_lsn", s.serverWAL),
+		zap.Stringer("confirmed_lsn", s.sentConfirmed)}
+	if s.rate > 0 {
+		fields = append(fields, zap.Duration("estimated_time_left", time.Duration(float64(behind)/s.rate*float64(time.Second)).Round(time.Second)))
+	}
+	s.log.Info("catching up", fields...)
 }
 
 func (s *session) handle(ev replication.Event) error {
@@ -573,66 +662,70 @@ func (s *session) relation(rel *replication.Relation) {
 		return
 	}
 	// Perhaps a partition attached since the session started: ask the
-	// catalog, and read no more WAL until it answers.
-	s.pendingRel, s.pendingBy = rel, s.clock.Now().Add(relationWait)
+	// catalog, and read no more WAL until a check made after this
+	// transaction's commit answers (an older one may not know the
+	// partition yet).
+	s.pendingRel, s.pendingAt, s.pendingBy = rel, s.commit, s.clock.Now().Add(relationWait)
 	s.watcher.Check()
 }
 
 // classify says what rel is, by its OID, from cat. final says cat is the
-// last word (a fresh check): an OID it does not know is then another table.
+// last word (a check made after the relation's rows were written): an OID
+// it does not know is then another table.
 func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, final bool) (relClass, bool) {
 	if t, ok := cat.Root(rel.ID); ok {
 		return relClass{table: t}, true
 	}
+	// An outbox table that was dropped and created again while its rows
+	// were still to be read: its old OID, recorded when the new one was
+	// accepted (migrate --accept-catalog).
+	if t, ok := s.start.State.RetiredOIDs[rel.ID]; ok {
+		return relClass{table: t}, true
+	}
+	partitions := s.start.Catalog.Partitioned() && !s.start.Catalog.ViaRoot
 	if s.start.Catalog.AllTables {
 		// Every table of the database is published: only a partition of
 		// an outbox table (when partitions report under their own names)
 		// needs a look at the catalog.
-		if s.start.Catalog.ViaRoot || !s.start.Catalog.Partitioned() || final {
+		if !partitions || final {
 			return relClass{other: true}, true
 		}
 		return relClass{}, false
 	}
-	if !s.start.Catalog.Partitioned() || final {
-		return relClass{unexpected: fmt.Sprintf("table %s is in publication %q but is not an outbox table in postgres.table.include.list (nor a partition of one): add it there, or remove it from the publication (ALTER PUBLICATION ... DROP TABLE)",
-			rel.Table, s.r.cfg.Postgres.Publication)}, true
+	if !partitions || final {
+		why := fmt.Sprintf("table %s (OID %d) is in publication %q but is not an outbox table in postgres.table.include.list (nor a partition of one): add it there, or remove it from the publication (ALTER PUBLICATION ... DROP TABLE)",
+			rel.Table, rel.ID, s.r.cfg.Postgres.Publication)
+		if partitions {
+			why += "; if it was a partition of an outbox table, dropped since its rows were written, turn publish_via_partition_root on so that partitions report under their table's name"
+		}
+		return relClass{unexpected: why}, true
 	}
 	return relClass{}, false
 }
 
-// classifyPending classifies the pending relation with the latest catalog.
+// classifyPending classifies the pending relation with the latest catalog,
+// if that check was made after the relation's transaction committed;
+// otherwise it asks for another.
 func (s *session) classifyPending() {
-	rel := s.pendingRel
-	c, _ := s.classify(rel, &s.latest, true)
-	if !c.other && c.table == "" {
-		// Gone from the catalog (a partition dropped since its rows were
-		// written): when exactly one outbox table is partitioned, the
-		// publication carries nothing else, so it was a partition of it.
-		if t, ok := s.onlyPartitioned(); ok && !s.start.Catalog.AllTables {
-			s.log.Info("a relation the catalog no longer knows is taken as a partition of the only partitioned outbox table",
-				zap.String("relation", rel.Table), zap.Uint32("oid", rel.ID), zap.String("table", t))
-			c = relClass{table: t}
-		}
+	if s.latest.CheckedAt < s.pendingAt {
+		s.watcher.Check()
+		return
 	}
-	s.rels[rel] = c
+	c, _ := s.classify(s.pendingRel, &s.latest, true)
+	s.rels[s.pendingRel] = c
 	s.pendingRel = nil
 }
 
-func (s *session) onlyPartitioned() (string, bool) {
-	name, n := "", 0
-	for _, t := range s.start.Catalog.Tables {
-		if t.Kind == 'p' {
-			name, n = t.Name, n+1
-		}
-	}
-	return name, n == 1
-}
-
-// unclassified ends the wait for a relation the catalog did not classify.
+// unclassified ends the wait for a relation the catalog did not classify:
+// a session restart when the catalog could not be read, else fatal.
 func (s *session) unclassified() error {
 	rel := s.pendingRel
-	return &FatalError{Err: fmt.Errorf("relay: the stream carries table %s (OID %d), and no catalog check within %s said whether it is a partition of an outbox table; nothing at or after it was confirmed",
-		rel.Table, rel.ID, relationWait)}
+	err := fmt.Errorf("relay: the stream carries table %s (OID %d), and no catalog check within %s said whether it is a partition of an outbox table; nothing at or after it was confirmed",
+		rel.Table, rel.ID, relationWait)
+	if s.catalogFailed > 0 {
+		return err
+	}
+	return &FatalError{Err: err}
 }
 
 func (s *session) change(c *replication.Change) error {
@@ -654,14 +747,9 @@ func (s *session) change(c *replication.Change) error {
 		row := router.Row{Table: c.Rel.Table, Names: c.Rel.Columns, Types: c.Rel.Types, Values: values}
 		return s.poisonRow(c.Op.String(), c.Rel.Table, &row, nil, nil, c.Chunk, errors.New(cls.unexpected))
 	}
-	row := router.Row{Table: cls.table, Names: c.Rel.Columns, Types: c.Rel.Types}
-	switch c.Op {
-	case replication.OpInsert:
-		row.Op, row.Values = router.OpInsert, c.Values
-	case replication.OpUpdate:
-		row.Op, row.Values = router.OpUpdate, c.Values
-	case replication.OpDelete:
-		row.Op, row.Values = router.OpDelete, c.Old
+	row := router.Row{Table: cls.table, Op: c.Op, Names: c.Rel.Columns, Types: c.Rel.Types, Values: c.Values}
+	if c.Op == replication.OpDelete {
+		row.Values = c.Old
 	}
 	return s.route(&row, c.Op.String(), c.Chunk)
 }
@@ -790,8 +878,15 @@ func (s *session) finish(cause error) {
 	if !s.stopping {
 		s.stopBy = s.clock.Now().Add(lim.ShutdownTimeout)
 	}
-	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) {
-		for (s.tr.InFlight() > 0 || (s.tr.Confirmed() > s.verified && !s.capLifted)) && !s.tr.Failed() &&
+	// A clean stop, and a fatal error too (a poison row, a changed catalog:
+	// the transactions before it are good), waits for what is in flight so
+	// that it can be confirmed; after a changed catalog without waiting for
+	// a check that would only fail again.
+	var fatal *FatalError
+	isFatal := errors.As(cause, &fatal)
+	verify := !errors.Is(cause, replication.ErrCatalogChanged)
+	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) || isFatal {
+		for (s.tr.InFlight() > 0 || (verify && s.tr.Confirmed() > s.verified && !s.capLifted)) && !s.tr.Failed() &&
 			s.clock.Now().Before(s.drainBy()) && !s.forced() {
 			if s.tr.InFlight() == 0 {
 				s.requestCheck()
@@ -824,6 +919,7 @@ func (s *session) finish(cause error) {
 		ctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))
 		confirmed := s.confirmable()
 		s.r.history.lastConfirmed = max(s.r.history.lastConfirmed, confirmed)
+		s.ending.Store(true)
 		if err := s.st.SendStatus(ctx, confirmed, false); err != nil {
 			s.log.Warn("final status update", zap.Error(err))
 		} else {
@@ -842,7 +938,7 @@ func (s *session) finish(cause error) {
 		s.log.Debug("close replication connection", zap.Error(err))
 	}
 	cancel()
-	s.r.closeProducer(s.stopCtx(cause), s.prod, s.stopBy)
+	s.r.closeProducer(s.ctx, s.prod, s.stopBy)
 	s.topics.checker.Stop()
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(2*time.Second))
 	s.watcher.Stop(wctx)
@@ -858,17 +954,6 @@ func (s *session) finalBy(d time.Duration) time.Time {
 		return s.stopBy
 	}
 	return t
-}
-
-// stopCtx is the context whose end lets closing the producer give up at the
-// stop's deadline: Run's (a stop) or, for a failed session, one that never
-// ends, since the next session must not start before the old producer is
-// gone.
-func (s *session) stopCtx(cause error) context.Context {
-	if s.stopping || errors.Is(cause, errForced) {
-		return s.ctx
-	}
-	return context.WithoutCancel(s.ctx)
 }
 
 // forceContext is a context that is also done when force is closed.

@@ -403,11 +403,7 @@ func (w *simWorld) act(deadline time.Time, inReceive bool, t *simTimer) (ev repl
 	if w.steps > 200_000 {
 		w.fail("no end after %d steps", w.steps)
 		w.requestStop()
-		select {
-		case <-w.force:
-		default:
-			close(w.force)
-		}
+		w.forceStop()
 		if t != nil {
 			t.fire()
 		}
@@ -421,11 +417,7 @@ func (w *simWorld) act(deadline time.Time, inReceive bool, t *simTimer) (ev repl
 	}
 	if !w.stopAt.IsZero() && w.faulty && w.rng.IntN(200) == 0 && w.now.Sub(w.stopAt) > time.Second {
 		w.logf("second stop request")
-		select {
-		case <-w.force:
-		default:
-			close(w.force)
-		}
+		w.forceStop()
 		return
 	}
 	frozen := w.now.Before(w.frozen)
@@ -496,6 +488,15 @@ func pick(rng *rand.Rand, weights []int) int {
 
 func (w *simWorld) advance(d time.Duration) { w.now = w.now.Add(d) }
 
+// forceStop is the second stop request (once).
+func (w *simWorld) forceStop() {
+	select {
+	case <-w.force:
+	default:
+		close(w.force)
+	}
+}
+
 func (w *simWorld) requestStop() {
 	if w.stopAt.IsZero() {
 		w.logf("stop requested")
@@ -537,11 +538,7 @@ func (c *simClock) NewTimer(d time.Duration) timer {
 		if w.spurious > 3 {
 			w.fail("invariant 4: the loop woke %d times with nothing to do (a busy loop)", w.spurious)
 			w.requestStop()
-			select {
-			case <-w.force:
-			default:
-				close(w.force)
-			}
+			w.forceStop()
 		}
 	}
 	w.lastTimer = t

@@ -1,0 +1,299 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The outbox tables. conf_outbox is Debezium's recommended shape (jsonb
+// payload) plus the columns the configurations place or read; conf_outbox_text
+// has a text payload (what expansion parses as written, not as jsonb
+// normalises it) and a microsecond timestamp; conf_outbox_null is the table
+// of the NULL-event-id configuration, in a publication of its own. A bigserial
+// primary key lets the event id be NULL and UPDATE and DELETE be published.
+const schemaSQL = `
+CREATE TABLE conf_outbox (
+	seq bigserial PRIMARY KEY,
+	id uuid,
+	aggregatetype varchar(255),
+	aggregateid varchar(255),
+	type varchar(255),
+	payload jsonb,
+	ts timestamp(3),
+	part int4,
+	flag boolean,
+	version int4,
+	tracingspancontext text
+);
+CREATE TABLE conf_outbox_text (LIKE conf_outbox INCLUDING DEFAULTS INCLUDING IDENTITY);
+ALTER TABLE conf_outbox_text ADD PRIMARY KEY (seq);
+ALTER TABLE conf_outbox_text ALTER COLUMN payload TYPE text, ALTER COLUMN ts TYPE timestamp(6);
+CREATE TABLE conf_outbox_null (LIKE conf_outbox INCLUDING DEFAULTS INCLUDING IDENTITY);
+ALTER TABLE conf_outbox_null ADD PRIMARY KEY (seq);
+CREATE PUBLICATION conf_pub FOR TABLE conf_outbox, conf_outbox_text;
+CREATE PUBLICATION conf_pub_null FOR TABLE conf_outbox_null;
+`
+
+// row is one outbox row: column → value (nil is SQL NULL).
+type row map[string]any
+
+// txn is one transaction of the workload.
+type txn struct {
+	name     string
+	rows     []row    // inserted in order (table in the "table" pseudo-column)
+	after    []string // statements run after the inserts, in the same transaction
+	rollback bool
+}
+
+// eventID is the id of the n-th event.
+func eventID(n int) string { return fmt.Sprintf("c0c0c0c0-0000-4000-8000-%012d", n) }
+
+// workload is the conformance rows, written once. tok makes the routing
+// values (and so the topics) unique to the run. The rows whose payloads
+// make Debezium's expansion fail come last in conf_outbox, so that a task
+// that dies on them has relayed everything before; the sentinel ends the
+// stream.
+type workload struct {
+	tok  string
+	txns []txn
+	n    int
+	// sentinel is the last row, the only one routed to its topic.
+	sentinel row
+	// afterSentinel is pg_current_wal_lsn() read after the sentinel's
+	// commit, set by write.
+	afterSentinel string
+	// before maps each event id to pg_current_wal_lsn() read before its
+	// transaction began: a slot confirmed at or before it sends the event
+	// again.
+	before map[string]string
+}
+
+func (w *workload) ev(table string, mods ...func(row)) row {
+	w.n++
+	r := row{
+		"table":         table,
+		"id":            eventID(w.n),
+		"aggregatetype": "Order" + w.tok,
+		"aggregateid":   fmt.Sprintf("k%d", w.n%7),
+		"type":          "OrderCreated" + w.tok,
+		"payload":       fmt.Sprintf(`{"n": %d}`, w.n),
+		"part":          w.n % 3,
+		"flag":          w.n%2 == 0,
+		"version":       w.n % 4,
+	}
+	for _, m := range mods {
+		m(r)
+	}
+	return r
+}
+
+func set(col string, v any) func(row) { return func(r row) { r[col] = v } }
+
+func payload(p any) func(row) { return set("payload", p) }
+
+func (w *workload) add(name string, rows ...row) {
+	w.txns = append(w.txns, txn{name: name, rows: rows})
+}
+
+const (
+	tMain = "conf_outbox"
+	tText = "conf_outbox_text"
+	tNull = "conf_outbox_null"
+)
+
+func nested(depth int, open, close, inner string) string {
+	return strings.Repeat(open, depth) + inner + strings.Repeat(close, depth)
+}
+
+func newWorkload(tok string) *workload {
+	w := &workload{tok: tok}
+	m, x := tMain, tText
+
+	w.add("worked example", w.ev(m, set("aggregateid", "1"), payload(`{"total": 12}`)))
+	w.add("multi-row transaction",
+		w.ev(m, set("aggregateid", "a")), w.ev(m, set("aggregateid", "b")), w.ev(m, set("aggregateid", "a")),
+		w.ev(m, set("aggregateid", "c"), set("aggregatetype", "Customer"+tok)), w.ev(m, set("aggregateid", "a")),
+		w.ev(x, set("aggregateid", "b"), payload(`{"from": "text"}`)))
+	w.txns = append(w.txns, txn{name: "rolled back", rollback: true,
+		rows: []row{w.ev(m, payload(`{"rolled": "back"}`)), w.ev(x, payload(`{"rolled": "back"}`))}})
+	sameTxn := w.ev(m, set("aggregateid", "deleted-in-txn"))
+	w.txns = append(w.txns, txn{name: "inserted and deleted in one transaction", rows: []row{sameTxn},
+		after: []string{fmt.Sprintf("DELETE FROM conf_outbox WHERE id = '%s'", sameTxn["id"])}})
+	later := w.ev(m, set("aggregateid", "deleted-later"))
+	w.add("inserted, deleted in its own transaction", later)
+	w.txns = append(w.txns, txn{name: "DELETE in its own transaction",
+		after: []string{fmt.Sprintf("DELETE FROM conf_outbox WHERE id = '%s'", later["id"])}})
+	updated := w.ev(m, set("aggregateid", "updated"))
+	w.add("inserted, updated later", updated)
+	w.txns = append(w.txns, txn{name: "UPDATE",
+		after: []string{fmt.Sprintf(`UPDATE conf_outbox SET payload = '{"updated": true}' WHERE id = '%s'`, updated["id"])}})
+
+	// Character classes, in payload strings, JSON member names, keys and
+	// header columns.
+	classes := map[string]string{
+		"ascii controls": "\u0001\u0002\u0007\b\t\n\u000b\f\r\u000e\u001b\u001f\u007f",
+		"latin-1":        "é ü ß ÿ © ¿ Ñ",
+		"cjk":            "漢字 かな カナ 한국어",
+		"non-bmp":        "😀 𝄞 🇺🇳 𠜎",
+		"separators":     "a\u2028b\u2029c",
+		"quotes":         `"q" \ \\ / ' \"`,
+		"bom and nbsp":   "\ufeff\u00a0\u200b",
+	}
+	for _, name := range slices.Sorted(maps.Keys(classes)) {
+		s := classes[name]
+		js := jsonString(s)
+		w.add("characters: "+name,
+			w.ev(m, payload(`{"s": `+js+`, `+js+`: 1}`), set("aggregateid", "key "+s)),
+			w.ev(x, payload(`{"s": `+js+`}`), set("aggregateid", s)))
+	}
+	w.add("odd member names",
+		w.ev(m, payload(`{"": 1, " ": 2, "payload": 3, "a.b": 4, "a-b": 5, "1": 6, "$x": 7, "😀": 8, "null": null}`)),
+		w.ev(x, payload(`{"a": 1, "a": 2, "b": {"a": 3, "a": null}}`)))
+	w.add("odd keys",
+		w.ev(m, set("aggregateid", "")), w.ev(m, set("aggregateid", nil)),
+		w.ev(m, set("aggregateid", strings.Repeat("k", 250))), w.ev(x, set("aggregateid", nil)))
+	w.add("large payloads",
+		w.ev(m, payload(`{"blob": "`+strings.Repeat("0123456789abcdef", 12500)+`"}`)),
+		w.ev(m, payload(`{"list": [`+strings.TrimSuffix(strings.Repeat("1234567, ", 20000), ", ")+`]}`)),
+		w.ev(x, payload(`{"blob": "`+strings.Repeat("😀é", 30000)+`"}`)))
+	w.add("degenerate payloads",
+		w.ev(m, payload(`{}`)), w.ev(m, payload(`[]`)), w.ev(m, payload(`""`)), w.ev(m, payload(`null`)),
+		w.ev(m, payload(nil)), w.ev(m, payload(`0`)), w.ev(m, payload(`"text"`)), w.ev(m, payload(`true`)),
+		w.ev(m, payload(`[1, 2, 3]`)), w.ev(m, payload(`["a", "b"]`)), w.ev(m, payload(`{"a": []}`)),
+		w.ev(m, payload(`{"a": [null, null]}`)), w.ev(m, payload(`{"a": {}}`)), w.ev(m, payload(`{"a": [[], [1]]}`)))
+	w.add("degenerate text payloads",
+		w.ev(x, payload(``)), w.ev(x, payload(`   `)), w.ev(x, payload("\t{}\n")), w.ev(x, payload(` {"a": 1}`)),
+		w.ev(x, payload(`plain text`)), w.ev(x, payload(`{"a": 1} trailing`)), w.ev(x, payload(`{bad json`)),
+		w.ev(x, payload(`[1, 2]`)), w.ev(x, payload(nil)), w.ev(x, payload(`{"s": "\ud83d"}`)),
+		w.ev(x, payload(`{"s": "\ud83d\ude00 \u00e9 \u2028"}`)), w.ev(x, payload(`{"a": 1,}`)),
+		w.ev(x, payload(`{"a": 01}`)), w.ev(x, payload(`{"a": NaN}`)), w.ev(x, payload(`/* c */ {}`)))
+	w.add("numbers",
+		w.ev(m, payload(`{"i32max": 2147483647, "i32min": -2147483648, "i32over": 2147483648, "i64max": 9223372036854775807, "i64min": -9223372036854775808}`)),
+		w.ev(m, payload(`{"f": 0.1, "e": 1e2, "neg0": -0, "negf": -0.0, "one": 1.0, "dec": 12.50, "exp": 1E-7, "small": 0.000001}`)),
+		w.ev(x, payload(`{"max": 1.7976931348623157e308, "min": 4.9e-324, "e": 1E2, "dec": 12.50, "neg0": -0, "negf": -0.0, "f": 1.0e-3, "g": 1e7, "h": 9999999.0, "i": 123456789.123456789}`)),
+		w.ev(x, payload(`{"i32max": 2147483647, "i32over": 2147483648, "i64max": 9223372036854775807, "i64min": -9223372036854775808}`)),
+		w.ev(x, payload(`{"a": [1, 2147483648]}`)), w.ev(x, payload(`{"a": [1, 1.5]}`)), w.ev(x, payload(`{"a": [1, "x"]}`)))
+	w.add("deep nesting",
+		w.ev(m, payload(nested(100, `{"a": `, `}`, `1`))),
+		w.ev(x, payload(nested(100, `[`, `]`, `1`))),
+		w.ev(x, payload(nested(999, `[`, `]`, ``))),
+		w.ev(x, payload(nested(1001, `[`, `]`, ``))),
+		w.ev(x, payload(nested(1001, `{"a": `, `}`, `1`))))
+	w.add("arrays of objects",
+		w.ev(m, payload(`{"lines": [{"sku": "a", "qty": 1}, {"sku": "b"}, {"qty": 2, "note": "x"}]}`)),
+		w.ev(m, payload(`{"lines": [{"a": null}, {"a": 1}]}`)))
+	w.add("timestamps",
+		w.ev(m, set("ts", "2024-01-02 03:04:05.123")), w.ev(m, set("ts", "1999-12-31 23:59:59.999")),
+		w.ev(m, set("ts", "1970-01-01 00:00:00")), w.ev(m, set("ts", nil)),
+		w.ev(x, set("ts", "2024-01-02 03:04:05.123456")), w.ev(x, set("ts", "2025-06-30 23:59:59.999999")))
+	w.add("partitions, flags and versions",
+		w.ev(m, set("part", nil), set("flag", nil), set("version", nil)),
+		w.ev(m, set("part", 2), set("flag", true), set("version", 7)),
+		w.ev(x, set("part", 1), set("flag", false), set("version", nil)))
+	w.add("tracing context",
+		w.ev(m, set("tracingspancontext", "traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n")),
+		w.ev(m, set("tracingspancontext", "#Properties\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00\ntracestate=congo\\=t61rcWkgMzE\n")),
+		w.ev(m, set("tracingspancontext", "not a context")))
+	w.add("other routing values",
+		w.ev(m, set("aggregatetype", "Payment"+tok), set("type", "PaymentPaid"+tok)),
+		w.ev(m, set("type", "misc-thing"+tok)), w.ev(x, set("type", "Misc.other"+tok)))
+
+	// Payloads that expansion may fail on, last.
+	w.add("expansion edge: integer beyond 64 bits", w.ev(m, payload(`{"big": 18446744073709551616}`)))
+	w.add("expansion edge: top-level array of objects", w.ev(m, payload(`[{"a": 1}, {"b": 2}]`)))
+	w.add("expansion edge: top-level array of numbers", w.ev(x, payload(`[1, 2]`)))
+	w.add("expansion edge: huge double as jsonb", w.ev(m, payload(`{"d": 1e300}`)))
+	w.sentinel = w.ev(m, set("aggregateid", "sentinel"), set("aggregatetype", "Sentinel"+tok), set("type", "SentinelCreated"+tok), payload(`{"end": true}`))
+	w.add("sentinel", w.sentinel)
+	return w
+}
+
+// nullWorkload is the rows of the NULL-event-id configuration.
+func nullWorkload(tok string, start int) *workload {
+	w := &workload{tok: tok, n: start}
+	w.add("before", w.ev(tNull, set("aggregateid", "before")))
+	w.add("NULL event id", w.ev(tNull, set("id", nil), set("aggregateid", "null-id")))
+	w.sentinel = w.ev(tNull, set("aggregateid", "sentinel"), set("aggregatetype", "Sentinel"+tok), set("type", "SentinelCreated"+tok))
+	w.add("sentinel", w.sentinel)
+	return w
+}
+
+func jsonString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r < 0x20:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// write commits the workload's transactions (rolling back those marked so).
+func (w *workload) write(t testing.TB, conn *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	w.before = map[string]string{}
+	for _, tx := range w.txns {
+		var lsn string
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tx.rows {
+			if id, ok := r["id"].(string); ok {
+				w.before[id] = lsn
+			}
+		}
+		pt, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tx.rows {
+			cols := []string{"id", "aggregatetype", "aggregateid", "type", "payload", "ts", "part", "flag", "version", "tracingspancontext"}
+			var args []any
+			var ph []string
+			for i, c := range cols {
+				v, ok := r[c]
+				if !ok {
+					v = nil
+				}
+				args = append(args, v)
+				ph = append(ph, fmt.Sprintf("$%d", i+1))
+			}
+			sql := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", r["table"], strings.Join(cols, ", "), strings.Join(ph, ", "))
+			if _, err := pt.Exec(ctx, sql, args...); err != nil {
+				t.Fatalf("%s: %s: %v", tx.name, sql, err)
+			}
+		}
+		for _, sql := range tx.after {
+			if _, err := pt.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %s: %v", tx.name, sql, err)
+			}
+		}
+		if tx.rollback {
+			err = pt.Rollback(ctx)
+		} else {
+			err = pt.Commit(ctx)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tx.name, err)
+		}
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&w.afterSentinel); err != nil {
+		t.Fatal(err)
+	}
+}

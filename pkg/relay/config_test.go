@@ -1,0 +1,61 @@
+package relay
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+func validConfig() Config {
+	c := DefaultConfig()
+	c.Postgres.DSN = "postgres://u@127.0.0.1:1/d"
+	c.Kafka.Brokers = []string{"127.0.0.1:1"}
+	return c
+}
+
+func TestValidateReportsARouterOptionOnce(t *testing.T) {
+	c := validConfig()
+	c.Router.OpInvalidBehavior = "panic"
+	err := c.Validate()
+	if err == nil || strings.Count(err.Error(), "table.op.invalid.behavior") != 1 {
+		t.Fatalf("Validate: %v; want the option named once", err)
+	}
+}
+
+func TestATablesFixedTopicReplacesTheSectionsRouting(t *testing.T) {
+	c := validConfig()
+	c.Postgres.Tables = []string{"public.outbox", "public.payments"}
+	c.Router.RouteTopicReplacement = "orders.${routedByValue}"
+	c.Routes = map[string]map[string]string{"public.payments": {"route.topic": "payments"}}
+	s, err := c.RouterSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := &router.Row{Table: "public.payments", Op: router.OpInsert, Names: []string{"id", "payload"}, Values: [][]byte{[]byte("1"), []byte("{}")}}
+	var rec router.Record
+	if _, err := s.Route(row, time.Unix(0, 0), &rec); err != nil || rec.Topic != "payments" {
+		t.Fatalf("Route: %v, topic %q", err, rec.Topic)
+	}
+	// A fixed topic and a replacement in one table's options is refused.
+	c.Routes["public.payments"]["route.topic.replacement"] = "p.${routedByValue}"
+	if _, err := c.RouterSet(); err == nil || !strings.Contains(err.Error(), "set either route.topic") {
+		t.Fatalf("RouterSet: %v", err)
+	}
+}
+
+func TestExtendedHeadersGetOneRunIDPerConfig(t *testing.T) {
+	c := validConfig()
+	c.Router.ExtendedHeaders, c.Router.ExtendedHeadersLogicalName = true, "orders"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	id := c.Router.ExtendedHeadersRunID
+	if len(id) != 36 {
+		t.Fatalf("run id %q", id)
+	}
+	if _, err := c.RouterSet(); err != nil || c.Router.ExtendedHeadersRunID != id {
+		t.Fatalf("RouterSet: %v, run id %q then %q", err, id, c.Router.ExtendedHeadersRunID)
+	}
+}

@@ -435,9 +435,6 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if isPoll(cfg) {
-		return migratePoll(cfg, *dry, stdout, stderr)
-	}
 	p := migrations.Params{Tables: cfg.Postgres.QualifiedTables(), Publication: cfg.Postgres.Publication}
 	if cfg.Postgres.StateTable != "" {
 		ddl, err := replication.StateTableDDL(cfg.Postgres.StateTable)
@@ -448,7 +445,11 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		p.StateTableDDL = ddl
 	}
 	if *dry {
-		stmts, err := migrations.Render(p)
+		render := func() ([]string, error) { return migrations.Render(p) }
+		if isPoll(cfg) { // poll.go
+			render = func() ([]string, error) { return renderPoll(cfg) }
+		}
+		stmts, err := render()
 		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 			return exitConfig
@@ -471,6 +472,9 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		return exitStartup
 	}
 	defer conn.Close(ctx)
+	if isPoll(cfg) { // the poll table instead: poll.go
+		return migratePoll(ctx, conn, cfg, stdout, stderr)
+	}
 	if err := migrations.Apply(ctx, conn, p); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/poll"
-	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // The poll source's parts of migrate, status and validate
@@ -25,35 +23,35 @@ import (
 
 func isPoll(cfg fileConfig) bool { return cfg.Relay.Source == relay.SourcePoll }
 
-// migratePoll creates or completes the poll table, its indexes and (with
-// poll.notify) its trigger.
-func migratePoll(cfg fileConfig, dry bool, stdout, stderr io.Writer) int {
-	if err := errors.Join(cfg.Poll.Validate(), cfg.Postgres.ValidateDSN()); err != nil && !dry {
-		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
-		return exitConfig
+// pollParams are the poll migration's parameters for cfg.
+func pollParams(cfg fileConfig) (migrations.PollParams, error) {
+	if err := cfg.Poll.Validate(); err != nil {
+		return migrations.PollParams{}, err
 	}
 	t, err := cfg.PollTable()
 	if err != nil {
+		return migrations.PollParams{}, err
+	}
+	return migrations.PollParams{Table: t.Name, Notify: cfg.Poll.Notify, Channel: cfg.Poll.Channel(t.Name)}, nil
+}
+
+// renderPoll is the SQL of migratePoll, for migrate --print.
+func renderPoll(cfg fileConfig) ([]string, error) {
+	p, err := pollParams(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return migrations.RenderPoll(p)
+}
+
+// migratePoll creates or completes the poll table, its indexes and (with
+// poll.notify) its trigger, on cmdMigrate's connection.
+func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, stdout, stderr io.Writer) int {
+	p, err := pollParams(cfg)
+	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
-	p := migrations.PollParams{Table: t.Name, Notify: cfg.Poll.Notify, Channel: cfg.Poll.Channel(t.Name)}
-	if dry {
-		stmts, err := migrations.RenderPoll(p)
-		if err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
-			return exitConfig
-		}
-		fmt.Fprintln(stdout, strings.Join(stmts, "\n"))
-		return exitOK
-	}
-	ctx := context.Background()
-	conn, err := replication.ConnectSQL(ctx, cfg.Postgres, "pgoutbox-migrate", cfg.Postgres.ConnectTimeout)
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
-		return exitStartup
-	}
-	defer conn.Close(ctx)
 	if err := migrations.ApplyPoll(ctx, conn, p); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
@@ -62,7 +60,7 @@ func migratePoll(cfg fileConfig, dry bool, stdout, stderr io.Writer) int {
 	if !p.Notify {
 		trigger = "no notification trigger (poll.notify is false): rows are claimed every poll.interval"
 	}
-	fmt.Fprintf(stdout, "migrated %s for the poll source: columns, indexes, %s\n", t.Name, trigger)
+	fmt.Fprintf(stdout, "migrated %s for the poll source: columns, indexes, %s\n", p.Table, trigger)
 	return exitOK
 }
 
@@ -95,24 +93,14 @@ type pollBacklog struct {
 	OldestAgeSeconds *float64 `json:"oldest_unpublished_age_s"`
 }
 
-// statusPoll implements "pgoutbox status" for the poll source.
-func statusPoll(cfg fileConfig, format string, stdout, stderr io.Writer) int {
+// statusPoll is "pgoutbox status" for the poll source, on cmdStatus's
+// connection.
+func statusPoll(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileConfig, format string, stdout, stderr io.Writer) int {
 	t, err := cfg.PollTable()
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Postgres.ConnectTimeout+statusQueryTimeout)
-	defer cancel()
-	conn, target, err := connectPG(ctx, cfg.Postgres)
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
-		if errors.Is(err, errBadDSN) {
-			return exitConfig
-		}
-		return exitStartup
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	st, err := readPollStatus(ctx, conn, target, cfg, t)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: read status: %s\n", oneLine(err))
@@ -251,39 +239,16 @@ func human(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// validatePollSource is validate's PostgreSQL part for the poll source:
-// the server, the table with the router's and the poll source's columns,
+// validatePollSource is validate's PostgreSQL part for the poll source,
+// after the server and the table were checked: the poll source's columns,
 // the index and trigger, and the role's privileges on the table. Nothing
 // about replication: the poll source needs none.
-func validatePollSource(v *validation, cfg fileConfig) {
-	rc := cfg.Postgres
-	if rc.ConnectTimeout <= 0 {
-		rc.ConnectTimeout = replication.DefaultConfig().ConnectTimeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), rc.ConnectTimeout+statusQueryTimeout)
-	defer cancel()
-	conn, target, err := connectPG(ctx, rc)
-	if err != nil {
-		v.report(connectResult(err))
-		var ce *replication.ConnectError
-		if errors.As(err, &ce) {
-			v.unreachable = true
-		}
-		return
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func validatePollSource(ctx context.Context, v *validation, conn *pgx.Conn, f pgFacts, cfg fileConfig) {
 	t, err := cfg.PollTable()
 	if err != nil {
 		v.report(fail("poll table", err.Error(), "name exactly one outbox table in postgres.table.include.list"))
 		return
 	}
-	f, err := readPGFacts(ctx, conn, target, rc)
-	if err != nil {
-		v.report(fail("postgres", "connected to "+target.String()+", but reading its state failed: "+oneLine(err), "run pgoutbox validate again; if it persists, check the server's log"))
-		return
-	}
-	v.report(checkServer(f))
-	v.report(checkTables(f, cfg)...)
 	if len(f.tables) == 0 || !f.tables[0].exists {
 		return
 	}

@@ -44,9 +44,6 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: --format %q: use table or json\n", *format)
 		return exitConfig
 	}
-	if isPoll(cfg) {
-		return statusPoll(cfg, *format, stdout, stderr)
-	}
 	if err := cfg.Postgres.Validate(); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
@@ -63,6 +60,9 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		return exitStartup
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if isPoll(cfg) {
+		return statusPoll(ctx, conn, target, cfg, *format, stdout, stderr)
+	}
 
 	st, err := readStatus(ctx, conn, target, cfg.Postgres)
 	if err != nil {

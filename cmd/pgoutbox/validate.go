@@ -106,11 +106,7 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 		v.report(warn("connector", "settings pgoutbox ignores: "+strings.Join(describeIgnored(c.ignored), ", "), ""))
 	}
 
-	switch {
-	case strings.TrimSpace(cfg.Postgres.DSN) == "":
-	case isPoll(cfg):
-		validatePollSource(v, cfg)
-	default:
+	if strings.TrimSpace(cfg.Postgres.DSN) != "" {
 		validatePostgres(v, cfg)
 	}
 	// An invalid Kafka section is already a FAIL above; asking the brokers
@@ -191,6 +187,11 @@ func validatePostgres(v *validation, cfg fileConfig) {
 		return
 	}
 	v.report(checkServer(f))
+	if isPoll(cfg) { // the table instead of replication: poll.go
+		v.report(checkTables(f, cfg)...)
+		validatePollSource(ctx, v, conn, f, cfg)
+		return
+	}
 	v.report(checkWALLevel(f.walLevel))
 	v.report(checkRole(f))
 	v.report(checkSlotCapacity(f, rc))

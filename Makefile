@@ -73,13 +73,14 @@ test-go:
 ## test-faults: the full fault suite (30 relay SIGKILLs, Kafka killed and paused, PostgreSQL restarts,
 ## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM; Kafka frozen 90 s and 2 minutes
 ## with topics new to the session; on the 3-node cluster a rolling restart, leader SIGKILLs, a paused
-## broker, a dead first broker); results in faults-report.md
-FAULT_TESTS := ^(TestFaults|TestKafkaFrozen|TestClusterFaults)$$
+## broker, a dead first broker), and the poll source's with four instances (30 SIGKILLs, Kafka down
+## 2 minutes, SIGTERM); results in faults-report.md
+FAULT_TESTS := ^(TestFaults|TestKafkaFrozen|TestClusterFaults|TestPollSIGKILLWithFourInstancesLosesNothing|TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers|TestPollSIGTERMWithFourInstancesRepeatsNothing)$$
 test-faults:
 	@echo "| scenario | events written | verified | lost | out of order | duplicates | wall time | peak RSS |" > faults-report.md
 	@echo "|---|---|---|---|---|---|---|---|" >> faults-report.md
 	bash scripts/testenv.sh exec -- env PGOUTBOX_FAULTS=full PGOUTBOX_REQUIRE_INTEGRATION=1 \
-		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 90m -run '$(FAULT_TESTS)' -v ./pkg/relay/ \
+		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 150m -run '$(FAULT_TESTS)' -v ./pkg/relay/ \
 		| grep -v 'logger.go'
 	@cat faults-report.md
 
@@ -115,7 +116,7 @@ fuzz:
 
 BENCHFLAGS ?=
 
-## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s,
+## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s, the poll source,
 ## resources, micro-benchmarks) into bench-results/; shorten with e.g. BENCHFLAGS='--events 50000 --duration 20s'
 bench:
 	bash scripts/bench.sh $(BENCHFLAGS)

@@ -109,7 +109,7 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 
 	// Write the events.
 	t0 := time.Now()
-	if err := h.prepare(ctx, aggType, size, n); err != nil {
+	if err := h.prepare(ctx, outboxTable, aggType, size, n); err != nil {
 		return r, err
 	}
 	r.PrepSeconds = time.Since(t0).Seconds()
@@ -167,11 +167,11 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 	return r, nil
 }
 
-// prepare inserts n events of aggType in transactions of size events, with
+// prepare inserts n events of aggType into table in transactions of size events, with
 // PrepWriters connections at once, each running a server-side loop that
 // commits after every transaction (synchronous_commit off: the commit does
 // not wait for the WAL flush, which the measurements do not need).
-func (h *harness) prepare(ctx context.Context, aggType string, size, n int) error {
+func (h *harness) prepare(ctx context.Context, table, aggType string, size, n int) error {
 	txns := (n + size - 1) / size
 	writers := min(h.o.PrepWriters, txns)
 	pad := strings.Repeat("x", h.o.PayloadBytes)
@@ -205,7 +205,7 @@ BEGIN
 		COMMIT;
 	END LOOP;
 END
-$bench$`, from, to-1, outboxTable, aggType, size, size, pad, size, n, size)
+$bench$`, from, to-1, table, aggType, size, size, pad, size, n, size)
 			if _, err := conn.Exec(ctx, sql); err != nil {
 				errs[w] = fmt.Errorf("writer %d: %w", w, err)
 			}

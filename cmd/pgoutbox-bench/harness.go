@@ -102,13 +102,16 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			r, err := h.latency(ctx, rate)
+			r, err := h.latency(ctx, rate, h.walSource())
 			if err != nil {
 				r.Error = err.Error()
 			}
 			res.Latency = append(res.Latency, r)
 			record(fmt.Sprintf("latency at %d events/s", rate), err)
 		}
+	}
+	if o.enabled(ScenarioPoll) && ctx.Err() == nil {
+		h.runPoll(ctx, res, record)
 	}
 	if o.enabled(ScenarioMicro) && ctx.Err() == nil {
 		h.logf("micro-benchmarks: go test -bench (benchtime %s)", o.BenchTime)
@@ -311,10 +314,10 @@ func withDatabase(dsn, name string) (string, error) {
 }
 
 // relayEnv is the environment of a pgoutbox process on slot: the bench's own
-// settings, then --pgoutbox-env. PGOUTBOX_* variables of the caller's
-// environment are left out so that a run is configured only by what
-// results.json records.
-func (h *harness) relayEnv(slot string) []string {
+// settings, then extra (a scenario's), then --pgoutbox-env. PGOUTBOX_*
+// variables of the caller's environment are left out so that a run is
+// configured only by what results.json records.
+func (h *harness) relayEnv(slot string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "PGOUTBOX_") {
@@ -330,5 +333,6 @@ func (h *harness) relayEnv(slot string) []string {
 		"PGOUTBOX_KAFKA_BROKERS="+strings.Join(h.o.Brokers, ","),
 		"PGOUTBOX_LOG_FORMAT=json",
 	)
+	env = append(env, extra...)
 	return append(env, h.o.PgoutboxEnv...)
 }

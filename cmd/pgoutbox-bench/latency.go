@@ -36,6 +36,9 @@ import (
 // consumer's fetch, which ReceiveLatencyMs adds. The append time has
 // millisecond precision: the middle of its millisecond is used.
 type LatencyResult struct {
+	// Source is "" for the WAL source, a poll variant's label for the poll
+	// source (poll.go).
+	Source          string  `json:"source,omitempty"`
 	TargetRate      int     `json:"target_rate"`
 	DurationSeconds float64 `json:"duration_s"` // how long the measured writing ran
 	Writers         int     `json:"writers"`
@@ -121,11 +124,28 @@ func latencyEnd(o Options) latencyEndpoint {
 	return latencyEndpoint{"LogAppendTime", "kafka_append", "Kafka append"}
 }
 
-// latencyInsert writes one event whose payload carries its sequence number
-// and the commit time (microseconds since the epoch).
-const latencyInsert = `INSERT INTO ` + outboxTable + ` (id, aggregatetype, aggregateid, type, payload)
+// latencyInsert writes one event into table whose payload carries its
+// sequence number and the commit time (microseconds since the epoch).
+func latencyInsert(table string) string {
+	return `INSERT INTO ` + table + ` (id, aggregatetype, aggregateid, type, payload)
 VALUES (gen_random_uuid(), $1, $2, 'Created', jsonb_build_object('seq', $3::bigint,
 	'ts', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'pad', $4::text))`
+}
+
+// latencySource is what a latency run measures: the WAL source (the
+// table outboxTable, a slot) or the poll source (poll.go).
+type latencySource struct {
+	tag   string // prefixes the run's names ("" for the WAL source)
+	table string
+	// env is pgoutbox's environment for the run's slot name.
+	env func(slot string) []string
+	// ready waits until pgoutbox reads the source.
+	ready func(ctx context.Context, p *relayProc, slot string) error
+}
+
+func (h *harness) walSource() latencySource {
+	return latencySource{table: outboxTable, env: func(slot string) []string { return h.relayEnv(slot) }, ready: h.waitSlotActive}
+}
 
 // receiver collects what the consumer receives.
 type receiver struct {
@@ -178,10 +198,10 @@ func (rc *receiver) counts() (received, warm int64) {
 	return rc.received, rc.warm
 }
 
-func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) {
+func (h *harness) latency(ctx context.Context, rate int, src latencySource) (LatencyResult, error) {
 	o := h.o
 	res := LatencyResult{TargetRate: rate, Writers: o.LatencyWriters}
-	tag := fmt.Sprintf("lat%d", rate)
+	tag := src.tag + fmt.Sprintf("lat%d", rate)
 	aggType := h.name(tag)
 	res.Topic = "outbox.event." + aggType
 	slot := h.name(tag)
@@ -195,12 +215,12 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	defer h.dropSlot(context.WithoutCancel(ctx), slot)
 
 	// pgoutbox creates its slot, at the current end of WAL.
-	p, err := startRelay(o.Pgoutbox, h.relayEnv(slot), filepath.Join(h.logDir, "pgoutbox-"+tag+".log"))
+	p, err := startRelay(o.Pgoutbox, src.env(slot), filepath.Join(h.logDir, "pgoutbox-"+tag+".log"))
 	if err != nil {
 		return res, err
 	}
 	defer p.stop(time.Minute) // on the error paths
-	if err := h.waitSlotActive(ctx, p, slot); err != nil {
+	if err := src.ready(ctx, p, slot); err != nil {
 		return res, err
 	}
 
@@ -224,7 +244,7 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	// Warm-up: a few events through the whole path (relation message,
 	// producer metadata, consumer fetch) before the clock starts.
 	pad := strings.Repeat("x", o.PayloadBytes)
-	if err := h.warmUp(ctx, p, rc, aggType, pad, consumerDone); err != nil {
+	if err := h.warmUp(ctx, p, rc, src.table, aggType, pad, consumerDone); err != nil {
 		return res, err
 	}
 
@@ -246,7 +266,7 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	measureStart := start.Add(o.Settle)
 	marked := make(chan cpuMark, 1)
 	markTimer := time.AfterFunc(o.Settle, func() { marked <- mark() })
-	wres, err := writeAtRate(ctx, h.dsn, rate, o.Settle+o.Duration, o.LatencyWriters, aggType, pad, int64(maxEvents), committed)
+	wres, err := writeAtRate(ctx, h.dsn, latencyInsert(src.table), rate, o.Settle+o.Duration, o.LatencyWriters, aggType, pad, int64(maxEvents), committed)
 	writersEnd := time.Now()
 	var m0 cpuMark
 	if markTimer.Stop() { // the writers ended during the settling
@@ -355,9 +375,9 @@ func (h *harness) waitSlotActive(ctx context.Context, p *relayProc, slot string)
 
 // warmUp writes h.o.Warmup events with negative sequence numbers and waits
 // until the consumer has received them all.
-func (h *harness) warmUp(ctx context.Context, p *relayProc, rc *receiver, aggType, pad string, consumerDone chan error) error {
+func (h *harness) warmUp(ctx context.Context, p *relayProc, rc *receiver, table, aggType, pad string, consumerDone chan error) error {
 	for i := range h.o.Warmup {
-		if _, err := h.admin.Exec(ctx, latencyInsert, aggType, "warm", -1-i, pad); err != nil {
+		if _, err := h.admin.Exec(ctx, latencyInsert(table), aggType, "warm", -1-i, pad); err != nil {
 			return fmt.Errorf("warm-up insert: %w", err)
 		}
 	}
@@ -400,7 +420,7 @@ const maxPipeline = 64
 // one per worker per event. Workers that fall behind catch up in bigger
 // batches; nothing is handed out after dur. committed[k] is set for each
 // event whose commit succeeded.
-func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, workers int, aggType, pad string, maxEvents int64, committed []bool) (writeResult, error) {
+func writeAtRate(ctx context.Context, dsn, insert string, rate int, dur time.Duration, workers int, aggType, pad string, maxEvents int64, committed []bool) (writeResult, error) {
 	var (
 		nCommit   atomic.Int64
 		nErr      atomic.Int64
@@ -420,7 +440,7 @@ func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, w
 			return writeResult{}, err
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.PgConn().Prepare(ctx, "bench_insert", latencyInsert, nil); err != nil {
+		if _, err := conn.PgConn().Prepare(ctx, "bench_insert", insert, nil); err != nil {
 			return writeResult{}, fmt.Errorf("prepare: %w", err)
 		}
 		conns[w] = conn

@@ -89,7 +89,10 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		drain          = fs.Duration("drain-timeout", 0, "latency: how long to wait for the last events after the writers stop (default 30s)")
 		keepUp         = fs.Duration("keepup-bound", 0, "latency: the relay kept up only if every event arrived within this of the writers' stop (default 2s)")
 		catchupTimeout = fs.Duration("catchup-timeout", 0, "catch-up: limit for one reader to read every event (default 15m; smoke 2m)")
-		scenarios      = fs.String("scenarios", "", "comma-separated subset of catchup,latency,micro (default all)")
+		scenarios      = fs.String("scenarios", "", "comma-separated subset of catchup,latency,poll,micro (default all)")
+		pollInstances  = fs.String("poll-instances", "", "poll: comma-separated numbers of relays the backlog catch-up runs with (default 1,4)")
+		pollRates      = fs.String("poll-rates", "", "poll: comma-separated write rates of the latency runs, each with notifications, without at the default poll.interval, and without at 50ms (default 1000,5000; smoke 200)")
+		triggerRound   = fs.Duration("trigger-round", 0, "poll: how long each round of the trigger's cost runs (default 15s; smoke 2s)")
 		benchtime      = fs.String("benchtime", "", "go test -benchtime for the micro-benchmarks (default 1s; smoke 100x)")
 		microPkgs      = fs.String("micro-packages", "", "packages of the micro-benchmarks (default ./checkpoint ./router ./replication ./pkg/kafka ./pkg/relay, comma-separated)")
 		keepDB         = fs.Bool("keep-database", false, "keep the database, slots are dropped anyway")
@@ -139,6 +142,17 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 			return o, fmt.Errorf("--rates: %w", err)
 		}
 	}
+	if *pollInstances != "" {
+		if o.PollInstances, err = parseInts(*pollInstances); err != nil {
+			return o, fmt.Errorf("--poll-instances: %w", err)
+		}
+	}
+	if *pollRates != "" {
+		if o.PollRates, err = parseInts(*pollRates); err != nil {
+			return o, fmt.Errorf("--poll-rates: %w", err)
+		}
+	}
+	setIf(&o.TriggerRound, *triggerRound)
 	if *microPkgs != "" {
 		o.MicroPackages = splitList(*microPkgs)
 	}
@@ -146,10 +160,10 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		o.Scenarios = map[string]bool{}
 		for _, s := range splitList(*scenarios) {
 			switch s {
-			case ScenarioCatchup, ScenarioLatency, ScenarioMicro:
+			case ScenarioCatchup, ScenarioLatency, ScenarioPoll, ScenarioMicro:
 				o.Scenarios[s] = true
 			default:
-				return o, fmt.Errorf("--scenarios: unknown scenario %q (want catchup, latency or micro)", s)
+				return o, fmt.Errorf("--scenarios: unknown scenario %q (want catchup, latency, poll or micro)", s)
 			}
 		}
 	}
@@ -245,6 +259,13 @@ type Options struct {
 	BenchTime     string
 	MicroPackages []string
 
+	// The poll source (poll.go): the catch-up's numbers of relays, the
+	// latency runs' rates, the trigger cost's writers and round length.
+	PollInstances  []int
+	PollRates      []int
+	TriggerWriters int
+	TriggerRound   time.Duration
+
 	Log io.Writer // progress; nil: discarded
 }
 
@@ -252,6 +273,7 @@ type Options struct {
 const (
 	ScenarioCatchup = "catchup"
 	ScenarioLatency = "latency"
+	ScenarioPoll    = "poll"
 	ScenarioMicro   = "micro"
 )
 
@@ -277,6 +299,10 @@ func DefaultOptions() Options {
 		KeepUpBound:    2 * time.Second,
 		BenchTime:      "1s",
 		MicroPackages:  []string{"./checkpoint", "./router", "./replication", "./pkg/kafka", "./pkg/relay"},
+		PollInstances:  []int{1, 4},
+		PollRates:      []int{1000, 5000},
+		TriggerWriters: 8,
+		TriggerRound:   15 * time.Second,
 	}
 }
 
@@ -294,6 +320,9 @@ func SmokeOptions() Options {
 	o.Settle = time.Second
 	o.DrainTimeout = 20 * time.Second
 	o.BenchTime = "100x"
+	o.PollRates = []int{200}
+	o.TriggerWriters = 2
+	o.TriggerRound = 2 * time.Second
 	return o
 }
 
@@ -327,6 +356,9 @@ func (o *Options) Validate() error {
 		if r <= 0 {
 			errs = append(errs, fmt.Errorf("rate %d", r))
 		}
+	}
+	if o.enabled(ScenarioPoll) && (o.TriggerWriters <= 0 || o.TriggerRound <= 0) {
+		errs = append(errs, errors.New("trigger writers and round must be positive"))
 	}
 	for _, kv := range o.PgoutboxEnv {
 		if !strings.HasPrefix(kv, "PGOUTBOX_") {

@@ -27,8 +27,12 @@ type Results struct {
 	Settings   Settings        `json:"settings"`
 	Catchup    []CatchupResult `json:"catchup"`
 	Latency    []LatencyResult `json:"latency"`
-	Micro      *MicroResult    `json:"micro_benchmarks,omitempty"`
-	Notes      []string        `json:"notes"`
+	// The poll source's scenarios (poll.go).
+	PollCatchup []PollCatchupResult `json:"poll_catchup,omitempty"`
+	PollLatency []LatencyResult     `json:"poll_latency,omitempty"`
+	TriggerCost *TriggerCostResult  `json:"trigger_cost,omitempty"`
+	Micro       *MicroResult        `json:"micro_benchmarks,omitempty"`
+	Notes       []string            `json:"notes"`
 
 	Files Files `json:"-"`
 }
@@ -85,6 +89,10 @@ type Settings struct {
 	Scenarios           []string          `json:"scenarios"`
 	PgoutboxEnv         []string          `json:"pgoutbox_extra_env"`
 	PostgresSettings    map[string]string `json:"postgres_settings"`
+	PollInstances       []int             `json:"poll_instances"`
+	PollRates           []int             `json:"poll_rates"`
+	TriggerWriters      int               `json:"trigger_writers"`
+	TriggerRoundSeconds float64           `json:"trigger_round_s"`
 }
 
 func settingsOf(o Options, runID string) Settings {
@@ -94,11 +102,12 @@ func settingsOf(o Options, runID string) Settings {
 		Warmup: o.Warmup, SettleSeconds: o.Settle.Seconds(), LatencyEnd: latencyEnd(o).key, DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
 		KeepUpBoundSeconds: o.KeepUpBound.Seconds(), KeepUpMaxGrowthMs: keptUpMaxGrowthMs, PollIntervalMs: float64(pollInterval) / float64(time.Millisecond),
 		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv,
+		PollInstances: o.PollInstances, PollRates: o.PollRates, TriggerWriters: o.TriggerWriters, TriggerRoundSeconds: o.TriggerRound.Seconds(),
 	}
 	if s.PgoutboxEnv == nil {
 		s.PgoutboxEnv = []string{}
 	}
-	for _, sc := range []string{ScenarioCatchup, ScenarioLatency, ScenarioMicro} {
+	for _, sc := range []string{ScenarioCatchup, ScenarioLatency, ScenarioPoll, ScenarioMicro} {
 		if o.enabled(sc) {
 			s.Scenarios = append(s.Scenarios, sc)
 		}
@@ -408,6 +417,8 @@ func summary(r *Results) string {
 		}
 		p("\n")
 	}
+
+	b.WriteString(pollSummary(r))
 
 	if r.Micro != nil {
 		p("\n## Micro-benchmarks\n\n`%s`", r.Micro.Command)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -167,8 +168,10 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	if v, ok := get("snapshot.mode"); ok {
 		switch v {
 		case "no_data", "never":
+		case "initial": // the rows already in the outbox tables, then the stream
+			cfg.Snapshot.Mode = relay.SnapshotInitial
 		default:
-			refuse("snapshot.mode", "pgoutbox streams new events only and does not snapshot the outbox table yet (that arrives with the polling relay); use no_data (existing outbox rows were either delivered already or deleted)")
+			refuse("snapshot.mode", "pgoutbox publishes the outbox tables' rows once when it creates the slot (initial) or not at all (no_data); use one of those")
 		}
 	}
 	if v, ok := get("slot.drop.on.stop"); ok && strings.EqualFold(v, "true") {

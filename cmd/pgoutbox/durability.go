@@ -260,6 +260,9 @@ func (a *durabilityAudit) report(rs []checkResult) {
 }
 
 func (a *durabilityAudit) postgres(ctx context.Context) {
+	if a.cfg.Relay.Source == relay.SourcePoll {
+		return // no slot and no walsender: nothing of replication to audit
+	}
 	rc := a.cfg.Postgres
 	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
 	defer cancel()

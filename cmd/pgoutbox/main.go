@@ -89,6 +89,7 @@ Usage:
   pgoutbox migrate [flags]   create the default outbox table and publication
   pgoutbox status  [flags]   show the slot, its lag and WAL retention, and the publication
   pgoutbox validate [flags]  check configuration, servers, permissions, publication, slot and topics
+  pgoutbox cleanup [flags]   delete outbox rows relayed longer ago than the retention (for cron)
   pgoutbox convert FILE      print the native YAML equivalent of a Debezium connector JSON
   pgoutbox version           print the version
   pgoutbox completion SHELL  print a completion script for bash, zsh or fish
@@ -112,6 +113,8 @@ func run(args []string, environ []string, stdout, stderr io.Writer) int {
 		return cmdStatus(args[1:], environ, stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], environ, stdout, stderr)
+	case "cleanup":
+		return cmdCleanup(args[1:], environ, stdout, stderr)
 	case "completion":
 		return cmdCompletion(args[1:], environ, stdout, stderr)
 	case "version", "--version", "-version":
@@ -386,7 +389,16 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		defer wg.Done()
 		audit.Run(auxCtx)
 	}()
-	if cfg.Metrics.SlotPollInterval > 0 {
+	if isPoll(cfg) {
+		// The poll source has no slot: its backlog is what is watched.
+		if t, err := cfg.PollTable(); err == nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.PollBacklog(auxCtx, cfg.Postgres, t, cfg.Metrics.BacklogPollInterval, log.Named("backlog"))
+			}()
+		}
+	} else if cfg.Metrics.SlotPollInterval > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -422,7 +434,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 }
 
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
-	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\n")
+	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\nWith relay.source=poll: creates (or completes) the poll table, its indexes and its\nnotification trigger instead.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
 	guard := c.fs.Bool("guard", false, "create an event trigger that refuses to drop the publication or take an outbox table out of it while pgoutbox streams (needs a superuser)")
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
@@ -441,7 +453,11 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		p.StateTableDDL = ddl
 	}
 	if *dry {
-		stmts, err := migrations.Render(p)
+		render := func() ([]string, error) { return migrations.Render(p) }
+		if isPoll(cfg) { // poll.go
+			render = func() ([]string, error) { return renderPoll(cfg) }
+		}
+		stmts, err := render()
 		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 			return exitConfig
@@ -464,6 +480,9 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		return exitStartup
 	}
 	defer conn.Close(ctx)
+	if isPoll(cfg) { // the poll table instead: poll.go
+		return migratePoll(ctx, conn, cfg, stdout, stderr)
+	}
 	if err := migrations.Apply(ctx, conn, p); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
@@ -489,6 +508,12 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if !cfg.Postgres.CreateSlot {
+		return exitOK
+	}
+	if cfg.Snapshot.Mode == relay.SnapshotInitial {
+		// The relay creates the slot after publishing the rows already
+		// there: a slot made now would skip them.
+		fmt.Fprintf(stdout, "slot %s not created: with snapshot.mode=initial pgoutbox run creates it after publishing the rows the outbox tables hold\n", cfg.Postgres.Slot)
 		return exitOK
 	}
 	// Create the slot now too: events are captured from the slot's creation

@@ -60,6 +60,9 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		return exitStartup
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if isPoll(cfg) {
+		return statusPoll(ctx, conn, target, cfg, *format, stdout, stderr)
+	}
 
 	st, err := readStatus(ctx, conn, target, cfg.Postgres)
 	if err != nil {

@@ -198,6 +198,11 @@ func validatePostgres(v *validation, cfg fileConfig) {
 		return
 	}
 	v.report(checkServer(f))
+	if isPoll(cfg) { // the table instead of replication: poll.go
+		v.report(checkTables(f, cfg)...)
+		validatePollSource(ctx, v, conn, f, cfg)
+		return
+	}
 	v.report(checkWALLevel(f.walLevel))
 	v.report(checkRole(f))
 	v.report(checkSlotCapacity(f, rc))

@@ -246,6 +246,17 @@ func (r *Relay) Run(ctx context.Context) error {
 			cancel()
 		}
 	}()
+	// The poll source (relay.source: poll) has a loop of its own: poll.go.
+	if r.cfg.Relay.Source == SourcePoll {
+		return r.runPoll(ctx)
+	}
+	// snapshot.mode: initial publishes the tables' rows before the slot
+	// streams, when it creates the slot: snapshot.go.
+	if r.cfg.Snapshot.Mode == SnapshotInitial {
+		if err := r.runSnapshot(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
 	backoff := r.cfg.Relay.RestartBackoff
 	streamed := false
 	for {

@@ -187,32 +187,57 @@ func readStored(ctx context.Context, client sarama.Client, topic string, key []b
 // scanCommitted returns the value of the last committed record with key in
 // [from, to) of a partition.
 func scanCommitted(ctx context.Context, client sarama.Client, topic string, p int32, key []byte, from, to int64) (value []byte, found bool, err error) {
+	err = ReadPartition(ctx, client, topic, p, from, to, sarama.ReadCommitted, func(r PartitionRecord) {
+		if string(r.Key) == string(key) {
+			value, found = r.Value, true
+		}
+	})
+	return value, found, err
+}
+
+// PartitionRecord is a record ReadPartition read.
+type PartitionRecord struct {
+	Offset     int64
+	Key, Value []byte
+	Headers    []*sarama.RecordHeader
+	Timestamp  time.Time
+}
+
+// ReadPartition calls fn for every record in [from, to) of a partition, in
+// offset order, as a consumer with isolation iso sees them: with
+// ReadCommitted, the records of committed transactions and those written
+// outside transactions, and none of aborted ones. It returns once it has
+// read past to-1 (control records included), waiting, within ctx, while the
+// last stable offset is below to (a transaction still open). Tools and
+// tests use it to read a partition to a known end, which a consumer of
+// transactional records cannot count its way to (markers take offsets).
+func ReadPartition(ctx context.Context, client sarama.Client, topic string, p int32, from, to int64, iso sarama.IsolationLevel, fn func(PartitionRecord)) error {
 	next := from
 	for next < to {
 		if err := ctx.Err(); err != nil {
-			return nil, false, fmt.Errorf("kafka: read the offsets topic %q: %w", topic, context.Cause(ctx))
+			return fmt.Errorf("kafka: read %s/%d: %w", topic, p, context.Cause(ctx))
 		}
 		broker, err := client.Leader(topic, p)
 		if err != nil {
-			return nil, false, fmt.Errorf("kafka: leader of %s/%d: %w", topic, p, err)
+			return fmt.Errorf("kafka: leader of %s/%d: %w", topic, p, err)
 		}
-		req := &sarama.FetchRequest{Version: 11, MaxWaitTime: 50, MinBytes: 1, MaxBytes: 4 << 20, Isolation: sarama.ReadCommitted}
+		req := &sarama.FetchRequest{Version: 11, MaxWaitTime: 50, MinBytes: 1, MaxBytes: 4 << 20, Isolation: iso}
 		req.AddBlock(topic, p, next, 1<<20, -1)
 		res, err := broker.Fetch(req)
 		if err != nil {
 			_ = client.RefreshMetadata(topic)
-			return nil, false, fmt.Errorf("kafka: fetch %s/%d at %d: %w", topic, p, next, err)
+			return fmt.Errorf("kafka: fetch %s/%d at %d: %w", topic, p, next, err)
 		}
 		block := res.GetBlock(topic, p)
 		if block == nil {
-			return nil, false, fmt.Errorf("kafka: fetch %s/%d at %d: %w", topic, p, next, sarama.ErrIncompleteResponse)
+			return fmt.Errorf("kafka: fetch %s/%d at %d: %w", topic, p, next, sarama.ErrIncompleteResponse)
 		}
 		if block.Err == sarama.ErrOffsetOutOfRange && next < block.LogStartOffset {
 			next = block.LogStartOffset // compacted or deleted meanwhile
 			continue
 		}
 		if block.Err != sarama.ErrNoError {
-			return nil, false, fmt.Errorf("kafka: fetch %s/%d at %d: %w", topic, p, next, block.Err)
+			return fmt.Errorf("kafka: fetch %s/%d at %d: %w", topic, p, next, block.Err)
 		}
 		before := next
 		aborted := slices.Clone(block.AbortedTransactions)
@@ -230,13 +255,17 @@ func scanCommitted(ctx context.Context, client sarama.Client, topic string, p in
 			}
 			if b.Control {
 				// An abort marker ends the producer's aborted transaction.
-				if len(b.Records) > 0 && len(b.Records[0].Key) >= 4 && b.Records[0].Key[3] == 0 {
+				if len(b.Records) > 0 && len(b.Records[0].Key) >= 4 && b.Records[0].Key[2] == 0 && b.Records[0].Key[3] == 0 {
 					delete(abortedPIDs, b.ProducerID)
 				}
 			} else if !(b.IsTransactional && abortedPIDs[b.ProducerID]) {
 				for _, r := range b.Records {
-					if off := b.FirstOffset + r.OffsetDelta; off >= next && off < to && string(r.Key) == string(key) {
-						value, found = r.Value, true
+					if off := b.FirstOffset + r.OffsetDelta; off >= next && off < to {
+						ts := b.FirstTimestamp.Add(r.TimestampDelta)
+						if b.LogAppendTime {
+							ts = b.MaxTimestamp
+						}
+						fn(PartitionRecord{Offset: off, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: ts})
 					}
 				}
 			}
@@ -244,9 +273,8 @@ func scanCommitted(ctx context.Context, client sarama.Client, topic string, p in
 		}
 		if next == before {
 			// Nothing past next is decided yet (the last stable offset is
-			// held by another producer's open transaction), or it was
-			// all read.
-			if block.LastStableOffset >= to || block.HighWaterMarkOffset <= next {
+			// held by an open transaction), or nothing is left.
+			if block.HighWaterMarkOffset <= next {
 				break
 			}
 			select {
@@ -255,5 +283,5 @@ func scanCommitted(ctx context.Context, client sarama.Client, topic string, p in
 			}
 		}
 	}
-	return value, found, nil
+	return nil
 }

@@ -611,6 +611,12 @@ func (b *simBackend) NewProducer(ctx context.Context, cfg kafka.Config) (produce
 	return p, nil
 }
 
+func (b *simBackend) NewTxnProducer(ctx context.Context, cfg kafka.Config, id kafka.SlotIdentity) (txnProducer, error) {
+	return nil, errors.New("sim: exactly-once mode is not modelled")
+}
+
+func (b *simBackend) EnsureOffsetsTopic(context.Context, kafka.Config) error { return nil }
+
 func (b *simBackend) CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error) {
 	w := b.w
 	if w.now.Before(w.frozen) {

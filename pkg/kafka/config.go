@@ -80,6 +80,12 @@ const (
 	DefaultRequestTimeout = 10 * time.Second
 )
 
+// txnRetries is how often a record or a transaction request is retried in
+// exactly-once mode: for about the transaction timeout.
+func (c *Config) txnRetries() int {
+	return 8 + int(c.TransactionTimeout/max(c.RetryBackoffMax, time.Millisecond))
+}
+
 // txnRetryBackoff is the first wait before a transaction request is
 // retried.
 const txnRetryBackoff = 2 * time.Millisecond
@@ -447,6 +453,12 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	sc.ChannelBufferSize = c.AckBuffer
 	p.Retry.MaxBufferBytes = c.RetryBufferBytes
 	if c.ExactlyOnce && c.TransactionalID != "" {
+		// Retrying a record for longer than the transaction may stay
+		// open is useless: the coordinator aborts it at the timeout. And
+		// order needs no long retries here: a record that fails aborts
+		// its transaction, and the relay resends from the position Kafka
+		// holds, so no read_committed consumer sees a gap.
+		p.Retry.Max = min(p.Retry.Max, c.txnRetries())
 		p.Transaction.ID = c.TransactionalID
 		p.Transaction.Timeout = c.TransactionTimeout
 		// The transaction requests (AddPartitionsToTxn, EndTxn,
@@ -455,7 +467,7 @@ func (c *Config) sarama() (*sarama.Config, error) {
 		// CONCURRENT_TRANSACTIONS while the markers of the one before are
 		// still being written, and sarama's fixed 20 ms for that case is
 		// most of a commit's latency.
-		p.Transaction.Retry.Max = c.RetryMax
+		p.Transaction.Retry.Max = c.txnRetries()
 		p.Transaction.Retry.Backoff = txnRetryBackoff
 		p.Transaction.Retry.BackoffFunc = backoff(txnRetryBackoff, c.RetryBackoffMax)
 	}

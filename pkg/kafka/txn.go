@@ -40,8 +40,14 @@ type TxnProducer struct {
 	commits chan CommitResult
 	ran     chan struct{}
 	closing atomic.Bool
+	// failed is set once a transaction failed: the producer is then
+	// closed without waiting for sarama's retries (see Close).
+	failed  atomic.Bool
 	stored  uint64
 	found   bool
+	// pending is the outcome of a CommitTxn that run stopped waiting for
+	// (a failure it saw first); run waits for it before it returns.
+	pending chan error
 }
 
 type txnItem struct {
@@ -94,6 +100,15 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 	cfg.Defaults()
 	if !cfg.ExactlyOnce || cfg.TransactionalID == "" {
 		return nil, errors.New("kafka: a transactional producer needs kafka.exactly.once and a transactional id")
+	}
+	// The client would ask for a missing topic's metadata for as long as
+	// its retries last: ask once first.
+	states, err := CheckTopics(ctx, cfg, []string{cfg.OffsetsTopic})
+	if err != nil {
+		return nil, err
+	}
+	if errors.Is(states[0].Err, ErrTopicMissing) {
+		return nil, fmt.Errorf("%w: %q (kafka.offsets.topic): run pgoutbox migrate, or create it (one partition, cleanup.policy=compact)", ErrOffsetsTopicMissing, cfg.OffsetsTopic)
 	}
 	p, err := New(ctx, cfg, log)
 	if err != nil {
@@ -182,6 +197,15 @@ func (t *TxnProducer) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	close(t.queue)
+	if t.failed.Load() {
+		// Nothing this producer still delivers can become visible: its
+		// transaction can no longer commit, and the next producer's start
+		// aborts it (and refuses its epoch). So its close need not wait
+		// for sarama's retries.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, failedCloseWait)
+		defer cancel()
+	}
 	select {
 	case <-t.ran:
 	case <-ctx.Done():
@@ -225,14 +249,18 @@ func (t *TxnProducer) run() {
 		}
 		t.ap.Input() <- t.offsetsMessage(it.lsn)
 		start := time.Now()
-		err := t.ap.CommitTxn()
+		err := t.commit()
 		open = false
 		if err != nil {
-			failed = t.recover(fmt.Errorf("kafka: commit the transaction ending at %s: %w", formatLSN(it.lsn), err))
+			failed = fmt.Errorf("kafka: commit the transaction ending at %s: %w", formatLSN(it.lsn), err)
+			t.failed.Store(true)
 		}
 		t.commits <- CommitResult{LSN: it.lsn, Err: failed, Began: began, Took: time.Since(start)}
 	}
-	if open {
+	if t.pending != nil {
+		<-t.pending
+	}
+	if open && failed == nil {
 		// Records of a transaction that will not be committed: abort it, so
 		// that read_committed consumers need not wait for its timeout.
 		if err := t.ap.AbortTxn(); err != nil {
@@ -240,6 +268,45 @@ func (t *TxnProducer) run() {
 		}
 	}
 }
+
+// commit runs CommitTxn, on a goroutine of its own that run waits for, and
+// returns its error, or earlier an error for the state sarama enters when
+// the transaction fails: sarama's CommitTxn first waits for every record,
+// and the records of a transaction whose AddPartitionsToTxn failed (fenced,
+// not authorized) are retried to the end of their retries instead of
+// failing, which would hold the commit for as long.
+func (t *TxnProducer) commit() error {
+	done := make(chan error, 1)
+	t.pending = done
+	go func() { done <- t.ap.CommitTxn() }()
+	tick := time.NewTicker(txnStatePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			t.pending = nil
+			if err != nil {
+				return t.recover(err)
+			}
+			return nil
+		case <-tick.C:
+			st := t.ap.TxnStatus()
+			switch {
+			case st&sarama.ProducerTxnFlagFatalError != 0:
+				return fmt.Errorf("%w: the transaction coordinator refused this producer for good: another instance with transactional id %q fenced it, or it lost its authorization", sarama.ErrProducerFenced, t.cfg.TransactionalID)
+			case st&sarama.ProducerTxnFlagAbortableError != 0:
+				return errors.New("kafka: a record of the transaction failed; the transaction is aborted")
+			}
+		}
+	}
+}
+
+// txnStatePoll is how often commit looks at sarama's transaction state;
+// failedCloseWait how long Close waits for a failed producer.
+const (
+	txnStatePoll    = 5 * time.Millisecond
+	failedCloseWait = 2 * time.Second
+)
 
 // recover aborts the transaction after a failed commit when sarama says
 // that is possible, and returns the error to report.

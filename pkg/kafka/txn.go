@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,9 +41,12 @@ type TxnProducer struct {
 	commits chan CommitResult
 	ran     chan struct{}
 	closing atomic.Bool
-	// failed is set once a transaction failed: the producer is then
-	// closed without waiting for sarama's retries (see Close).
-	failed  atomic.Bool
+	// failed is closed once a transaction failed: the producer is then
+	// closed without waiting for sarama's retries (see Close). fenced is
+	// the error that said Kafka refuses this producer's epoch, if any.
+	failed     chan struct{}
+	failedOnce sync.Once
+	fenced     atomic.Pointer[error]
 	stored  uint64
 	found   bool
 	// pending is the outcome of a CommitTxn that run stopped waiting for
@@ -121,6 +125,7 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 		queue:    make(chan txnItem, cfg.AckBuffer+8),
 		commits:  make(chan CommitResult, 16),
 		ran:      make(chan struct{}),
+		failed:   make(chan struct{}),
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.TransactionTimeout+cfg.ReadTimeout)
 	defer cancel()
@@ -197,17 +202,22 @@ func (t *TxnProducer) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	close(t.queue)
-	if t.failed.Load() {
-		// Nothing this producer still delivers can become visible: its
-		// transaction can no longer commit, and the next producer's start
-		// aborts it (and refuses its epoch). So its close need not wait
-		// for sarama's retries.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, failedCloseWait)
-		defer cancel()
+	// Once a transaction failed, nothing this producer still delivers can
+	// become visible: its transaction can no longer commit, and the next
+	// producer's start aborts it (and refuses its epoch). So its close
+	// need not wait for sarama's retries.
+	var failedBy <-chan time.Time
+	select {
+	case <-t.ran:
+	case <-t.failed:
+		tm := time.NewTimer(failedCloseWait)
+		defer tm.Stop()
+		failedBy = tm.C
+	case <-ctx.Done():
 	}
 	select {
 	case <-t.ran:
+	case <-failedBy:
 	case <-ctx.Done():
 		t.log.Warn("the Kafka transaction did not end in time; closing the producer's connections")
 		_ = t.client.Close()
@@ -238,6 +248,7 @@ func (t *TxnProducer) run() {
 		if !open {
 			if err := t.ap.BeginTxn(); err != nil {
 				failed = fmt.Errorf("kafka: begin a transaction: %w", err)
+				t.fail(failed)
 				t.refuse(it, failed)
 				continue
 			}
@@ -253,7 +264,7 @@ func (t *TxnProducer) run() {
 		open = false
 		if err != nil {
 			failed = fmt.Errorf("kafka: commit the transaction ending at %s: %w", formatLSN(it.lsn), err)
-			t.failed.Store(true)
+			t.fail(failed)
 		}
 		t.commits <- CommitResult{LSN: it.lsn, Err: failed, Began: began, Took: time.Since(start)}
 	}
@@ -264,9 +275,30 @@ func (t *TxnProducer) run() {
 		// Records of a transaction that will not be committed: abort it, so
 		// that read_committed consumers need not wait for its timeout.
 		if err := t.ap.AbortTxn(); err != nil {
+			t.fail(err)
 			t.log.Warn("abort the open Kafka transaction", zap.Error(err))
 		}
 	}
+}
+
+// fail records that a transaction failed, and whether Kafka fenced the
+// producer.
+func (t *TxnProducer) fail(err error) {
+	if IsFenced(err) || t.ap.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
+		t.fenced.CompareAndSwap(nil, &err)
+	}
+	t.failedOnce.Do(func() { close(t.failed) })
+}
+
+// Fenced returns the error with which Kafka refused this producer's epoch
+// (another producer with the same transactional id started, or its
+// transaction timed out), if a commit, an abort or a record met one. It is
+// final once Close has returned.
+func (t *TxnProducer) Fenced() error {
+	if e := t.fenced.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // commit runs CommitTxn, on a goroutine of its own that run waits for, and

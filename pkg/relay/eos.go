@@ -78,6 +78,9 @@ type txnProducer interface {
 	Commits() <-chan kafka.CommitResult
 	// Stored is what the offsets topic held for the slot at start.
 	Stored() (lsn uint64, ok bool)
+	// Fenced is the error with which Kafka refused the producer's epoch,
+	// if it met one; final once Close returned.
+	Fenced() error
 }
 
 func newEOSSession(s *session, p txnProducer, start checkpoint.LSN) *eosSession {
@@ -368,4 +371,41 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 			zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
 	}
 	return p, nil
+}
+
+// fencedAfter, called once the session's producer is closed, says whether
+// Kafka refused it for its epoch in the end: the session ended for another
+// reason first (its PostgreSQL connection ended while another instance took
+// over, say), and the refusal came with the abort at close or with the
+// acknowledgements left unread.
+func (e *eosSession) fencedAfter() error {
+	if e == nil {
+		return nil
+	}
+	err := e.prod.Fenced()
+	for err == nil {
+		select {
+		case a, ok := <-e.prod.Acks():
+			if !ok {
+				return nil
+			}
+			if a.Err != nil && kafka.IsFenced(a.Err) {
+				err = a.Err
+			}
+			continue
+		case res, ok := <-e.prod.Commits():
+			if ok && res.Err != nil && kafka.IsFenced(res.Err) {
+				err = res.Err
+			}
+			if ok {
+				continue
+			}
+		default:
+		}
+		break
+	}
+	if err == nil {
+		return nil
+	}
+	return e.fenced(err, time.Time{})
 }

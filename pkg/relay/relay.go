@@ -367,6 +367,13 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
 	err = s.loop()
 	s.finish(err)
+	var fe *FatalError
+	if !errors.As(err, &fe) {
+		if ferr := s.eos.fencedAfter(); ferr != nil {
+			s.log.Error("Kafka refused this instance's transactional producer after the session ended", zap.NamedError("session_end", err), zap.Error(ferr))
+			err = ferr
+		}
+	}
 	if errors.Is(err, errStopped) || errors.Is(err, errNewProducer) {
 		r.obs.SessionEnded(nil)
 	} else {

@@ -111,7 +111,7 @@ BENCHFLAGS ?=
 ## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s,
 ## resources, micro-benchmarks) into bench-results/; shorten with e.g. BENCHFLAGS='--events 50000 --duration 20s'
 bench:
-	bash scripts/bench.sh $(BENCHFLAGS)
+	bash scripts/bench.sh --exactly-once $(BENCHFLAGS)
 
 ## bench-smoke: check the benchmark harness end to end in under a minute (the numbers mean nothing)
 bench-smoke:

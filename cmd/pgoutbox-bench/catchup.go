@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/kafka/kafkatest"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 )
@@ -36,6 +37,13 @@ type CatchupResult struct {
 
 	PGRecvlogical ReaderResult `json:"pg_recvlogical"`
 	Pgoutbox      ReaderResult `json:"pgoutbox"`
+	// PgoutboxEOS is the same catch-up with kafka.exactly.once (from a
+	// third copy of the slot, right after), measured to the slot's
+	// confirmation at the end, which in that mode follows the commit of
+	// the Kafka transaction holding the last event; RatioEOS is its rate
+	// over at-least-once's to the same end (Pgoutbox.ConfirmedSeconds).
+	PgoutboxEOS *ReaderResult `json:"pgoutbox_exactly_once,omitempty"`
+	RatioEOS    float64       `json:"ratio_exactly_once_to_at_least_once,omitempty"`
 	// Ratio is pgoutbox's events/s over pg_recvlogical's.
 	Ratio float64 `json:"ratio_pgoutbox_to_pg_recvlogical"`
 
@@ -95,6 +103,13 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 		return r, fmt.Errorf("copy slot %s to %s: %w", slotRecv, slotRelay, err)
 	}
 	defer h.dropSlot(context.WithoutCancel(ctx), slotRelay)
+	slotEOS := h.name(tag, "eos")
+	if o.ExactlyOnce {
+		if _, err := h.admin.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2)", slotRecv, slotEOS); err != nil {
+			return r, fmt.Errorf("copy slot %s to %s: %w", slotRecv, slotEOS, err)
+		}
+		defer h.dropSlot(context.WithoutCancel(ctx), slotEOS)
+	}
 	var cf1, cf2 string
 	if err := h.admin.QueryRow(ctx, `SELECT
 		(SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1),
@@ -158,6 +173,24 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 	r.Ratio = pr.EventsPerSec / rr.EventsPerSec
 	h.logf("  pgoutbox: %.2f s (first record after %.2f s), %.0f events/s (%.2fx pg_recvlogical), CPU %.2f s, peak RSS %d MB, confirmed after %.2f s",
 		pr.WallSeconds, pr.FirstRecordSeconds, pr.EventsPerSec, r.Ratio, pr.CPUSeconds, pr.PeakRSSBytes>>20, pr.ConfirmedSeconds)
+
+	// (c) pgoutbox in exactly-once mode.
+	if o.ExactlyOnce {
+		h.eos = true
+		er, err := h.runRelayCatchup(ctx, slotEOS, r.Topic, r.EndLSN, n, tag+"eos")
+		h.eos = false
+		r.PgoutboxEOS = &er
+		if err != nil {
+			return r, fmt.Errorf("exactly-once: %w", err)
+		}
+		// Both to the slot's confirmation of the end: the same end in
+		// both modes (it waits for a catalog check past the last commit).
+		if er.WallSeconds > 0 {
+			r.RatioEOS = pr.ConfirmedSeconds / er.WallSeconds
+		}
+		h.logf("  pgoutbox exactly-once: %.2f s to the slot's confirmation of the end (at-least-once: %.2f s), %.0f events/s, %.2fx at-least-once, CPU %.2f s, peak RSS %d MB",
+			er.WallSeconds, pr.ConfirmedSeconds, er.EventsPerSec, r.RatioEOS, er.CPUSeconds, er.PeakRSSBytes>>20)
+	}
 
 	// Keep the table small for the next scenario (TRUNCATE is not
 	// published: the publication publishes inserts only).
@@ -266,15 +299,32 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot, topic, endLSN strin
 	defer p.stop(time.Minute) // on the error paths
 	deadline := p.start.Add(h.o.CatchupTimeout)
 	var total int64
+	base, err := watcher.Total(topic) // an earlier run's records, in exactly-once mode
+	if err != nil {
+		ws.stop()
+		return pr, err
+	}
 	for {
 		if total, err = watcher.Total(topic); err != nil {
 			ws.stop()
 			return pr, err
 		}
+		total -= base
 		if total > 0 && pr.FirstRecordSeconds == 0 {
 			pr.FirstRecordSeconds = time.Since(p.start).Seconds()
 		}
-		if total >= int64(n) {
+		if h.eos {
+			// Records appended are not visible until their transaction
+			// commits, and markers take offsets too: the end is the
+			// slot's confirmation at the last commit.
+			if done, err := h.confirmedAt(ctx, slot, end); err != nil {
+				ws.stop()
+				return pr, err
+			} else if done {
+				pr.ConfirmedSeconds = time.Since(p.start).Seconds()
+				break
+			}
+		} else if total >= int64(n) {
 			break
 		}
 		if err := p.exited(); err != nil {
@@ -291,7 +341,7 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot, topic, endLSN strin
 	pr.EventsPerSec = float64(n) / pr.WallSeconds
 	// Confirmation: informational, bounded.
 	confirmDeadline := time.Now().Add(30 * time.Second)
-	for {
+	for !h.eos {
 		var lsn *string
 		if err := h.admin.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&lsn); err != nil {
 			ws.stop()
@@ -322,7 +372,12 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot, topic, endLSN strin
 	if pr.RecordsInKafka, err = watcher.Total(topic); err != nil {
 		return pr, err
 	}
-	if pr.RecordsInKafka != int64(n) {
+	pr.RecordsInKafka -= base
+	if h.eos {
+		if pr.RecordsInKafka < int64(n) {
+			return pr, fmt.Errorf("pgoutbox: %d offsets in Kafka, want at least %d", pr.RecordsInKafka, n)
+		}
+	} else if pr.RecordsInKafka != int64(n) {
 		return pr, fmt.Errorf("pgoutbox: %d records in Kafka, want %d", pr.RecordsInKafka, n)
 	}
 	return pr, nil
@@ -333,4 +388,17 @@ func deref(s *string) string {
 		return "NULL"
 	}
 	return *s
+}
+
+// confirmedAt says whether slot is confirmed at end or past it.
+func (h *harness) confirmedAt(ctx context.Context, slot string, end checkpoint.LSN) (bool, error) {
+	var lsn *string
+	if err := h.admin.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&lsn); err != nil {
+		return false, fmt.Errorf("read slot %s: %w", slot, err)
+	}
+	if lsn == nil {
+		return false, nil
+	}
+	l, err := outboxtest.ParseLSN(*lsn)
+	return err == nil && l >= end, nil
 }

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -36,6 +37,11 @@ import (
 // consumer's fetch, which ReceiveLatencyMs adds. The append time has
 // millisecond precision: the middle of its millisecond is used.
 type LatencyResult struct {
+	// Mode is at-least-once or exactly-once (kafka.exactly.once; its
+	// consumer reads with read_committed, so ReceiveLatencyMs includes
+	// the wait for the Kafka transaction's commit, and LatencyMs, the
+	// append, does not).
+	Mode            string  `json:"mode"`
 	TargetRate      int     `json:"target_rate"`
 	DurationSeconds float64 `json:"duration_s"` // how long the measured writing ran
 	Writers         int     `json:"writers"`
@@ -180,8 +186,13 @@ func (rc *receiver) counts() (received, warm int64) {
 
 func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) {
 	o := h.o
-	res := LatencyResult{TargetRate: rate, Writers: o.LatencyWriters}
+	res := LatencyResult{Mode: h.mode(), TargetRate: rate, Writers: o.LatencyWriters}
 	tag := fmt.Sprintf("lat%d", rate)
+	iso := sarama.ReadUncommitted
+	if h.eos {
+		tag += "eos"
+		iso = sarama.ReadCommitted
+	}
 	aggType := h.name(tag)
 	res.Topic = "outbox.event." + aggType
 	slot := h.name(tag)
@@ -211,7 +222,7 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumerDone := make(chan error, 1)
 	go func() {
-		consumerDone <- kafkatest.Tail(cctx, h.kcfg, []string{res.Topic}, func(r kafkatest.Record) bool {
+		consumerDone <- kafkatest.TailIsolated(cctx, h.kcfg, []string{res.Topic}, iso, func(r kafkatest.Record) bool {
 			rc.add(r.Value, r.Timestamp, time.Now())
 			return true
 		})

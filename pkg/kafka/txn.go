@@ -47,8 +47,8 @@ type TxnProducer struct {
 	failed     chan struct{}
 	failedOnce sync.Once
 	fenced     atomic.Pointer[error]
-	stored  uint64
-	found   bool
+	stored     uint64
+	found      bool
 	// pending is the outcome of a CommitTxn that run stopped waiting for
 	// (a failure it saw first); run waits for it before it returns.
 	pending chan error

@@ -188,8 +188,8 @@ type Config struct {
 	// PostgreSQL transactions into one Kafka transaction: it is committed
 	// at the first transaction boundary once TransactionInterval has
 	// passed since its first record or it holds TransactionMaxRecords
-	// records (and the commit before it has finished). -1 for the interval
-	// commits at every boundary. Defaults 5 ms and 10,000.
+	// records (and the commit before it has finished). A negative interval
+	// (-1ms) commits at every boundary. Defaults 5 ms and 10,000.
 	TransactionInterval   time.Duration `yaml:"transaction.interval"`
 	TransactionMaxRecords int           `yaml:"transaction.max.records"`
 
@@ -321,8 +321,8 @@ func (c *Config) Validate() error {
 	if cfg.TransactionTimeout < time.Second || cfg.TransactionTimeout%time.Millisecond != 0 {
 		bad("transaction.timeout", "%v must be at least 1s and a whole number of milliseconds", cfg.TransactionTimeout)
 	}
-	if cfg.TransactionInterval < -1 || (cfg.TransactionInterval >= 0 && cfg.TransactionInterval >= cfg.TransactionTimeout/2) {
-		bad("transaction.interval", "%v must be -1 or below half of transaction.timeout %v", cfg.TransactionInterval, cfg.TransactionTimeout)
+	if cfg.TransactionInterval >= cfg.TransactionTimeout/2 {
+		bad("transaction.interval", "%v must be below half of transaction.timeout %v (negative: commit at every transaction boundary)", cfg.TransactionInterval, cfg.TransactionTimeout)
 	}
 	if cfg.TransactionMaxRecords < 1 {
 		bad("transaction.max.records", "%d must be at least 1", cfg.TransactionMaxRecords)
@@ -508,7 +508,7 @@ func (c *Config) ValidateExplicit() error {
 		{"request.timeout", c.RequestTimeout == 0, "use a positive duration"},
 		{"topic.missing.timeout", c.TopicMissingTimeout == 0, "use a positive duration"},
 		{"transaction.timeout", c.TransactionTimeout == 0, "use a positive duration"},
-		{"transaction.interval", c.TransactionInterval == 0, "use -1 to commit at every transaction boundary"},
+		{"transaction.interval", c.TransactionInterval == 0, "use -1ms to commit at every transaction boundary"},
 		{"transaction.max.records", c.TransactionMaxRecords == 0, "use a positive count"},
 		{"offsets.topic", c.OffsetsTopic == "", "name a topic"},
 		{"version", c.Version == "", "use a Kafka version such as 4.0.0"},

@@ -76,7 +76,7 @@ test-faults:
 	@echo "| scenario | events written | verified | lost | out of order | duplicates | wall time | peak RSS |" > faults-report.md
 	@echo "|---|---|---|---|---|---|---|---|" >> faults-report.md
 	bash scripts/testenv.sh exec -- env PGOUTBOX_FAULTS=full PGOUTBOX_REQUIRE_INTEGRATION=1 \
-		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' -v ./pkg/relay/ \
+		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m -run '^(TestFaults|TestExactlyOnceFaults)$$' -v ./pkg/relay/ \
 		| grep -v 'logger.go'
 	@cat faults-report.md
 

@@ -172,6 +172,11 @@ func readStored(ctx context.Context, client sarama.Client, topic string, key []b
 		if err != nil {
 			return 0, false, err
 		}
+		if ok && v == nil {
+			// A tombstone: the slot's position was deleted on purpose, to
+			// start exactly-once afresh from the slot's own.
+			return 0, false, nil
+		}
 		if ok {
 			lsn, err := decodeOffset(v)
 			if err != nil {
@@ -185,7 +190,7 @@ func readStored(ctx context.Context, client sarama.Client, topic string, key []b
 }
 
 // scanCommitted returns the value of the last committed record with key in
-// [from, to) of a partition.
+// [from, to) of a partition (nil for a tombstone).
 func scanCommitted(ctx context.Context, client sarama.Client, topic string, p int32, key []byte, from, to int64) (value []byte, found bool, err error) {
 	err = ReadPartition(ctx, client, topic, p, from, to, sarama.ReadCommitted, func(r PartitionRecord) {
 		if string(r.Key) == string(key) {

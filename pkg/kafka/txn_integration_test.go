@@ -167,3 +167,42 @@ func TestTransactionalProducerWithoutOffsetsTopicSaysSo(t *testing.T) {
 		t.Fatalf("got %v, want ErrOffsetsTopicMissing", err)
 	}
 }
+
+// TestTombstoneInOffsetsTopicForgetsThePosition: a tombstone for the slot's
+// key (the documented way to start exactly-once afresh) reads as no
+// position.
+func TestTombstoneInOffsetsTopicForgetsThePosition(t *testing.T) {
+	env := testenv.Require(t)
+	cfg, id := txnConfig(t, env)
+	ctx := context.Background()
+	if err := EnsureOffsetsTopic(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewTransactional(ctx, cfg, id, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := commitOrFail(t, p, 0x5000); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	_ = p.Close(ctx)
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V4_0_0_0
+	sc.Producer.Return.Successes = true
+	sp, err := sarama.NewSyncProducer(env.KafkaBrokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: cfg.OffsetsTopic, Key: sarama.ByteEncoder(id.Key())}); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := NewTransactional(ctx, cfg, id, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close(ctx)
+	if lsn, ok := p2.Stored(); ok {
+		t.Fatalf("stored %X after a tombstone, want none", lsn)
+	}
+}

@@ -59,13 +59,19 @@ type eosSession struct {
 	groupStart   time.Time
 	outstanding  int
 	lastCommitAt time.Time
+	// busy: the in-flight caps stopped reading WAL during this group (a
+	// backlog, Kafka slower than PostgreSQL); lastTook is how long the last
+	// commit took.
+	busy     bool
+	lastTook time.Duration
 	// broken: a PostgreSQL transaction is partly sent and will not be
 	// finished (the session ends): nothing more may be committed.
 	broken bool
 }
 
 // idleCommitEvery bounds how often a position without records (an idle
-// keepalive's WAL end) is committed to the offsets topic.
+// keepalive's WAL end) is committed to the offsets topic: every status
+// interval, and at most every idleCommitEvery.
 const idleCommitEvery = 5 * time.Second
 
 // txnProducer is the producer of exactly-once mode: *kafka.TxnProducer.
@@ -159,12 +165,34 @@ func (e *eosSession) due() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	if e.groupRecords == 0 {
-		return e.lastCommitAt.Add(idleCommitEvery), true
+		return e.lastCommitAt.Add(min(idleCommitEvery, e.s.r.cfg.Postgres.StatusInterval)), true
 	}
-	if e.cfg.TransactionInterval < 0 || e.groupRecords >= e.cfg.TransactionMaxRecords {
+	if e.groupRecords >= e.cfg.TransactionMaxRecords {
 		return e.groupStart, true
 	}
-	return e.groupStart.Add(e.cfg.TransactionInterval), true
+	interval := e.cfg.TransactionInterval
+	if e.busy {
+		// Throughput-bound: records of the next transaction wait while a
+		// commit runs (sarama refuses them until it ends), so commit less
+		// often, about a tenth of the time at most; latency is bound by
+		// the backlog then, not by the interval.
+		interval = max(interval, min(busyCommitFactor*e.lastTook, e.cfg.TransactionTimeout/10))
+	}
+	if interval < 0 {
+		return e.groupStart, true
+	}
+	return e.groupStart.Add(interval), true
+}
+
+// busyCommitFactor: while throughput-bound, a Kafka transaction stays open
+// this many times as long as the last commit took.
+const busyCommitFactor = 10
+
+// pressed notes that the in-flight caps stopped reading WAL.
+func (e *eosSession) pressed() {
+	if e != nil {
+		e.busy = true
+	}
 }
 
 // step requests a commit when one is due (at once when stopping, or when
@@ -182,6 +210,7 @@ func (e *eosSession) step() {
 	e.requested = e.lastEnd
 	e.outstanding++
 	e.groupRecords = 0
+	e.busy = false
 }
 
 // result handles a commit's outcome.
@@ -198,6 +227,10 @@ func (e *eosSession) result(res kafka.CommitResult) error {
 	}
 	e.committed = max(e.committed, checkpoint.LSN(res.LSN))
 	e.lastCommitAt = s.clock.Now()
+	e.lastTook = res.Took
+	if ce := s.log.Check(zap.DebugLevel, "kafka transaction committed"); ce != nil {
+		ce.Write(zap.Stringer("lsn", checkpoint.LSN(res.LSN)), zap.Duration("commit", res.Took), zap.Duration("open", res.Took+s.clock.Now().Sub(res.Began)-res.Took))
+	}
 	return nil
 }
 

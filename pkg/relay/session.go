@@ -206,6 +206,7 @@ func (s *session) loop() error {
 		}
 		if s.tr.InFlight() >= lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= lim.MaxInFlightBytes {
 			// Back-pressure: stop reading WAL, keep sending status updates.
+			s.eos.pressed()
 			if err := s.wait(s.waitDeadline()); err != nil {
 				return err
 			}

@@ -74,8 +74,8 @@ test-go:
 ## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM; Kafka frozen 90 s and 2 minutes
 ## with topics new to the session; on the 3-node cluster a rolling restart, leader SIGKILLs, a paused
 ## broker, a dead first broker), and the poll source's with four instances (30 SIGKILLs, Kafka down
-## 2 minutes, SIGTERM); results in faults-report.md
-FAULT_TESTS := ^(TestFaults|TestKafkaFrozen|TestClusterFaults|TestPollSIGKILLWithFourInstancesLosesNothing|TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers|TestPollSIGTERMWithFourInstancesRepeatsNothing)$$
+## 2 minutes, SIGTERM), and exactly-once mode's; results in faults-report.md
+FAULT_TESTS := ^(TestFaults|TestExactlyOnceFaults|TestKafkaFrozen|TestClusterFaults|TestPollSIGKILLWithFourInstancesLosesNothing|TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers|TestPollSIGTERMWithFourInstancesRepeatsNothing)$$
 test-faults:
 	@echo "| scenario | events written | verified | lost | out of order | duplicates | wall time | peak RSS |" > faults-report.md
 	@echo "|---|---|---|---|---|---|---|---|" >> faults-report.md
@@ -119,7 +119,7 @@ BENCHFLAGS ?=
 ## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s, the poll source,
 ## resources, micro-benchmarks) into bench-results/; shorten with e.g. BENCHFLAGS='--events 50000 --duration 20s'
 bench:
-	bash scripts/bench.sh $(BENCHFLAGS)
+	bash scripts/bench.sh --exactly-once $(BENCHFLAGS)
 
 ## bench-smoke: check the benchmark harness end to end in under a minute (the numbers mean nothing)
 bench-smoke:

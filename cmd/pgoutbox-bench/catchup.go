@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka/kafkatest"
@@ -36,6 +38,12 @@ type CatchupResult struct {
 
 	PGRecvlogical ReaderResult `json:"pg_recvlogical"`
 	Pgoutbox      ReaderResult `json:"pgoutbox"`
+	// PgoutboxEOS is the same catch-up with kafka.exactly.once (from a
+	// third copy of the slot, right after), done when a read_committed
+	// consumer has every event (the consumer's work counts against it);
+	// RatioEOS is its rate over at-least-once's (to the last ack).
+	PgoutboxEOS *ReaderResult `json:"pgoutbox_exactly_once,omitempty"`
+	RatioEOS    float64       `json:"ratio_exactly_once_to_at_least_once,omitempty"`
 	// Ratio is pgoutbox's events/s over pg_recvlogical's.
 	Ratio float64 `json:"ratio_pgoutbox_to_pg_recvlogical"`
 
@@ -95,6 +103,13 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 		return r, fmt.Errorf("copy slot %s to %s: %w", slotRecv, slotRelay, err)
 	}
 	defer h.dropSlot(context.WithoutCancel(ctx), slotRelay)
+	slotEOS := h.name(tag, "eos")
+	if o.ExactlyOnce {
+		if _, err := h.admin.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2)", slotRecv, slotEOS); err != nil {
+			return r, fmt.Errorf("copy slot %s to %s: %w", slotRecv, slotEOS, err)
+		}
+		defer h.dropSlot(context.WithoutCancel(ctx), slotEOS)
+	}
 	var cf1, cf2 string
 	if err := h.admin.QueryRow(ctx, `SELECT
 		(SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1),
@@ -158,6 +173,20 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 	r.Ratio = pr.EventsPerSec / rr.EventsPerSec
 	h.logf("  pgoutbox: %.2f s (first record after %.2f s), %.0f events/s (%.2fx pg_recvlogical), CPU %.2f s, peak RSS %d MB, confirmed after %.2f s",
 		pr.WallSeconds, pr.FirstRecordSeconds, pr.EventsPerSec, r.Ratio, pr.CPUSeconds, pr.PeakRSSBytes>>20, pr.ConfirmedSeconds)
+
+	// (c) pgoutbox in exactly-once mode.
+	if o.ExactlyOnce {
+		h.eos = true
+		er, err := h.runRelayCatchup(ctx, slotEOS, r.Topic, r.EndLSN, n, tag+"eos")
+		h.eos = false
+		r.PgoutboxEOS = &er
+		if err != nil {
+			return r, fmt.Errorf("exactly-once: %w", err)
+		}
+		r.RatioEOS = er.EventsPerSec / pr.EventsPerSec
+		h.logf("  pgoutbox exactly-once: %.2f s until a read_committed consumer had every event, %.0f events/s (%.2fx at-least-once to the last ack), CPU %.2f s, peak RSS %d MB, confirmed after %.2f s",
+			er.WallSeconds, er.EventsPerSec, r.RatioEOS, er.CPUSeconds, er.PeakRSSBytes>>20, er.ConfirmedSeconds)
+	}
 
 	// Keep the table small for the next scenario (TRUNCATE is not
 	// published: the publication publishes inserts only).
@@ -257,6 +286,24 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot, topic, endLSN strin
 	if _, err := watcher.Total(topic); err != nil { // cache the partitions before the clock starts
 		return pr, err
 	}
+	// Exactly-once: done when a read_committed consumer has every event
+	// (appended records are invisible until their transaction commits, and
+	// markers take offsets, so the high-water marks do not tell).
+	var visible atomic.Int64
+	if h.eos {
+		cctx, stopConsumer := context.WithCancel(ctx)
+		consumerDone := make(chan error, 1)
+		go func() {
+			consumerDone <- kafkatest.TailIsolated(cctx, h.kcfg, []string{topic}, sarama.ReadCommitted, func(kafkatest.Record) bool {
+				visible.Add(1)
+				return true
+			})
+		}()
+		defer func() {
+			stopConsumer()
+			<-consumerDone
+		}()
+	}
 	ws := startWalsenderSampler(h.dsn, slot)
 	p, err := startRelay(h.o.Pgoutbox, h.relayEnv(slot), filepath.Join(h.logDir, "pgoutbox-catchup-"+tag+".log"))
 	if err != nil {
@@ -266,15 +313,25 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot, topic, endLSN strin
 	defer p.stop(time.Minute) // on the error paths
 	deadline := p.start.Add(h.o.CatchupTimeout)
 	var total int64
+	base, err := watcher.Total(topic) // an earlier run's records, in exactly-once mode
+	if err != nil {
+		ws.stop()
+		return pr, err
+	}
 	for {
 		if total, err = watcher.Total(topic); err != nil {
 			ws.stop()
 			return pr, err
 		}
+		total -= base
 		if total > 0 && pr.FirstRecordSeconds == 0 {
 			pr.FirstRecordSeconds = time.Since(p.start).Seconds()
 		}
-		if total >= int64(n) {
+		if h.eos {
+			if visible.Load() >= base+int64(n) {
+				break
+			}
+		} else if total >= int64(n) {
 			break
 		}
 		if err := p.exited(); err != nil {
@@ -322,7 +379,12 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot, topic, endLSN strin
 	if pr.RecordsInKafka, err = watcher.Total(topic); err != nil {
 		return pr, err
 	}
-	if pr.RecordsInKafka != int64(n) {
+	pr.RecordsInKafka -= base
+	if h.eos {
+		if pr.RecordsInKafka < int64(n) {
+			return pr, fmt.Errorf("pgoutbox: %d offsets in Kafka, want at least %d", pr.RecordsInKafka, n)
+		}
+	} else if pr.RecordsInKafka != int64(n) {
 		return pr, fmt.Errorf("pgoutbox: %d records in Kafka, want %d", pr.RecordsInKafka, n)
 	}
 	return pr, nil

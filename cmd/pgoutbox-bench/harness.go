@@ -36,6 +36,17 @@ type harness struct {
 
 	mu     sync.Mutex
 	topics []string
+
+	// eos: the pgoutbox being started runs with kafka.exactly.once.
+	eos bool
+}
+
+// mode names the delivery mode of the pgoutbox being started.
+func (h *harness) mode() string {
+	if h.eos {
+		return "exactly-once"
+	}
+	return "at-least-once"
 }
 
 // Run runs the enabled scenarios and writes results.json, summary.md and
@@ -99,15 +110,19 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	if o.enabled(ScenarioLatency) {
 		for _, rate := range o.Rates {
-			if ctx.Err() != nil {
-				break
+			for _, eos := range []bool{false, true} {
+				if ctx.Err() != nil || (eos && !o.ExactlyOnce) {
+					break
+				}
+				h.eos = eos
+				r, err := h.latency(ctx, rate, h.walSource())
+				h.eos = false
+				if err != nil {
+					r.Error = err.Error()
+				}
+				res.Latency = append(res.Latency, r)
+				record(fmt.Sprintf("latency at %d events/s (%s)", rate, r.Mode), err)
 			}
-			r, err := h.latency(ctx, rate, h.walSource())
-			if err != nil {
-				r.Error = err.Error()
-			}
-			res.Latency = append(res.Latency, r)
-			record(fmt.Sprintf("latency at %d events/s", rate), err)
 		}
 	}
 	if o.enabled(ScenarioPoll) && ctx.Err() == nil {
@@ -324,6 +339,9 @@ func (h *harness) relayEnv(slot string, extra ...string) []string {
 			continue
 		}
 		env = append(env, kv)
+	}
+	if h.eos {
+		env = append(env, "PGOUTBOX_KAFKA_EXACTLY_ONCE=true", "PGOUTBOX_KAFKA_OFFSETS_TOPIC="+h.name("offsets"))
 	}
 	env = append(env,
 		"PGOUTBOX_POSTGRES_DSN="+h.dsn,

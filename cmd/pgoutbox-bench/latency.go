@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -39,6 +40,11 @@ type LatencyResult struct {
 	// Source is "" for the WAL source, a poll variant's label for the poll
 	// source (poll.go).
 	Source          string  `json:"source,omitempty"`
+	// Mode is at-least-once or exactly-once (kafka.exactly.once; its
+	// consumer reads with read_committed, so ReceiveLatencyMs includes
+	// the wait for the Kafka transaction's commit, and LatencyMs, the
+	// append, does not).
+	Mode            string  `json:"mode"`
 	TargetRate      int     `json:"target_rate"`
 	DurationSeconds float64 `json:"duration_s"` // how long the measured writing ran
 	Writers         int     `json:"writers"`
@@ -200,8 +206,13 @@ func (rc *receiver) counts() (received, warm int64) {
 
 func (h *harness) latency(ctx context.Context, rate int, src latencySource) (LatencyResult, error) {
 	o := h.o
-	res := LatencyResult{TargetRate: rate, Writers: o.LatencyWriters}
+	res := LatencyResult{Mode: h.mode(), TargetRate: rate, Writers: o.LatencyWriters}
 	tag := src.tag + fmt.Sprintf("lat%d", rate)
+	iso := sarama.ReadUncommitted
+	if h.eos {
+		tag += "eos"
+		iso = sarama.ReadCommitted
+	}
 	aggType := h.name(tag)
 	res.Topic = "outbox.event." + aggType
 	slot := h.name(tag)
@@ -231,7 +242,7 @@ func (h *harness) latency(ctx context.Context, rate int, src latencySource) (Lat
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumerDone := make(chan error, 1)
 	go func() {
-		consumerDone <- kafkatest.Tail(cctx, h.kcfg, []string{res.Topic}, func(r kafkatest.Record) bool {
+		consumerDone <- kafkatest.TailIsolated(cctx, h.kcfg, []string{res.Topic}, iso, func(r kafkatest.Record) bool {
 			rc.add(r.Value, r.Timestamp, time.Now())
 			return true
 		})

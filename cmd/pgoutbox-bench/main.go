@@ -96,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		benchtime      = fs.String("benchtime", "", "go test -benchtime for the micro-benchmarks (default 1s; smoke 100x)")
 		microPkgs      = fs.String("micro-packages", "", "packages of the micro-benchmarks (default ./checkpoint ./router ./replication ./pkg/kafka ./pkg/relay, comma-separated)")
 		keepDB         = fs.Bool("keep-database", false, "keep the database, slots are dropped anyway")
+		exactlyOnce    = fs.Bool("exactly-once", false, "also run every catch-up shape and every rate with kafka.exactly.once, right after its at-least-once run (exactly-once latency is read with a read_committed consumer)")
 		pgoutboxEnv    multiFlag
 	)
 	fs.Var(&pgoutboxEnv, "pgoutbox-env", "extra KEY=VALUE setting for pgoutbox, e.g. PGOUTBOX_KAFKA_FLUSH_FREQUENCY=5ms (repeatable)")
@@ -116,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	o.PGDSN, o.PGBin, o.Database, o.Pgoutbox, o.Out, o.RepoRoot = *pgDSN, *pgBin, *database, *binary, *out, *root
 	o.Brokers = splitList(*brokers)
 	o.KeepDatabase = *keepDB
+	o.ExactlyOnce = *exactlyOnce
 	o.PgoutboxEnv = pgoutboxEnv
 	setIf(&o.Events, *events)
 	setIf(&o.PrepWriters, *prepWriters)
@@ -231,6 +233,9 @@ type Options struct {
 	RepoRoot     string
 	// PgoutboxEnv are extra KEY=VALUE settings for every pgoutbox process.
 	PgoutboxEnv []string
+	// ExactlyOnce runs every catch-up shape and every rate a second time
+	// with kafka.exactly.once, right after the at-least-once run.
+	ExactlyOnce bool
 
 	Scenarios map[string]bool // nil: all
 

@@ -394,7 +394,7 @@ func summary(r *Results) string {
 				kept = "**no**"
 			}
 			q := l.LatencyMs
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", thousands(int64(l.TargetRate)), thousands(int64(l.AchievedRate)),
+			p("| %s%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), thousands(int64(l.AchievedRate)),
 				thousands(l.Received), f1(q.P50), f1(q.P90), f1(q.P99), f1(q.P999), f1(q.Max), kept)
 		}
 		p("\n![latency percentiles against rate](latency.png)\n\n")
@@ -405,7 +405,7 @@ func summary(r *Results) string {
 			if l.Error != "" && l.Received == 0 {
 				continue
 			}
-			p("| %s | %s / %s | %s | %s | %s | %s | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
+			p("| %s%s | %s / %s | %s | %s | %s | %s | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
 				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), mb(l.Pgoutbox.PeakRSSBytes),
 				f2(l.WalsenderCPUSeconds), f2(l.HarnessCPUSeconds), f0(l.MachineCPUBusy*100))
 		}
@@ -419,6 +419,7 @@ func summary(r *Results) string {
 	}
 
 	b.WriteString(pollSummary(r))
+	writeEOSSummary(p, r)
 
 	if r.Micro != nil {
 		p("\n## Micro-benchmarks\n\n`%s`", r.Micro.Command)
@@ -453,4 +454,50 @@ func joinInts(v []int) string {
 		s[i] = thousands(int64(x))
 	}
 	return strings.Join(s, ", ")
+}
+
+// modeTag marks an exactly-once row.
+func modeTag(mode string) string {
+	if mode == "exactly-once" {
+		return " (exactly-once)"
+	}
+	return ""
+}
+
+// writeEOSSummary puts exactly-once beside at-least-once, for the runs that
+// measured both.
+func writeEOSSummary(p func(string, ...any), r *Results) {
+	var eos bool
+	for _, c := range r.Catchup {
+		eos = eos || c.PgoutboxEOS != nil
+	}
+	for _, l := range r.Latency {
+		eos = eos || l.Mode == "exactly-once"
+	}
+	if !eos {
+		return
+	}
+	p("\n## Exactly-once beside at-least-once\n\n")
+	p("Each exactly-once run follows its at-least-once run. Catch-up: at-least-once is done at the last acknowledgement, exactly-once when a read_committed consumer (run by the harness, its CPU on the same machine) has every event. Latency: at-least-once's consumer reads uncommitted, exactly-once's read_committed, so commit → consumer includes the Kafka transaction's commit; commit → append does not.\n\n")
+	if len(r.Catchup) > 0 {
+		p("| catch-up, events per txn | at-least-once: last ack s / slot confirmed s | exactly-once: all visible s | exactly-once events/s | exactly-once / at-least-once | CPU s at-least-once / exactly-once |\n|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range r.Catchup {
+			if c.PgoutboxEOS == nil || c.Error != "" {
+				continue
+			}
+			p("| %d | %s / %s | %s | %s | %s | %s / %s |\n", c.TxnSize, f2(c.Pgoutbox.WallSeconds), f2(c.Pgoutbox.ConfirmedSeconds), f2(c.PgoutboxEOS.WallSeconds),
+				thousands(int64(c.PgoutboxEOS.EventsPerSec)), f2(c.RatioEOS), f2(c.Pgoutbox.CPUSeconds), f2(c.PgoutboxEOS.CPUSeconds))
+		}
+		p("\n")
+	}
+	if len(r.Latency) > 0 {
+		p("| events/s | mode | commit → append p50 / p99 ms | commit → consumer p50 / p99 ms | duplicates | kept up |\n|---:|:---|---:|---:|---:|:---:|\n")
+		for _, l := range r.Latency {
+			if l.Error != "" && l.Received == 0 {
+				continue
+			}
+			p("| %s | %s | %s / %s | %s / %s | %d | %v |\n", thousands(int64(l.TargetRate)), l.Mode, f1(l.LatencyMs.P50), f1(l.LatencyMs.P99),
+				f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99), l.Duplicates, l.KeptUp)
+		}
+	}
 }

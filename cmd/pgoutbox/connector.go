@@ -354,6 +354,23 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		}
 	}
 
+	// Kafka Connect's exactly-once source support (KIP-618): required is
+	// pgoutbox's exactly-once mode; requested (Connect's default) and
+	// anything else leave it off, as a worker without
+	// exactly.once.source.support=enabled does.
+	if v, ok := get("exactly.once.support"); ok {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "required":
+			cfg.Kafka.ExactlyOnce = true
+		case "requested":
+		default:
+			refuse("exactly.once.support", "use required or requested")
+		}
+	}
+	if v, ok := get("offsets.storage.topic"); ok && cfg.Kafka.ExactlyOnce {
+		cfg.Kafka.OffsetsTopic = v
+	}
+
 	for k, why := range connectorRefused {
 		if _, ok := conn[k]; ok && !used[k] {
 			used[k] = true

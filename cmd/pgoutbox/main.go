@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
@@ -494,6 +495,16 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 			return exitRuntime
 		}
 		fmt.Fprintln(stdout, "guard installed: dropping the publication or an outbox table from it is refused")
+	}
+	if cfg.Kafka.ExactlyOnce && len(cfg.Kafka.Brokers) > 0 {
+		kctx, cancel := context.WithTimeout(ctx, 2*(cfg.Kafka.DialTimeout+cfg.Kafka.ReadTimeout))
+		err := kafka.EnsureOffsetsTopic(kctx, cfg.Kafka)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+			return exitRuntime
+		}
+		fmt.Fprintf(stdout, "offsets topic %s ready (kafka.exactly.once)\n", cfg.Kafka.OffsetsTopic)
 	}
 	if *accept {
 		if err := acceptCatalog(ctx, conn, cfg.Postgres, stdout); err != nil {

@@ -583,6 +583,14 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 		return
 	}
 	v.report(pass("kafka", "reachable at "+strings.Join(kc.Brokers, ",")))
+	if kc.ExactlyOnce {
+		if err := kafka.EnsureOffsetsTopic(ctx, kc); err != nil {
+			v.report(fail("offsets topic "+kc.OffsetsTopic, oneLine(err),
+				"create it (one partition, cleanup.policy=compact), or let pgoutbox create it: grant CREATE on it"))
+		} else {
+			v.report(pass("offsets topic "+kc.OffsetsTopic, "exists, compacted (kafka.exactly.once keeps the slot's position there)"))
+		}
+	}
 
 	fixed, ok := fixedTopic(cfg.Router.RouteTopicReplacement)
 	if ok && !slices.Contains(topics, fixed) {

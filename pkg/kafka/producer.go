@@ -375,10 +375,17 @@ func (p *Producer) drain() {
 				successes = nil
 				continue
 			}
+			if _, own := pm.Metadata.(offsetsRecord); own {
+				continue
+			}
 			p.acks <- ack(pm, nil)
 		case pe, ok := <-errs:
 			if !ok {
 				errs = nil
+				continue
+			}
+			if _, own := pe.Msg.Metadata.(offsetsRecord); own {
+				// Its transaction fails too, and says so on Commits.
 				continue
 			}
 			a := ack(pe.Msg, pe.Err)

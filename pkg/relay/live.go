@@ -67,34 +67,56 @@ func (b *liveBackend) Open(ctx context.Context, cfg replication.Config, start ch
 // does not answer; a producer that arrives after its caller gave up is
 // closed.
 func (b *liveBackend) NewProducer(ctx context.Context, cfg kafka.Config) (producer, error) {
+	return startProducer(b, ctx, func() (*kafka.Producer, error) { return kafka.New(ctx, cfg, b.log) })
+}
+
+// NewTxnProducer is NewProducer for exactly-once mode.
+func (b *liveBackend) NewTxnProducer(ctx context.Context, cfg kafka.Config, id kafka.SlotIdentity) (txnProducer, error) {
+	return startProducer(b, ctx, func() (*kafka.TxnProducer, error) { return kafka.NewTransactional(ctx, cfg, id, b.log) })
+}
+
+func (b *liveBackend) EnsureOffsetsTopic(ctx context.Context, cfg kafka.Config) error {
+	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout+cfg.ReadTimeout)
+	defer cancel()
+	return kafka.EnsureOffsetsTopic(cctx, cfg)
+}
+
+// startProducer runs start on a goroutine of its own, so that a stop is
+// honoured at once even while sarama retries against a cluster that does
+// not answer; a producer that arrives after its caller gave up is closed.
+func startProducer[P interface {
+	comparable
+	Close(context.Context) error
+}](b *liveBackend, ctx context.Context, start func() (P, error)) (P, error) {
 	type made struct {
-		p   *kafka.Producer
+		p   P
 		err error
 	}
+	var zero P
 	ch := make(chan made, 1)
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		p, err := kafka.New(ctx, cfg, b.log)
+		p, err := start()
 		ch <- made{p, err}
 	}()
 	select {
 	case m := <-ch:
 		if m.err != nil {
-			return nil, m.err
+			return zero, m.err
 		}
 		return m.p, nil
 	case <-ctx.Done():
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			if m := <-ch; m.p != nil {
+			if m := <-ch; m.p != zero {
 				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				_ = m.p.Close(cctx)
 				cancel()
 			}
 		}()
-		return nil, context.Cause(ctx)
+		return zero, context.Cause(ctx)
 	}
 }
 

@@ -48,6 +48,12 @@ type Relay struct {
 	// one per produce request: the broker refused a batch as too large,
 	// and only a record refused on its own is poison.
 	singleUntil checkpoint.LSN
+	// Exactly-once mode: whether the offsets topic is known to exist; the
+	// records Kafka refused, which sessions from then on dead-letter; the
+	// transaction that did not fit in kafka.transaction.timeout once.
+	offsetsReady bool
+	poisoned     map[poisonKey]string
+	tooLong      checkpoint.LSN
 }
 
 // history is what Run remembers between sessions: whether the slot was seen,
@@ -163,7 +169,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
-		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout)}
+		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)
@@ -348,7 +354,14 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords + 1
 	kcfg.SingleRecordBatches = r.singleUntil > 0
-	prod, err := r.be.NewProducer(ctx, kcfg)
+	var prod producer
+	var txn txnProducer
+	if kcfg.ExactlyOnce {
+		txn, err = r.startTransactional(ctx, &kcfg, start)
+		prod = txn
+	} else {
+		prod, err = r.be.NewProducer(ctx, kcfg)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -378,9 +391,20 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 			zap.Stringer("until", r.singleUntil))
 	}
 	s := newSession(r, ctx, start, st, prod)
+	if txn != nil {
+		stored, _ := txn.Stored()
+		s.startEOS(txn, checkpoint.LSN(stored))
+	}
 	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
 	err = s.loop()
 	s.finish(err)
+	var fe *FatalError
+	if !errors.As(err, &fe) {
+		if ferr := s.eos.fencedAfter(); ferr != nil {
+			s.log.Error("Kafka refused this instance's transactional producer after the session ended", zap.NamedError("session_end", err), zap.Error(ferr))
+			err = ferr
+		}
+	}
 	if errors.Is(err, errStopped) || errors.Is(err, errNewProducer) {
 		r.obs.SessionEnded(nil)
 	} else {

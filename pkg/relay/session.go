@@ -106,6 +106,14 @@ type session struct {
 	// wake the stream (a Wake would cut EndStream's wait for the server).
 	ending atomic.Bool
 
+	// eos is exactly-once mode's part of the session (eos.go): Kafka
+	// transactions, the position Kafka committed. Nil in at-least-once
+	// mode, where each of its methods does nothing.
+	eos *eosSession
+	// localFailure: the failure being handled is one the loop made (it
+	// never reached Kafka).
+	localFailure bool
+
 	// Catch-up progress: the server's WAL position at the last catalog
 	// check, and the position and time of the last progress report.
 	serverWAL    checkpoint.LSN
@@ -176,6 +184,10 @@ func (s *session) loop() error {
 		if err := s.drain(); err != nil {
 			return err
 		}
+		if err := s.eos.checkAge(); err != nil {
+			return err
+		}
+		s.eos.step()
 		if s.stopping {
 			if !s.tr.Open() {
 				return errStopped
@@ -213,6 +225,7 @@ func (s *session) loop() error {
 		}
 		if s.tr.InFlight() >= lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= lim.MaxInFlightBytes {
 			// Back-pressure: stop reading WAL, keep sending status updates.
+			s.eos.pressed()
 			if err := s.wait(s.waitDeadline()); err != nil {
 				return err
 			}
@@ -268,10 +281,14 @@ func (s *session) drainBy() time.Time {
 // waitDeadline is when the next wait or Receive must end: the next status
 // update, or the end of the stop's budget.
 func (s *session) waitDeadline() time.Time {
-	if s.stopping && s.drainBy().Before(s.nextStatus) {
-		return s.drainBy()
+	d := s.nextStatus
+	if s.stopping && s.drainBy().Before(d) {
+		d = s.drainBy()
 	}
-	return s.nextStatus
+	if t, ok := s.eos.due(); ok && t.Before(d) {
+		d = t
+	}
+	return d
 }
 
 // wait blocks until something arrives for the loop (an ack, a topic check,
@@ -289,6 +306,8 @@ func (s *session) wait(deadline time.Time) error {
 			return errors.New("relay: producer closed its acknowledgement channel")
 		}
 		return s.ack(a)
+	case res := <-s.eos.results():
+		return s.eos.result(res)
 	case res := <-s.topics.checker.Results():
 		s.topics.result(res)
 	case res := <-s.watcher.Results():
@@ -312,6 +331,11 @@ func (s *session) drain() error {
 				return err
 			}
 			continue
+		case res := <-s.eos.results():
+			if err := s.eos.result(res); err != nil {
+				return err
+			}
+			continue
 		case res := <-s.topics.checker.Results():
 			s.topics.result(res)
 			continue
@@ -327,16 +351,20 @@ func (s *session) drain() error {
 		}
 		a := s.failures[0]
 		s.failures = s.failures[1:]
-		if err := s.ack(a); err != nil {
+		s.localFailure = true
+		err := s.ack(a)
+		s.localFailure = false
+		if err != nil {
 			return err
 		}
 	}
 }
 
 // confirmable is the position the slot may be told: the tracker's, but not
-// past the last catalog check that passed.
+// past the last catalog check that passed (nor, in exactly-once mode, past
+// what Kafka committed).
 func (s *session) confirmable() checkpoint.LSN {
-	c := s.tr.Confirmed()
+	c := s.eos.cap(s.tr.Confirmed())
 	if !s.capLifted && c > s.verified {
 		c = max(s.verified, s.sentConfirmed)
 	}
@@ -411,6 +439,12 @@ func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
 	s.r.obs.Failed(a.Topic, a.Err)
 	lsn := s.commitLSN(id)
 	lim := s.r.cfg.Relay
+	if !s.localFailure {
+		if handled, err := s.eos.failedAck(a, lsn); handled {
+			s.tr.Fail(id)
+			return err
+		}
+	}
 	if kafka.IsBatchRefused(a.Err) && s.r.singleUntil == 0 {
 		// The broker refused a whole batch; its other records may be
 		// good. Resend from the slot, one record per request, until past
@@ -553,8 +587,15 @@ func (s *session) reportProgress() {
 }
 
 func (s *session) handle(ev replication.Event) error {
+	if s.eos.skipping() {
+		return s.skipped(ev)
+	}
 	switch {
 	case ev.Begin != nil:
+		if s.eos.skip(ev.Begin.FinalLSN) {
+			s.eos.skipTxn()
+			return nil
+		}
 		id, err := s.tr.Begin()
 		if err != nil {
 			return fmt.Errorf("relay: BEGIN of xid %d at %s: %w", ev.Begin.XID, ev.Begin.FinalLSN, err)
@@ -574,6 +615,7 @@ func (s *session) handle(ev replication.Event) error {
 		if s.hasRecords {
 			s.eventCommit = ev.Commit.EndLSN
 		}
+		s.eos.ended(ev.Commit.EndLSN)
 		s.requestCheck()
 	case ev.Keepalive != nil:
 		k := ev.Keepalive
@@ -583,6 +625,7 @@ func (s *session) handle(ev replication.Event) error {
 		// Adopting the WAL end is safe only with nothing open or in flight;
 		// the tracker checks that. It keeps an idle outbox from pinning WAL.
 		s.tr.Idle(k.WALEnd)
+		s.eos.idle(s.tr.Confirmed())
 		s.requestCheck()
 		if k.ReplyRequested {
 			return s.status(true)
@@ -621,6 +664,9 @@ func (s *session) message(m *replication.Message) error {
 		if s.tr.Open() {
 			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
 		}
+		if s.eos.skipMessage(m.LSN) {
+			return nil
+		}
 		id, err := s.tr.Begin()
 		if err != nil {
 			return err
@@ -636,6 +682,7 @@ func (s *session) message(m *replication.Message) error {
 		if s.hasRecords {
 			s.eventCommit = m.LSN
 		}
+		s.eos.ended(m.LSN)
 		return nil
 	}
 	if !s.tr.Open() {
@@ -785,6 +832,12 @@ func (s *session) route(row *router.Row, what string, chunk *replication.Chunk) 
 	}
 	s.hasRecords = true
 	s.r.obs.Routed(row.Table, s.rec.Topic)
+	if why, ok := s.eos.knownPoison(&s.rec); ok {
+		s.log.Warn("dead-lettering a record Kafka refused in an earlier session", zap.ByteString("event_id", s.rec.EventID),
+			zap.String("topic", s.rec.Topic), zap.Stringer("commit_lsn", s.commit), zap.String("reason", why))
+		s.deadLetter(s.cur, s.rec.Key, s.rec.Value, s.rec.EventID, why, row.Table, s.rec.Topic, s.commit, s.commitTime, chunk)
+		return nil
+	}
 	s.send(&s.rec, s.meta(&s.rec, chunk, s.cur, s.commitTime))
 	return nil
 }
@@ -820,6 +873,7 @@ func (s *session) meta(rec *router.Record, chunk *replication.Chunk, id checkpoi
 
 // send sends rec once its topic is known to exist (see topicGate).
 func (s *session) send(rec *router.Record, m kafka.Meta) {
+	s.eos.sent()
 	s.topics.send(rec, m)
 }
 
@@ -885,12 +939,14 @@ func (s *session) finish(cause error) {
 	var fatal *FatalError
 	isFatal := errors.As(cause, &fatal)
 	verify := !errors.Is(cause, replication.ErrCatalogChanged)
+	s.eos.end(cause)
 	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) || isFatal {
-		for (s.tr.InFlight() > 0 || (verify && s.tr.Confirmed() > s.verified && !s.capLifted)) && !s.tr.Failed() &&
+		for (s.tr.InFlight() > 0 || (verify && s.tr.Confirmed() > s.verified && !s.capLifted) || s.eos.pending()) && !s.tr.Failed() &&
 			s.clock.Now().Before(s.drainBy()) && !s.forced() {
 			if s.tr.InFlight() == 0 {
 				s.requestCheck()
 			}
+			s.eos.step()
 			if err := s.wait(s.waitDeadline()); err != nil {
 				s.log.Error("while draining acknowledgements", zap.Error(err))
 				break

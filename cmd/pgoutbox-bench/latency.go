@@ -39,7 +39,7 @@ import (
 type LatencyResult struct {
 	// Source is "" for the WAL source, a poll variant's label for the poll
 	// source (poll.go).
-	Source          string  `json:"source,omitempty"`
+	Source string `json:"source,omitempty"`
 	// Mode is at-least-once or exactly-once (kafka.exactly.once; its
 	// consumer reads with read_committed, so ReceiveLatencyMs includes
 	// the wait for the Kafka transaction's commit, and LatencyMs, the

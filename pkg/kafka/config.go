@@ -470,6 +470,11 @@ func (c *Config) sarama() (*sarama.Config, error) {
 		p.Transaction.Retry.Max = c.txnRetries()
 		p.Transaction.Retry.Backoff = txnRetryBackoff
 		p.Transaction.Retry.BackoffFunc = backoff(txnRetryBackoff, c.RetryBackoffMax)
+		// A metadata lookup sarama's transaction manager makes when the
+		// coordinator is not available (of __consumer_offsets, which may
+		// not exist) would otherwise retry metadata.retry.max times: bound
+		// each lookup by the transaction's own timeout.
+		sc.Metadata.Timeout = c.TransactionTimeout
 	}
 
 	if err := sc.Validate(); err != nil {

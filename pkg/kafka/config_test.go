@@ -23,6 +23,8 @@ func TestDefaultsFillOnlyZeroFields(t *testing.T) {
 		AckBuffer: 8192, RetryBufferBytes: 256 << 20,
 		DialTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		RequestTimeout: 10 * time.Second, TopicMissingTimeout: time.Minute,
+		TransactionTimeout: time.Minute, OffsetsTopic: "pgoutbox.offsets", TransactionInterval: 5 * time.Millisecond,
+		TransactionMaxRecords: 10000,
 		Security: Security{Protocol: "PLAINTEXT", SSLEndpointIdentification: "https"},
 	}
 	if got, w := strings.Join(strings.Fields(stringOf(c)), " "), strings.Join(strings.Fields(stringOf(want)), " "); got != w {

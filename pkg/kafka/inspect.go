@@ -84,30 +84,43 @@ func CheckTopics(ctx context.Context, cfg Config, topics []string) ([]TopicState
 // topicConfigs are the topic settings CheckTopics reads.
 var topicConfigs = []string{"max.message.bytes", "min.insync.replicas", "unclean.leader.election.enable"}
 
+// openBroker connects to the broker at addr for one exchange; ctx's end
+// closes the connection (and a dial in progress). close releases it.
+func openBroker(ctx context.Context, addr string, sc *sarama.Config) (b *sarama.Broker, close func(), err error) {
+	sc, release := withCancel(ctx, sc)
+	b = sarama.NewBroker(addr)
+	if err := b.Open(sc); err != nil {
+		release()
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = b.Close() })
+	close = func() {
+		if stop() {
+			_ = b.Close()
+		}
+		release()
+	}
+	if ok, err := b.Connected(); !ok {
+		close()
+		if err == nil {
+			err = errors.New("not connected")
+		}
+		return nil, nil, err
+	}
+	return b, close, nil
+}
+
 // topicStates asks the broker at addr. The metadata request leaves
 // AllowAutoTopicCreation false: asking must not create.
 func topicStates(ctx context.Context, addr string, sc *sarama.Config, topics []string) ([]TopicState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sc, release := withCancel(ctx, sc)
-	defer release()
-	b := sarama.NewBroker(addr)
-	if err := b.Open(sc); err != nil {
+	b, closeB, err := openBroker(ctx, addr, sc)
+	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = b.Close() })
-	defer func() {
-		if stop() {
-			_ = b.Close()
-		}
-	}()
-	if ok, err := b.Connected(); !ok {
-		if err == nil {
-			err = errors.New("not connected")
-		}
-		return nil, err
-	}
+	defer closeB()
 	req := sarama.NewMetadataRequest(sc.Version, topics)
 	req.AllowAutoTopicCreation = false
 	md, err := b.GetMetadata(req)

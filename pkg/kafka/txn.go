@@ -114,6 +114,9 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 	if errors.Is(states[0].Err, ErrTopicMissing) {
 		return nil, fmt.Errorf("%w: %q (kafka.offsets.topic): run pgoutbox migrate, or create it (one partition, cleanup.policy=compact)", ErrOffsetsTopicMissing, cfg.OffsetsTopic)
 	}
+	if err := waitTxnCoordinator(ctx, cfg, log); err != nil {
+		return nil, txnStartError(cfg, err)
+	}
 	p, err := New(ctx, cfg, log)
 	if err != nil {
 		return nil, txnStartError(cfg, err)
@@ -375,4 +378,71 @@ func (t *TxnProducer) offsetsMessage(lsn uint64) *sarama.ProducerMessage {
 		Timestamp: time.Now(),
 		Metadata:  offsetsRecord{},
 	}
+}
+
+// waitTxnCoordinator asks the brokers, until ctx ends, for the transaction
+// coordinator of cfg's transactional id, and returns once one answered
+// with it. sarama's producer asks once when it starts, and when the
+// coordinator is not available yet (a broker that just started loads the
+// transaction log; a new cluster creates it) it looks up
+// __consumer_offsets, which a cluster without consumer groups lacks, and
+// retries that for as long as metadata.retry.max lasts, without a context:
+// 16 minutes with the defaults, found when a test started right after a
+// broker restart. Asked here first, the producer's own question finds the
+// coordinator at once.
+func waitTxnCoordinator(ctx context.Context, cfg Config, log *zap.Logger) error {
+	sc, err := cfg.sarama()
+	if err != nil {
+		return err
+	}
+	var last error
+	for round := 0; ; round++ {
+		for _, addr := range cfg.Brokers {
+			err := askTxnCoordinator(ctx, addr, sc, cfg.TransactionalID)
+			if err == nil {
+				if round > 0 {
+					log.Info("the Kafka transaction coordinator is available", zap.String("transactional_id", cfg.TransactionalID), zap.String("asked", addr))
+				}
+				return nil
+			}
+			var ae *AuthError
+			if err = cfg.Security.authError(addr, err); errors.As(err, &ae) || errors.Is(err, sarama.ErrTransactionalIDAuthorizationFailed) {
+				return err
+			}
+			last = fmt.Errorf("%s: %w", addr, err)
+		}
+		if round == 0 {
+			log.Warn("the Kafka transaction coordinator is not available yet; asking again until it is", zap.String("transactional_id", cfg.TransactionalID), zap.Error(last))
+		}
+		t := time.NewTimer(coordinatorRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("kafka: no transaction coordinator for transactional id %q before %w; last answer: %w", cfg.TransactionalID, context.Cause(ctx), last)
+		case <-t.C:
+		}
+	}
+}
+
+// coordinatorRetry is how long waitTxnCoordinator waits between rounds.
+const coordinatorRetry = 250 * time.Millisecond
+
+func askTxnCoordinator(ctx context.Context, addr string, sc *sarama.Config, id string) error {
+	b, closeB, err := openBroker(ctx, addr, sc)
+	if err != nil {
+		return err
+	}
+	defer closeB()
+	req := &sarama.FindCoordinatorRequest{CoordinatorKey: id, CoordinatorType: sarama.CoordinatorTransaction, Version: 2}
+	if sc.Version.IsAtLeast(sarama.V2_4_0_0) {
+		req.Version = 3
+	}
+	res, err := b.FindCoordinator(req)
+	if err != nil {
+		return err
+	}
+	if !errors.Is(res.Err, sarama.ErrNoError) {
+		return res.Err
+	}
+	return nil
 }

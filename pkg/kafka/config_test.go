@@ -25,7 +25,7 @@ func TestDefaultsFillOnlyZeroFields(t *testing.T) {
 		RequestTimeout: 10 * time.Second, TopicMissingTimeout: time.Minute,
 		TransactionTimeout: time.Minute, OffsetsTopic: "pgoutbox.offsets", TransactionInterval: 5 * time.Millisecond,
 		TransactionMaxRecords: 10000,
-		Security: Security{Protocol: "PLAINTEXT", SSLEndpointIdentification: "https"},
+		Security:              Security{Protocol: "PLAINTEXT", SSLEndpointIdentification: "https"},
 	}
 	if got, w := strings.Join(strings.Fields(stringOf(c)), " "), strings.Join(strings.Fields(stringOf(want)), " "); got != w {
 		t.Errorf("after Defaults:\n got %s\nwant %s", got, w)

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"syscall"
@@ -159,15 +158,7 @@ func TestExactlyOnceFaults(t *testing.T) {
 	t.Run("relay-sigkill", func(t *testing.T) {
 		env := testenv.Require(t)
 		r := newEOSRun(t, env, 21, 2*time.Millisecond)
-		rng := rand.New(rand.NewPCG(21, 22))
-		for i := 0; i < pick(3, 30); i++ {
-			r.progress(200 + rng.IntN(1500))
-			if err := r.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			r.p.wait(t, 30*time.Second)
-			r.restart()
-		}
+		r.killRelay(pick(3, 30), 21)
 		_, ru := r.finish()
 		requireDuplicatesUncommitted(t, ru)
 	})
@@ -175,24 +166,14 @@ func TestExactlyOnceFaults(t *testing.T) {
 	t.Run("kafka-sigkill", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newEOSRun(t, env, 22, 5*time.Millisecond)
-		for i := 0; i < pick(1, 5); i++ {
-			r.progress(500)
-			env.KafkaStop(t, "KILL")
-			env.KafkaStart(t)
-		}
-		r.progress(500)
+		r.killKafka(env, pick(1, 5))
 		r.finish()
 	})
 
 	t.Run("postgres-restart", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newEOSRun(t, env, 23, 5*time.Millisecond)
-		for i := 0; i < pick(1, 3); i++ {
-			r.progress(500)
-			env.PGCtl(t, "restart", "-m", "fast", "-w", "-t", "60")
-			r.f.reconnect(t)
-		}
-		r.progress(500)
+		r.restartPostgres(env, pick([]string{"fast"}, []string{"fast", "fast", "fast"})...)
 		r.finish()
 	})
 

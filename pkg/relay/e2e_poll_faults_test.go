@@ -183,20 +183,14 @@ func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 	bw := startWriter(w, pick(4000, 12000))
 	kills := pick(10, 30)
 	for round := 0; round < kills; round++ {
-		target := c.Len() + 500 + 97*round
-		testenv.Eventually(t, 90*time.Second, 5*time.Millisecond, func() (bool, string) {
-			return c.Len() >= target, fmt.Sprintf("round %d: %d records delivered, want %d (%d events written)", round, c.Len(), target, bw.Events())
-		})
+		waitDelivered(t, c, c.Len()+500+97*round, 90*time.Second, bw, fmt.Sprintf("round %d", round))
 		victim := round % 4
 		g.kill(victim)
 		if round%2 == 1 {
 			// The three others own every bucket between them, and events
 			// keep arriving without the victim.
 			f.waitBalanced(t, 3, 64)
-			more := c.Len() + 300
-			testenv.Eventually(t, 90*time.Second, 5*time.Millisecond, func() (bool, string) {
-				return c.Len() >= more, fmt.Sprintf("round %d, without instance %d: %d records, want %d", round, victim, c.Len(), more)
-			})
+			waitDelivered(t, c, c.Len()+300, 90*time.Second, bw, fmt.Sprintf("round %d, without instance %d", round, victim))
 		}
 		g.start(victim)
 	}
@@ -209,9 +203,7 @@ func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 	dups := g.explainDuplicates(msgs)
 	t.Logf("%d SIGKILLs among 4 instances, %d transactions: %s; every duplicate explained by a kill (%d)", kills, w.Txns, rep, dups)
 	report(t, rep, time.Since(start), g.peakRSS())
-	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
-		t.Fatalf("after SIGKILLs: %s", rep)
-	}
+	requireNoLoss(t, "after SIGKILLs", rep)
 	if n := f.unpublished(t); n != 0 {
 		t.Fatalf("%d rows unpublished", n)
 	}
@@ -264,9 +256,7 @@ func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
 	g.terminate()
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), nil)
 	report(t, rep, time.Since(start), maxRSS)
-	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
-		t.Fatalf("after the Kafka outage: %s", rep)
-	}
+	requireNoLoss(t, "after the Kafka outage", rep)
 	var attempted int
 	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE attempts > 0").Scan(&attempted); err != nil {
 		t.Fatal(err)
@@ -287,9 +277,7 @@ func TestPollSIGTERMWithFourInstancesRepeatsNothing(t *testing.T) {
 	start := time.Now()
 	g := startPollGroup(t, f, 4)
 	bw := startWriter(w, 2000)
-	testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() (bool, string) {
-		return c.Len() >= 1000, fmt.Sprintf("%d records delivered, %d events written", c.Len(), bw.Events())
-	})
+	waitDelivered(t, c, 1000, 60*time.Second, bw, "before SIGTERM")
 	peak := g.peakRSS()
 	g.terminate()
 	bw.Stop(t)

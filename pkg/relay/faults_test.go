@@ -181,6 +181,42 @@ func (r *faultRun) progress(n int) {
 	})
 }
 
+// killRelay SIGKILLs the relay n times, each after a random number
+// (seeded) of records more were delivered, and starts it again.
+func (r *faultRun) killRelay(n int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i := 0; i < n; i++ {
+		r.progress(200 + rng.IntN(1500))
+		if err := r.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			r.t.Fatal(err)
+		}
+		r.p.wait(r.t, 30*time.Second)
+		r.restart()
+	}
+}
+
+// killKafka SIGKILLs the broker n times, each after 500 more records were
+// delivered, and starts it again; then it waits for 500 more.
+func (r *faultRun) killKafka(env *testenv.Env, n int) {
+	for i := 0; i < n; i++ {
+		r.progress(500)
+		env.KafkaStop(r.t, "KILL")
+		env.KafkaStart(r.t)
+	}
+	r.progress(500)
+}
+
+// restartPostgres restarts the server once per shutdown mode, each after
+// 500 more records were delivered; then it waits for 500 more.
+func (r *faultRun) restartPostgres(env *testenv.Env, modes ...string) {
+	for _, m := range modes {
+		r.progress(500)
+		env.PGCtl(r.t, "restart", "-m", m, "-w", "-t", "60")
+		r.f.reconnect(r.t)
+	}
+	r.progress(500)
+}
+
 // finish stops the writer, waits for every event, stops the relay with
 // SIGTERM, checks, and reports.
 func (r *faultRun) finish() outboxtest.Report {
@@ -202,28 +238,14 @@ func TestFaults(t *testing.T) {
 	t.Run("relay-sigkill", func(t *testing.T) {
 		env := testenv.Require(t)
 		r := newFaultRun(t, env, 11, 2*time.Millisecond)
-		kills := pick(3, 30)
-		rng := rand.New(rand.NewPCG(11, 12))
-		for i := 0; i < kills; i++ {
-			r.progress(200 + rng.IntN(1500))
-			if err := r.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			r.p.wait(t, 30*time.Second)
-			r.restart()
-		}
+		r.killRelay(pick(3, 30), 11)
 		r.finish()
 	})
 
 	t.Run("kafka-sigkill-and-pause", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newFaultRun(t, env, 12, 5*time.Millisecond)
-		for i := 0; i < pick(1, 5); i++ {
-			r.progress(500)
-			env.KafkaStop(t, "KILL")
-			env.KafkaStart(t)
-		}
-		r.progress(500)
+		r.killKafka(env, pick(1, 5))
 		env.KafkaPause(t)
 		pause := time.Now()
 		// Keep writing while Kafka is frozen.
@@ -238,14 +260,7 @@ func TestFaults(t *testing.T) {
 	t.Run("postgres-restart", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newFaultRun(t, env, 13, 5*time.Millisecond)
-		modes := pick([]string{"fast", "immediate"}, []string{"fast", "fast", "fast", "immediate", "immediate"})
-		for _, m := range modes {
-			r.progress(500)
-			env.PGCtl(t, "restart", "-m", m, "-w", "-t", "60")
-			f := r.f
-			f.reconnect(t)
-		}
-		r.progress(500)
+		r.restartPostgres(env, pick([]string{"fast", "immediate"}, []string{"fast", "fast", "fast", "immediate", "immediate"})...)
 		r.finish()
 	})
 

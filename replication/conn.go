@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -63,6 +64,22 @@ func (c *Config) replicationConfig() (*pgconn.Config, error) {
 	}}
 	pcfg.DialFunc = d.DialContext
 	return pcfg, nil
+}
+
+// connectReplication opens a replication connection for cfg, bounded by
+// cfg.ConnectTimeout. A failure to connect is a *ConnectError, so every
+// caller reports it the same way (and never quotes the DSN).
+func connectReplication(ctx context.Context, cfg Config) (*pgconn.PgConn, error) {
+	pcfg, err := cfg.replicationConfig()
+	if err != nil {
+		return nil, err
+	}
+	pcfg.ConnectTimeout = cfg.ConnectTimeout
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, newConnectError(pcfg, true, err)
+	}
+	return conn, nil
 }
 
 // replicationUserTimeout bounds how long data sent on the replication

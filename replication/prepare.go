@@ -290,14 +290,9 @@ func failoverSupported(id ServerIdentity) error {
 // alterSlotFailover turns an existing slot into a failover slot; only the
 // replication protocol has the command.
 func alterSlotFailover(ctx context.Context, cfg Config) error {
-	pcfg, err := cfg.replicationConfig()
+	conn, err := connectReplication(ctx, cfg)
 	if err != nil {
 		return err
-	}
-	pcfg.ConnectTimeout = cfg.ConnectTimeout
-	conn, err := pgconn.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		return newConnectError(pcfg, true, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// The slot name is checked to be lower-case letters, digits and

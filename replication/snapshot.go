@@ -40,14 +40,9 @@ func CreateSnapshotSlot(ctx context.Context, cfg Config) (*SnapshotSlot, error) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pcfg, err := cfg.replicationConfig()
+	conn, err := connectReplication(ctx, cfg)
 	if err != nil {
 		return nil, err
-	}
-	pcfg.ConnectTimeout = cfg.ConnectTimeout
-	conn, err := pgconn.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		return nil, newConnectError(pcfg, true, err)
 	}
 	name := cfg.Slot
 	if len(name) > 58 {

@@ -176,14 +176,9 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pcfg, err := cfg.replicationConfig()
+	conn, err := connectReplication(ctx, cfg)
 	if err != nil {
 		return nil, err
-	}
-	pcfg.ConnectTimeout = cfg.ConnectTimeout
-	conn, err := pgconn.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		return nil, newConnectError(pcfg, true, err)
 	}
 	args := []string{
 		"proto_version '1'",

@@ -63,9 +63,8 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	ctx := context.Background()
-	conn, err := replication.ConnectSQL(ctx, cfg.Postgres, "pgoutbox-cleanup", cfg.Postgres.ConnectTimeout)
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
+	conn := connectOrReport(ctx, cfg.Postgres, "pgoutbox-cleanup", stderr)
+	if conn == nil {
 		return exitStartup
 	}
 	defer conn.Close(ctx)

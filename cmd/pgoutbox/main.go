@@ -434,6 +434,19 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 	return exitRuntime
 }
 
+// connectOrReport opens the ordinary connection of a one-shot subcommand
+// (application name app) within postgres.connect.timeout. When it cannot,
+// it says why on stderr and returns nil; the subcommand then exits with
+// exitStartup.
+func connectOrReport(ctx context.Context, pc replication.Config, app string, stderr io.Writer) *pgx.Conn {
+	conn, err := replication.ConnectSQL(ctx, pc, app, pc.ConnectTimeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
+		return nil
+	}
+	return conn
+}
+
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\nWith relay.source=poll: creates (or completes) the poll table, its indexes and its\nnotification trigger instead.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
@@ -475,9 +488,8 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	ctx := context.Background()
-	conn, err := replication.ConnectSQL(ctx, cfg.Postgres, "pgoutbox-migrate", cfg.Postgres.ConnectTimeout)
-	if err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
+	conn := connectOrReport(ctx, cfg.Postgres, "pgoutbox-migrate", stderr)
+	if conn == nil {
 		return exitStartup
 	}
 	defer conn.Close(ctx)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -106,15 +105,8 @@ func statusPoll(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileCo
 		fmt.Fprintf(stderr, "pgoutbox: read status: %s\n", oneLine(err))
 		return exitRuntime
 	}
-	if format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(st); err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
-			return exitRuntime
-		}
-	} else {
-		writePollStatus(stdout, st)
+	if !writeStatus(stdout, stderr, format, st, func(w io.Writer) { writePollStatus(w, st) }) {
+		return exitRuntime
 	}
 	if len(st.Problems) > 0 {
 		fmt.Fprintf(stderr, "pgoutbox: %d problem(s) keep the poll source from relaying every event; see \"problems\" above\n", len(st.Problems))

@@ -69,15 +69,8 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: read status: %s\n", oneLine(err))
 		return exitRuntime
 	}
-	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(st); err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
-			return exitRuntime
-		}
-	} else {
-		writeStatusTable(stdout, st)
+	if !writeStatus(stdout, stderr, *format, st, func(w io.Writer) { writeStatusTable(w, st) }) {
+		return exitRuntime
 	}
 	if !st.Slot.Exists {
 		fmt.Fprintf(stderr, "pgoutbox: replication slot %q does not exist on %s (pgoutbox run creates it when postgres.slot.create is true)\n", st.Slot.Name, target)
@@ -88,6 +81,24 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	return exitOK
+}
+
+// writeStatus writes a status report as indented JSON when format is
+// "json", and as table writes it otherwise: one output path for both
+// sources' reports. It returns false when the JSON could not be written
+// (and says so on stderr).
+func writeStatus(stdout, stderr io.Writer, format string, report any, table func(io.Writer)) bool {
+	if format != "json" {
+		table(stdout)
+		return true
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(report); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return false
+	}
+	return true
 }
 
 // statusReport is the output of "pgoutbox status". The JSON field names

@@ -271,13 +271,23 @@ func (p *Producer) Send(rec *router.Record, m Meta) {
 	if p.closed.Load() {
 		panic("kafka: Send called after Close")
 	}
+	if pm := p.message(rec, m); pm != nil {
+		p.ap.Input() <- pm
+	}
+}
+
+// message makes the sarama message of rec, the one step of Send that
+// Producer and TxnProducer share. A record that can never be produced
+// (larger than kafka.max.message.bytes) is acknowledged at once with a
+// *RecordTooLargeError instead, and message returns nil.
+func (p *Producer) message(rec *router.Record, m Meta) *sarama.ProducerMessage {
 	msg := newMessage(rec, m)
 	msg.sent = time.Now()
 	if size := msg.pm.ByteSize(2); size > p.cfg.MaxMessageBytes {
 		p.acks <- ack(&msg.pm, &RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: p.cfg.MaxMessageBytes, Option: "kafka.max.message.bytes"})
-		return
+		return nil
 	}
-	p.ap.Input() <- &msg.pm
+	return &msg.pm
 }
 
 // Acks returns the channel on which every Send yields exactly one Ack, in
@@ -315,16 +325,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		p.log.Warn("kafka producer did not finish in time; closing its connections")
-		_ = p.client.Close()
-		t := time.NewTimer(CloseGrace)
-		defer t.Stop()
-		select {
-		case <-p.done:
-		case <-t.C:
-			return ErrCloseTimeout
-		}
-		return nil
+		return p.forceClose(p.done, "kafka producer did not finish in time; closing its connections")
 	}
 	// The producer was made from our client, so it leaves the client open.
 	if err := p.client.Close(); err != nil && !errors.Is(err, sarama.ErrClosedClient) {
@@ -332,6 +333,23 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 	p.log.Info("kafka producer closed")
 	return nil
+}
+
+// forceClose is the way out of a Close whose context ended: it logs why,
+// closes the connections under sarama, which fails what still waits for
+// them, and waits CloseGrace for done to close. It returns ErrCloseTimeout
+// if done stays open.
+func (p *Producer) forceClose(done <-chan struct{}, why string) error {
+	p.log.Warn(why)
+	_ = p.client.Close()
+	t := time.NewTimer(CloseGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return ErrCloseTimeout
+	}
 }
 
 // CloseGrace is how long Close waits for sarama after its context ended and

@@ -176,13 +176,9 @@ func (t *TxnProducer) Send(rec *router.Record, m Meta) {
 	if t.closing.Load() {
 		panic("kafka: Send called after Close")
 	}
-	msg := newMessage(rec, m)
-	msg.sent = time.Now()
-	if size := msg.pm.ByteSize(2); size > t.cfg.MaxMessageBytes {
-		t.acks <- ack(&msg.pm, &RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: t.cfg.MaxMessageBytes, Option: "kafka.max.message.bytes"})
-		return
+	if pm := t.message(rec, m); pm != nil {
+		t.queue <- txnItem{pm: pm}
 	}
-	t.queue <- txnItem{pm: &msg.pm}
 }
 
 // Commit ends the current transaction with an offsets record saying lsn (a
@@ -222,14 +218,8 @@ func (t *TxnProducer) Close(ctx context.Context) error {
 	case <-t.ran:
 	case <-failedBy:
 	case <-ctx.Done():
-		t.log.Warn("the Kafka transaction did not end in time; closing the producer's connections")
-		_ = t.client.Close()
-		tm := time.NewTimer(CloseGrace)
-		defer tm.Stop()
-		select {
-		case <-t.ran:
-		case <-tm.C:
-			return ErrCloseTimeout
+		if err := t.forceClose(t.ran, "the Kafka transaction did not end in time; closing the producer's connections"); err != nil {
+			return err
 		}
 	}
 	return t.Producer.Close(ctx)

@@ -3,9 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,13 +27,13 @@ import (
 // Fast forms run in make test, the full ones in make test-faults
 // (PGOUTBOX_FAULTS=full).
 
-// eosEnviron is the binary's environment for exactly-once mode, with an
-// offsets topic of the fixture's own.
+// eosEnviron is what the binary's environment adds for exactly-once mode,
+// with an offsets topic of the fixture's own.
 func eosEnviron(f *fixture) []string {
-	return append(f.environ(),
+	return []string{
 		"PGOUTBOX_KAFKA_EXACTLY_ONCE=true",
-		"PGOUTBOX_KAFKA_OFFSETS_TOPIC=pgoutbox.offsets."+f.slot,
-	)
+		"PGOUTBOX_KAFKA_OFFSETS_TOPIC=pgoutbox.offsets." + f.slot,
+	}
 }
 
 // startEOS starts the binary in exactly-once mode and waits until it
@@ -49,12 +47,7 @@ func startEOS(t *testing.T, f *fixture, logName string, extra ...string) *proces
 
 func startEOSProcess(t *testing.T, f *fixture, logName string, extra ...string) *process {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), logName)
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startProcess(t, pgoutboxBinary(t), []string{"run"}, append(eosEnviron(f), extra...), lf, logPath)
+	return startBinaryWith(t, f, logName, append(eosEnviron(f), extra...)...)
 }
 
 // readToEnd reads every partition of topics from its start to its
@@ -96,40 +89,20 @@ func readToEnd(t *testing.T, env *testenv.Env, topics []string, iso sarama.Isola
 	return out
 }
 
-// eosRun is one scenario: a fixture, the binary in exactly-once mode, a
-// read_committed consumer and a steady writer.
+// eosRun is one fault scenario in exactly-once mode: the binary with
+// eosEnviron and a read_committed consumer. The scenario drives it as a
+// faultRun, and finish checks both isolation levels.
 type eosRun struct {
-	t     *testing.T
-	env   *testenv.Env
-	f     *fixture
-	c     *testenv.Consumer
-	sw    *steadyWriter
-	p     *process
-	logs  []string
-	start time.Time
-	peak  int64
+	*faultRun
+	env *testenv.Env
 }
 
 func newEOSRun(t *testing.T, env *testenv.Env, seed uint64, every time.Duration) *eosRun {
-	f := newFixture(t, env, 3)
-	r := &eosRun{t: t, env: env, f: f, c: env.NewConsumer(t, f.topics, testenv.ReadCommitted()), start: time.Now()}
+	r := &eosRun{faultRun: prepareFaultRun(t, env, testenv.ReadCommitted()), env: env}
+	r.environ = eosEnviron(r.f)
 	r.restart()
-	r.sw = startSteadyWriter(f, seed, every, 1_000_000)
+	r.startWriter(seed, every)
 	return r
-}
-
-func (r *eosRun) restart() {
-	r.p = startEOS(r.t, r.f, fmt.Sprintf("pgoutbox-%d.log", len(r.logs)))
-	r.logs = append(r.logs, r.p.log)
-}
-
-// progress waits until n more records are visible to read_committed.
-func (r *eosRun) progress(n int) {
-	target := r.c.Len() + n
-	testenv.Eventually(r.t, 2*time.Minute, 5*time.Millisecond, func() (bool, string) {
-		r.peak = max(r.peak, r.p.peakRSS())
-		return r.c.Len() >= target, fmt.Sprintf("%d records visible, want %d (%d events written)", r.c.Len(), target, r.sw.Events())
-	})
 }
 
 // finish stops the writer, waits until every committed event is visible,
@@ -137,18 +110,21 @@ func (r *eosRun) progress(n int) {
 func (r *eosRun) finish() (committed, uncommitted outboxtest.Report) {
 	t := r.t
 	r.sw.Stop(t)
-	waitCommitted(t, r.c, r.sw.w, 5*time.Minute)
-	r.peak = max(r.peak, r.p.peakRSS())
+	waitAll(t, r.c, r.sw.w, 5*time.Minute)
+	r.peakRSS = max(r.peakRSS, r.p.peakRSS())
 	r.p.terminate(t, time.Minute)
-	return r.check()
+	committed, uncommitted = checkBothWays(t, r.env, r.f, r.sw.w)
+	eosReport(t, committed, uncommitted, time.Since(r.start), r.peakRSS)
+	requireExactlyOnce(t, committed)
+	return committed, uncommitted
 }
 
-func (r *eosRun) check() (committed, uncommitted outboxtest.Report) {
-	t, w := r.t, r.sw.w
-	committed = w.Check(delivered(readToEnd(t, r.env, r.f.topics, sarama.ReadCommitted)), nil)
-	uncommitted = w.Check(delivered(readToEnd(t, r.env, r.f.topics, sarama.ReadUncommitted)), nil)
-	eosReport(t, committed, uncommitted, time.Since(r.start), r.peak)
-	requireExactlyOnce(t, committed)
+// checkBothWays checks what w wrote against f's topics read to their end
+// with read_committed and with read_uncommitted isolation.
+func checkBothWays(t *testing.T, env *testenv.Env, f *fixture, w *outboxtest.Writer) (committed, uncommitted outboxtest.Report) {
+	t.Helper()
+	committed = w.Check(delivered(readToEnd(t, env, f.topics, sarama.ReadCommitted)), nil)
+	uncommitted = w.Check(delivered(readToEnd(t, env, f.topics, sarama.ReadUncommitted)), nil)
 	return committed, uncommitted
 }
 
@@ -170,59 +146,19 @@ func requireDuplicatesUncommitted(t *testing.T, rep outboxtest.Report) {
 	}
 }
 
-// waitCommitted waits until every committed event is visible.
-func waitCommitted(t *testing.T, c *testenv.Consumer, w *outboxtest.Writer, timeout time.Duration) {
-	t.Helper()
-	testenv.Eventually(t, timeout, 50*time.Millisecond, func() (bool, string) {
-		seen := map[string]bool{}
-		for _, m := range c.Messages() {
-			if id, ok := m.Header("id"); ok {
-				seen[string(id)] = true
-			}
-		}
-		n := 0
-		for _, e := range w.Committed {
-			if seen[e.ID] {
-				n++
-			}
-		}
-		return n == len(w.Committed), fmt.Sprintf("%d of %d committed events visible", n, len(w.Committed))
-	})
-}
-
 // eosReport logs a scenario's results and appends them to
 // $PGOUTBOX_FAULTS_REPORT.
 func eosReport(t *testing.T, rc, ru outboxtest.Report, wall time.Duration, peak int64) {
 	t.Logf("%s: read_committed: %s; read_uncommitted: %s; wall %s; peak RSS %d MB", t.Name(), rc, ru, wall.Round(time.Second), peak>>20)
-	path := os.Getenv("PGOUTBOX_FAULTS_REPORT")
-	if path == "" {
-		return
-	}
-	reportMu.Lock()
-	defer reportMu.Unlock()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Errorf("report: %v", err)
-		return
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "| %s (read_committed; read_uncommitted: %d duplicates) | %d | %d | %d | %d | %d | %s | %d MB |\n",
-		strings.TrimPrefix(t.Name(), "Test"), ru.Duplicates, rc.Written, rc.Verified, len(rc.Missing), len(rc.OutOfOrder), rc.Duplicates, wall.Round(time.Second), peak>>20)
+	name := fmt.Sprintf("%s (read_committed; read_uncommitted: %d duplicates)", strings.TrimPrefix(t.Name(), "Test"), ru.Duplicates)
+	appendReportRow(t, name, rc, wall, peak)
 }
 
 func TestExactlyOnceFaults(t *testing.T) {
 	t.Run("relay-sigkill", func(t *testing.T) {
 		env := testenv.Require(t)
 		r := newEOSRun(t, env, 21, 2*time.Millisecond)
-		rng := rand.New(rand.NewPCG(21, 22))
-		for i := 0; i < pick(3, 30); i++ {
-			r.progress(200 + rng.IntN(1500))
-			if err := r.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			r.p.wait(t, 30*time.Second)
-			r.restart()
-		}
+		r.killRelay(pick(3, 30), 21)
 		_, ru := r.finish()
 		requireDuplicatesUncommitted(t, ru)
 	})
@@ -230,24 +166,14 @@ func TestExactlyOnceFaults(t *testing.T) {
 	t.Run("kafka-sigkill", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newEOSRun(t, env, 22, 5*time.Millisecond)
-		for i := 0; i < pick(1, 5); i++ {
-			r.progress(500)
-			env.KafkaStop(t, "KILL")
-			env.KafkaStart(t)
-		}
-		r.progress(500)
+		r.killKafka(env, pick(1, 5))
 		r.finish()
 	})
 
 	t.Run("postgres-restart", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newEOSRun(t, env, 23, 5*time.Millisecond)
-		for i := 0; i < pick(1, 3); i++ {
-			r.progress(500)
-			env.PGCtl(t, "restart", "-m", "fast", "-w", "-t", "60")
-			r.f.reconnect(t)
-		}
-		r.progress(500)
+		r.restartPostgres(env, pick([]string{"fast"}, []string{"fast", "fast", "fast"})...)
 		r.finish()
 	})
 
@@ -257,24 +183,10 @@ func TestExactlyOnceFaults(t *testing.T) {
 		c := env.NewConsumer(t, f.topics, testenv.ReadCommitted())
 		start := time.Now()
 		p := startEOS(t, f, "pgoutbox.log")
-		rows := pick(20_000, 200_000)
-		shape := f.shape
-		shape.MinRows, shape.MaxRows, shape.RollbackPct, shape.DeletePct, shape.OtherTablePct = rows, rows, 0, 0, 0
-		shape.PayloadBytes = 500 // 200,000 rows × ~600 bytes: over 100 MB
-		w := outboxtest.NewWriter(f.conn, "outbox", shape, 25)
-		w.BatchRows = 1000
-		if err := w.Txn(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		var peak int64
-		testenv.Eventually(t, 10*time.Minute, 100*time.Millisecond, func() (bool, string) {
-			peak = max(peak, p.peakRSS())
-			return c.Len() >= rows, fmt.Sprintf("%d of %d records visible", c.Len(), rows)
-		})
-		peak = max(peak, p.peakRSS())
+		w, rows := writeBigTxn(t, f, 25)
+		peak := waitBigTxn(t, c, p, rows)
 		p.terminate(t, time.Minute)
-		rc := w.Check(delivered(readToEnd(t, env, f.topics, sarama.ReadCommitted)), nil)
-		ru := w.Check(delivered(readToEnd(t, env, f.topics, sarama.ReadUncommitted)), nil)
+		rc, ru := checkBothWays(t, env, f, w)
 		eosReport(t, rc, ru, time.Since(start), peak)
 		requireExactlyOnce(t, rc)
 		if peak > 128<<20 {
@@ -341,10 +253,9 @@ func testZombieIsFenced(t *testing.T) {
 		t.Fatalf("the resumed instance did not say it was fenced")
 	}
 	sw.Stop(t)
-	waitCommitted(t, c, sw.w, 3*time.Minute)
+	waitAll(t, c, sw.w, 3*time.Minute)
 	b.terminate(t, time.Minute)
-	rc := sw.w.Check(delivered(readToEnd(t, env, f.topics, sarama.ReadCommitted)), nil)
-	ru := sw.w.Check(delivered(readToEnd(t, env, f.topics, sarama.ReadUncommitted)), nil)
+	rc, ru := checkBothWays(t, env, f, sw.w)
 	eosReport(t, rc, ru, 0, 0)
 	requireExactlyOnce(t, rc)
 	t.Logf("slot confirmed at %s when A was paused, %s before A resumed", stalled, confirmedByB)

@@ -72,6 +72,25 @@ func drain(t *testing.T, c *testenv.Consumer, f *fixture) []testenv.Message {
 	return c.Messages()
 }
 
+// waitDelivered waits until c has read n records; when is the moment of
+// the test, and w's events written so far are in the failure.
+func waitDelivered(t *testing.T, c *testenv.Consumer, n int, timeout time.Duration, w interface{ Events() int }, when string) {
+	t.Helper()
+	testenv.Eventually(t, timeout, 5*time.Millisecond, func() (bool, string) {
+		return c.Len() >= n, fmt.Sprintf("%s: %d records delivered, want %d (%d events written)", when, c.Len(), n, w.Events())
+	})
+}
+
+// requireNoLoss fails unless every committed event arrived, in commit
+// order per key, with nothing rolled back or unknown. Duplicates are
+// allowed: the caller checks them as its scenario permits.
+func requireNoLoss(t *testing.T, when string, rep outboxtest.Report) {
+	t.Helper()
+	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
+		t.Fatalf("%s: %s", when, rep)
+	}
+}
+
 // slotReleased waits until the killed relay's walsender let go of the slot
 // and returns the slot's confirmed position.
 func slotReleased(t *testing.T, f *fixture) checkpoint.LSN {
@@ -100,10 +119,7 @@ func TestSIGKILLMidStreamLosesNothing(t *testing.T) {
 	for kill := 1; kill <= 5; kill++ {
 		// Kill once the relay is delivering, at a moment that moves with
 		// each round.
-		target := c.Len() + 1500 + 397*kill
-		testenv.Eventually(t, 90*time.Second, 5*time.Millisecond, func() (bool, string) {
-			return c.Len() >= target, fmt.Sprintf("round %d: %d records delivered, want %d (%d events written)", kill, c.Len(), target, bw.Events())
-		})
+		waitDelivered(t, c, c.Len()+1500+397*kill, 90*time.Second, bw, fmt.Sprintf("round %d", kill))
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -182,9 +198,7 @@ func TestKafkaDownHoldsTheSlotAndRecovers(t *testing.T) {
 	t.Logf("%s", rep)
 	// A resend after the outage may duplicate what Kafka had appended but not
 	// acknowledged; nothing may be missing or out of order.
-	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
-		t.Fatalf("after Kafka outage: %s", rep)
-	}
+	requireNoLoss(t, "after Kafka outage", rep)
 }
 
 // TestDatabaseFastShutdownIsNotHeldUpByTheRelay stops PostgreSQL with

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -54,27 +55,14 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 			t.Run(c.name+"/"+policy, func(t *testing.T) {
 				f := newFixture(t, env, 1)
 				ctx := context.Background()
-				if _, err := f.conn.Exec(ctx, "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL"); err != nil {
-					t.Fatal(err)
-				}
-				topic := "outbox.event." + f.slot
-				dlq := f.slot + ".dlq"
-				env.CreateTopic(t, topic, 1)
-				env.CreateTopic(t, dlq, 1)
+				topic, dlq := poisonTopics(t, env, f.conn, f.slot)
 				cfg := f.config()
 				cfg.Relay.PoisonPolicy = policy
 				cfg.Relay.DeadLetterTopic = dlq
 				if c.setup != nil {
 					c.setup(&cfg)
 				}
-				r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				runCtx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				done := make(chan error, 1)
-				go func() { done <- r.Run(runCtx) }()
+				done := startPoisonRelay(t, cfg)
 				f.waitStreaming(t)
 				insert := func(sql string) {
 					t.Helper()
@@ -93,12 +81,7 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 				insert(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + good2 + `', '$P', 'k', 'T', '{"n": 2}')`)
 
 				if policy == "fail" {
-					var err error
-					select {
-					case err = <-done:
-					case <-time.After(time.Minute):
-						t.Fatal("relay did not stop on the poison row")
-					}
+					err := waitPoisonStop(t, done)
 					var fe *relay.FatalError
 					if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.reason) || !lsnPattern.MatchString(err.Error()) {
 						t.Fatalf("want a fatal error with the reason %q and an LSN, got %v", c.reason, err)
@@ -145,13 +128,62 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 						t.Fatalf("cut dead-letter value is not the JSON that says so: %v: %.200s", err, d.Value)
 					}
 				}
-				select {
-				case err := <-done:
-					t.Fatalf("relay stopped: %v", err)
-				default:
-				}
+				requireRunning(t, done)
 			})
 		}
+	}
+}
+
+// poisonTopics lets the outbox table hold a NULL routing value (one kind
+// of poison) and creates the test's topic and its dead-letter topic, one
+// partition each. It serves the WAL and the poll source's poison tests.
+func poisonTopics(t *testing.T, env *testenv.Env, conn *pgx.Conn, slot string) (topic, dlq string) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
+	topic, dlq = "outbox.event."+slot, slot+".dlq"
+	env.CreateTopic(t, topic, 1)
+	env.CreateTopic(t, dlq, 1)
+	return topic, dlq
+}
+
+// startPoisonRelay runs the relay of cfg, logging warnings and worse, until
+// the test ends. Its result arrives on the channel: the fail policy stops
+// it (waitPoisonStop), dead-letter must not (requireRunning).
+func startPoisonRelay(t *testing.T, cfg relay.Config) <-chan error {
+	t.Helper()
+	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	return done
+}
+
+// waitPoisonStop waits a minute for the relay to stop on the poison row,
+// and returns Run's error.
+func waitPoisonStop(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("relay did not stop on the poison row")
+		return nil
+	}
+}
+
+// requireRunning fails if the relay has stopped.
+func requireRunning(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("relay stopped: %v", err)
+	default:
 	}
 }
 

@@ -33,10 +33,23 @@ type pollGroup struct {
 	// resident set seen of one, before it exited.
 	running int
 	peak    int64
+	// started is when the group was made, for the report's wall time.
+	started time.Time
+}
+
+// startPollFaults is the set-up of a poll fault scenario: a poll fixture
+// of three partitions, its writer (seeded), a consumer of its topics and
+// four instances relaying.
+func startPollFaults(t *testing.T, env *testenv.Env, seed uint64) (*fixture, *outboxtest.Writer, *testenv.Consumer, *pollGroup) {
+	t.Helper()
+	f := newPollFixture(t, env, 3)
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, seed)
+	c := env.NewConsumer(t, f.topics)
+	return f, w, c, startPollGroup(t, f, 4)
 }
 
 func startPollGroup(t *testing.T, f *fixture, n int, extra ...string) *pollGroup {
-	g := &pollGroup{t: t, f: f, procs: make([]*process, n), extra: extra}
+	g := &pollGroup{t: t, f: f, procs: make([]*process, n), extra: extra, started: time.Now()}
 	for i := range n {
 		g.start(i)
 	}
@@ -175,28 +188,18 @@ func sumDups(byID map[string][]outboxtest.Delivered) int {
 // published, and a duplicate only of a row whose claim had not committed.
 func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 	env := testenv.Require(t)
-	f := newPollFixture(t, env, 3)
-	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 31)
-	c := env.NewConsumer(t, f.topics)
-	start := time.Now()
-	g := startPollGroup(t, f, 4)
+	f, w, c, g := startPollFaults(t, env, 31)
 	bw := startWriter(w, pick(4000, 12000))
 	kills := pick(10, 30)
 	for round := 0; round < kills; round++ {
-		target := c.Len() + 500 + 97*round
-		testenv.Eventually(t, 90*time.Second, 5*time.Millisecond, func() (bool, string) {
-			return c.Len() >= target, fmt.Sprintf("round %d: %d records delivered, want %d (%d events written)", round, c.Len(), target, bw.Events())
-		})
+		waitDelivered(t, c, c.Len()+500+97*round, 90*time.Second, bw, fmt.Sprintf("round %d", round))
 		victim := round % 4
 		g.kill(victim)
 		if round%2 == 1 {
 			// The three others own every bucket between them, and events
 			// keep arriving without the victim.
 			f.waitBalanced(t, 3, 64)
-			more := c.Len() + 300
-			testenv.Eventually(t, 90*time.Second, 5*time.Millisecond, func() (bool, string) {
-				return c.Len() >= more, fmt.Sprintf("round %d, without instance %d: %d records, want %d", round, victim, c.Len(), more)
-			})
+			waitDelivered(t, c, c.Len()+300, 90*time.Second, bw, fmt.Sprintf("round %d, without instance %d", round, victim))
 		}
 		g.start(victim)
 	}
@@ -208,10 +211,8 @@ func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 	rep.Unexplained = nil // the WAL source's explanation, by LSN: explainDuplicates is the poll source's
 	dups := g.explainDuplicates(msgs)
 	t.Logf("%d SIGKILLs among 4 instances, %d transactions: %s; every duplicate explained by a kill (%d)", kills, w.Txns, rep, dups)
-	report(t, rep, time.Since(start), g.peakRSS())
-	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
-		t.Fatalf("after SIGKILLs: %s", rep)
-	}
+	report(t, rep, time.Since(g.started), g.peakRSS())
+	requireNoLoss(t, "after SIGKILLs", rep)
 	if n := f.unpublished(t); n != 0 {
 		t.Fatalf("%d rows unpublished", n)
 	}
@@ -223,11 +224,7 @@ func TestPollSIGKILLWithFourInstancesLosesNothing(t *testing.T) {
 // memory stays bounded, and afterwards everything arrives in order.
 func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
 	env := testenv.RequireExclusive(t)
-	f := newPollFixture(t, env, 3)
-	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 32)
-	c := env.NewConsumer(t, f.topics)
-	start := time.Now()
-	g := startPollGroup(t, f, 4)
+	f, w, c, g := startPollFaults(t, env, 32)
 	ctx := context.Background()
 	writeEvents(t, w, 2000, 3000)
 	waitAll(t, c, w, 2*time.Minute)
@@ -263,10 +260,8 @@ func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
 	t.Logf("Kafka back after %s; every event delivered %s later", back.Sub(started).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 	g.terminate()
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), nil)
-	report(t, rep, time.Since(start), maxRSS)
-	if len(rep.Missing)+len(rep.Unexpected)+len(rep.Mismatched)+len(rep.OutOfOrder) > 0 {
-		t.Fatalf("after the Kafka outage: %s", rep)
-	}
+	report(t, rep, time.Since(g.started), maxRSS)
+	requireNoLoss(t, "after the Kafka outage", rep)
 	var attempted int
 	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE attempts > 0").Scan(&attempted); err != nil {
 		t.Fatal(err)
@@ -281,15 +276,9 @@ func TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers(t *testing.T) {
 // exactly once.
 func TestPollSIGTERMWithFourInstancesRepeatsNothing(t *testing.T) {
 	env := testenv.Require(t)
-	f := newPollFixture(t, env, 3)
-	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 33)
-	c := env.NewConsumer(t, f.topics)
-	start := time.Now()
-	g := startPollGroup(t, f, 4)
+	f, w, c, g := startPollFaults(t, env, 33)
 	bw := startWriter(w, 2000)
-	testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() (bool, string) {
-		return c.Len() >= 1000, fmt.Sprintf("%d records delivered, %d events written", c.Len(), bw.Events())
-	})
+	waitDelivered(t, c, 1000, 60*time.Second, bw, "before SIGTERM")
 	peak := g.peakRSS()
 	g.terminate()
 	bw.Stop(t)
@@ -298,7 +287,7 @@ func TestPollSIGTERMWithFourInstancesRepeatsNothing(t *testing.T) {
 	peak = max(peak, g2.peakRSS())
 	g2.terminate()
 	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), nil)
-	report(t, rep, time.Since(start), peak)
+	report(t, rep, time.Since(g.started), peak)
 	if !rep.OK() || rep.Duplicates != 0 {
 		t.Fatalf("after SIGTERM and restart: %s", rep)
 	}

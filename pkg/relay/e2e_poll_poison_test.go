@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
@@ -43,13 +40,7 @@ func TestPollPoisonRowsFollowThePolicy(t *testing.T) {
 			t.Run(c.name+"/"+policy, func(t *testing.T) {
 				f := newPollFixture(t, env, 1)
 				ctx := context.Background()
-				if _, err := f.conn.Exec(ctx, "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL"); err != nil {
-					t.Fatal(err)
-				}
-				topic := "outbox.event." + f.slot
-				dlq := f.slot + ".dlq"
-				env.CreateTopic(t, topic, 1)
-				env.CreateTopic(t, dlq, 1)
+				topic, dlq := poisonTopics(t, env, f.conn, f.slot)
 				cfg := f.pollConfig()
 				cfg.Relay.PoisonPolicy = policy
 				cfg.Relay.DeadLetterTopic = dlq
@@ -58,14 +49,7 @@ func TestPollPoisonRowsFollowThePolicy(t *testing.T) {
 				if c.setup != nil {
 					c.setup(&cfg)
 				}
-				r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				runCtx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				done := make(chan error, 1)
-				go func() { done <- r.Run(runCtx) }()
+				done := startPoisonRelay(t, cfg)
 				row := func(id, key, payload string) string {
 					return `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + id + `', '$P', '` + key + `', 'T', '` + payload + `');`
 				}
@@ -91,12 +75,7 @@ func TestPollPoisonRowsFollowThePolicy(t *testing.T) {
 					return
 				}
 				if policy == "fail" {
-					var err error
-					select {
-					case err = <-done:
-					case <-time.After(time.Minute):
-						t.Fatal("relay did not stop on the poison row")
-					}
+					err := waitPoisonStop(t, done)
 					var fe *relay.FatalError
 					if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.reason) || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "after 2 of poll.max.attempts=2") {
 						t.Fatalf("want a fatal error naming event %s, the reason %q and the attempts, got %v", bad, c.reason, err)
@@ -139,11 +118,7 @@ func TestPollPoisonRowsFollowThePolicy(t *testing.T) {
 				if attempts != 2 || !strings.Contains(lastError, c.reason) || !published {
 					t.Fatalf("poison row: attempts %d, last_error %q, published %v; want 2, the reason, published", attempts, lastError, published)
 				}
-				select {
-				case err := <-done:
-					t.Fatalf("relay stopped: %v", err)
-				default:
-				}
+				requireRunning(t, done)
 			})
 		}
 	}

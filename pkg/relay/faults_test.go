@@ -41,6 +41,14 @@ var reportMu sync.Mutex
 // report appends one scenario's row to $PGOUTBOX_FAULTS_REPORT.
 func report(t *testing.T, rep outboxtest.Report, wall time.Duration, peakRSS int64) {
 	t.Logf("%s: %s; wall %s; peak RSS %d MB", t.Name(), rep, wall.Round(time.Second), peakRSS>>20)
+	_, name, _ := strings.Cut(t.Name(), "/") // the scenario, without its group
+	appendReportRow(t, name, rep, wall, peakRSS)
+}
+
+// appendReportRow appends the Markdown row of scenario to
+// $PGOUTBOX_FAULTS_REPORT, when it is set. Scenarios run in parallel, so
+// rows are appended under reportMu.
+func appendReportRow(t *testing.T, scenario string, rep outboxtest.Report, wall time.Duration, peakRSS int64) {
 	path := os.Getenv("PGOUTBOX_FAULTS_REPORT")
 	if path == "" {
 		return
@@ -53,8 +61,7 @@ func report(t *testing.T, rep outboxtest.Report, wall time.Duration, peakRSS int
 		return
 	}
 	defer f.Close()
-	_, name, _ := strings.Cut(t.Name(), "/") // the scenario, without its group
-	fmt.Fprintf(f, "| %s | %d | %d | %d | %d | %d | %s | %d MB |\n", name,
+	fmt.Fprintf(f, "| %s | %d | %d | %d | %d | %d | %s | %d MB |\n", scenario,
 		rep.Written, rep.Verified, len(rep.Missing), len(rep.OutOfOrder), rep.Duplicates, wall.Round(time.Second), peakRSS>>20)
 }
 
@@ -147,11 +154,11 @@ func newFaultRun(t *testing.T, env *testenv.Env, seed uint64, every time.Duratio
 	return r
 }
 
-// prepareFaultRun makes the fixture and the consumer; the scenario starts
-// the relay (restart) and the writer (startWriter).
-func prepareFaultRun(t *testing.T, env *testenv.Env) *faultRun {
+// prepareFaultRun makes the fixture and the consumer (with opts); the
+// scenario starts the relay (restart) and the writer (startWriter).
+func prepareFaultRun(t *testing.T, env *testenv.Env, opts ...testenv.ConsumerOption) *faultRun {
 	f := newFixture(t, env, 3)
-	return &faultRun{t: t, f: f, c: env.NewConsumer(t, f.topics), start: time.Now()}
+	return &faultRun{t: t, f: f, c: env.NewConsumer(t, f.topics, opts...), start: time.Now()}
 }
 
 func (r *faultRun) startWriter(seed uint64, every time.Duration) {
@@ -172,6 +179,42 @@ func (r *faultRun) progress(n int) {
 		r.peakRSS = max(r.peakRSS, r.p.peakRSS())
 		return r.c.Len() >= target, fmt.Sprintf("%d records delivered, want %d (%d events written)", r.c.Len(), target, r.sw.Events())
 	})
+}
+
+// killRelay SIGKILLs the relay n times, each after a random number
+// (seeded) of records more were delivered, and starts it again.
+func (r *faultRun) killRelay(n int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for i := 0; i < n; i++ {
+		r.progress(200 + rng.IntN(1500))
+		if err := r.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			r.t.Fatal(err)
+		}
+		r.p.wait(r.t, 30*time.Second)
+		r.restart()
+	}
+}
+
+// killKafka SIGKILLs the broker n times, each after 500 more records were
+// delivered, and starts it again; then it waits for 500 more.
+func (r *faultRun) killKafka(env *testenv.Env, n int) {
+	for i := 0; i < n; i++ {
+		r.progress(500)
+		env.KafkaStop(r.t, "KILL")
+		env.KafkaStart(r.t)
+	}
+	r.progress(500)
+}
+
+// restartPostgres restarts the server once per shutdown mode, each after
+// 500 more records were delivered; then it waits for 500 more.
+func (r *faultRun) restartPostgres(env *testenv.Env, modes ...string) {
+	for _, m := range modes {
+		r.progress(500)
+		env.PGCtl(r.t, "restart", "-m", m, "-w", "-t", "60")
+		r.f.reconnect(r.t)
+	}
+	r.progress(500)
 }
 
 // finish stops the writer, waits for every event, stops the relay with
@@ -195,28 +238,14 @@ func TestFaults(t *testing.T) {
 	t.Run("relay-sigkill", func(t *testing.T) {
 		env := testenv.Require(t)
 		r := newFaultRun(t, env, 11, 2*time.Millisecond)
-		kills := pick(3, 30)
-		rng := rand.New(rand.NewPCG(11, 12))
-		for i := 0; i < kills; i++ {
-			r.progress(200 + rng.IntN(1500))
-			if err := r.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			r.p.wait(t, 30*time.Second)
-			r.restart()
-		}
+		r.killRelay(pick(3, 30), 11)
 		r.finish()
 	})
 
 	t.Run("kafka-sigkill-and-pause", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newFaultRun(t, env, 12, 5*time.Millisecond)
-		for i := 0; i < pick(1, 5); i++ {
-			r.progress(500)
-			env.KafkaStop(t, "KILL")
-			env.KafkaStart(t)
-		}
-		r.progress(500)
+		r.killKafka(env, pick(1, 5))
 		env.KafkaPause(t)
 		pause := time.Now()
 		// Keep writing while Kafka is frozen.
@@ -231,14 +260,7 @@ func TestFaults(t *testing.T) {
 	t.Run("postgres-restart", func(t *testing.T) {
 		env := testenv.RequireExclusive(t)
 		r := newFaultRun(t, env, 13, 5*time.Millisecond)
-		modes := pick([]string{"fast", "immediate"}, []string{"fast", "fast", "fast", "immediate", "immediate"})
-		for _, m := range modes {
-			r.progress(500)
-			env.PGCtl(t, "restart", "-m", m, "-w", "-t", "60")
-			f := r.f
-			f.reconnect(t)
-		}
-		r.progress(500)
+		r.restartPostgres(env, pick([]string{"fast", "immediate"}, []string{"fast", "fast", "fast", "immediate", "immediate"})...)
 		r.finish()
 	})
 
@@ -276,25 +298,8 @@ func TestFaults(t *testing.T) {
 		c := env.NewConsumer(t, f.topics)
 		start := time.Now()
 		p := startBinary(t, f, "pgoutbox.log")
-		rows := pick(20_000, 200_000)
-		shape := f.shape
-		shape.MinRows, shape.MaxRows, shape.RollbackPct, shape.DeletePct, shape.OtherTablePct = rows, rows, 0, 0, 0
-		shape.PayloadBytes = 500 // 200,000 rows × ~600 bytes: over 100 MB
-		w := outboxtest.NewWriter(f.conn, "outbox", shape, 15)
-		w.BatchRows = 1000
-		if err := w.Txn(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		var peak int64
-		want := map[string]bool{}
-		for _, e := range w.Committed {
-			want[e.ID] = true
-		}
-		testenv.Eventually(t, 10*time.Minute, 100*time.Millisecond, func() (bool, string) {
-			peak = max(peak, p.peakRSS())
-			return c.Len() >= rows, fmt.Sprintf("%d of %d records", c.Len(), rows)
-		})
-		peak = max(peak, p.peakRSS())
+		w, rows := writeBigTxn(t, f, 15)
+		peak := waitBigTxn(t, c, p, rows)
 		p.terminate(t, time.Minute)
 		rep := w.Check(delivered(drain(t, c, f)), nil)
 		report(t, rep, time.Since(start), peak)
@@ -318,4 +323,32 @@ func TestFaults(t *testing.T) {
 			t.Fatal("first process did not log a clean stop")
 		}
 	})
+}
+
+// writeBigTxn writes one transaction of pick(20,000, 200,000) rows of
+// about 600 bytes each (over 100 MB in the full form): the relay must
+// stream it within a bounded memory. It returns the writer and the rows.
+func writeBigTxn(t *testing.T, f *fixture, seed uint64) (*outboxtest.Writer, int) {
+	t.Helper()
+	rows := pick(20_000, 200_000)
+	shape := f.shape
+	shape.MinRows, shape.MaxRows, shape.RollbackPct, shape.DeletePct, shape.OtherTablePct = rows, rows, 0, 0, 0
+	shape.PayloadBytes = 500
+	w := outboxtest.NewWriter(f.conn, "outbox", shape, seed)
+	w.BatchRows = 1000
+	if err := w.Txn(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return w, rows
+}
+
+// waitBigTxn waits until c has read rows records, and returns the peak
+// RSS of the relay p meanwhile.
+func waitBigTxn(t *testing.T, c *testenv.Consumer, p *process, rows int) (peak int64) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Minute, 100*time.Millisecond, func() (bool, string) {
+		peak = max(peak, p.peakRSS())
+		return c.Len() >= rows, fmt.Sprintf("%d of %d records", c.Len(), rows)
+	})
+	return max(peak, p.peakRSS())
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -104,14 +103,10 @@ func (r *Relay) runPoll(ctx context.Context) error {
 		if streamed && r.clock.Now().Sub(started) > 4*lim.RestartBackoffMax {
 			backoff = lim.RestartBackoff
 		}
-		wait := backoff/2 + mrand.N(backoff/2+1)
+		wait := jitter(backoff)
 		r.log.Warn("poll session stopped; starting again", zap.Error(err), zap.Duration("backoff", wait))
-		t := r.clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !r.sleep(ctx, wait) {
 			return nil
-		case <-t.C():
 		}
 		backoff = min(2*backoff, lim.RestartBackoffMax)
 	}

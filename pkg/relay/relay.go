@@ -293,23 +293,36 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ran && r.clock.Now().Sub(started) > 4*r.cfg.Relay.RestartBackoffMax {
 			backoff = r.cfg.Relay.RestartBackoff
 		}
-		wait := backoff/2 + mrand.N(backoff/2+1)
+		wait := jitter(backoff)
 		if errors.Is(err, replication.ErrSlotInUse) {
 			// Standby: another instance streams from the slot. Poll often
 			// enough to take over within a few seconds of its end.
-			wait = standbyPoll/2 + mrand.N(standbyPoll/2+1)
+			wait = jitter(standbyPoll)
 			r.log.Info("standby: the slot is in use by another instance; waiting to take over", zap.Error(err), zap.Duration("retry_in", wait))
 		} else {
 			r.log.Warn("stream stopped; restarting from the slot's confirmed position", zap.Error(err), zap.Duration("backoff", wait))
 		}
-		t := r.clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !r.sleep(ctx, wait) {
 			return nil
-		case <-t.C():
 		}
 		backoff = min(2*backoff, r.cfg.Relay.RestartBackoffMax)
+	}
+}
+
+// jitter is a random wait in [d/2, d], so that instances that failed
+// together do not retry in step.
+func jitter(d time.Duration) time.Duration { return d/2 + mrand.N(d/2+1) }
+
+// sleep waits d on the relay's clock between two tries of a restart loop.
+// It returns false when ctx ended first: the loop then returns.
+func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
+	t := r.clock.NewTimer(d)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	case <-t.C():
+		return true
 	}
 }
 

@@ -46,7 +46,6 @@ var simEOSSeeds = flag.Int("sim.eos.seeds", 1000, "number of seeds the determini
 const simSlotStart = checkpoint.LSN(0x1000000)
 
 func TestSimulatedExactlyOnceKeepsItsInvariants(t *testing.T) {
-	deadline := time.Now().Add(*simTime)
 	seeds := []uint64{*simSeed}
 	if *simSeed == 0 {
 		seeds = nil
@@ -54,20 +53,7 @@ func TestSimulatedExactlyOnceKeepsItsInvariants(t *testing.T) {
 			seeds = append(seeds, *simFirst+uint64(i))
 		}
 	}
-	failed := 0
-	for i, seed := range seeds {
-		if time.Now().After(deadline) {
-			t.Logf("stopped after %d of %d seeds: time bound reached", i, len(seeds))
-			break
-		}
-		if err := runSimEOS(seed, *simLog, t.Logf); err != nil {
-			failed++
-			t.Errorf("seed %d: %v\n\treplay: go test ./pkg/relay -run '^TestSimulatedExactlyOnceKeepsItsInvariants$' -sim.seed=%d -sim.log", seed, err, seed)
-			if failed >= 5 {
-				t.Fatal("stopping after 5 failing seeds")
-			}
-		}
-	}
+	runSimSeeds(t, seeds, runSimEOS)
 }
 
 // runSimEOS is runSim in exactly-once mode.
@@ -82,21 +68,7 @@ func runSimEOS(seed uint64, verbose bool, logf func(string, ...any)) error {
 	w.cfg.Kafka.TransactionInterval = []time.Duration{-time.Millisecond, 5 * time.Millisecond, 200 * time.Millisecond}[w.rng.IntN(3)]
 	w.cfg.Kafka.TransactionMaxRecords = 1 + w.rng.IntN(60)
 	w.log, w.verbose = logf, verbose
-	w.faulty = true
-	if err := w.run(); err != nil || w.err != nil {
-		return errors.Join(w.err, err)
-	}
-	if w.catalogStopped {
-		return nil
-	}
-	w.faulty = false
-	if err := w.run(); err != nil || w.err != nil {
-		return errors.Join(w.err, err)
-	}
-	if w.catalogStopped {
-		return nil
-	}
-	return w.check()
+	return w.play()
 }
 
 // simTxnProducer is Kafka with transactions.

@@ -67,7 +67,12 @@ var (
 )
 
 func TestSimulatedRelayKeepsItsInvariants(t *testing.T) {
-	seeds := simSeedList(t)
+	runSimSeeds(t, simSeedList(t), runSim)
+}
+
+// runSimSeeds runs run for each seed until -sim.time is spent, and stops
+// after five failing seeds; each failure says how to replay its seed.
+func runSimSeeds(t *testing.T, seeds []uint64, run func(seed uint64, verbose bool, logf func(string, ...any)) error) {
 	deadline := time.Now().Add(*simTime)
 	failed := 0
 	for i, seed := range seeds {
@@ -75,9 +80,9 @@ func TestSimulatedRelayKeepsItsInvariants(t *testing.T) {
 			t.Logf("stopped after %d of %d seeds: time bound reached", i, len(seeds))
 			break
 		}
-		if err := runSim(seed, *simLog, t.Logf); err != nil {
+		if err := run(seed, *simLog, t.Logf); err != nil {
 			failed++
-			t.Errorf("seed %d: %v\n\treplay: go test ./pkg/relay -run '^TestSimulatedRelayKeepsItsInvariants$' -sim.seed=%d -sim.log", seed, err, seed)
+			t.Errorf("seed %d: %v\n\treplay: go test ./pkg/relay -run '^%s$' -sim.seed=%d -sim.log", seed, err, t.Name(), seed)
 			if failed >= 5 {
 				t.Fatal("stopping after 5 failing seeds")
 			}
@@ -282,6 +287,12 @@ func (w *simWorld) end() checkpoint.LSN { return w.wal[len(w.wal)-1].commitEnd }
 func runSim(seed uint64, verbose bool, logf func(string, ...any)) error {
 	w := newSimWorld(seed)
 	w.log, w.verbose = logf, verbose
+	return w.play()
+}
+
+// play is the runs of one seed: the faulty one, the clean one, the final
+// checks. A relay that stopped on a catalog change ends the seed there.
+func (w *simWorld) play() error {
 	w.faulty = true
 	if err := w.run(); err != nil || w.err != nil {
 		return errors.Join(w.err, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,14 +50,10 @@ func (r *Relay) runSnapshot(ctx context.Context) error {
 			// refuses us is reported at once.
 			return &StartupError{Err: err}
 		}
-		wait := backoff/2 + mrand.N(backoff/2+1)
+		wait := jitter(backoff)
 		r.log.Warn("initial snapshot not taken; trying again", zap.Error(err), zap.Duration("backoff", wait))
-		t := r.clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !r.sleep(ctx, wait) {
 			return nil
-		case <-t.C():
 		}
 		backoff = min(2*backoff, r.cfg.Relay.RestartBackoffMax)
 	}

@@ -85,29 +85,30 @@ func CheckTopics(ctx context.Context, cfg Config, topics []string) ([]TopicState
 var topicConfigs = []string{"max.message.bytes", "min.insync.replicas", "unclean.leader.election.enable"}
 
 // openBroker connects to the broker at addr for one exchange; ctx's end
-// closes the connection (and a dial in progress). close releases it.
-func openBroker(ctx context.Context, addr string, sc *sarama.Config) (b *sarama.Broker, close func(), err error) {
+// closes the connection (and a dial in progress). The func returned
+// releases it.
+func openBroker(ctx context.Context, addr string, sc *sarama.Config) (*sarama.Broker, func(), error) {
 	sc, release := withCancel(ctx, sc)
-	b = sarama.NewBroker(addr)
+	b := sarama.NewBroker(addr)
 	if err := b.Open(sc); err != nil {
 		release()
 		return nil, nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = b.Close() })
-	close = func() {
+	closeB := func() {
 		if stop() {
 			_ = b.Close()
 		}
 		release()
 	}
 	if ok, err := b.Connected(); !ok {
-		close()
+		closeB()
 		if err == nil {
 			err = errors.New("not connected")
 		}
 		return nil, nil, err
 	}
-	return b, close, nil
+	return b, closeB, nil
 }
 
 // topicStates asks the broker at addr. The metadata request leaves

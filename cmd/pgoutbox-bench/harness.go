@@ -34,6 +34,10 @@ type harness struct {
 	kcfg   kafka.Config
 	logDir string
 
+	// fsyncChanged: the writers scenario changed the server's fsync,
+	// which the teardown resets.
+	fsyncChanged bool
+
 	mu     sync.Mutex
 	topics []string
 }
@@ -110,6 +114,15 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			record(fmt.Sprintf("latency at %d events/s", rate), err)
 		}
 	}
+	if o.enabled(ScenarioDebezium) && ctx.Err() == nil {
+		failed = append(failed, h.versus(ctx, res)...)
+	}
+	if o.enabled(ScenarioScaling) && ctx.Err() == nil {
+		failed = append(failed, h.scaling(ctx, res)...)
+	}
+	if o.enabled(ScenarioWriters) && ctx.Err() == nil {
+		failed = append(failed, h.writers(ctx, res)...)
+	}
 	if o.enabled(ScenarioMicro) && ctx.Err() == nil {
 		h.logf("micro-benchmarks: go test -bench (benchtime %s)", o.BenchTime)
 		m := runMicro(ctx, o)
@@ -123,6 +136,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	res.FinishedAt = time.Now().UTC()
 	res.Machine.LoadAvgEnd = loadAvg()
+	res.Targets = targets(res)
 	res.Notes = notes(res)
 	if err := writeOutputs(o.Out, res); err != nil {
 		return res, err
@@ -196,6 +210,9 @@ func (h *harness) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if h.admin != nil {
+		if err := h.resetFsync(ctx); err != nil {
+			h.logf("%v", err)
+		}
 		rows, err := h.admin.Query(ctx, "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE $1", "bench\\_"+h.runID+"\\_%")
 		if err == nil {
 			slots, _ := pgx.CollectRows(rows, pgx.RowTo[string])

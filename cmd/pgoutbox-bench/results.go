@@ -28,6 +28,10 @@ type Results struct {
 	Catchup    []CatchupResult `json:"catchup"`
 	Latency    []LatencyResult `json:"latency"`
 	Micro      *MicroResult    `json:"micro_benchmarks,omitempty"`
+	Versus     *VersusResult   `json:"debezium,omitempty"`
+	Scaling    *ScalingResult  `json:"scaling,omitempty"`
+	Writers    *WritersResult  `json:"writers,omitempty"`
+	Targets    []Target        `json:"targets,omitempty"`
 	Notes      []string        `json:"notes"`
 
 	Files Files `json:"-"`
@@ -98,7 +102,7 @@ func settingsOf(o Options, runID string) Settings {
 	if s.PgoutboxEnv == nil {
 		s.PgoutboxEnv = []string{}
 	}
-	for _, sc := range []string{ScenarioCatchup, ScenarioLatency, ScenarioMicro} {
+	for _, sc := range allScenarios {
 		if o.enabled(sc) {
 			s.Scenarios = append(s.Scenarios, sc)
 		}
@@ -354,14 +358,15 @@ func summary(r *Results) string {
 				f2(c.Pgoutbox.WallSeconds), f2(c.Pgoutbox.FirstRecordSeconds), thousands(int64(c.Pgoutbox.EventsPerSec)), f2(c.Ratio))
 		}
 		p("\nResources of the catch-up (walsender: the server process decoding for the reader):\n\n")
-		p("| events per txn | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | pg_recvlogical CPU s | walsender CPU s for pg_recvlogical / for pgoutbox | slot confirmed after s |\n")
-		p("|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| events per txn | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | pg_recvlogical CPU s | walsender CPU s (busy) for pg_recvlogical / for pgoutbox | broker CPU s for pgoutbox | slot confirmed after the last record, s |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range r.Catchup {
 			if c.Error != "" {
 				continue
 			}
-			p("| %d | %s | %s | %s | %s | %s / %s | %s |\n", c.TxnSize, f2(c.Pgoutbox.CPUSeconds), f2(c.Pgoutbox.CPUSecondsPer100k), mb(c.Pgoutbox.PeakRSSBytes),
-				f2(c.PGRecvlogical.CPUSeconds), f2(c.PGRecvlogical.WalsenderCPUSeconds), f2(c.Pgoutbox.WalsenderCPUSeconds), f2(c.Pgoutbox.ConfirmedSeconds))
+			p("| %d | %s | %s | %s | %s | %s (%.0f%%) / %s (%.0f%%) | %s | %s |\n", c.TxnSize, f2(c.Pgoutbox.CPUSeconds), f2(c.Pgoutbox.CPUSecondsPer100k), mb(c.Pgoutbox.PeakRSSBytes),
+				f2(c.PGRecvlogical.CPUSeconds), f2(c.PGRecvlogical.WalsenderCPUSeconds), c.PGRecvlogical.WalsenderBusy*100,
+				f2(c.Pgoutbox.WalsenderCPUSeconds), c.Pgoutbox.WalsenderBusy*100, f2(c.Pgoutbox.BrokerCPUSeconds), confirmedCell(c.Pgoutbox))
 		}
 		p("\nPreparation (not a measurement of pgoutbox): ")
 		var prep []string
@@ -390,14 +395,16 @@ func summary(r *Results) string {
 		}
 		p("\n![latency percentiles against rate](latency.png)\n\n")
 		p("Resources, and the latency a consumer sees (commit → consumer: until a sarama consumer received the record; machine CPU busy: all CPUs, everything running, while the writers ran):\n\n")
-		p("| target events/s | commit → consumer p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | walsender CPU s | harness CPU s | machine CPU busy |\n")
-		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| target events/s | commit → consumer p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events (while writing) | pgoutbox reads / writes / context switches per event (while writing) | pgoutbox peak RSS MB | walsender CPU s | harness CPU s | machine CPU busy |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
 			if l.Error != "" && l.Received == 0 {
 				continue
 			}
-			p("| %s | %s / %s | %s | %s | %s | %s | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
-				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), mb(l.Pgoutbox.PeakRSSBytes),
+			w := l.PgoutboxWindow
+			p("| %s | %s / %s | %s | %s | %s | %s (%s) | %.2f / %.2f / %.2f | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
+				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), f2(l.WindowCPUSecondsPer100k),
+				perEvent(w.ReadSyscalls, l.Committed), perEvent(w.WriteSyscalls, l.Committed), perEvent(w.VoluntarySwitches+w.InvoluntarySwitches, l.Committed), mb(l.Pgoutbox.PeakRSSBytes),
 				f2(l.WalsenderCPUSeconds), f2(l.HarnessCPUSeconds), f0(l.MachineCPUBusy*100))
 		}
 		for _, l := range r.Latency {
@@ -408,6 +415,17 @@ func summary(r *Results) string {
 		}
 		p("\n")
 	}
+
+	if r.Versus != nil {
+		summaryVersus(p, r.Versus)
+	}
+	if r.Scaling != nil {
+		summaryScaling(p, r.Scaling)
+	}
+	if r.Writers != nil {
+		summaryWriters(p, r.Writers)
+	}
+	summaryTargets(p, r.Targets)
 
 	if r.Micro != nil {
 		p("\n## Micro-benchmarks\n\n`%s`", r.Micro.Command)

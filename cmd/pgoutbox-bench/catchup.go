@@ -96,7 +96,7 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 	o := h.o
 	n := o.Events
 	r := CatchupResult{TxnSize: size, Events: n, Transactions: (n + size - 1) / size}
-	tag := fmt.Sprintf("cu%d", size)
+	tag := fmt.Sprintf("cu%d%s", size, h.variantTag)
 	aggType := h.name(tag)
 	r.Topic = "outbox.event." + aggType
 	slotRecv, slotRelay := h.name(tag, "recv"), h.name(tag, "relay")

@@ -34,6 +34,11 @@ type harness struct {
 	kcfg   kafka.Config
 	logDir string
 
+	// variantEnv is the running variant's settings, and variantTag what
+	// its scenarios add to their names.
+	variantEnv []string
+	variantTag string
+
 	// fsyncChanged: the writers scenario changed the server's fsync,
 	// which the teardown resets.
 	fsyncChanged bool
@@ -88,7 +93,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			failed = append(failed, fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	if o.enabled(ScenarioCatchup) {
+	if len(o.Variants) > 0 {
+		failed = append(failed, h.variants(ctx, res)...)
+	}
+	if o.enabled(ScenarioCatchup) && len(o.Variants) == 0 {
 		for _, size := range o.TxnSizes {
 			if ctx.Err() != nil {
 				break
@@ -101,7 +109,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			record(fmt.Sprintf("catch-up, %d-event transactions", size), err)
 		}
 	}
-	if o.enabled(ScenarioLatency) {
+	if o.enabled(ScenarioLatency) && len(o.Variants) == 0 {
 		for _, rate := range o.Rates {
 			if ctx.Err() != nil {
 				break
@@ -347,5 +355,6 @@ func (h *harness) relayEnv(slot string) []string {
 		"PGOUTBOX_KAFKA_BROKERS="+strings.Join(h.o.Brokers, ","),
 		"PGOUTBOX_LOG_FORMAT=json",
 	)
-	return append(env, h.o.PgoutboxEnv...)
+	env = append(env, h.o.PgoutboxEnv...)
+	return append(env, h.variantEnv...)
 }

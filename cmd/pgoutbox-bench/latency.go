@@ -195,7 +195,7 @@ func (rc *receiver) counts() (received, warm int64) {
 func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) {
 	o := h.o
 	res := LatencyResult{TargetRate: rate, Writers: o.LatencyWriters}
-	tag := fmt.Sprintf("lat%d", rate)
+	tag := fmt.Sprintf("lat%d%s", rate, h.variantTag)
 	aggType := h.name(tag)
 	res.Topic = "outbox.event." + aggType
 	slot := h.name(tag)

@@ -124,7 +124,12 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		microPkgs      = fs.String("micro-packages", "", "packages of the micro-benchmarks (default ./checkpoint ./router ./replication ./pkg/kafka ./pkg/relay, comma-separated)")
 		keepDB         = fs.Bool("keep-database", false, "keep the database, slots are dropped anyway")
 		pgoutboxEnv    multiFlag
+		variants       []string
 	)
+	fs.Func("variant", "NAME=KEY=VALUE,...: run the catch-up and latency scenarios once per variant (repeatable; NAME= for pgoutbox's defaults), the order reversed every other --runs", func(v string) error {
+		variants = append(variants, v)
+		return nil
+	})
 	fs.Var(&pgoutboxEnv, "pgoutbox-env", "extra KEY=VALUE setting for pgoutbox, e.g. PGOUTBOX_KAFKA_FLUSH_FREQUENCY=5ms, or one of the Go runtime's GOGC, GOMEMLIMIT, GOMAXPROCS, GODEBUG (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: pgoutbox-bench [flags]\n\nMeasures pgoutbox's catch-up throughput (against pg_recvlogical), steady-state latency\nand resources against a running PostgreSQL and Kafka; see scripts/bench.sh.\n\nFlags:\n")
@@ -145,6 +150,13 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	o.KeepDatabase = *keepDB
 	o.PgoutboxEnv = pgoutboxEnv
 	o.DebeziumLibs, o.KafkaPID = *debeziumLibs, *kafkaPID
+	for _, v := range variants {
+		pv, err := parseVariant(v)
+		if err != nil {
+			return o, err
+		}
+		o.Variants = append(o.Variants, pv)
+	}
 	setIf(&o.Runs, *runs)
 	setIf(&o.VersusRate, *dbzRate)
 	setIf(&o.DebeziumPollMs, *dbzPoll)
@@ -275,8 +287,12 @@ type Options struct {
 	// CPU time each drain reports (0: not reported).
 	DebeziumLibs string
 	KafkaPID     int
-	// Runs of the debezium and writers scenarios, in alternating order.
+	// Runs of the debezium and writers scenarios and of the variants, in
+	// alternating order.
 	Runs int
+	// Variants, when set, run the catch-up and latency scenarios once per
+	// variant and run instead of once.
+	Variants []Variant
 	// VersusRate is the write rate of the latency beside Debezium, and
 	// DebeziumPollMs the poll.interval.ms of its second configuration.
 	VersusRate     int
@@ -447,7 +463,17 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--writer-fsync %q: want on or off", f))
 		}
 	}
-	for _, kv := range o.PgoutboxEnv {
+	var envs []string
+	envs = append(envs, o.PgoutboxEnv...)
+	seen := map[string]bool{}
+	for _, v := range o.Variants {
+		if seen[v.Name] {
+			errs = append(errs, fmt.Errorf("--variant %s given twice", v.Name))
+		}
+		seen[v.Name] = true
+		envs = append(envs, v.Env...)
+	}
+	for _, kv := range envs {
 		if !strings.HasPrefix(kv, "PGOUTBOX_") && !slices.Contains(goRuntimeEnv, strings.SplitN(kv, "=", 2)[0]) {
 			errs = append(errs, fmt.Errorf("--pgoutbox-env %q: pgoutbox settings start with PGOUTBOX_ (or are one of the Go runtime's %s)", kv, strings.Join(goRuntimeEnv, ", ")))
 		}

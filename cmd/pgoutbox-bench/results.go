@@ -31,6 +31,7 @@ type Results struct {
 	Versus     *VersusResult   `json:"debezium,omitempty"`
 	Scaling    *ScalingResult  `json:"scaling,omitempty"`
 	Writers    *WritersResult  `json:"writers,omitempty"`
+	Variants   []VariantResult `json:"variants,omitempty"`
 	Targets    []Target        `json:"targets,omitempty"`
 	Notes      []string        `json:"notes"`
 
@@ -88,6 +89,8 @@ type Settings struct {
 	MicroPackages       []string          `json:"micro_packages"`
 	Scenarios           []string          `json:"scenarios"`
 	PgoutboxEnv         []string          `json:"pgoutbox_extra_env"`
+	Variants            []Variant         `json:"variants,omitempty"`
+	Runs                int               `json:"runs"`
 	PostgresSettings    map[string]string `json:"postgres_settings"`
 }
 
@@ -97,7 +100,7 @@ func settingsOf(o Options, runID string) Settings {
 		Partitions: o.Partitions, Rates: o.Rates, DurationSeconds: o.Duration.Seconds(), LatencyWriters: o.LatencyWriters,
 		Warmup: o.Warmup, SettleSeconds: o.Settle.Seconds(), LatencyEnd: latencyEnd(o).key, DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
 		KeepUpBoundSeconds: o.KeepUpBound.Seconds(), KeepUpMaxGrowthMs: keptUpMaxGrowthMs, PollIntervalMs: float64(pollInterval) / float64(time.Millisecond),
-		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv,
+		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv, Variants: o.Variants, Runs: o.Runs,
 	}
 	if s.PgoutboxEnv == nil {
 		s.PgoutboxEnv = []string{}
@@ -416,6 +419,9 @@ func summary(r *Results) string {
 		p("\n")
 	}
 
+	if len(r.Variants) > 0 {
+		summaryVariants(p, r.Variants)
+	}
 	if r.Versus != nil {
 		summaryVersus(p, r.Versus)
 	}

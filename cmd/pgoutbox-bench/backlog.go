@@ -259,10 +259,7 @@ func (h *harness) drainToKafka(ctx context.Context, p proc, ws *walsenderSampler
 		rr.DrainEventsPerSec = float64(d.events) / drain
 	}
 	rr.WalsenderCPUSeconds = ws.sample()
-	if f := ws.found(); !f.IsZero() {
-		rr.WalsenderSeconds = end.Sub(f).Seconds()
-		rr.WalsenderBusy = rr.WalsenderCPUSeconds / rr.WalsenderSeconds
-	}
+	ws.finish(end, &rr)
 	st, err := readProcStats(p.pid())
 	if err != nil {
 		return rr, fmt.Errorf("%s's resources: %w", p.name(), err)

@@ -66,6 +66,10 @@ type ReaderResult struct {
 	WalsenderCPUSeconds float64 `json:"walsender_cpu_s"`
 	WalsenderSeconds    float64 `json:"walsender_s"`
 	WalsenderBusy       float64 `json:"walsender_busy"`
+	// WalsenderRunQueue is the share of WalsenderSeconds the walsender was
+	// ready to run but waited for a CPU; the rest of its time (1 - busy -
+	// run queue) it slept: waiting for the reader to take what it sent.
+	WalsenderRunQueue float64 `json:"walsender_run_queue"`
 	// BrokerCPUSeconds is the Kafka broker's CPU time during the drain (0
 	// without --kafka-pid); MachineBusy the share of all CPUs' time that
 	// was busy (everything on the machine).
@@ -125,7 +129,7 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 		return r, err
 	}
 	r.PGRecvlogical = rr
-	h.logf("  pg_recvlogical: %.2f s, %.0f events/s (walsender CPU %.2f s, %.0f%% busy)", rr.WallSeconds, rr.EventsPerSec, rr.WalsenderCPUSeconds, rr.WalsenderBusy*100)
+	h.logf("  pg_recvlogical: %.2f s, %.0f events/s (walsender CPU %.2f s: %.0f%% busy, %.0f%% waiting for a CPU)", rr.WallSeconds, rr.EventsPerSec, rr.WalsenderCPUSeconds, rr.WalsenderBusy*100, rr.WalsenderRunQueue*100)
 
 	// (b) pgoutbox.
 	pr, err := h.runRelayCatchup(ctx, slotRelay, []string{r.Topic}, bl, n, tag, nil)
@@ -134,8 +138,8 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 		return r, err
 	}
 	r.Ratio = pr.EventsPerSec / rr.EventsPerSec
-	h.logf("  pgoutbox: %.2f s (first record after %.2f s), %.0f events/s (%.2fx pg_recvlogical), CPU %.2f s, peak RSS %d MB, walsender CPU %.2f s (%.0f%% busy), confirmed %.2f s after the last record",
-		pr.WallSeconds, pr.FirstRecordSeconds, pr.EventsPerSec, r.Ratio, pr.CPUSeconds, pr.PeakRSSBytes>>20, pr.WalsenderCPUSeconds, pr.WalsenderBusy*100, pr.ConfirmedAfterLastSeconds)
+	h.logf("  pgoutbox: %.2f s (first record after %.2f s), %.0f events/s (%.2fx pg_recvlogical), CPU %.2f s (%.2f s waiting for a CPU), peak RSS %d MB, walsender CPU %.2f s (%.0f%% busy, %.0f%% waiting for a CPU), broker CPU %.2f s, confirmed %.2f s after the last record",
+		pr.WallSeconds, pr.FirstRecordSeconds, pr.EventsPerSec, r.Ratio, pr.CPUSeconds, pr.Proc.RunQueueSeconds, pr.PeakRSSBytes>>20, pr.WalsenderCPUSeconds, pr.WalsenderBusy*100, pr.WalsenderRunQueue*100, pr.BrokerCPUSeconds, pr.ConfirmedAfterLastSeconds)
 
 	// Keep the table small for the next scenario (TRUNCATE is not
 	// published: the publication publishes inserts only).
@@ -167,10 +171,7 @@ func (h *harness) runRecvlogical(ctx context.Context, slot string, bl backlog, n
 	rr.WallSeconds = end.Sub(t0).Seconds()
 	rr.WalsenderCPUSeconds = ws.stop()
 	at.finish(h, &rr)
-	if f := ws.found(); !f.IsZero() {
-		rr.WalsenderSeconds = end.Sub(f).Seconds()
-		rr.WalsenderBusy = rr.WalsenderCPUSeconds / rr.WalsenderSeconds
-	}
+	ws.finish(end, &rr)
 	if err != nil {
 		return rr, fmt.Errorf("pg_recvlogical %s: %w\n%s", strings.Join(args, " "), err, out.String())
 	}

@@ -34,6 +34,10 @@ type ProcStats struct {
 	// scheduler took the CPU away; summed over the process's threads.
 	VoluntarySwitches   int64 `json:"voluntary_ctx_switches"`
 	InvoluntarySwitches int64 `json:"involuntary_ctx_switches"`
+	// RunQueueSeconds is the time the process's threads were ready to run
+	// but waited for a CPU (the second field of /proc/<pid>/task/*/schedstat),
+	// summed over its threads: CPU contention on the machine.
+	RunQueueSeconds float64 `json:"run_queue_s"`
 }
 
 // since returns the counters from earlier to s (the peak RSS is s's).
@@ -45,6 +49,7 @@ func (s ProcStats) since(earlier ProcStats) ProcStats {
 		WriteSyscalls:       s.WriteSyscalls - earlier.WriteSyscalls,
 		VoluntarySwitches:   s.VoluntarySwitches - earlier.VoluntarySwitches,
 		InvoluntarySwitches: s.InvoluntarySwitches - earlier.InvoluntarySwitches,
+		RunQueueSeconds:     s.RunQueueSeconds - earlier.RunQueueSeconds,
 	}
 }
 
@@ -97,8 +102,30 @@ func readProcStats(pid int) (ProcStats, error) {
 			s.VoluntarySwitches += v
 			s.InvoluntarySwitches += nv
 		}
+		if _, wait, err := readSchedstat(strings.TrimSuffix(t, "status") + "schedstat"); err == nil {
+			s.RunQueueSeconds += wait
+		}
 	}
 	return s, nil
+}
+
+// readSchedstat reads a /proc schedstat file: the task's CPU time and the
+// time it waited on a run queue, in seconds.
+func readSchedstat(path string) (cpu, wait float64, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 2 {
+		return 0, 0, fmt.Errorf("%s: %q", path, data)
+	}
+	c, err1 := strconv.ParseInt(f[0], 10, 64)
+	w, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return float64(c) / 1e9, float64(w) / 1e9, nil
 }
 
 // statusField returns the first number after key at the start of a line
@@ -237,6 +264,7 @@ type walsenderSampler struct {
 	pid     int32
 	foundAt time.Time
 	cpu     float64
+	runq    float64 // seconds on a run queue, waiting for a CPU
 }
 
 // walsenderPeriod is how often the walsender's CPU time is read.
@@ -293,9 +321,31 @@ func (s *walsenderSampler) sample() float64 {
 	if s.pid != 0 {
 		if cpu, err := readCPUSeconds(int(s.pid)); err == nil {
 			s.cpu = cpu
+			if _, w, err := readSchedstat(fmt.Sprintf("/proc/%d/schedstat", s.pid)); err == nil {
+				s.runq = w
+			}
 		}
 	}
 	return s.cpu
+}
+
+// runQueue returns the walsender's time on a run queue at the last sample.
+func (s *walsenderSampler) runQueue() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runq
+}
+
+// finish records the walsender's busy and run-queue shares from its
+// appearance until end, from the last sample.
+func (s *walsenderSampler) finish(end time.Time, rr *ReaderResult) {
+	f := s.found()
+	if f.IsZero() {
+		return
+	}
+	rr.WalsenderSeconds = end.Sub(f).Seconds()
+	rr.WalsenderBusy = rr.WalsenderCPUSeconds / rr.WalsenderSeconds
+	rr.WalsenderRunQueue = s.runQueue() / rr.WalsenderSeconds
 }
 
 // found returns when the walsender was first seen (zero if never).

@@ -134,6 +134,12 @@ func uniqueSizes(cs []VersusCatchup) []int {
 	return out
 }
 
+// walsenderCell is the walsender's CPU seconds, busy share and run-queue
+// share.
+func walsenderCell(r ReaderResult) string {
+	return fmt.Sprintf("%s (%.0f%%, %.0f%%)", f2(r.WalsenderCPUSeconds), r.WalsenderBusy*100, r.WalsenderRunQueue*100)
+}
+
 // confirmedCell says when a reader's slot was confirmed after its last
 // record.
 func confirmedCell(r ReaderResult) string {
@@ -165,19 +171,16 @@ func summaryVersus(p func(string, ...any), v *VersusResult) {
 				f2(c.Pgoutbox.WallSeconds), f2(c.Pgoutbox.FirstRecordSeconds), c.SpeedupFromStart, c.SpeedupFromFirst, c.PgoutboxToRecvlogc)
 		}
 		p("\nResources of each drain: CPU seconds of the process (Debezium's: the Connect JVM, its start-up CPU before the first record in parentheses), peak RSS, the walsender's CPU seconds and busy share, the broker's CPU seconds, and how long after the last record the slot's confirmed_flush_lsn reached the end of the last transaction (if it did not within the wait: how far short it stopped, and when it last moved).\n\n")
-		p("| run | events per txn | CPU s: Debezium / pgoutbox / pg_recvlogical | peak RSS MB: Debezium / pgoutbox | walsender CPU s (busy): pg_recvlogical / Debezium / pgoutbox | broker CPU s: Debezium / pgoutbox | confirmed after the last record, s: Debezium / pgoutbox / pg_recvlogical | machine busy |\n")
+		p("| run | events per txn | CPU s: Debezium / pgoutbox / pg_recvlogical | peak RSS MB: Debezium / pgoutbox | walsender CPU s (busy, waiting for a CPU): pg_recvlogical / Debezium / pgoutbox | broker CPU s: Debezium / pgoutbox | confirmed after the last record, s: Debezium / pgoutbox / pg_recvlogical | machine busy |\n")
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range v.Catchup {
 			if c.Error != "" {
 				continue
 			}
-			ws := func(r ReaderResult) string {
-				return fmt.Sprintf("%s (%.0f%%)", f2(r.WalsenderCPUSeconds), r.WalsenderBusy*100)
-			}
 			p("| %d | %d | %s (%s) / %s / %s | %s / %s | %s / %s / %s | %s / %s | %s / %s / %s | %.0f%% / %.0f%% |\n", c.Run, c.TxnSize,
 				f2(c.Debezium.CPUSeconds), f2(c.Debezium.FirstRecordCPUSeconds), f2(c.Pgoutbox.CPUSeconds), f2(c.PGRecvlogical.CPUSeconds),
 				mb(c.Debezium.PeakRSSBytes), mb(c.Pgoutbox.PeakRSSBytes),
-				ws(c.PGRecvlogical), ws(c.Debezium), ws(c.Pgoutbox),
+				walsenderCell(c.PGRecvlogical), walsenderCell(c.Debezium), walsenderCell(c.Pgoutbox),
 				f2(c.Debezium.BrokerCPUSeconds), f2(c.Pgoutbox.BrokerCPUSeconds),
 				confirmedCell(c.Debezium), confirmedCell(c.Pgoutbox), confirmedCell(c.PGRecvlogical),
 				c.Debezium.MachineBusy*100, c.Pgoutbox.MachineBusy*100)

@@ -361,15 +361,14 @@ func summary(r *Results) string {
 				f2(c.Pgoutbox.WallSeconds), f2(c.Pgoutbox.FirstRecordSeconds), thousands(int64(c.Pgoutbox.EventsPerSec)), f2(c.Ratio))
 		}
 		p("\nResources of the catch-up (walsender: the server process decoding for the reader):\n\n")
-		p("| events per txn | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | pg_recvlogical CPU s | walsender CPU s (busy) for pg_recvlogical / for pgoutbox | broker CPU s for pgoutbox | slot confirmed after the last record, s |\n")
+		p("| events per txn | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | pg_recvlogical CPU s | walsender CPU s (busy, waiting for a CPU) for pg_recvlogical / for pgoutbox | broker CPU s for pgoutbox | slot confirmed after the last record, s |\n")
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range r.Catchup {
 			if c.Error != "" {
 				continue
 			}
-			p("| %d | %s | %s | %s | %s | %s (%.0f%%) / %s (%.0f%%) | %s | %s |\n", c.TxnSize, f2(c.Pgoutbox.CPUSeconds), f2(c.Pgoutbox.CPUSecondsPer100k), mb(c.Pgoutbox.PeakRSSBytes),
-				f2(c.PGRecvlogical.CPUSeconds), f2(c.PGRecvlogical.WalsenderCPUSeconds), c.PGRecvlogical.WalsenderBusy*100,
-				f2(c.Pgoutbox.WalsenderCPUSeconds), c.Pgoutbox.WalsenderBusy*100, f2(c.Pgoutbox.BrokerCPUSeconds), confirmedCell(c.Pgoutbox))
+			p("| %d | %s | %s | %s | %s | %s / %s | %s | %s |\n", c.TxnSize, f2(c.Pgoutbox.CPUSeconds), f2(c.Pgoutbox.CPUSecondsPer100k), mb(c.Pgoutbox.PeakRSSBytes),
+				f2(c.PGRecvlogical.CPUSeconds), walsenderCell(c.PGRecvlogical), walsenderCell(c.Pgoutbox), f2(c.Pgoutbox.BrokerCPUSeconds), confirmedCell(c.Pgoutbox))
 		}
 		p("\nPreparation (not a measurement of pgoutbox): ")
 		var prep []string

@@ -87,7 +87,7 @@ func (h *harness) variants(ctx context.Context, res *Results) []error {
 
 func summaryVariants(p func(string, ...any), vs []VariantResult) {
 	p("\n## Variants\n\nThe same scenarios with each pgoutbox configuration in turn, the order reversed every other run.\n\n")
-	p("| run | variant | settings | catch-up events/s (x pg_recvlogical), walsender busy | latency: events/s, p50 / p99 ms, CPU s per 100k events, reads / writes / context switches per event |\n|---:|---|---|---|---|\n")
+	p("| run | variant | settings | catch-up events/s (x pg_recvlogical), walsender busy (waiting for a CPU) | latency: events/s, p50 / p99 ms, CPU s per 100k events, reads / writes / context switches per event |\n|---:|---|---|---|---|\n")
 	for _, v := range vs {
 		var cu, lat []string
 		for _, c := range v.Catchup {
@@ -95,7 +95,8 @@ func summaryVariants(p func(string, ...any), vs []VariantResult) {
 				cu = append(cu, fmt.Sprintf("%d: failed", c.TxnSize))
 				continue
 			}
-			cu = append(cu, fmt.Sprintf("%d-event: %s (%.2fx), %.0f%%", c.TxnSize, thousands(int64(c.Pgoutbox.EventsPerSec)), c.Ratio, c.Pgoutbox.WalsenderBusy*100))
+			cu = append(cu, fmt.Sprintf("%d-event: %s (%.2fx), %.0f%% (%.0f%% waiting for a CPU)", c.TxnSize, thousands(int64(c.Pgoutbox.EventsPerSec)), c.Ratio,
+				c.Pgoutbox.WalsenderBusy*100, c.Pgoutbox.WalsenderRunQueue*100))
 		}
 		for _, l := range v.Latency {
 			if l.Error != "" && l.Received == 0 {

@@ -214,9 +214,9 @@ func (h *harness) logReader(name string, r ReaderResult) {
 	if r.ConfirmedAfterLastSeconds >= 0 {
 		confirmed = fmt.Sprintf("%.2f s after the last record", r.ConfirmedAfterLastSeconds)
 	}
-	h.logf("  %s: %.2f s (first record after %.2f s), %.0f events/s, CPU %.2f s, peak RSS %d MB, walsender CPU %.2f s in %.2f s (%.0f%% busy), broker CPU %.2f s, machine %.0f%% busy; confirmed %s",
+	h.logf("  %s: %.2f s (first record after %.2f s), %.0f events/s, CPU %.2f s, peak RSS %d MB, walsender CPU %.2f s in %.2f s (%.0f%% busy, %.0f%% waiting for a CPU), broker CPU %.2f s, machine %.0f%% busy; confirmed %s",
 		name, r.WallSeconds, r.FirstRecordSeconds, r.EventsPerSec, r.CPUSeconds, r.PeakRSSBytes>>20, r.WalsenderCPUSeconds, r.WalsenderSeconds,
-		r.WalsenderBusy*100, r.BrokerCPUSeconds, r.MachineBusy*100, confirmed)
+		r.WalsenderBusy*100, r.WalsenderRunQueue*100, r.BrokerCPUSeconds, r.MachineBusy*100, confirmed)
 }
 
 // connectorConfig is the connector configuration both systems run

@@ -68,6 +68,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	opts.Log = stderr
+	if opts.Render != "" {
+		res, err := Render(opts.Render, opts.Out)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox-bench: %v\n", err)
+			return exitFail
+		}
+		fmt.Fprintf(stdout, "results: %s, %s, %s\n", res.Files.JSON, res.Files.Summary, res.Files.Plot)
+		return exitOK
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := Run(ctx, opts)
@@ -125,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		keepDB         = fs.Bool("keep-database", false, "keep the database, slots are dropped anyway")
 		pgoutboxEnv    multiFlag
 		variants       []string
+		render         = fs.String("render", "", "write summary.md, latency.png and results.json into --out again from this results.json (after a change to the report), measuring nothing")
 	)
 	fs.Func("variant", "NAME=KEY=VALUE,...: run the catch-up and latency scenarios once per variant (repeatable; NAME= for pgoutbox's defaults), the order reversed every other --runs", func(v string) error {
 		variants = append(variants, v)
@@ -149,7 +159,10 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	o.Brokers = splitList(*brokers)
 	o.KeepDatabase = *keepDB
 	o.PgoutboxEnv = pgoutboxEnv
-	o.DebeziumLibs, o.KafkaPID = *debeziumLibs, *kafkaPID
+	o.DebeziumLibs, o.KafkaPID, o.Render = *debeziumLibs, *kafkaPID, *render
+	if o.Render != "" {
+		return o, nil
+	}
 	for _, v := range variants {
 		pv, err := parseVariant(v)
 		if err != nil {
@@ -267,6 +280,9 @@ func parseInts(s string) ([]int, error) {
 // Options configure a benchmark run.
 type Options struct {
 	Smoke bool
+	// Render, when set, is a results.json to render again instead of a
+	// run.
+	Render string
 
 	PGDSN    string   // superuser DSN of the server
 	PGBin    string   // directory of pg_recvlogical

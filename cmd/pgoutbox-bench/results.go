@@ -250,6 +250,22 @@ func firstFloat(s string) float64 {
 	return v
 }
 
+// Render reads a results.json and writes the outputs again into dir, with
+// the targets and notes of this version of the report.
+func Render(path, dir string) (*Results, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.Targets = targets(&r)
+	r.Notes = notes(&r)
+	return &r, writeOutputs(dir, &r)
+}
+
 // writeOutputs writes results.json, summary.md and latency.png into dir.
 func writeOutputs(dir string, r *Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

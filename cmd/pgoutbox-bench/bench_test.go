@@ -445,7 +445,7 @@ func TestTargetsTakeTheWorstMeasurement(t *testing.T) {
 	if tg := got["latency at 1,000 events/s"]; tg.Value != 0.15 || !tg.Met {
 		t.Errorf("latency (the default-setting run must not count): %+v", tg)
 	}
-	if tg := got["peak RSS"]; tg.Value != 25 || !tg.Met {
+	if tg := got["peak RSS in the catch-up"]; tg.Value != 25 || !tg.Met {
 		t.Errorf("rss: %+v", tg)
 	}
 	if tg := got["walsender busy during pgoutbox's drain, 1-event transactions"]; tg.Value != 0.85 || tg.Met {

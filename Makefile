@@ -71,12 +71,16 @@ test-go:
 	echo "integration tests run: $$(wc -l <"$$marker")"
 
 ## test-faults: the full fault suite (30 relay SIGKILLs, Kafka killed and paused, PostgreSQL restarts,
-## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM); results in faults-report.md
+## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM; Kafka frozen 90 s and 2 minutes
+## with topics new to the session; on the 3-node cluster a rolling restart, leader SIGKILLs, a paused
+## broker, a dead first broker), and the poll source's with four instances (30 SIGKILLs, Kafka down
+## 2 minutes, SIGTERM), and exactly-once mode's; results in faults-report.md
+FAULT_TESTS := ^(TestFaults|TestExactlyOnceFaults|TestKafkaFrozen|TestClusterFaults|TestPollSIGKILLWithFourInstancesLosesNothing|TestPollKafkaDownWithFourInstancesHoldsTheRowsAndRecovers|TestPollSIGTERMWithFourInstancesRepeatsNothing)$$
 test-faults:
 	@echo "| scenario | events written | verified | lost | out of order | duplicates | wall time | peak RSS |" > faults-report.md
 	@echo "|---|---|---|---|---|---|---|---|" >> faults-report.md
 	bash scripts/testenv.sh exec -- env PGOUTBOX_FAULTS=full PGOUTBOX_REQUIRE_INTEGRATION=1 \
-		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' -v ./pkg/relay/ \
+		PGOUTBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md $(GO) test -count=1 -timeout 150m -run '$(FAULT_TESTS)' -v ./pkg/relay/ \
 		| grep -v 'logger.go'
 	@cat faults-report.md
 
@@ -93,13 +97,17 @@ test-debezium:
 demo:
 	bash scripts/demo.sh
 
-## fuzz: run every fuzzer for FUZZTIME each (default 60s; FUZZFLAGS=-parallel=1 to leave cores free);
-## the seed corpora run in make test too
+## fuzz: the deterministic relay harness over SIMSEEDS seeds (default 100000), then every fuzzer for
+## FUZZTIME each (default 60s; FUZZFLAGS=-parallel=1 to leave cores free); the seed corpora and 2000 seeds run in make test too
 FUZZTIME ?= 60s
 FUZZFLAGS ?=
 FUZZERS := ./checkpoint:FuzzTrackerMatchesModel ./replication:FuzzDecode ./router:FuzzRoute ./router:FuzzExpandJSON \
 	./router:FuzzJSONEncoding ./cmd/pgoutbox:FuzzLoadConfig ./pkg/outbox:FuzzMessageJSONRoundTrip
+SIMSEEDS ?= 100000
 fuzz:
+	@echo "== the deterministic relay harness, $(SIMSEEDS) seeds from 10001"
+	$(GO) test -count=1 -timeout 60m -run '^TestSimulatedRelayKeepsItsInvariants$$' ./pkg/relay/ \
+		-sim.first=10001 -sim.seeds=$(SIMSEEDS) -sim.duration=45m
 	@for f in $(FUZZERS); do \
 		pkg=$${f%%:*}; name=$${f##*:}; \
 		echo "== $$name ($$pkg, $(FUZZTIME))"; \
@@ -108,15 +116,15 @@ fuzz:
 
 BENCHFLAGS ?=
 
-## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s,
+## bench: benchmark on its own PostgreSQL and Kafka (catch-up vs pg_recvlogical, latency at 1k/5k/20k events/s, the poll source,
 ## resources, micro-benchmarks) into bench-results/; shorten with e.g. BENCHFLAGS='--events 50000 --duration 20s'
 bench:
-	bash scripts/bench.sh $(BENCHFLAGS)
+	bash scripts/bench.sh --exactly-once $(BENCHFLAGS)
 
 ## bench-smoke: check the benchmark harness end to end in under a minute (the numbers mean nothing);
 ## the Debezium side by side: make bench-debezium BENCHFLAGS=--smoke
 bench-smoke:
-	bash scripts/bench.sh --smoke --scenarios catchup,latency,micro,scaling,writers $(BENCHFLAGS)
+	bash scripts/bench.sh --smoke --scenarios catchup,latency,poll,micro,scaling,writers $(BENCHFLAGS)
 
 ## bench-debezium: side by side with Debezium 3.6.1 on Kafka Connect 4.1.1 (fetched with Maven): the same
 ## backlogs drained by pg_recvlogical, Debezium and pgoutbox, latency at 1,000 events/s beside Debezium at its

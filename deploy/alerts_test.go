@@ -365,8 +365,21 @@ load 1m
 
 eval instant at 20m %[6]s
 	{namespace="outbox",stream="pgoutbox-orders",pod="pgoutbox-orders-5d8f7c9b4-x7k2p"} 15
+
+clear
+
+# The poll source's backlog: stream a's oldest row is 10 minutes old (both
+# pods read the table), b's 10 seconds; the WAL source exports 0.
+load 1m
+	pgoutbox_outbox_oldest_unpublished_age_seconds{%[1]s,stream="a",pod="a1"} 600x10
+	pgoutbox_outbox_oldest_unpublished_age_seconds{%[1]s,stream="a",pod="a2"} 590x10
+	pgoutbox_outbox_oldest_unpublished_age_seconds{%[1]s,stream="b",pod="b1"} 10x10
+	pgoutbox_outbox_oldest_unpublished_age_seconds{%[1]s,stream="c",pod="c1"} 0x10
+
+eval instant at 5m %[7]s
+	{namespace="outbox",stream="a"} 600
 `, target, expr("PgoutboxNoReadyReplica"), expr("PgoutboxReplicationLagHigh"), expr("PgoutboxEventsDeadLettered"),
-		expr("PgoutboxSlotRetainedWALNearLimit"), expr("PgoutboxContainerRestarting"))
+		expr("PgoutboxSlotRetainedWALNearLimit"), expr("PgoutboxContainerRestarting"), expr("PgoutboxOutboxBacklogOld"))
 	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 100_000, Timeout: 10 * time.Second, EnableAtModifier: true, EnableNegativeOffset: true, Parser: parser.NewParser(parser.Options{})})
 	promqltest.RunTest(t, script, engine)
 }

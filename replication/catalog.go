@@ -238,6 +238,9 @@ func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
 		out = append(out, fmt.Sprintf("publication %q was dropped and created again (OID %d, now %d): PostgreSQL may skip the changes in between",
 			cfg.Publication, c.Publication, now.Publication))
 	}
+	if now.ViaRoot != c.ViaRoot && c.Partitioned() {
+		out = append(out, fmt.Sprintf("publication %q changed publish_via_partition_root from %v to %v: partitions' changes now report under other names", cfg.Publication, c.ViaRoot, now.ViaRoot))
+	}
 	for _, t := range c.Tables {
 		n, _ := now.Table(t.Name)
 		switch {
@@ -272,4 +275,40 @@ func quoteTable(name string) string {
 		return name
 	}
 	return quoteIdent(schema) + "." + quoteIdent(table)
+}
+
+// PublicationInfo is a publication as status and validate show it.
+type PublicationInfo struct {
+	Name      string
+	Exists    bool
+	Insert    bool
+	AllTables bool
+	// Tables are pg_publication_tables' schema.table entries, sorted:
+	// what the publication carries as it reports it.
+	Tables []string
+}
+
+// ReadPublication reads a publication and the tables it carries.
+func ReadPublication(ctx context.Context, conn *pgx.Conn, name string) (PublicationInfo, error) {
+	p := PublicationInfo{Name: name, Tables: []string{}}
+	err := conn.QueryRow(ctx, "SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1", name).Scan(&p.Insert, &p.AllTables)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, nil
+	}
+	if err != nil {
+		return p, fmt.Errorf("replication: read publication %q: %w", name, err)
+	}
+	p.Exists = true
+	rows, err := conn.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1", name)
+	if err != nil {
+		return p, fmt.Errorf("replication: tables of publication %q: %w", name, err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return p, fmt.Errorf("replication: tables of publication %q: %w", name, err)
+	}
+	if tables != nil {
+		p.Tables = tables
+	}
+	return p, nil
 }

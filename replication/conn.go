@@ -3,8 +3,11 @@ package replication
 import (
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,8 +49,25 @@ func (c *Config) replicationConfig() (*pgconn.Config, error) {
 	}
 	pcfg.RuntimeParams["replication"] = "database"
 	pcfg.RuntimeParams["application_name"] = "pgoutbox"
+	// A server that stops acknowledging what is sent ends the connection
+	// within replicationUserTimeout; TCP keepalives find an idle one gone.
+	d := net.Dialer{KeepAlive: 15 * time.Second, Control: func(network, _ string, rc syscall.RawConn) error {
+		if !strings.HasPrefix(network, "tcp") {
+			return nil // a unix socket
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = setUserTimeout(fd, replicationUserTimeout) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pcfg.DialFunc = d.DialContext
 	return pcfg, nil
 }
+
+// replicationUserTimeout bounds how long data sent on the replication
+// connection may stay unacknowledged by the server's host.
+const replicationUserTimeout = time.Minute
 
 // invalidDSN wraps a DSN parse error in ErrInvalidDSN. It says what pgconn
 // found wrong, but never quotes the DSN: pgconn's own message quotes it,

@@ -217,17 +217,12 @@ func target(c *pgconn.Config) string {
 }
 
 // IsShuttingDown reports whether err says the server is shutting down: a
-// connection ended by a fast or immediate shutdown, or refused because one
-// is under way.
+// new connection refused because a shutdown is under way (57P03). A
+// connection ended by 57P01 is not enough: pg_terminate_backend ends one the
+// same way on a server that goes on.
 func IsShuttingDown(err error) bool {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &pe) && pe.Code == "57P03" // cannot_connect_now
 }
 
 // IsConnError reports whether err ended the replication connection, so that

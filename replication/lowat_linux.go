@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"syscall"
+	"time"
 )
 
 // setRecvLowWater sets SO_RCVLOWAT on the TCP socket under c: the kernel
@@ -29,4 +30,16 @@ func setRecvLowWater(c net.Conn, n int) bool {
 		return false
 	}
 	return serr == nil
+}
+
+// tcpUserTimeout is TCP_USER_TIMEOUT (linux/tcp.h).
+const tcpUserTimeout = 18
+
+// setUserTimeout makes the kernel end the connection when data it sent
+// stays unacknowledged for d: a server that vanished (a network partition,
+// a frozen host) is then noticed within d, since status updates are sent
+// every few seconds, instead of after the kernel's retries (about 15
+// minutes).
+func setUserTimeout(fd uintptr, d time.Duration) error {
+	return syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(d.Milliseconds()))
 }

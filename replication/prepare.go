@@ -230,6 +230,7 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *
 			}
 			create = "SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
 		}
+		log.Info("creating the replication slot; PostgreSQL waits for the transactions open now to end first", zap.String("slot", cfg.Slot))
 		if _, err := conn.Exec(ctx, create, cfg.Slot); err != nil {
 			var pe *pgconn.PgError
 			// 42710: another instance created it at the same moment; use it.

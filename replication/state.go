@@ -51,6 +51,10 @@ type State struct {
 	// Publication is the publication's name (for the guard of migrate
 	// --guard, which sees only names once a publication is dropped).
 	Publication string
+	// RetiredOIDs are the OIDs of outbox tables that were dropped and
+	// created again (recorded by migrate --accept-catalog), by the table's
+	// name: rows of the old table may still be in the WAL to read.
+	RetiredOIDs map[uint32]string
 }
 
 // ServerIdentity is what identifies the server and its history.
@@ -90,7 +94,8 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	note               text NOT NULL DEFAULT '',
 	publication_oid    oid,
 	table_oids         jsonb,
-	publication_name   text
+	publication_name   text,
+	retired_oids       jsonb
 )`
 
 // StateTableDDL returns the statement that creates the state table.
@@ -138,9 +143,9 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	var pubOID *uint32
 	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
 		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids,
-		coalesce(publication_name, '') FROM `+q+` WHERE slot_name = $1`, slot).Scan(
+		coalesce(publication_name, ''), retired_oids FROM `+q+` WHERE slot_name = $1`, slot).Scan(
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
-		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication)
+		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs)
 	if pubOID != nil {
 		s.PublicationOID = *pubOID
 	}
@@ -182,16 +187,20 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 		pubOID = &s.PublicationOID
 	}
 	_, err = conn.Exec(ctx, `INSERT INTO `+q+` (slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn,
-		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids, publication_name)
-		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13, $14)
+		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids, publication_name, retired_oids)
+		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13, $14, $15)
 		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = EXCLUDED.system_identifier, database = EXCLUDED.database,
 		timeline = EXCLUDED.timeline, slot_created_at = EXCLUDED.slot_created_at, slot_created_lsn = EXCLUDED.slot_created_lsn,
 		confirmed_lsn = EXCLUDED.confirmed_lsn, confirmed_at = EXCLUDED.confirmed_at, instance = EXCLUDED.instance,
 		session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note, publication_oid = EXCLUDED.publication_oid,
-		table_oids = EXCLUDED.table_oids, publication_name = EXCLUDED.publication_name`,
+		table_oids = EXCLUDED.table_oids, publication_name = EXCLUDED.publication_name, retired_oids = EXCLUDED.retired_oids`,
 		s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
-		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication)
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs)
 	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			return fmt.Errorf("replication: write state of slot %q to %s: %w; let pgoutbox's role write it: GRANT SELECT, INSERT, UPDATE ON %s TO <the role>", s.Slot, table, err, q)
+		}
 		return fmt.Errorf("replication: write state of slot %q to %s: %w", s.Slot, table, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 	"unsafe"
@@ -86,6 +87,8 @@ type Stream struct {
 	// (see Receive).
 	behind     time.Duration
 	catchingUp bool
+	// broken: a write failed, possibly half-way; nothing more is written.
+	broken bool
 }
 
 // Catch-up reading. Far behind, pgoutbox drains the socket faster than the
@@ -218,6 +221,9 @@ func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error)
 	if ctx != s.rd.ctx {
 		s.watch(ctx)
 	}
+	if s.takeWake() {
+		return Event{}, nil
+	}
 	behind := s.behind >= catchUpEnter || (s.catchingUp && s.behind > catchUpLeave)
 	if behind != s.catchingUp {
 		s.setCatchingUp(behind)
@@ -248,6 +254,7 @@ func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error)
 	}
 	if err != nil {
 		if timedOut(err) {
+			s.takeWake() // a Wake during the read made it return: used
 			return Event{}, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -344,6 +351,9 @@ func (s *Stream) SendStatus(ctx context.Context, confirmed LSN, replyRequested b
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("replication: send status update (flush %s) on slot %q: %w", confirmed, s.cfg.Slot, err)
 	}
+	if s.broken {
+		return fmt.Errorf("%w: send status update (flush %s) on slot %q: an earlier write failed", ErrReceive, confirmed, s.cfg.Slot)
+	}
 	if d, ok := ctx.Deadline(); ok {
 		if nc := s.conn.Conn(); nc != nil {
 			_ = nc.SetWriteDeadline(d)
@@ -362,7 +372,10 @@ func (s *Stream) SendStatus(ctx context.Context, confirmed LSN, replyRequested b
 		ReplyRequested:   replyRequested,
 	})
 	if err != nil {
-		return fmt.Errorf("replication: send status update (flush %s) on slot %q: %w", confirmed, s.cfg.Slot, err)
+		// A write cut short by its deadline may have left half a message on
+		// the socket: nothing more may follow it (Close discards it).
+		s.broken = true
+		return fmt.Errorf("%w: send status update (flush %s) on slot %q: %w", ErrReceive, confirmed, s.cfg.Slot, err)
 	}
 	return nil
 }
@@ -397,11 +410,21 @@ func (s *Stream) Wake() {
 	if s.rd.cancelled {
 		return
 	}
+	s.rd.woken = true // a Wake before the next read starts is not lost
 	if nc := s.conn.Conn(); nc != nil {
 		past := time.Unix(1, 0)
 		_ = nc.SetReadDeadline(past)
 		s.rd.deadline = past // so that the next Receive sets its own again
 	}
+}
+
+// takeWake reports, and forgets, a Wake not yet acted on.
+func (s *Stream) takeWake() bool {
+	s.rd.mu.Lock()
+	defer s.rd.mu.Unlock()
+	w := s.rd.woken
+	s.rd.woken = false
+	return w
 }
 
 // readDeadline is the state of the socket's read deadline, which Receive
@@ -413,6 +436,7 @@ type readDeadline struct {
 	ctx       context.Context // the context being watched
 	stop      func() bool     // unregisters the watch of ctx
 	cancelled bool            // ctx ended: the deadline stays in the past
+	woken     bool            // Wake was called and no Receive returned for it yet
 }
 
 // watch makes the end of ctx interrupt a read blocked in Receive.
@@ -468,16 +492,38 @@ func (s *Stream) setReadDeadline(t time.Time) error {
 	return nil
 }
 
-// Close ends the session. Send the final status before calling it.
+// Close ends the session, within ctx's deadline (5 s at most). Send the
+// final status before calling it. After a failed write the connection is
+// reset rather than closed politely, so that what is queued on the socket
+// (perhaps half a message) is discarded instead of sent.
 func (s *Stream) Close(ctx context.Context) error {
 	s.rd.mu.Lock()
 	if s.rd.stop != nil {
 		s.rd.stop()
 	}
 	s.rd.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if s.broken {
+		if nc := s.conn.Conn(); nc != nil {
+			resetOnClose(nc)
+		}
+	}
+	d := time.Now().Add(5 * time.Second)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
 	defer cancel()
 	return s.conn.Close(ctx)
+}
+
+// resetOnClose makes closing nc discard unsent data (SO_LINGER 0).
+func resetOnClose(nc net.Conn) {
+	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = tc.NetConn()
+	}
+	if tcp, ok := nc.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
 }
 
 // NewChunk returns a chunk of size bytes that starts with a copy of b, as

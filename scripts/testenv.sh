@@ -31,6 +31,19 @@
 #                        and wait until it serves metadata
 #   kafka-pause [DIR]    SIGSTOP the broker
 #   kafka-resume [DIR]   SIGCONT the broker
+#   cluster-up [DIR]     make (once) and start a three-node Kafka cluster
+#                        beside the single broker, wait until it serves, add
+#                        PGOUTBOX_TEST_KAFKA_CLUSTER to DIR/env.sh and print
+#                        its brokers; starts whatever is stopped or paused
+#   cluster-down [DIR]   stop the cluster's nodes (keeps their data)
+#   cluster-heal [DIR]   resume or start every node and wait for the cluster
+#   cluster-status [DIR] print each node's state; exit 1 unless all serve
+#   cluster-stop N [SIGNAL [DIR]]  signal node N (1, 2 or 3; TERM by default,
+#                        or KILL, ...) and wait until it has exited
+#   cluster-start N [DIR]  start node N again and wait until it is
+#                        registered (after a KILL, once the old session
+#                        expired: about 10 s)
+#   cluster-pause N [DIR], cluster-resume N [DIR]  SIGSTOP / SIGCONT node N
 #   pg-ctl ARGS...       pg_ctl -D <data dir> ARGS as the PostgreSQL user, e.g.
 #                        pg-ctl stop -m fast | pg-ctl start -w |
 #                        pg-ctl restart -m immediate
@@ -52,6 +65,8 @@
 #                          client certificate (client.pem, client.key)
 #   PGOUTBOX_TEST_KAFKA_SASL_SSL  the broker's SASL_SSL listener, 127.0.0.1:PORT
 #                          (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+#   PGOUTBOX_TEST_KAFKA_CLUSTER  once cluster-up ran: the three nodes of the
+#                          cluster, 127.0.0.1:PORT,... (PLAINTEXT, no ACLs)
 #   PGOUTBOX_TEST_KAFKA_SASL_USER, _PASSWORD  a super user there (alice)
 #   PGOUTBOX_TEST_KAFKA_LIMITED_USER, _PASSWORD  a user (mallory) that may do
 #                          only what ACLs grant it; tests grant what they
@@ -77,12 +92,16 @@
 #   PGOUTBOX_PG_USER       unprivileged user that runs PostgreSQL when this
 #                          script runs as root (default pgoutbox)
 #   PGOUTBOX_KAFKA_READY_TIMEOUT  seconds to wait for the broker (default 90)
+#   PGOUTBOX_KAFKA_CLUSTER_READY_TIMEOUT  seconds to wait for the cluster or
+#                          one of its nodes (default 180)
 #   KEEP=1                 down: stop the servers but keep the directory
 #
 # Layout of DIR: env.sh; state (ports, paths); .lock* (pkg/testenv's lock
 # between tests); pg/ (owned by the PostgreSQL user:
 # data/, postgresql.log, the unix socket); kafka/ (server.properties, data/,
-# kafka.pid, kafka.log); certs/ (made by testenvctl certs, never committed).
+# kafka.pid, kafka.log); cluster/ (made by cluster-up: state, nodeN/ with
+# server.properties, data/, kafka.pid, kafka.log); certs/ (made by
+# testenvctl certs, never committed).
 set -euo pipefail
 
 log() { printf 'testenv: %s\n' "$*" >&2; }
@@ -521,13 +540,102 @@ EOF
 
 # kafka_pid DIR: prints the broker's pid if it runs (a stale pid file or a
 # reused pid does not count).
-kafka_pid() {
+kafka_pid() { jvm_pid "$1/kafka"; }
+
+# A broker's JVM keeps its files in one directory: server.properties,
+# kafka.pid, kafka.log, gc.log (DIR/kafka, or DIR/cluster/nodeN).
+
+# jvm_pid BDIR: prints the pid of the broker of BDIR if it runs.
+jvm_pid() {
 	local pid
-	pid=$(cat "$1/kafka/kafka.pid" 2>/dev/null) || return 1
+	pid=$(cat "$1/kafka.pid" 2>/dev/null) || return 1
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	proc_alive "$pid" || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$1/kafka/server.properties" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$1/server.properties" || return 1
 	printf '%s\n' "$pid"
+}
+
+# jvm_spawn BDIR HEAP: starts the broker of BDIR in the background with a
+# heap of at most HEAP (e.g. 768m), records its pid, and does not wait.
+jvm_spawn() {
+	local bd=$1 heap=$2
+	# setsid: its own session, so that a terminal's Ctrl-C or hangup does
+	# not reach it; started from a shell without job control it execs
+	# java in place, so $! is the JVM's pid. 9>&- keeps it from holding
+	# cluster-up's lock.
+	# The GC settings are the ones Kafka's own start script uses (G1
+	# aiming at 20 ms pauses); the GC log lets a latency spike be
+	# matched against the broker's pauses.
+	setsid java "-Xms$((${heap%m} / 3))m" "-Xmx$heap" -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData \
+		-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+		-XX:+ExplicitGCInvokesConcurrent \
+		"-Xlog:gc:file=$bd/gc.log:time,uptime:filecount=2,filesize=10m" \
+		-Djava.awt.headless=true \
+		-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+		-Dorg.slf4j.simpleLogger.showDateTime=true \
+		"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX" \
+		-cp "$KAFKA_LIBS/*" kafka.Kafka "$bd/server.properties" \
+		</dev/null >>"$bd/kafka.log" 2>&1 9>&- &
+	printf '%s\n' "$!" >"$bd/kafka.pid"
+}
+
+# jvm_stop BDIR NAME [SIGNAL]: signals the broker of BDIR (TERM by default)
+# and waits until it has exited, KILLing it after KAFKA_STOP_TIMEOUT.
+jvm_stop() {
+	local bd=$1 name=$2 sig=${3:-TERM} pid
+	sig=${sig#SIG}
+	if ! pid=$(jvm_pid "$bd"); then
+		rm -f "$bd/kafka.pid"
+		return 0
+	fi
+	kill -l "$sig" >/dev/null 2>&1 || die "unknown signal $sig"
+	kill -CONT "$pid" 2>/dev/null || true # a paused JVM would not act on TERM
+	kill -s "$sig" "$pid"
+	if ! wait_gone "$pid" "$KAFKA_STOP_TIMEOUT"; then
+		log "$name (pid $pid) still runs ${KAFKA_STOP_TIMEOUT}s after SIG$sig; sending KILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_gone "$pid" 10 || die "$name (pid $pid) survived SIGKILL"
+	fi
+	rm -f "$bd/kafka.pid"
+	log "$name stopped (SIG$sig)"
+}
+
+# kafka_topic_props RF: the topic and footprint settings of a broker whose
+# cluster has RF nodes: internal topics with RF replicas (in sync: RF - 1,
+# at least 1), Kafka's min.insync.replicas of 1 for the rest.
+kafka_topic_props() {
+	local rf=$1 isr=$(($1 > 1 ? $1 - 1 : 1))
+	cat <<EOP
+# Topics: tests create theirs explicitly (pkg/testenv gives those of a
+# cluster min.insync.replicas=2). No time-based retention: tests write
+# records with event timestamps years old, which the retention check (every
+# 5 minutes) would otherwise delete before a consumer reads them.
+log.retention.ms=-1
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=1
+auto.create.topics.enable=false
+unclean.leader.election.enable=false
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
+share.coordinator.state.topic.num.partitions=1
+group.initial.rebalance.delay.ms=0
+
+# A small footprint on a 2-core machine.
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.recovery.threads.per.data.dir=1
+num.replica.fetchers=1
+log.cleaner.threads=1
+log.cleaner.dedupe.buffer.size=8388608
+log.index.size.max.bytes=1048576
+EOP
 }
 
 # kafka_security_init DIR: a port for the SASL_SSL listener and the SASL
@@ -581,34 +689,7 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.se
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS;User:admin;User:$KAFKA_SASL_USER
 
-# Topics: tests create theirs explicitly, with one replica. No time-based
-# retention: tests write records with event timestamps years old, which the
-# retention check (every 5 minutes) would otherwise delete before a
-# consumer reads them.
-log.retention.ms=-1
-num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-share.coordinator.state.topic.num.partitions=1
-group.initial.rebalance.delay.ms=0
-
-# A small footprint on a 2-core machine.
-num.network.threads=2
-num.io.threads=2
-background.threads=2
-num.recovery.threads.per.data.dir=1
-num.replica.fetchers=1
-log.cleaner.threads=1
-log.cleaner.dedupe.buffer.size=8388608
-log.index.size.max.bytes=1048576
+$(kafka_topic_props 1)
 
 # Lenient timeouts: on 2 cores busy compiling with -race, the controller
 # thread can starve for seconds; with the defaults (2 s requests, 9 s
@@ -642,24 +723,8 @@ kafka_start() {
 		[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing ($KAFKA_LIBS): run scripts/testenv.sh install"
 		log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller 127.0.0.1:$CONTROLLER_PORT)"
 		printf '\n==== %s scripts/testenv.sh: starting Kafka\n' "$(date -u +%FT%TZ)" >>"$dir/kafka/kafka.log"
-		# setsid: its own session, so that a terminal's Ctrl-C or hangup does
-		# not reach it; started from a shell without job control it execs
-		# java in place, so $! is the JVM's pid.
-		# The GC settings are the ones Kafka's own start script uses (G1
-		# aiming at 20 ms pauses); the GC log lets a latency spike be
-		# matched against the broker's pauses.
-		setsid java -Xms256m -Xmx768m -XX:+ExitOnOutOfMemoryError -XX:-UsePerfData \
-			-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-			-XX:+ExplicitGCInvokesConcurrent \
-			"-Xlog:gc:file=$dir/kafka/gc.log:time,uptime:filecount=2,filesize=10m" \
-			-Djava.awt.headless=true \
-			-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
-			-Dorg.slf4j.simpleLogger.showDateTime=true \
-			"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX" \
-			-cp "$KAFKA_LIBS/*" kafka.Kafka "$dir/kafka/server.properties" \
-			</dev/null >>"$dir/kafka/kafka.log" 2>&1 &
-		pid=$!
-		printf '%s\n' "$pid" >"$dir/kafka/kafka.pid"
+		jvm_spawn "$dir/kafka" 768m
+		pid=$(cat "$dir/kafka/kafka.pid")
 	fi
 	if ! ctl kafka-ready -brokers "127.0.0.1:$KAFKA_PORT" -timeout "${KAFKA_READY_TIMEOUT}s" -pid "$pid"; then
 		tail -n 40 "$dir/kafka/kafka.log" >&2 || true
@@ -669,23 +734,230 @@ kafka_start() {
 	log "Kafka is ready (pid $pid)"
 }
 
-kafka_stop() {
-	local dir=$1 sig=${2:-TERM} pid
-	sig=${sig#SIG}
-	if ! pid=$(kafka_pid "$dir"); then
-		rm -f "$dir/kafka/kafka.pid"
+kafka_stop() { jvm_stop "$1/kafka" Kafka "${2:-TERM}"; }
+
+# ---------------------------------------------------------------- Kafka cluster
+
+# An optional cluster of three Kafka nodes beside the single broker, for the
+# tests of replication (leader moves, NOT_ENOUGH_REPLICAS, a broker paused
+# or killed): each node is broker and controller at once (process.roles=
+# broker,controller; the controller quorum is the three of them), with a
+# small heap. It is made and started on demand (cluster-up, which
+# pkg/testenv calls for the first test that asks for it), so that the
+# environment of every other test stays as it is; down and exec's teardown
+# stop it with the rest. Topics get min.insync.replicas from the tests that
+# create them: the brokers keep Kafka's default of 1, which the durability
+# audit must find.
+#
+# Layout: DIR/cluster/state (ports), DIR/cluster/nodeN/ (server.properties,
+# data/, kafka.pid, kafka.log, gc.log) for N in 1 2 3.
+CLUSTER_NODES=(1 2 3)
+CLUSTER_READY_TIMEOUT=${PGOUTBOX_KAFKA_CLUSTER_READY_TIMEOUT:-180}
+
+cluster_exists() { [[ -f $1/cluster/state ]]; }
+
+# cluster_load DIR: sets CLUSTER_PORT[N] and CLUSTER_CPORT[N].
+cluster_load() {
+	declare -gA CLUSTER_PORT=() CLUSTER_CPORT=()
+	cluster_exists "$1" || die "no Kafka cluster in $1: run scripts/testenv.sh cluster-up $1"
+	# shellcheck source=/dev/null
+	source "$1/cluster/state"
+}
+
+# cluster_brokers: the nodes' PLAINTEXT addresses, comma-separated.
+cluster_brokers() {
+	local n out=()
+	for n in "${CLUSTER_NODES[@]}"; do
+		out+=("127.0.0.1:${CLUSTER_PORT[$n]}")
+	done
+	local IFS=,
+	printf '%s\n' "${out[*]}"
+}
+
+cluster_node() {
+	local n=${1:-}
+	[[ -n $n && " ${CLUSTER_NODES[*]} " == *" $n "* ]] || die "no cluster node '$n' (nodes: ${CLUSTER_NODES[*]})"
+	printf '%s\n' "$n"
+}
+
+# cluster_pid DIR N: prints node N's pid if it runs.
+cluster_pid() { jvm_pid "$1/cluster/node$2"; }
+
+# free_ports N: N free ports that none of the environment's servers uses,
+# even one that is stopped now.
+free_ports() {
+	local want=$1 p taken=" ${PG_PORT:-} ${KAFKA_PORT:-} ${CONTROLLER_PORT:-} ${KAFKA_SASL_PORT:-} "
+	local -a out=()
+	for _ in $(seq 1 20); do
+		for p in $(ctl ports "$want"); do
+			if [[ $taken != *" $p "* ]]; then
+				out+=("$p")
+				taken+="$p "
+			fi
+			((${#out[@]} < want)) || break 2
+		done
+	done
+	((${#out[@]} == want)) || die "no $want free ports"
+	printf '%s\n' "${out[*]}"
+}
+
+cluster_init() {
+	local dir=$1 n id voters="" ports i=0
+	local -a p
+	mkdir -p "$dir/cluster"
+	ports=$(free_ports $((2 * ${#CLUSTER_NODES[@]})))
+	read -ra p <<<"$ports"
+	declare -gA CLUSTER_PORT=() CLUSTER_CPORT=()
+	for n in "${CLUSTER_NODES[@]}"; do
+		CLUSTER_PORT[$n]=${p[i]}
+		CLUSTER_CPORT[$n]=${p[i + 1]}
+		i=$((i + 2))
+		voters+="${voters:+,}$n@127.0.0.1:${CLUSTER_CPORT[$n]}"
+	done
+	id=$(timeout 120 java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool random-uuid 2>>"$dir/cluster/format.log") ||
+		die "kafka StorageTool random-uuid failed; see $dir/cluster/format.log"
+	for n in "${CLUSTER_NODES[@]}"; do
+		mkdir -p "$dir/cluster/node$n/data"
+		cat >"$dir/cluster/node$n/server.properties" <<EOP
+# Written by scripts/testenv.sh: node $n of a three-node KRaft cluster, each
+# node a broker and a controller.
+process.roles=broker,controller
+node.id=$n
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:${CLUSTER_PORT[$n]},CONTROLLER://127.0.0.1:${CLUSTER_CPORT[$n]}
+advertised.listeners=PLAINTEXT://127.0.0.1:${CLUSTER_PORT[$n]}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/cluster/node$n/data
+
+$(kafka_topic_props 3)
+
+# Timeouts: lenient enough that a node starved of CPU for a few seconds is
+# not fenced (see the single broker's), short enough that a killed or
+# paused node loses its partitions' leadership within seconds: the
+# controller fences a node whose heartbeats stop for the session timeout,
+# and a follower that stops fetching leaves the ISR after the lag time.
+broker.session.timeout.ms=10000
+broker.heartbeat.interval.ms=2000
+replica.lag.time.max.ms=10000
+controller.quorum.request.timeout.ms=10000
+controller.quorum.fetch.timeout.ms=4000
+controller.quorum.election.timeout.ms=2000
+EOP
+		timeout 120 java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format -t "$id" \
+			-c "$dir/cluster/node$n/server.properties" >>"$dir/cluster/format.log" 2>&1 || {
+			tail -n 20 "$dir/cluster/format.log" >&2
+			die "formatting the storage of cluster node $n failed"
+		}
+	done
+	{
+		for n in "${CLUSTER_NODES[@]}"; do
+			printf 'CLUSTER_PORT[%s]=%q\nCLUSTER_CPORT[%s]=%q\n' "$n" "${CLUSTER_PORT[$n]}" "$n" "${CLUSTER_CPORT[$n]}"
+		done
+	} >"$dir/cluster/state"
+}
+
+# cluster_spawn DIR N: starts node N in the background unless it runs (a
+# paused one is resumed). It does not wait.
+cluster_spawn() {
+	local dir=$1 n=$2 pid nd=$1/cluster/node$2
+	if pid=$(cluster_pid "$dir" "$n"); then
+		kill -CONT "$pid" 2>/dev/null || true
 		return 0
 	fi
-	kill -l "$sig" >/dev/null 2>&1 || die "unknown signal $sig"
-	kill -CONT "$pid" 2>/dev/null || true # a paused JVM would not act on TERM
-	kill -s "$sig" "$pid"
-	if ! wait_gone "$pid" "$KAFKA_STOP_TIMEOUT"; then
-		log "Kafka (pid $pid) still runs ${KAFKA_STOP_TIMEOUT}s after SIG$sig; sending KILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_gone "$pid" 10 || die "Kafka (pid $pid) survived SIGKILL"
+	[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing ($KAFKA_LIBS): run scripts/testenv.sh install"
+	log "starting cluster node $n on 127.0.0.1:${CLUSTER_PORT[$n]} (controller 127.0.0.1:${CLUSTER_CPORT[$n]})"
+	printf '\n==== %s scripts/testenv.sh: starting node %s\n' "$(date -u +%FT%TZ)" >>"$nd/kafka.log"
+	jvm_spawn "$nd" 384m
+}
+
+# cluster_wait DIR [N]: waits until every node (or node N) is registered,
+# unfenced, in the metadata and every partition has a leader.
+cluster_wait() {
+	local dir=$1 n=${2:-} pids=() m pid
+	for m in "${CLUSTER_NODES[@]}"; do
+		if [[ -z $n || $m == "$n" ]]; then
+			pid=$(cluster_pid "$dir" "$m") || die "cluster node $m is not running; see $dir/cluster/node$m/kafka.log"
+			pids+=("$pid")
+		fi
+	done
+	local args=(-timeout "${CLUSTER_READY_TIMEOUT}s")
+	if [[ -n $n ]]; then
+		# Asked directly: a restarted node serves only once it has
+		# registered again and caught up, while the others may still list
+		# its previous incarnation, until its session expires.
+		args+=(-brokers "127.0.0.1:${CLUSTER_PORT[$n]}" -broker-id "$n" -pid "${pids[0]}")
+	else
+		args+=(-brokers "$(cluster_brokers)")
+		args+=(-want-brokers "${#CLUSTER_NODES[@]}")
 	fi
-	rm -f "$dir/kafka/kafka.pid"
-	log "Kafka stopped (SIG$sig)"
+	if ! ctl kafka-ready "${args[@]}"; then
+		for m in "${CLUSTER_NODES[@]}"; do
+			if [[ -z $n || $m == "$n" ]]; then
+				printf '\n---- tail of %s\n' "$dir/cluster/node$m/kafka.log" >&2
+				tail -n 30 "$dir/cluster/node$m/kafka.log" >&2 || true
+			fi
+		done
+		die "the Kafka cluster${n:+ node $n} did not become ready; see $dir/cluster/node*/kafka.log"
+	fi
+}
+
+cluster_node_stop() { jvm_stop "$1/cluster/node$2" "cluster node $2" "${3:-TERM}"; }
+
+# cluster_stop_all DIR: stops every node, all at once (one by one, the last
+# would wait for a quorum that is gone).
+cluster_stop_all() {
+	local dir=$1 n pid
+	local -a pids=()
+	for n in "${CLUSTER_NODES[@]}"; do
+		if pid=$(cluster_pid "$dir" "$n"); then
+			kill -CONT "$pid" 2>/dev/null || true
+			kill -TERM "$pid" 2>/dev/null || true
+			pids+=("$n:$pid")
+		fi
+	done
+	for n in "${pids[@]}"; do
+		pid=${n#*:}
+		if ! wait_gone "$pid" "$KAFKA_STOP_TIMEOUT"; then
+			log "cluster node ${n%%:*} (pid $pid) still runs ${KAFKA_STOP_TIMEOUT}s after SIGTERM; sending KILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			wait_gone "$pid" 10 || die "cluster node ${n%%:*} (pid $pid) survived SIGKILL"
+		fi
+		rm -f "$dir/cluster/node${n%%:*}/kafka.pid"
+	done
+	((${#pids[@]} == 0)) || log "Kafka cluster stopped"
+}
+
+# cluster_heal DIR: resumes or starts every node and waits for the cluster.
+cluster_heal() {
+	local dir=$1 n
+	for n in "${CLUSTER_NODES[@]}"; do
+		cluster_spawn "$dir" "$n"
+	done
+	cluster_wait "$dir"
+}
+
+# cmd_cluster_up DIR: makes the cluster if there is none, starts whatever is
+# stopped, waits until it serves, adds it to env.sh and prints its brokers.
+# Concurrent calls (two test processes asking at once) take turns.
+cmd_cluster_up() {
+	local dir t0=$SECONDS
+	dir=$(state_dir "${1:-}")
+	load_state "$dir"
+	exec 9>"$dir/.cluster-up.lock"
+	flock -w 600 9 || die "cluster-up: another cluster-up holds $dir/.cluster-up.lock"
+	if ! cluster_exists "$dir"; then
+		[[ -f $KAFKA_LIBS/.complete ]] || die "Kafka's jars are missing: run scripts/testenv.sh install"
+		log "making a three-node Kafka cluster in $dir/cluster"
+		cluster_init "$dir"
+	fi
+	cluster_load "$dir"
+	cluster_heal "$dir"
+	write_env "$dir"
+	exec 9>&-
+	log "cluster-up: Kafka cluster $(cluster_brokers) ready in $((SECONDS - t0)) s"
+	cluster_brokers
 }
 
 # ---------------------------------------------------------------- environment
@@ -710,6 +982,10 @@ write_env() {
 		printf 'export PGOUTBOX_TEST_PG_MAJOR=%s\n' "$(shq "$PG_MAJOR")"
 		printf 'export PGOUTBOX_TEST_KAFKA=%s\n' "$(shq "127.0.0.1:$KAFKA_PORT")"
 		write_security_env "$dir"
+		if cluster_exists "$dir"; then
+			cluster_load "$dir"
+			printf 'export PGOUTBOX_TEST_KAFKA_CLUSTER=%s\n' "$(shq "$(cluster_brokers)")"
+		fi
 	} >"$dir/env.sh"
 }
 
@@ -750,6 +1026,10 @@ heal() {
 stop_all() {
 	local dir=$1
 	load_state "$dir"
+	if cluster_exists "$dir"; then
+		cluster_load "$dir"
+		cluster_stop_all "$dir"
+	fi
 	kafka_stop "$dir" TERM
 	pg_stop "$dir"
 }
@@ -766,6 +1046,13 @@ print_logs() {
 		printf '\n---- tail of %s\n' "$dir/kafka/kafka.log" >&2
 		tail -n 40 "$dir/kafka/kafka.log" >&2 || true
 	fi
+	local n
+	for n in "${CLUSTER_NODES[@]}"; do
+		if [[ -f $dir/cluster/node$n/kafka.log ]]; then
+			printf '\n---- last warnings and errors in %s\n' "$dir/cluster/node$n/kafka.log" >&2
+			grep -E '^[^ ]+ \[[^]]*\] (WARN|ERROR) ' "$dir/cluster/node$n/kafka.log" | tail -n 10 >&2 || true
+		fi
+	done
 	printf '\n' >&2
 }
 
@@ -898,6 +1185,21 @@ cmd_exec() {
 	cmd_down "$dir"
 }
 
+# cmd_cluster_status DIR: one line per node; exit 1 unless all serve.
+cmd_cluster_status() {
+	local dir=$1 n pid ok=1
+	for n in "${CLUSTER_NODES[@]}"; do
+		if pid=$(cluster_pid "$dir" "$n"); then
+			printf 'node %s  pid %s, state %s, on 127.0.0.1:%s\n' "$n" "$pid" "$(proc_state "$pid")" "${CLUSTER_PORT[$n]}"
+			[[ $(proc_state "$pid") != T ]] || ok=0
+		else
+			printf 'node %s  stopped\n' "$n"
+			ok=0
+		fi
+	done
+	((ok)) && ctl kafka-ok -brokers "$(cluster_brokers)" -want-brokers "${#CLUSTER_NODES[@]}" >/dev/null 2>&1
+}
+
 cmd_status() {
 	local dir pid
 	dir=$(state_dir "${1:-}")
@@ -912,6 +1214,17 @@ cmd_status() {
 		printf 'kafka        pid %s, state %s, on 127.0.0.1:%s\n' "$pid" "$(proc_state "$pid")" "$KAFKA_PORT"
 	else
 		printf 'kafka        stopped\n'
+	fi
+	if cluster_exists "$dir"; then
+		local n
+		cluster_load "$dir"
+		for n in "${CLUSTER_NODES[@]}"; do
+			if pid=$(cluster_pid "$dir" "$n"); then
+				printf 'cluster %s    pid %s, state %s, on 127.0.0.1:%s\n' "$n" "$pid" "$(proc_state "$pid")" "${CLUSTER_PORT[$n]}"
+			else
+				printf 'cluster %s    stopped\n' "$n"
+			fi
+		done
 	fi
 	healthy "$dir"
 }
@@ -952,6 +1265,46 @@ main() {
 		else
 			kill -CONT "$pid"
 		fi
+		;;
+	cluster-up) cmd_cluster_up "${1:-}" ;;
+	cluster-down | cluster-heal | cluster-status)
+		local dir
+		dir=$(state_dir "${1:-}")
+		load_state "$dir"
+		cluster_load "$dir"
+		case $cmd in
+		cluster-down) cluster_stop_all "$dir" ;;
+		cluster-heal) cluster_heal "$dir" ;;
+		cluster-status) cmd_cluster_status "$dir" ;;
+		esac
+		;;
+	cluster-stop | cluster-start | cluster-pause | cluster-resume)
+		# N first; DIR last (after cluster-stop's SIGNAL).
+		local dir n pid
+		if [[ $cmd == cluster-stop ]]; then
+			dir=$(state_dir "${3:-}")
+		else
+			dir=$(state_dir "${2:-}")
+		fi
+		load_state "$dir"
+		cluster_load "$dir"
+		n=$(cluster_node "${1:-}")
+		case $cmd in
+		cluster-stop) cluster_node_stop "$dir" "$n" "${2:-TERM}" ;;
+		cluster-start)
+			cluster_spawn "$dir" "$n"
+			cluster_wait "$dir" "$n"
+			log "cluster node $n is ready"
+			;;
+		*)
+			pid=$(cluster_pid "$dir" "$n") || die "$cmd: cluster node $n is not running"
+			if [[ $cmd == cluster-pause ]]; then
+				kill -STOP "$pid"
+			else
+				kill -CONT "$pid"
+			fi
+			;;
+		esac
 		;;
 	pg-ctl)
 		local dir arg log=1 start=0

@@ -14,6 +14,7 @@ import (
 
 // backlogSpec describes events to write before any reader starts.
 type backlogSpec struct {
+	table   string // "": outboxTable
 	aggType string // aggregatetype, or its prefix when topics > 1
 	size    int    // events per transaction
 	events  int
@@ -21,6 +22,13 @@ type backlogSpec struct {
 	// topics > 1 spreads the events over that many aggregate types,
 	// aggType_0 .. aggType_<topics-1> (event seq % topics).
 	topics int
+}
+
+func (b backlogSpec) tableName() string {
+	if b.table == "" {
+		return outboxTable
+	}
+	return b.table
 }
 
 func (b backlogSpec) aggTypes() []string {
@@ -117,7 +125,7 @@ func (h *harness) writeBacklog(ctx context.Context, spec backlogSpec, start stri
 	}
 	b.PrepSeconds = time.Since(t0).Seconds()
 	var count int
-	if err := h.admin.QueryRow(ctx, "SELECT count(*) FROM "+outboxTable+" WHERE aggregatetype = ANY($1)", spec.aggTypes()).Scan(&count); err != nil {
+	if err := h.admin.QueryRow(ctx, "SELECT count(*) FROM "+spec.tableName()+" WHERE aggregatetype = ANY($1)", spec.aggTypes()).Scan(&count); err != nil {
 		return b, fmt.Errorf("count events: %w", err)
 	}
 	if count != spec.events {
@@ -183,7 +191,7 @@ BEGIN
 		COMMIT;
 	END LOOP;
 END
-$bench$`, lo, hi-1, outboxTable, agg, spec.size, spec.size, spec.pad, spec.size, spec.events, spec.size)
+$bench$`, lo, hi-1, spec.tableName(), agg, spec.size, spec.size, spec.pad, spec.size, spec.events, spec.size)
 			if _, err := conn.Exec(ctx, sql); err != nil {
 				errs[w] = fmt.Errorf("writer %d: %w", w, err)
 			}
@@ -207,7 +215,16 @@ type drainSpec struct {
 	slot   string
 	topics []string
 	events int
-	bl     backlog
+	// base is the records the topics held before the reader started (an
+	// earlier reader's, on the same topics): not counted.
+	base int64
+	// visible (optional) counts the records a read_committed consumer
+	// has seen, base included: exactly-once mode is done when it reaches
+	// base+events (records are invisible until their transaction
+	// commits, and markers take offsets, so the high-water marks do not
+	// tell).
+	visible func() int64
+	bl      backlog
 	// confirmWait bounds the wait, after the last record, for the slot
 	// to be confirmed to the end.
 	confirmWait time.Duration
@@ -230,11 +247,16 @@ func (h *harness) drainToKafka(ctx context.Context, p proc, ws *walsenderSampler
 		if total, err = hw.Total(d.topics...); err != nil {
 			return rr, err
 		}
+		total -= d.base
 		if total > 0 && rr.FirstRecordSeconds == 0 {
 			rr.FirstRecordSeconds = time.Since(p.started()).Seconds()
 			rr.FirstRecordCPUSeconds, _ = readCPUSeconds(p.pid())
 		}
-		if total >= int64(d.events) {
+		if d.visible != nil {
+			if d.visible() >= d.base+int64(d.events) {
+				break
+			}
+		} else if total >= int64(d.events) {
 			break
 		}
 		if err := p.exited(); err != nil {

@@ -33,7 +33,7 @@ func TestSmokeRunWritesWellFormedResults(t *testing.T) {
 	o.PGDSN, o.PGBin, o.Brokers = dsn, env.PGBin, env.KafkaBrokers
 	o.Database = "" // the test's own database
 	o.Pgoutbox, o.Out, o.RepoRoot = bin, out, "../.."
-	o.Scenarios = map[string]bool{ScenarioCatchup: true, ScenarioLatency: true} // micro-benchmarks: too slow for a test
+	o.Scenarios = map[string]bool{ScenarioCatchup: true, ScenarioLatency: true, ScenarioPoll: true} // micro-benchmarks: too slow for a test
 	o.Log = testWriter{t}
 	// A bound for a loaded machine (the harness's own waits are longer);
 	// the smoke run takes well under a minute when the machine is quiet.
@@ -91,11 +91,33 @@ func TestSmokeRunWritesWellFormedResults(t *testing.T) {
 		}
 	}
 
+	if len(got.PollCatchup) != len(o.PollInstances) || len(got.PollLatency) != len(pollVariants)*len(o.PollRates) || got.TriggerCost == nil {
+		t.Fatalf("poll results: %d catch-ups (want %d), %d latency runs (want %d), trigger cost %v",
+			len(got.PollCatchup), len(o.PollInstances), len(got.PollLatency), len(pollVariants)*len(o.PollRates), got.TriggerCost)
+	}
+	for _, c := range got.PollCatchup {
+		positive(t, "poll catch-up "+itoa(c.Instances), map[string]float64{"wall_s": c.WallSeconds, "events_per_s": c.EventsPerSec,
+			"published_s": c.PublishedSeconds, "cpu_s": c.CPUSeconds, "records": float64(c.RecordsInKafka)})
+		if c.Error != "" || c.RecordsInKafka != int64(c.Events) {
+			t.Errorf("poll catch-up %d: %+v", c.Instances, c)
+		}
+	}
+	for _, l := range got.PollLatency {
+		positive(t, "poll latency "+l.Source, map[string]float64{"received": float64(l.Received), "p50": l.ReceiveLatencyMs.P50, "p99": l.ReceiveLatencyMs.P99})
+		if l.Error != "" || l.Missing != 0 || !strings.HasPrefix(l.Source, "poll") {
+			t.Errorf("poll latency %s at %d: error %q, %d missing", l.Source, l.TargetRate, l.Error, l.Missing)
+		}
+	}
+	if tc := got.TriggerCost; tc.Error != "" || !(tc.WithTxPerSec > 0 && tc.WithoutTxPerSec > 0) || tc.ListenerReceived == 0 {
+		t.Errorf("trigger cost: %+v", tc)
+	}
+
 	sum, err := os.ReadFile(res.Files.Summary)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Machine", "## Versions", "## Catch-up throughput", "## Steady-state latency", "latency.png", "Smoke mode"} {
+	for _, want := range []string{"## Machine", "## Versions", "## Catch-up throughput", "## Steady-state latency", "latency.png", "Smoke mode",
+		"## Poll source: catch-up", "## Poll source: steady-state latency", "## Poll source: what the notification trigger costs"} {
 		if !bytes.Contains(sum, []byte(want)) {
 			t.Errorf("summary.md lacks %q", want)
 		}

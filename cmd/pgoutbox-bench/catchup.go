@@ -6,8 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/IBM/sarama"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka/kafkatest"
 )
@@ -32,6 +35,12 @@ type CatchupResult struct {
 
 	PGRecvlogical ReaderResult `json:"pg_recvlogical"`
 	Pgoutbox      ReaderResult `json:"pgoutbox"`
+	// PgoutboxEOS is the same catch-up with kafka.exactly.once (from a
+	// third copy of the slot, right after), done when a read_committed
+	// consumer has every event (the consumer's work counts against it);
+	// RatioEOS is its rate over at-least-once's (to the last ack).
+	PgoutboxEOS *ReaderResult `json:"pgoutbox_exactly_once,omitempty"`
+	RatioEOS    float64       `json:"ratio_exactly_once_to_at_least_once,omitempty"`
 	// Ratio is pgoutbox's events/s over pg_recvlogical's.
 	Ratio float64 `json:"ratio_pgoutbox_to_pg_recvlogical"`
 
@@ -111,8 +120,16 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 	}
 	defer h.dropSlot(context.WithoutCancel(ctx), slotRecv)
 	defer h.dropSlot(context.WithoutCancel(ctx), slotRelay)
+	// Every slot starts at the same LSN: the others are copies of the
+	// first; the third, read in exactly-once mode, only with --exactly-once.
+	slots := []string{slotRecv, slotRelay}
+	slotEOS := h.name(tag, "eos")
+	if o.ExactlyOnce {
+		slots = append(slots, slotEOS)
+		defer h.dropSlot(context.WithoutCancel(ctx), slotEOS)
+	}
 	var err error
-	if r.StartLSN, err = h.createSlots(ctx, slotRecv, slotRelay); err != nil {
+	if r.StartLSN, err = h.createSlots(ctx, slots...); err != nil {
 		return r, err
 	}
 	bl, err := h.writeBacklog(ctx, backlogSpec{aggType: aggType, size: size, events: n, pad: h.pad()}, r.StartLSN)
@@ -140,6 +157,20 @@ func (h *harness) catchup(ctx context.Context, size int) (CatchupResult, error) 
 	r.Ratio = pr.EventsPerSec / rr.EventsPerSec
 	h.logf("  pgoutbox: %.2f s (first record after %.2f s), %.0f events/s (%.2fx pg_recvlogical), CPU %.2f s (%.2f s waiting for a CPU), peak RSS %d MB, walsender CPU %.2f s (%.0f%% busy, %.0f%% waiting for a CPU), broker CPU %.2f s, confirmed %.2f s after the last record",
 		pr.WallSeconds, pr.FirstRecordSeconds, pr.EventsPerSec, r.Ratio, pr.CPUSeconds, pr.Proc.RunQueueSeconds, pr.PeakRSSBytes>>20, pr.WalsenderCPUSeconds, pr.WalsenderBusy*100, pr.WalsenderRunQueue*100, pr.BrokerCPUSeconds, pr.ConfirmedAfterLastSeconds)
+
+	// (c) pgoutbox in exactly-once mode.
+	if o.ExactlyOnce {
+		h.eos = true
+		er, err := h.runRelayCatchup(ctx, slotEOS, []string{r.Topic}, bl, n, tag+"eos", nil)
+		h.eos = false
+		r.PgoutboxEOS = &er
+		if err != nil {
+			return r, fmt.Errorf("exactly-once: %w", err)
+		}
+		r.RatioEOS = er.EventsPerSec / pr.EventsPerSec
+		h.logf("  pgoutbox exactly-once: %.2f s until a read_committed consumer had every event, %.0f events/s (%.2fx at-least-once to the last ack), CPU %.2f s, peak RSS %d MB, confirmed after %.2f s",
+			er.WallSeconds, er.EventsPerSec, r.RatioEOS, er.CPUSeconds, er.PeakRSSBytes>>20, er.ConfirmedSeconds)
+	}
 
 	// Keep the table small for the next scenario (TRUNCATE is not
 	// published: the publication publishes inserts only).
@@ -197,8 +228,20 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot string, topics []str
 		return pr, err
 	}
 	defer hw.Close()
-	if _, err := hw.Total(topics...); err != nil { // cache the partitions before the clock starts
+	// Cache the partitions before the clock starts; base is an earlier
+	// run's records (the at-least-once run's, in exactly-once mode).
+	base, err := hw.Total(topics...)
+	if err != nil {
 		return pr, err
+	}
+	// Exactly-once: done when a read_committed consumer has every event
+	// (appended records are invisible until their transaction commits, and
+	// markers take offsets, so the high-water marks do not tell).
+	var visible atomic.Int64
+	var committed *tailer
+	if h.eos {
+		committed = h.tailIsolated(ctx, topics, sarama.ReadCommitted, func(kafkatest.Record) { visible.Add(1) })
+		defer committed.close()
 	}
 	ws := startWalsenderSampler(h.dsn, slot)
 	defer ws.stop()
@@ -208,7 +251,17 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot string, topics []str
 		return pr, err
 	}
 	defer p.stop(time.Minute) // on the error paths
-	pr, err = h.drainToKafka(ctx, p, ws, hw, drainSpec{slot: slot, topics: topics, events: n, bl: bl, confirmWait: 30 * time.Second}, at)
+	d := drainSpec{slot: slot, topics: topics, events: n, base: base, bl: bl, confirmWait: 30 * time.Second}
+	if h.eos {
+		d.visible = visible.Load
+		d.failed = func() string {
+			if err := committed.ended(); err != nil {
+				return "read_committed " + err.Error()
+			}
+			return ""
+		}
+	}
+	pr, err = h.drainToKafka(ctx, p, ws, hw, d, at)
 	if err != nil {
 		return pr, err
 	}
@@ -218,7 +271,12 @@ func (h *harness) runRelayCatchup(ctx context.Context, slot string, topics []str
 	if pr.RecordsInKafka, err = hw.Total(topics...); err != nil {
 		return pr, err
 	}
-	if pr.RecordsInKafka != int64(n) {
+	pr.RecordsInKafka -= base
+	if h.eos {
+		if pr.RecordsInKafka < int64(n) {
+			return pr, fmt.Errorf("pgoutbox: %d offsets in Kafka, want at least %d", pr.RecordsInKafka, n)
+		}
+	} else if pr.RecordsInKafka != int64(n) {
 		return pr, fmt.Errorf("pgoutbox: %d records in Kafka, want %d", pr.RecordsInKafka, n)
 	}
 	return pr, nil

@@ -45,6 +45,17 @@ type harness struct {
 
 	mu     sync.Mutex
 	topics []string
+
+	// eos: the pgoutbox being started runs with kafka.exactly.once.
+	eos bool
+}
+
+// mode names the delivery mode of the pgoutbox being started.
+func (h *harness) mode() string {
+	if h.eos {
+		return "exactly-once"
+	}
+	return "at-least-once"
 }
 
 // Run runs the enabled scenarios and writes results.json, summary.md and
@@ -93,6 +104,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			failed = append(failed, fmt.Errorf("%s: %w", name, err))
 		}
 	}
+	if o.ExactlyOnce && (o.enabled(ScenarioCatchup) || o.enabled(ScenarioLatency)) {
+		record("exactly-once: the transaction coordinator", h.warmTxnCoordinator(ctx))
+	}
 	if len(o.Variants) > 0 {
 		failed = append(failed, h.variants(ctx, res)...)
 	}
@@ -111,16 +125,23 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	if o.enabled(ScenarioLatency) && len(o.Variants) == 0 {
 		for _, rate := range o.Rates {
-			if ctx.Err() != nil {
-				break
+			for _, eos := range []bool{false, true} {
+				if ctx.Err() != nil || (eos && !o.ExactlyOnce) {
+					break
+				}
+				h.eos = eos
+				r, err := h.latency(ctx, rate, h.walSource())
+				h.eos = false
+				if err != nil {
+					r.Error = err.Error()
+				}
+				res.Latency = append(res.Latency, r)
+				record(fmt.Sprintf("latency at %d events/s (%s)", rate, r.Mode), err)
 			}
-			r, err := h.latency(ctx, rate)
-			if err != nil {
-				r.Error = err.Error()
-			}
-			res.Latency = append(res.Latency, r)
-			record(fmt.Sprintf("latency at %d events/s", rate), err)
 		}
+	}
+	if o.enabled(ScenarioPoll) && ctx.Err() == nil {
+		h.runPoll(ctx, res, record)
 	}
 	if o.enabled(ScenarioDebezium) && ctx.Err() == nil {
 		failed = append(failed, h.versus(ctx, res)...)
@@ -336,16 +357,19 @@ func withDatabase(dsn, name string) (string, error) {
 }
 
 // relayEnv is the environment of a pgoutbox process on slot: the bench's own
-// settings, then --pgoutbox-env. PGOUTBOX_* variables of the caller's
-// environment are left out so that a run is configured only by what
-// results.json records.
-func (h *harness) relayEnv(slot string) []string {
+// settings, then extra (a scenario's), then --pgoutbox-env, then the running
+// variant's (--variant). PGOUTBOX_* variables of the caller's environment are
+// left out so that a run is configured only by what results.json records.
+func (h *harness) relayEnv(slot string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "PGOUTBOX_") {
 			continue
 		}
 		env = append(env, kv)
+	}
+	if h.eos {
+		env = append(env, "PGOUTBOX_KAFKA_EXACTLY_ONCE=true", "PGOUTBOX_KAFKA_OFFSETS_TOPIC="+h.name("offsets"))
 	}
 	env = append(env,
 		"PGOUTBOX_POSTGRES_DSN="+h.dsn,
@@ -355,6 +379,7 @@ func (h *harness) relayEnv(slot string) []string {
 		"PGOUTBOX_KAFKA_BROKERS="+strings.Join(h.o.Brokers, ","),
 		"PGOUTBOX_LOG_FORMAT=json",
 	)
+	env = append(env, extra...)
 	env = append(env, h.o.PgoutboxEnv...)
 	return append(env, h.variantEnv...)
 }

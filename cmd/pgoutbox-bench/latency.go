@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -36,6 +37,14 @@ import (
 // consumer's fetch, which ReceiveLatencyMs adds. The append time has
 // millisecond precision: the middle of its millisecond is used.
 type LatencyResult struct {
+	// Source is "" for the WAL source, a poll variant's label for the poll
+	// source (poll.go).
+	Source string `json:"source,omitempty"`
+	// Mode is at-least-once or exactly-once (kafka.exactly.once; its
+	// consumer reads with read_committed, so ReceiveLatencyMs includes
+	// the wait for the Kafka transaction's commit, and LatencyMs, the
+	// append, does not).
+	Mode            string  `json:"mode"`
 	TargetRate      int     `json:"target_rate"`
 	DurationSeconds float64 `json:"duration_s"` // how long the measured writing ran
 	Writers         int     `json:"writers"`
@@ -127,11 +136,31 @@ func latencyEnd(o Options) latencyEndpoint {
 	return latencyEndpoint{"LogAppendTime", "kafka_append", "Kafka append"}
 }
 
-// latencyInsert writes one event whose payload carries its sequence number
-// and the commit time (microseconds since the epoch).
-const latencyInsert = `INSERT INTO ` + outboxTable + ` (id, aggregatetype, aggregateid, type, payload)
+// latencyInsert writes one event into table whose payload carries its
+// sequence number and the commit time (microseconds since the epoch).
+func latencyInsert(table string) string {
+	return `INSERT INTO ` + table + ` (id, aggregatetype, aggregateid, type, payload)
 VALUES (gen_random_uuid(), $1, $2, 'Created', jsonb_build_object('seq', $3::bigint,
 	'ts', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'pad', $4::text))`
+}
+
+// latencySource is what a latency run measures: the WAL source (the
+// table outboxTable, a slot) or the poll source (poll.go).
+type latencySource struct {
+	tag   string // prefixes the run's names ("" for the WAL source)
+	table string
+	// env is pgoutbox's environment for the run's slot name.
+	env func(slot string) []string
+	// ready waits until pgoutbox reads the source.
+	ready func(ctx context.Context, p *relayProc, slot string) error
+}
+
+func (h *harness) walSource() latencySource {
+	return latencySource{table: outboxTable, env: func(slot string) []string { return h.relayEnv(slot) },
+		ready: func(ctx context.Context, p *relayProc, slot string) error {
+			return h.waitSlotActive(ctx, p, slot, time.Minute)
+		}}
+}
 
 // receiver collects what the consumer receives.
 type receiver struct {
@@ -192,10 +221,15 @@ func (rc *receiver) counts() (received, warm int64) {
 	return rc.received, rc.warm
 }
 
-func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) {
+func (h *harness) latency(ctx context.Context, rate int, src latencySource) (LatencyResult, error) {
 	o := h.o
-	res := LatencyResult{TargetRate: rate, Writers: o.LatencyWriters}
-	tag := fmt.Sprintf("lat%d%s", rate, h.variantTag)
+	res := LatencyResult{Mode: h.mode(), TargetRate: rate, Writers: o.LatencyWriters}
+	tag := src.tag + fmt.Sprintf("lat%d%s", rate, h.variantTag)
+	iso := sarama.ReadUncommitted
+	if h.eos {
+		tag += "eos"
+		iso = sarama.ReadCommitted
+	}
 	aggType := h.name(tag)
 	res.Topic = "outbox.event." + aggType
 	slot := h.name(tag)
@@ -209,12 +243,12 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	defer h.dropSlot(context.WithoutCancel(ctx), slot)
 
 	// pgoutbox creates its slot, at the current end of WAL.
-	p, err := startRelay(o.Pgoutbox, h.relayEnv(slot), filepath.Join(h.logDir, "pgoutbox-"+tag+".log"))
+	p, err := startRelay(o.Pgoutbox, src.env(slot), filepath.Join(h.logDir, "pgoutbox-"+tag+".log"))
 	if err != nil {
 		return res, err
 	}
 	defer p.stop(time.Minute) // on the error paths
-	if err := h.waitSlotActive(ctx, p, slot, time.Minute); err != nil {
+	if err := src.ready(ctx, p, slot); err != nil {
 		return res, err
 	}
 
@@ -222,13 +256,13 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 	settleN := int64(math.Ceil(float64(rate) * o.Settle.Seconds()))
 	maxEvents := int(settleN) + int(math.Ceil(float64(rate)*o.Duration.Seconds())) + 1
 	rc := &receiver{commitUS: make([]int64, maxEvents), recvUS: make([]int64, maxEvents), consumeUS: make([]int64, maxEvents)}
-	tail := h.tail(ctx, []string{res.Topic}, func(r kafkatest.Record) { rc.add(r.Value, r.Timestamp, time.Now()) })
+	tail := h.tailIsolated(ctx, []string{res.Topic}, iso, func(r kafkatest.Record) { rc.add(r.Value, r.Timestamp, time.Now()) })
 	defer tail.close()
 
 	// Warm-up: a few events through the whole path (relation message,
 	// producer metadata, consumer fetch) before the clock starts.
 	pad := strings.Repeat("x", o.PayloadBytes)
-	if err := h.warmUp(ctx, []proc{p}, []*receiver{rc}, aggType, pad, tail, time.Minute); err != nil {
+	if err := h.warmUp(ctx, []proc{p}, []*receiver{rc}, src.table, aggType, pad, tail, time.Minute); err != nil {
 		return res, err
 	}
 
@@ -251,7 +285,7 @@ func (h *harness) latency(ctx context.Context, rate int) (LatencyResult, error) 
 		return m
 	}
 	var m0, m1 cpuMark
-	ph, err := h.writePhase(ctx, rate, aggType, pad, committed, settleN, func(end bool) {
+	ph, err := h.writePhase(ctx, rate, src.table, aggType, pad, committed, settleN, func(end bool) {
 		if end {
 			m1 = mark()
 		} else {
@@ -352,11 +386,17 @@ type tailer struct {
 // tail starts consuming every partition of topics from the oldest offset,
 // calling fn for each record, until close.
 func (h *harness) tail(ctx context.Context, topics []string, fn func(kafkatest.Record)) *tailer {
+	return h.tailIsolated(ctx, topics, sarama.ReadUncommitted, fn)
+}
+
+// tailIsolated is tail with a consumer of isolation level iso
+// (sarama.ReadCommitted for exactly-once mode).
+func (h *harness) tailIsolated(ctx context.Context, topics []string, iso sarama.IsolationLevel, fn func(kafkatest.Record)) *tailer {
 	cctx, cancel := context.WithCancel(ctx)
 	t := &tailer{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(t.done)
-		t.err = kafkatest.Tail(cctx, h.kcfg, topics, func(r kafkatest.Record) bool {
+		t.err = kafkatest.TailIsolated(cctx, h.kcfg, topics, iso, func(r kafkatest.Record) bool {
 			fn(r)
 			return true
 		})
@@ -388,9 +428,9 @@ func (t *tailer) close() error {
 // warmUp writes h.o.Warmup events with negative sequence numbers and waits
 // (up to within) until every receiver has received them, each from the
 // process of the same index.
-func (h *harness) warmUp(ctx context.Context, ps []proc, rcs []*receiver, aggType, pad string, tail *tailer, within time.Duration) error {
+func (h *harness) warmUp(ctx context.Context, ps []proc, rcs []*receiver, table, aggType, pad string, tail *tailer, within time.Duration) error {
 	for i := range h.o.Warmup {
-		if _, err := h.admin.Exec(ctx, latencyInsert, aggType, "warm", -1-i, pad); err != nil {
+		if _, err := h.admin.Exec(ctx, latencyInsert(table), aggType, "warm", -1-i, pad); err != nil {
 			return fmt.Errorf("warm-up insert: %w", err)
 		}
 	}
@@ -428,15 +468,15 @@ type phase struct {
 	rate                                   float64
 }
 
-// writePhase writes at rate for o.Settle, not counted, then o.Duration
-// measured; mark(false) runs when the measurement starts and mark(true)
-// when the writers have ended.
-func (h *harness) writePhase(ctx context.Context, rate int, aggType, pad string, committed []bool, settleN int64, mark func(end bool)) (phase, error) {
+// writePhase writes into table at rate for o.Settle, not counted, then
+// o.Duration measured; mark(false) runs when the measurement starts and
+// mark(true) when the writers have ended.
+func (h *harness) writePhase(ctx context.Context, rate int, table, aggType, pad string, committed []bool, settleN int64, mark func(end bool)) (phase, error) {
 	o := h.o
 	ph := phase{start: time.Now().Add(o.Settle)}
 	marked := make(chan struct{})
 	timer := time.AfterFunc(o.Settle, func() { mark(false); close(marked) })
-	wres, err := writeAtRate(ctx, h.dsn, rate, o.Settle+o.Duration, o.LatencyWriters, aggType, pad, int64(len(committed)), committed)
+	wres, err := writeAtRate(ctx, h.dsn, latencyInsert(table), rate, o.Settle+o.Duration, o.LatencyWriters, aggType, pad, int64(len(committed)), committed)
 	ph.end = time.Now()
 	if timer.Stop() { // the writers ended during the settling
 		mark(false)
@@ -500,7 +540,7 @@ const maxPipeline = 64
 // one per worker per event. Workers that fall behind catch up in bigger
 // batches; nothing is handed out after dur. committed[k] is set for each
 // event whose commit succeeded.
-func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, workers int, aggType, pad string, maxEvents int64, committed []bool) (writeResult, error) {
+func writeAtRate(ctx context.Context, dsn, insert string, rate int, dur time.Duration, workers int, aggType, pad string, maxEvents int64, committed []bool) (writeResult, error) {
 	var (
 		nCommit   atomic.Int64
 		nErr      atomic.Int64
@@ -520,7 +560,7 @@ func writeAtRate(ctx context.Context, dsn string, rate int, dur time.Duration, w
 			return writeResult{}, err
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.PgConn().Prepare(ctx, "bench_insert", latencyInsert, nil); err != nil {
+		if _, err := conn.PgConn().Prepare(ctx, "bench_insert", insert, nil); err != nil {
 			return writeResult{}, fmt.Errorf("prepare: %w", err)
 		}
 		conns[w] = conn

@@ -115,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		drain          = fs.Duration("drain-timeout", 0, "latency: how long to wait for the last events after the writers stop (default 30s)")
 		keepUp         = fs.Duration("keepup-bound", 0, "latency: the relay kept up only if every event arrived within this of the writers' stop (default 2s)")
 		catchupTimeout = fs.Duration("catchup-timeout", 0, "catch-up: limit for one reader to read every event (default 15m; smoke 2m)")
-		scenarios      = fs.String("scenarios", "", "comma-separated scenarios: catchup, latency, micro (the default set), debezium, scaling, writers")
+		scenarios      = fs.String("scenarios", "", "comma-separated scenarios: catchup, latency, poll, micro (the default set), debezium, scaling, writers")
 		debeziumLibs   = fs.String("debezium-libs", os.Getenv("PGOUTBOX_DEBEZIUM_LIBS"), "debezium: the directory scripts/debezium/fetch.sh prints (default $PGOUTBOX_DEBEZIUM_LIBS)")
 		kafkaPID       = fs.Int("kafka-pid", 0, "the Kafka broker's process id, to report its CPU time during each drain (scripts/bench.sh passes it)")
 		runs           = fs.Int("runs", 0, "debezium, writers: runs, the order of the systems or modes alternated from one run to the next (default 2; smoke 1)")
@@ -129,9 +129,13 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		writerClients  = fs.Int("writer-clients", 0, "writers: concurrent clients (default 4)")
 		writerDuration = fs.Duration("writer-duration", 0, "writers: how long each mode is measured (default 20s; smoke 1s)")
 		writerFsync    = fs.String("writer-fsync", "", "writers: fsync settings to measure under, off and/or on (default off,on)")
+		pollInstances  = fs.String("poll-instances", "", "poll: comma-separated numbers of relays the backlog catch-up runs with (default 1,4)")
+		pollRates      = fs.String("poll-rates", "", "poll: comma-separated write rates of the latency runs, each with notifications, without at the default poll.interval, and without at 50ms (default 1000,5000; smoke 200)")
+		triggerRound   = fs.Duration("trigger-round", 0, "poll: how long each round of the trigger's cost runs (default 15s; smoke 2s)")
 		benchtime      = fs.String("benchtime", "", "go test -benchtime for the micro-benchmarks (default 1s; smoke 100x)")
 		microPkgs      = fs.String("micro-packages", "", "packages of the micro-benchmarks (default ./checkpoint ./router ./replication ./pkg/kafka ./pkg/relay, comma-separated)")
 		keepDB         = fs.Bool("keep-database", false, "keep the database, slots are dropped anyway")
+		exactlyOnce    = fs.Bool("exactly-once", false, "also run every catch-up shape and every rate with kafka.exactly.once, right after its at-least-once run (exactly-once latency is read with a read_committed consumer)")
 		pgoutboxEnv    multiFlag
 		variants       []string
 		render         = fs.String("render", "", "write summary.md, latency.png and results.json into --out again from this results.json (after a change to the report), measuring nothing")
@@ -158,6 +162,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	o.PGDSN, o.PGBin, o.Database, o.Pgoutbox, o.Out, o.RepoRoot = *pgDSN, *pgBin, *database, *binary, *out, *root
 	o.Brokers = splitList(*brokers)
 	o.KeepDatabase = *keepDB
+	o.ExactlyOnce = *exactlyOnce
 	o.PgoutboxEnv = pgoutboxEnv
 	o.DebeziumLibs, o.KafkaPID, o.Render = *debeziumLibs, *kafkaPID, *render
 	if o.Render != "" {
@@ -216,6 +221,17 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 			}
 		}
 	}
+	if *pollInstances != "" {
+		if o.PollInstances, err = parseInts(*pollInstances); err != nil {
+			return o, fmt.Errorf("--poll-instances: %w", err)
+		}
+	}
+	if *pollRates != "" {
+		if o.PollRates, err = parseInts(*pollRates); err != nil {
+			return o, fmt.Errorf("--poll-rates: %w", err)
+		}
+	}
+	setIf(&o.TriggerRound, *triggerRound)
 	if *microPkgs != "" {
 		o.MicroPackages = splitList(*microPkgs)
 	}
@@ -295,8 +311,11 @@ type Options struct {
 	RepoRoot     string
 	// PgoutboxEnv are extra KEY=VALUE settings for every pgoutbox process.
 	PgoutboxEnv []string
+	// ExactlyOnce runs every catch-up shape and every rate a second time
+	// with kafka.exactly.once, right after the at-least-once run.
+	ExactlyOnce bool
 
-	Scenarios map[string]bool // nil: catchup, latency and micro
+	Scenarios map[string]bool // nil: defaultScenarios (catchup, latency, poll and micro)
 
 	// DebeziumLibs is the directory of Kafka Connect's and Debezium's jars
 	// (scripts/debezium/fetch.sh); KafkaPID the broker's process, whose
@@ -357,6 +376,13 @@ type Options struct {
 	BenchTime     string
 	MicroPackages []string
 
+	// The poll source (poll.go): the catch-up's numbers of relays, the
+	// latency runs' rates, the trigger cost's writers and round length.
+	PollInstances  []int
+	PollRates      []int
+	TriggerWriters int
+	TriggerRound   time.Duration
+
 	Log io.Writer // progress; nil: discarded
 }
 
@@ -364,15 +390,19 @@ type Options struct {
 const (
 	ScenarioCatchup  = "catchup"
 	ScenarioLatency  = "latency"
+	ScenarioPoll     = "poll"
 	ScenarioMicro    = "micro"
 	ScenarioDebezium = "debezium"
 	ScenarioScaling  = "scaling"
 	ScenarioWriters  = "writers"
 )
 
-// allScenarios in the order a run takes them; the first three are the
-// default set.
-var allScenarios = []string{ScenarioCatchup, ScenarioLatency, ScenarioMicro, ScenarioDebezium, ScenarioScaling, ScenarioWriters}
+// allScenarios are every scenario; the first four (defaultScenarios) are
+// the default set.
+var allScenarios = []string{ScenarioCatchup, ScenarioLatency, ScenarioPoll, ScenarioMicro, ScenarioDebezium, ScenarioScaling, ScenarioWriters}
+
+// defaultScenarios run when --scenarios is not given.
+var defaultScenarios = allScenarios[:4]
 
 // DefaultOptions are the full run's settings.
 func DefaultOptions() Options {
@@ -407,6 +437,10 @@ func DefaultOptions() Options {
 		WriterDuration: 20 * time.Second,
 		WriterWarmup:   3 * time.Second,
 		WriterFsync:    []string{"off", "on"},
+		PollInstances:  []int{1, 4},
+		PollRates:      []int{1000, 5000},
+		TriggerWriters: 8,
+		TriggerRound:   15 * time.Second,
 	}
 }
 
@@ -434,6 +468,9 @@ func SmokeOptions() Options {
 	o.WriterDuration = time.Second
 	o.WriterWarmup = 200 * time.Millisecond
 	o.WriterFsync = []string{"off"}
+	o.PollRates = []int{200}
+	o.TriggerWriters = 2
+	o.TriggerRound = 2 * time.Second
 	return o
 }
 
@@ -467,6 +504,9 @@ func (o *Options) Validate() error {
 		if r <= 0 {
 			errs = append(errs, fmt.Errorf("rate %d", r))
 		}
+	}
+	if o.enabled(ScenarioPoll) && (o.TriggerWriters <= 0 || o.TriggerRound <= 0) {
+		errs = append(errs, errors.New("trigger writers and round must be positive"))
 	}
 	if o.enabled(ScenarioDebezium) && o.DebeziumLibs == "" {
 		errs = append(errs, errors.New("debezium: no Debezium jars: give --debezium-libs or set PGOUTBOX_DEBEZIUM_LIBS (the directory bash scripts/debezium/fetch.sh prints)"))
@@ -503,7 +543,7 @@ var goRuntimeEnv = []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG"}
 
 func (o *Options) enabled(s string) bool {
 	if o.Scenarios == nil {
-		return s == ScenarioCatchup || s == ScenarioLatency || s == ScenarioMicro
+		return slices.Contains(defaultScenarios, s)
 	}
 	return o.Scenarios[s]
 }

@@ -27,13 +27,17 @@ type Results struct {
 	Settings   Settings        `json:"settings"`
 	Catchup    []CatchupResult `json:"catchup"`
 	Latency    []LatencyResult `json:"latency"`
-	Micro      *MicroResult    `json:"micro_benchmarks,omitempty"`
-	Versus     *VersusResult   `json:"debezium,omitempty"`
-	Scaling    *ScalingResult  `json:"scaling,omitempty"`
-	Writers    *WritersResult  `json:"writers,omitempty"`
-	Variants   []VariantResult `json:"variants,omitempty"`
-	Targets    []Target        `json:"targets,omitempty"`
-	Notes      []string        `json:"notes"`
+	// The poll source's scenarios (poll.go).
+	PollCatchup []PollCatchupResult `json:"poll_catchup,omitempty"`
+	PollLatency []LatencyResult     `json:"poll_latency,omitempty"`
+	TriggerCost *TriggerCostResult  `json:"trigger_cost,omitempty"`
+	Micro       *MicroResult        `json:"micro_benchmarks,omitempty"`
+	Versus      *VersusResult       `json:"debezium,omitempty"`
+	Scaling     *ScalingResult      `json:"scaling,omitempty"`
+	Writers     *WritersResult      `json:"writers,omitempty"`
+	Variants    []VariantResult     `json:"variants,omitempty"`
+	Targets     []Target            `json:"targets,omitempty"`
+	Notes       []string            `json:"notes"`
 
 	Files Files `json:"-"`
 }
@@ -92,6 +96,10 @@ type Settings struct {
 	Variants            []Variant         `json:"variants,omitempty"`
 	Runs                int               `json:"runs"`
 	PostgresSettings    map[string]string `json:"postgres_settings"`
+	PollInstances       []int             `json:"poll_instances"`
+	PollRates           []int             `json:"poll_rates"`
+	TriggerWriters      int               `json:"trigger_writers"`
+	TriggerRoundSeconds float64           `json:"trigger_round_s"`
 }
 
 func settingsOf(o Options, runID string) Settings {
@@ -101,6 +109,7 @@ func settingsOf(o Options, runID string) Settings {
 		Warmup: o.Warmup, SettleSeconds: o.Settle.Seconds(), LatencyEnd: latencyEnd(o).key, DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
 		KeepUpBoundSeconds: o.KeepUpBound.Seconds(), KeepUpMaxGrowthMs: keptUpMaxGrowthMs, PollIntervalMs: float64(pollInterval) / float64(time.Millisecond),
 		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv, Variants: o.Variants, Runs: o.Runs,
+		PollInstances: o.PollInstances, PollRates: o.PollRates, TriggerWriters: o.TriggerWriters, TriggerRoundSeconds: o.TriggerRound.Seconds(),
 	}
 	if s.PgoutboxEnv == nil {
 		s.PgoutboxEnv = []string{}
@@ -400,7 +409,7 @@ func summary(r *Results) string {
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n")
 		for _, l := range r.Latency {
 			if l.Error != "" && l.Received == 0 {
-				p("| %s | failed: %s |||||||\n", thousands(int64(l.TargetRate)), oneLine(l.Error))
+				p("| %s%s | failed: %s |||||||\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), oneLine(l.Error))
 				continue
 			}
 			kept := "yes"
@@ -408,7 +417,7 @@ func summary(r *Results) string {
 				kept = "**no**"
 			}
 			q := l.LatencyMs
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", thousands(int64(l.TargetRate)), thousands(int64(l.AchievedRate)),
+			p("| %s%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), thousands(int64(l.AchievedRate)),
 				thousands(l.Received), f1(q.P50), f1(q.P90), f1(q.P99), f1(q.P999), f1(q.Max), kept)
 		}
 		p("\n![latency percentiles against rate](latency.png)\n\n")
@@ -420,19 +429,22 @@ func summary(r *Results) string {
 				continue
 			}
 			w := l.PgoutboxWindow
-			p("| %s | %s / %s | %s | %s | %s | %s (%s) | %.2f / %.2f / %.2f | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
+			p("| %s%s | %s / %s | %s | %s | %s | %s (%s) | %.2f / %.2f / %.2f | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
 				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), f2(l.WindowCPUSecondsPer100k),
 				perEvent(w.ReadSyscalls, l.Committed), perEvent(w.WriteSyscalls, l.Committed), perEvent(w.VoluntarySwitches+w.InvoluntarySwitches, l.Committed), mb(l.Pgoutbox.PeakRSSBytes),
 				f2(l.WalsenderCPUSeconds), f2(l.HarnessCPUSeconds), f0(l.MachineCPUBusy*100))
 		}
 		for _, l := range r.Latency {
-			p("\n- %s events/s: %s", thousands(int64(l.TargetRate)), l.KeptUpReason)
+			p("\n- %s events/s%s: %s", thousands(int64(l.TargetRate)), modeTag(l.Mode), l.KeptUpReason)
 			if l.Error != "" {
 				p(" (error: %s)", oneLine(l.Error))
 			}
 		}
 		p("\n")
 	}
+
+	b.WriteString(pollSummary(r))
+	writeEOSSummary(p, r)
 
 	if len(r.Variants) > 0 {
 		summaryVariants(p, r.Variants)
@@ -481,4 +493,50 @@ func joinInts(v []int) string {
 		s[i] = thousands(int64(x))
 	}
 	return strings.Join(s, ", ")
+}
+
+// modeTag marks an exactly-once row.
+func modeTag(mode string) string {
+	if mode == "exactly-once" {
+		return " (exactly-once)"
+	}
+	return ""
+}
+
+// writeEOSSummary puts exactly-once beside at-least-once, for the runs that
+// measured both.
+func writeEOSSummary(p func(string, ...any), r *Results) {
+	var eos bool
+	for _, c := range r.Catchup {
+		eos = eos || c.PgoutboxEOS != nil
+	}
+	for _, l := range r.Latency {
+		eos = eos || l.Mode == "exactly-once"
+	}
+	if !eos {
+		return
+	}
+	p("\n## Exactly-once beside at-least-once\n\n")
+	p("Each exactly-once run follows its at-least-once run. Catch-up: at-least-once is done at the last acknowledgement, exactly-once when a read_committed consumer (run by the harness, its CPU on the same machine) has every event. Latency: at-least-once's consumer reads uncommitted, exactly-once's read_committed, so commit → consumer includes the Kafka transaction's commit; commit → append does not.\n\n")
+	if len(r.Catchup) > 0 {
+		p("| catch-up, events per txn | at-least-once: last ack s / slot confirmed s | exactly-once: all visible s | exactly-once events/s | exactly-once / at-least-once | CPU s at-least-once / exactly-once |\n|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range r.Catchup {
+			if c.PgoutboxEOS == nil || c.Error != "" {
+				continue
+			}
+			p("| %d | %s / %s | %s | %s | %s | %s / %s |\n", c.TxnSize, f2(c.Pgoutbox.WallSeconds), f2(c.Pgoutbox.ConfirmedSeconds), f2(c.PgoutboxEOS.WallSeconds),
+				thousands(int64(c.PgoutboxEOS.EventsPerSec)), f2(c.RatioEOS), f2(c.Pgoutbox.CPUSeconds), f2(c.PgoutboxEOS.CPUSeconds))
+		}
+		p("\n")
+	}
+	if len(r.Latency) > 0 {
+		p("| events/s | mode | commit → append p50 / p99 ms | commit → consumer p50 / p99 ms | duplicates | kept up |\n|---:|:---|---:|---:|---:|:---:|\n")
+		for _, l := range r.Latency {
+			if l.Error != "" && l.Received == 0 {
+				continue
+			}
+			p("| %s | %s | %s / %s | %s / %s | %d | %v |\n", thousands(int64(l.TargetRate)), l.Mode, f1(l.LatencyMs.P50), f1(l.LatencyMs.P99),
+				f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99), l.Duplicates, l.KeptUp)
+		}
+	}
 }

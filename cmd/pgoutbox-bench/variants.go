@@ -70,12 +70,19 @@ func (h *harness) variants(ctx context.Context, res *Results) []error {
 			}
 			if h.o.enabled(ScenarioLatency) {
 				for _, rate := range h.o.Rates {
-					r, err := h.latency(ctx, rate)
-					if err != nil {
-						r.Error = err.Error()
-						failed = append(failed, fmt.Errorf("variant %s, run %d, latency at %d events/s: %w", v.Name, run+1, rate, err))
+					for _, eos := range []bool{false, true} {
+						if eos && !h.o.ExactlyOnce {
+							break
+						}
+						h.eos = eos
+						r, err := h.latency(ctx, rate, h.walSource())
+						h.eos = false
+						if err != nil {
+							r.Error = err.Error()
+							failed = append(failed, fmt.Errorf("variant %s, run %d, latency at %d events/s (%s): %w", v.Name, run+1, rate, r.Mode, err))
+						}
+						vr.Latency = append(vr.Latency, r)
 					}
-					vr.Latency = append(vr.Latency, r)
 				}
 			}
 			res.Variants = append(res.Variants, vr)
@@ -95,16 +102,20 @@ func summaryVariants(p func(string, ...any), vs []VariantResult) {
 				cu = append(cu, fmt.Sprintf("%d: failed", c.TxnSize))
 				continue
 			}
-			cu = append(cu, fmt.Sprintf("%d-event: %s (%.2fx), %.0f%% (%.0f%% waiting for a CPU)", c.TxnSize, thousands(int64(c.Pgoutbox.EventsPerSec)), c.Ratio,
-				c.Pgoutbox.WalsenderBusy*100, c.Pgoutbox.WalsenderRunQueue*100))
+			cell := fmt.Sprintf("%d-event: %s (%.2fx), %.0f%% (%.0f%% waiting for a CPU)", c.TxnSize, thousands(int64(c.Pgoutbox.EventsPerSec)), c.Ratio,
+				c.Pgoutbox.WalsenderBusy*100, c.Pgoutbox.WalsenderRunQueue*100)
+			if c.PgoutboxEOS != nil {
+				cell += fmt.Sprintf(", exactly-once %s (%.2fx at-least-once)", thousands(int64(c.PgoutboxEOS.EventsPerSec)), c.RatioEOS)
+			}
+			cu = append(cu, cell)
 		}
 		for _, l := range v.Latency {
 			if l.Error != "" && l.Received == 0 {
-				lat = append(lat, fmt.Sprintf("%d: failed", l.TargetRate))
+				lat = append(lat, fmt.Sprintf("%d%s: failed", l.TargetRate, modeTag(l.Mode)))
 				continue
 			}
 			w := l.PgoutboxWindow
-			lat = append(lat, fmt.Sprintf("%s: %s / %s, %s, %.2f / %.2f / %.2f", thousands(int64(l.TargetRate)), f1(l.LatencyMs.P50), f1(l.LatencyMs.P99),
+			lat = append(lat, fmt.Sprintf("%s%s: %s / %s, %s, %.2f / %.2f / %.2f", thousands(int64(l.TargetRate)), modeTag(l.Mode), f1(l.LatencyMs.P50), f1(l.LatencyMs.P99),
 				f2(l.WindowCPUSecondsPer100k), perEvent(w.ReadSyscalls, l.Committed), perEvent(w.WriteSyscalls, l.Committed),
 				perEvent(w.VoluntarySwitches+w.InvoluntarySwitches, l.Committed)))
 		}

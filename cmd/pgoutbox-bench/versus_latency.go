@@ -152,7 +152,7 @@ func (h *harness) versusLatency(ctx context.Context, run int, s dbzSetting) (Ver
 	tail := h.tail(ctx, []string{res.Pgoutbox.Topic, res.Debezium.Topic}, func(r kafkatest.Record) { byTopic[r.Topic].add(r.Value, r.Timestamp, time.Now()) })
 	defer tail.close()
 	pad := h.pad()
-	if err := h.warmUp(ctx, []proc{pgo, dbz}, []*receiver{rcPgo, rcDbz}, aggType, pad, tail, versusStartTimeout); err != nil {
+	if err := h.warmUp(ctx, []proc{pgo, dbz}, []*receiver{rcPgo, rcDbz}, outboxTable, aggType, pad, tail, versusStartTimeout); err != nil {
 		return res, err
 	}
 	res.Pgoutbox.FirstRecordSeconds = time.Since(pgo.started()).Seconds()
@@ -176,7 +176,7 @@ func (h *harness) versusLatency(ctx context.Context, run int, s dbzSetting) (Ver
 	}
 	committed := make([]bool, maxEvents)
 	var m0, m1 window
-	ph, err := h.writePhase(ctx, rate, aggType, pad, committed, settleN, func(end bool) {
+	ph, err := h.writePhase(ctx, rate, outboxTable, aggType, pad, committed, settleN, func(end bool) {
 		if end {
 			m1 = mark()
 		} else {

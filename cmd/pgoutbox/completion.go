@@ -10,7 +10,7 @@ import (
 )
 
 // completionCommands are the commands completion offers, in usage order.
-var completionCommands = []string{"run", "migrate", "status", "validate", "convert", "version", "completion"}
+var completionCommands = []string{"run", "migrate", "status", "validate", "cleanup", "convert", "version", "completion"}
 
 // completionValues are the fixed values of flags that take one.
 var completionValues = map[string][]string{

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -167,8 +168,10 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	if v, ok := get("snapshot.mode"); ok {
 		switch v {
 		case "no_data", "never":
+		case "initial": // the rows already in the outbox tables, then the stream
+			cfg.Snapshot.Mode = relay.SnapshotInitial
 		default:
-			refuse("snapshot.mode", "pgoutbox streams new events only and does not snapshot the outbox table yet (that arrives with the polling relay); use no_data (existing outbox rows were either delivered already or deleted)")
+			refuse("snapshot.mode", "pgoutbox publishes the outbox tables' rows once when it creates the slot (initial) or not at all (no_data); use one of those")
 		}
 	}
 	if v, ok := get("slot.drop.on.stop"); ok && strings.EqualFold(v, "true") {
@@ -349,6 +352,23 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		} else {
 			cfg.Messages.Prefix = p
 		}
+	}
+
+	// Kafka Connect's exactly-once source support (KIP-618): required is
+	// pgoutbox's exactly-once mode; requested (Connect's default) and
+	// anything else leave it off, as a worker without
+	// exactly.once.source.support=enabled does.
+	if v, ok := get("exactly.once.support"); ok {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "required":
+			cfg.Kafka.ExactlyOnce = true
+		case "requested":
+		default:
+			refuse("exactly.once.support", "use required or requested")
+		}
+	}
+	if v, ok := get("offsets.storage.topic"); ok && cfg.Kafka.ExactlyOnce {
+		cfg.Kafka.OffsetsTopic = v
 	}
 
 	for k, why := range connectorRefused {

@@ -51,7 +51,7 @@ func TestConnectorImportRefusesWhatItCannotHonour(t *testing.T) {
 		key, value, want string
 	}{
 		"decoderbufs":         {"plugin.name", "decoderbufs", "pgoutput only"},
-		"initial snapshot":    {"snapshot.mode", "initial", "arrives with the polling relay"},
+		"snapshot only":       {"snapshot.mode", "initial_only", "initial"},
 		"regex tables":        {"table.include.list", "public.outbox_.*", "regular expression"},
 		"other transform":     {"transforms", "outbox,unwrap", "transforms.unwrap.type"},
 		"config provider":     {"database.password", "${file:/secrets:pw}", "connector.config.providers"},
@@ -119,6 +119,23 @@ func TestConvertPrintsNativeYAMLWithoutThePassword(t *testing.T) {
 	}
 }
 
+// TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot: Debezium's
+// snapshot.mode=initial becomes pgoutbox's snapshot.mode initial (the rows
+// already in the outbox tables, then the stream); no_data stays no_data.
+func TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot(t *testing.T) {
+	for mode, want := range map[string]string{"initial": "initial", "no_data": "no_data", "never": "no_data"} {
+		conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox",
+			"transforms.outbox.type": eventRouter, "snapshot.mode": mode}
+		cfg := defaultFileConfig()
+		if _, err := applyConnector(&cfg, conn); err != nil {
+			t.Fatalf("snapshot.mode=%s: %v", mode, err)
+		}
+		if cfg.Snapshot.Mode != want {
+			t.Errorf("snapshot.mode=%s: pgoutbox's snapshot.mode is %q, want %q", mode, cfg.Snapshot.Mode, want)
+		}
+	}
+}
+
 // TestConvertAndRunAgreeOnEveryConnector feeds the same connector
 // configurations to `convert` and to `run --connector`: convert accepts
 // exactly those that run accepts (run then fails to reach the database on
@@ -160,7 +177,8 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"constant replacement", map[string]string{"transforms.outbox.route.topic.replacement": "all.events"}, nil, true},
 		{"extended headers without topic.prefix", map[string]string{"topic.prefix": "", "extended.headers.enabled": "true"}, nil, false},
 		{"extended headers off", map[string]string{"extended.headers.enabled": "false"}, nil, true},
-		{"initial snapshot", map[string]string{"snapshot.mode": "initial"}, nil, false},
+		{"initial snapshot", map[string]string{"snapshot.mode": "initial"}, nil, true},
+		{"snapshot only", map[string]string{"snapshot.mode": "initial_only"}, nil, false},
 		{"schema version and tracing", map[string]string{"transforms.outbox.table.field.event.schema.version": "version",
 			"transforms.outbox.tracing.span.context.field": "tracingspancontext", "transforms.outbox.tracing.operation.name": "read"}, nil, true},
 		{"bad autocreate mode", map[string]string{"publication.autocreate.mode": "sometimes"}, nil, false},

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
@@ -89,6 +90,7 @@ Usage:
   pgoutbox migrate [flags]   create the default outbox table and publication
   pgoutbox status  [flags]   show the slot, its lag and WAL retention, and the publication
   pgoutbox validate [flags]  check configuration, servers, permissions, publication, slot and topics
+  pgoutbox cleanup [flags]   delete outbox rows relayed longer ago than the retention (for cron)
   pgoutbox convert FILE      print the native YAML equivalent of a Debezium connector JSON
   pgoutbox version           print the version
   pgoutbox completion SHELL  print a completion script for bash, zsh or fish
@@ -112,6 +114,8 @@ func run(args []string, environ []string, stdout, stderr io.Writer) int {
 		return cmdStatus(args[1:], environ, stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], environ, stdout, stderr)
+	case "cleanup":
+		return cmdCleanup(args[1:], environ, stdout, stderr)
 	case "completion":
 		return cmdCompletion(args[1:], environ, stdout, stderr)
 	case "version", "--version", "-version":
@@ -346,17 +350,18 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
-	r, err := relay.New(cfg.Config, log, relay.WithObserver(m), relay.WithForceStop(force))
+	audit := newDurabilityAudit(cfg.Config, log)
+	r, err := relay.New(cfg.Config, log, relay.WithObserver(audit.Observe(m)), relay.WithForceStop(force))
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitConfig
 	}
 
 	// Goroutines and shutdown order: the relay runs on this goroutine until
-	// a signal (it drains and confirms itself); the HTTP server and the slot
-	// poller run on their own contexts so /metrics and /readyz stay up while
-	// the relay drains; after Run returns the poller is stopped, then the
-	// server, each waited for.
+	// a signal (it drains and confirms itself); the HTTP server, the slot
+	// poller and the durability audit run on their own goroutines, under
+	// auxCtx, so /metrics and /readyz stay up while the relay drains; after
+	// Run returns they are stopped and waited for.
 	var wg sync.WaitGroup
 	auxCtx, stopAux := context.WithCancel(context.Background())
 	defer func() {
@@ -378,7 +383,23 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
-	if cfg.Metrics.SlotPollInterval > 0 {
+	// The durability audit asks the servers on its own goroutine, never on
+	// the relay's: it warns about settings that can lose confirmed events.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		audit.Run(auxCtx)
+	}()
+	if isPoll(cfg) {
+		// The poll source has no slot: its backlog is what is watched.
+		if t, err := cfg.PollTable(); err == nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.PollBacklog(auxCtx, cfg.Postgres, t, cfg.Metrics.BacklogPollInterval, log.Named("backlog"))
+			}()
+		}
+	} else if cfg.Metrics.SlotPollInterval > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -414,7 +435,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 }
 
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
-	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\n")
+	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\nWith relay.source=poll: creates (or completes) the poll table, its indexes and its\nnotification trigger instead.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
 	guard := c.fs.Bool("guard", false, "create an event trigger that refuses to drop the publication or take an outbox table out of it while pgoutbox streams (needs a superuser)")
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
@@ -433,7 +454,11 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		p.StateTableDDL = ddl
 	}
 	if *dry {
-		stmts, err := migrations.Render(p)
+		render := func() ([]string, error) { return migrations.Render(p) }
+		if isPoll(cfg) { // poll.go
+			render = func() ([]string, error) { return renderPoll(cfg) }
+		}
+		stmts, err := render()
 		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 			return exitConfig
@@ -456,6 +481,9 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		return exitStartup
 	}
 	defer conn.Close(ctx)
+	if isPoll(cfg) { // the poll table instead: poll.go
+		return migratePoll(ctx, conn, cfg, stdout, stderr)
+	}
 	if err := migrations.Apply(ctx, conn, p); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
@@ -467,6 +495,16 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 			return exitRuntime
 		}
 		fmt.Fprintln(stdout, "guard installed: dropping the publication or an outbox table from it is refused")
+	}
+	if cfg.Kafka.ExactlyOnce && len(cfg.Kafka.Brokers) > 0 {
+		kctx, cancel := context.WithTimeout(ctx, 2*(cfg.Kafka.DialTimeout+cfg.Kafka.ReadTimeout))
+		err := kafka.EnsureOffsetsTopic(kctx, cfg.Kafka)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+			return exitRuntime
+		}
+		fmt.Fprintf(stdout, "offsets topic %s ready (kafka.exactly.once)\n", cfg.Kafka.OffsetsTopic)
 	}
 	if *accept {
 		if err := acceptCatalog(ctx, conn, cfg.Postgres, stdout); err != nil {
@@ -481,6 +519,12 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if !cfg.Postgres.CreateSlot {
+		return exitOK
+	}
+	if cfg.Snapshot.Mode == relay.SnapshotInitial {
+		// The relay creates the slot after publishing the rows already
+		// there: a slot made now would skip them.
+		fmt.Fprintf(stdout, "slot %s not created: with snapshot.mode=initial pgoutbox run creates it after publishing the rows the outbox tables hold\n", cfg.Postgres.Slot)
 		return exitOK
 	}
 	// Create the slot now too: events are captured from the slot's creation
@@ -531,6 +575,16 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	}
 	for _, ch := range st.ChangesSince(&cat, pcfg) {
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
+	}
+	// The old tables' rows may still be in the WAL still to be read: their
+	// OIDs stay known as the outbox's.
+	for _, t := range cat.Tables {
+		if was, ok := st.TableOIDs[t.Name]; ok && was != t.OID && was != 0 {
+			if st.RetiredOIDs == nil {
+				st.RetiredOIDs = map[uint32]string{}
+			}
+			st.RetiredOIDs[was] = t.Name
+		}
 	}
 	st.PublicationOID, st.TableOIDs = replication.CatalogOIDs(&cat)
 	st.Publication = pcfg.Publication

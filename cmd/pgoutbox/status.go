@@ -60,6 +60,9 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		return exitStartup
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if isPoll(cfg) {
+		return statusPoll(ctx, conn, target, cfg, *format, stdout, stderr)
+	}
 
 	st, err := readStatus(ctx, conn, target, cfg.Postgres)
 	if err != nil {
@@ -254,27 +257,8 @@ func readSlotStatus(ctx context.Context, conn *pgx.Conn, slot string) (slotStatu
 // readPublicationStatus reads the publication and its tables; Exists is
 // false when there is none.
 func readPublicationStatus(ctx context.Context, conn *pgx.Conn, pub string) (publicationStatus, error) {
-	p := publicationStatus{Name: pub, Tables: []string{}}
-	err := conn.QueryRow(ctx, "SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1", pub).Scan(&p.PublishesInsert, &p.AllTables)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return p, nil
-	}
-	if err != nil {
-		return p, fmt.Errorf("publication %q: %w", pub, err)
-	}
-	p.Exists = true
-	rows, err := conn.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1", pub)
-	if err != nil {
-		return p, fmt.Errorf("tables of publication %q: %w", pub, err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return p, fmt.Errorf("tables of publication %q: %w", pub, err)
-	}
-	if tables != nil {
-		p.Tables = tables
-	}
-	return p, nil
+	p, err := replication.ReadPublication(ctx, conn, pub)
+	return publicationStatus{Name: p.Name, Exists: p.Exists, PublishesInsert: p.Insert, AllTables: p.AllTables, Tables: p.Tables}, err
 }
 
 // writeStatusTable prints the report as key/value lines under a heading per

@@ -19,16 +19,22 @@ const validateHelp = `Usage: pgoutbox validate [--topics a,b] [flags]
 
 Checks everything pgoutbox run needs: the settings, PostgreSQL (reachable,
 wal_level, replication privilege, free slots and walsenders, outbox tables,
-publication, slot) and Kafka (reachable, topics). Prints one line per check,
-"PASS|WARN|FAIL <check>: <detail>", and under each FAIL (and some WARNs) a
-"fix:" line saying what to do. Nothing is created or changed.
+publication, slot) and Kafka (reachable, topics), and audits durability:
+for each topic checked (the dead-letter topic too), its replication factor,
+min.insync.replicas and unclean leader election; on PostgreSQL,
+max_slot_wal_keep_size and wal_sender_timeout against
+postgres.status.update.interval. Prints one line per check,
+"PASS|WARN|FAIL <check>: <detail>", and under each FAIL (and most WARNs) a
+"fix:" line saying what to do; a durability line says what can be lost.
+Nothing is created or changed.
 
 Topics are computed from each row, so only the topics named with --topics,
 and the topic of a route.topic.replacement without group references, are
 checked.
 
-Exit status 0 when nothing failed, 1 when a check failed, 2 for bad flags or
-an unreadable config file, 3 when PostgreSQL or Kafka cannot be reached or
+Exit status 0 when nothing failed (with --strict: nothing failed and nothing
+warned), 1 when a check failed (or, with --strict, warned), 2 for bad flags
+or an unreadable config file, 3 when PostgreSQL or Kafka cannot be reached or
 refuses the connection.
 `
 
@@ -63,6 +69,7 @@ func fail(name, detail, fix string) checkResult {
 type validation struct {
 	out         io.Writer
 	failed      bool
+	warned      bool
 	unreachable bool
 }
 
@@ -72,8 +79,11 @@ func (v *validation) report(rs ...checkResult) {
 		if r.Fix != "" {
 			fmt.Fprintf(v.out, "  fix: %s\n", r.Fix)
 		}
-		if r.Status == checkFail {
+		switch r.Status {
+		case checkFail:
 			v.failed = true
+		case checkWarn:
+			v.warned = true
 		}
 	}
 }
@@ -83,6 +93,7 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("validate", stderr, validateHelp)
 	topicsFlag := c.fs.String("topics", "", "comma-separated Kafka topics the outbox routes to, to check that each exists")
 	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
+	strict := c.fs.Bool("strict", false, "count every WARN as a failure (exit 1), the durability findings among them")
 	configOnly := c.fs.Bool("config-only", false, "only load the settings as run does (file, environment, flags, --connector) and check them; connect to nothing; exit 0 when valid, 2 when not")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
@@ -118,7 +129,7 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	switch {
 	case v.unreachable:
 		return exitStartup
-	case v.failed:
+	case v.failed, *strict && v.warned:
 		return exitRuntime
 	}
 	return exitOK
@@ -187,6 +198,11 @@ func validatePostgres(v *validation, cfg fileConfig) {
 		return
 	}
 	v.report(checkServer(f))
+	if isPoll(cfg) { // the table instead of replication: poll.go
+		v.report(checkTables(f, cfg)...)
+		validatePollSource(ctx, v, conn, f, cfg)
+		return
+	}
 	v.report(checkWALLevel(f.walLevel))
 	v.report(checkRole(f))
 	v.report(checkSlotCapacity(f, rc))
@@ -205,6 +221,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 		v.report(checkSlot(f, rc)...)
 	}
 	validateFailover(ctx, v, rc)
+	validatePGDurability(v, ctx, conn, rc)
 }
 
 // connectResult turns a failed connection into its FAIL line.
@@ -566,6 +583,14 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 		return
 	}
 	v.report(pass("kafka", "reachable at "+strings.Join(kc.Brokers, ",")))
+	if kc.ExactlyOnce {
+		if err := kafka.EnsureOffsetsTopic(ctx, kc); err != nil {
+			v.report(fail("offsets topic "+kc.OffsetsTopic, oneLine(err),
+				"create it (one partition, cleanup.policy=compact), or let pgoutbox create it: grant CREATE on it"))
+		} else {
+			v.report(pass("offsets topic "+kc.OffsetsTopic, "exists, compacted (kafka.exactly.once keeps the slot's position there)"))
+		}
+	}
 
 	fixed, ok := fixedTopic(cfg.Router.RouteTopicReplacement)
 	if ok && !slices.Contains(topics, fixed) {
@@ -589,13 +614,16 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 	}
 	for _, s := range states {
 		r := checkTopic(s, kc)
+		label := "topic"
 		if dlq && s.Topic == cfg.Relay.DeadLetterTopic {
+			label = "dead-letter topic"
 			r.Name = "dead-letter topic " + s.Topic
 			if r.Status == checkFail {
 				r.Detail += " (relay.poison.policy=dead-letter sends poison records there; pgoutbox run refuses to start without it)"
 			}
 		}
 		v.report(r)
+		v.report(checkTopicDurability(s, label, kc.Brokers)...)
 	}
 }
 

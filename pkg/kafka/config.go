@@ -62,11 +62,33 @@ const (
 	// yet.
 	DefaultTopicMissingTimeout = time.Minute
 
+	// Exactly-once mode (kafka.exactly.once). DefaultTransactionTimeout is
+	// Kafka's own default transaction.timeout.ms: the longest a Kafka
+	// transaction, and so the records of one PostgreSQL transaction, may
+	// take from its first record to its commit. DefaultTransactionInterval
+	// is how long a Kafka transaction stays open for more PostgreSQL
+	// transactions after its first record; DefaultTransactionMaxRecords ends
+	// it earlier.
+	DefaultTransactionTimeout    = time.Minute
+	DefaultOffsetsTopic          = "pgoutbox.offsets"
+	DefaultTransactionInterval   = 5 * time.Millisecond
+	DefaultTransactionMaxRecords = 10000
+
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultReadTimeout    = 30 * time.Second
 	DefaultWriteTimeout   = 30 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
 )
+
+// txnRetries is how often a record or a transaction request is retried in
+// exactly-once mode: for about the transaction timeout.
+func (c *Config) txnRetries() int {
+	return 8 + int(c.TransactionTimeout/max(c.RetryBackoffMax, time.Millisecond))
+}
+
+// txnRetryBackoff is the first wait before a transaction request is
+// retried.
+const txnRetryBackoff = 2 * time.Millisecond
 
 // minVersion is the oldest protocol level Kafka 4 still speaks.
 var minVersion = sarama.V2_1_0_0
@@ -143,6 +165,34 @@ type Config struct {
 	// used: the first record creates the topic. Default 1 minute.
 	TopicMissingTimeout time.Duration `yaml:"topic.missing.timeout"`
 
+	// ExactlyOnce writes records in Kafka transactions, each holding whole
+	// PostgreSQL transactions and one record to OffsetsTopic with the
+	// position they end at, so that a read_committed consumer sees every
+	// committed event once (see the relay's documentation). Default false:
+	// at-least-once.
+	ExactlyOnce bool `yaml:"exactly.once"`
+	// TransactionalID is the producer's transactional.id. Every instance
+	// relaying the same slot must use the same one: the instance that
+	// starts fences the one before. Empty: the relay derives it from the
+	// server's system identifier, the database and the slot.
+	TransactionalID string `yaml:"transactional.id"`
+	// TransactionTimeout is transaction.timeout.ms: the coordinator aborts
+	// a transaction open longer. At most the brokers'
+	// transaction.max.timeout.ms (15 minutes by default). Default 1 minute.
+	TransactionTimeout time.Duration `yaml:"transaction.timeout"`
+	// OffsetsTopic is the compacted topic that holds, per slot, the commit
+	// end LSN of the last PostgreSQL transaction in Kafka. Default
+	// "pgoutbox.offsets".
+	OffsetsTopic string `yaml:"offsets.topic"`
+	// TransactionInterval and TransactionMaxRecords group consecutive
+	// PostgreSQL transactions into one Kafka transaction: it is committed
+	// at the first transaction boundary once TransactionInterval has
+	// passed since its first record or it holds TransactionMaxRecords
+	// records (and the commit before it has finished). A negative interval
+	// (-1ms) commits at every boundary. Defaults 5 ms and 10,000.
+	TransactionInterval   time.Duration `yaml:"transaction.interval"`
+	TransactionMaxRecords int           `yaml:"transaction.max.records"`
+
 	// DialTimeout, ReadTimeout and WriteTimeout bound network operations;
 	// RequestTimeout is how long a broker waits for its replicas before it
 	// answers a produce request (Java's request.timeout.ms, broker side).
@@ -174,6 +224,10 @@ func (c *Config) Defaults() {
 	setDefault(&c.AckBuffer, DefaultAckBuffer)
 	setDefault(&c.RetryBufferBytes, DefaultRetryBufferBytes)
 	setDefault(&c.TopicMissingTimeout, DefaultTopicMissingTimeout)
+	setDefault(&c.TransactionTimeout, DefaultTransactionTimeout)
+	setDefault(&c.OffsetsTopic, DefaultOffsetsTopic)
+	setDefault(&c.TransactionInterval, DefaultTransactionInterval)
+	setDefault(&c.TransactionMaxRecords, DefaultTransactionMaxRecords)
 	setDefault(&c.DialTimeout, DefaultDialTimeout)
 	setDefault(&c.ReadTimeout, DefaultReadTimeout)
 	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
@@ -264,8 +318,36 @@ func (c *Config) Validate() error {
 	if cfg.ReadTimeout <= cfg.RequestTimeout {
 		bad("read.timeout", "%v must exceed request.timeout %v, or every slow produce request looks like a dead broker", cfg.ReadTimeout, cfg.RequestTimeout)
 	}
+	if cfg.TransactionTimeout < time.Second || cfg.TransactionTimeout%time.Millisecond != 0 {
+		bad("transaction.timeout", "%v must be at least 1s and a whole number of milliseconds", cfg.TransactionTimeout)
+	}
+	if cfg.TransactionInterval >= cfg.TransactionTimeout/2 {
+		bad("transaction.interval", "%v must be below half of transaction.timeout %v (negative: commit at every transaction boundary)", cfg.TransactionInterval, cfg.TransactionTimeout)
+	}
+	if cfg.TransactionMaxRecords < 1 {
+		bad("transaction.max.records", "%d must be at least 1", cfg.TransactionMaxRecords)
+	}
+	if err := validTopicName(cfg.OffsetsTopic); err != nil {
+		bad("offsets.topic", "%q: %v", cfg.OffsetsTopic, err)
+	}
+	if len(cfg.TransactionalID) > 249 {
+		bad("transactional.id", "%d characters: keep it below 250", len(cfg.TransactionalID))
+	}
 	errs = append(errs, cfg.Security.validate()...)
 	return errors.Join(errs...)
+}
+
+// validTopicName checks a topic name as the broker does.
+func validTopicName(t string) error {
+	if t == "" || len(t) > 249 || t == "." || t == ".." {
+		return errors.New("a topic name has 1 to 249 characters and is not . or ..")
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%q is not allowed in a topic name", r)
+		}
+	}
+	return nil
 }
 
 func (c *Config) kafkaVersion() (sarama.KafkaVersion, error) {
@@ -370,6 +452,25 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	// wal_sender_timeout would then end the replication connection.
 	sc.ChannelBufferSize = c.AckBuffer
 	p.Retry.MaxBufferBytes = c.RetryBufferBytes
+	if c.ExactlyOnce && c.TransactionalID != "" {
+		// Retrying a record for longer than the transaction may stay
+		// open is useless: the coordinator aborts it at the timeout. And
+		// order needs no long retries here: a record that fails aborts
+		// its transaction, and the relay resends from the position Kafka
+		// holds, so no read_committed consumer sees a gap.
+		p.Retry.Max = min(p.Retry.Max, c.txnRetries())
+		p.Transaction.ID = c.TransactionalID
+		p.Transaction.Timeout = c.TransactionTimeout
+		// The transaction requests (AddPartitionsToTxn, EndTxn,
+		// InitProducerId) retry as long as records do. The first retry
+		// comes soon: a transaction's first AddPartitionsToTxn is answered
+		// CONCURRENT_TRANSACTIONS while the markers of the one before are
+		// still being written, and sarama's fixed 20 ms for that case is
+		// most of a commit's latency.
+		p.Transaction.Retry.Max = c.txnRetries()
+		p.Transaction.Retry.Backoff = txnRetryBackoff
+		p.Transaction.Retry.BackoffFunc = backoff(txnRetryBackoff, c.RetryBackoffMax)
+	}
 
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka: sarama rejected the configuration: %w", err)
@@ -406,6 +507,10 @@ func (c *Config) ValidateExplicit() error {
 		{"write.timeout", c.WriteTimeout == 0, "use a positive duration"},
 		{"request.timeout", c.RequestTimeout == 0, "use a positive duration"},
 		{"topic.missing.timeout", c.TopicMissingTimeout == 0, "use a positive duration"},
+		{"transaction.timeout", c.TransactionTimeout == 0, "use a positive duration"},
+		{"transaction.interval", c.TransactionInterval == 0, "use -1ms to commit at every transaction boundary"},
+		{"transaction.max.records", c.TransactionMaxRecords == 0, "use a positive count"},
+		{"offsets.topic", c.OffsetsTopic == "", "name a topic"},
 		{"version", c.Version == "", "use a Kafka version such as 4.0.0"},
 		{"compression", c.Compression == "", "use none, gzip, snappy, lz4 or zstd"},
 	} {

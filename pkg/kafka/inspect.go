@@ -42,7 +42,8 @@ func Ping(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return probe(ctx, &cfg, sc)
+	_, err = probe(ctx, &cfg, sc)
+	return err
 }
 
 // CheckTopics asks the cluster about topics with one metadata request, and
@@ -89,6 +90,8 @@ func topicStates(ctx context.Context, addr string, sc *sarama.Config, topics []s
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	sc, release := withCancel(ctx, sc)
+	defer release()
 	b := sarama.NewBroker(addr)
 	if err := b.Open(sc); err != nil {
 		return nil, err

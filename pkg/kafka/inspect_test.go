@@ -3,7 +3,9 @@ package kafka
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,5 +65,58 @@ func TestValidatePingAndCheckTopicsNameAnUnreachableBroker(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("took %s against a closed port", d)
+	}
+}
+
+// TestPingAndCheckTopicsEndWithTheirContextOnASilentBroker: a broker that
+// accepts connections and never answers (paused, overloaded) must hold
+// Ping and CheckTopics no longer than their context, not for
+// kafka.read.timeout: the relay's topic checker and its shutdown wait for
+// them.
+func TestPingAndCheckTopicsEndWithTheirContextOnASilentBroker(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	var mu sync.Mutex
+	var accepted []net.Conn
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range accepted {
+			c.Close()
+		}
+	})
+	cfg := Config{Brokers: []string{silent.Addr().String()}, ReadTimeout: time.Minute, RequestTimeout: 10 * time.Second}
+	for name, call := range map[string]func(context.Context) error{
+		"Ping": func(ctx context.Context) error { return Ping(ctx, cfg) },
+		"CheckTopics": func(ctx context.Context) error {
+			_, err := CheckTopics(ctx, cfg, []string{"t"})
+			return err
+		},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			t.Errorf("%s: no error from a broker that never answers", name)
+		}
+		if took > 3*time.Second {
+			t.Errorf("%s took %s with a 300 ms context (read timeout 1 minute): %v", name, took, err)
+		}
 	}
 }

@@ -35,10 +35,18 @@ func IsPoison(err error) bool {
 	return false
 }
 
-// IsBatchTooLarge reports whether the broker refused a batch as too large
-// (MESSAGE_TOO_LARGE). The broker limits whole batches by the topic's
-// max.message.bytes, so the records of a refused batch may each be small
-// enough: only a record sent in a batch of its own, and refused, is poison.
-func IsBatchTooLarge(err error) bool {
-	return errors.Is(err, sarama.ErrMessageSizeTooLarge) || errors.Is(err, sarama.ErrMessageSetSizeTooLarge)
+// IsBatchRefused reports whether the broker refused a whole batch for what
+// a record in it is: too large (the broker limits whole batches by the
+// topic's max.message.bytes), a timestamp out of the topic's range, or a
+// record the topic does not take (a null key on a compacted topic). sarama
+// then fails every record of the batch, so the others may be good: only a
+// record sent in a batch of its own, and refused, is poison.
+func IsBatchRefused(err error) bool {
+	for _, k := range []sarama.KError{sarama.ErrMessageSizeTooLarge, sarama.ErrMessageSetSizeTooLarge,
+		sarama.ErrInvalidTimestamp, sarama.ErrInvalidRecord} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
 }

@@ -113,10 +113,17 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := probe(ctx, &cfg, sc); err != nil {
+	answered, err := probe(ctx, &cfg, sc)
+	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(cfg.Brokers, sc)
+	// The client starts with the broker that answered as its only seed:
+	// the idempotent producer asks its first seed for a producer ID before
+	// the client knows any other broker, and sarama shuffles the seeds and
+	// retries that same one when it is down, so a dead broker in
+	// kafka.brokers failed one start in three. Once the producer has its ID
+	// every address is a seed again.
+	client, err := sarama.NewClient([]string{answered}, sc)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
@@ -133,6 +140,14 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	if len(cfg.Brokers) > 1 {
+		// Nothing was sent yet: the connections this closes are the ones
+		// the start used.
+		if err := client.RefreshBrokers(cfg.Brokers); err != nil {
+			_ = ap.Close()
+			return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+		}
 	}
 	p := &Producer{
 		log:    log,
@@ -152,30 +167,38 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 }
 
 // probe dials the seed brokers one after another (and exchanges ApiVersions
-// with them, and authenticates) until one answers, so that an unreachable
-// cluster fails New within DialTimeout per broker rather than after sarama's
-// retries. A broker that refuses the credentials ends the probe with an
-// *AuthError: the other brokers would refuse them too.
-func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
+// with them, and authenticates) until one answers, and returns its address,
+// so that an unreachable cluster fails New within DialTimeout per broker
+// rather than after sarama's retries. A broker that refuses the credentials
+// ends the probe with an *AuthError: the other brokers would refuse them
+// too.
+func probe(ctx context.Context, cfg *Config, sc *sarama.Config) (string, error) {
 	brokers := cfg.Brokers
 	var errs, hints []string
 	for _, addr := range brokers {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(brokers, ","), err)
+			return "", fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(brokers, ","), err)
 		}
+		bc, release := withCancel(ctx, sc)
 		b := sarama.NewBroker(addr)
-		err := b.Open(sc)
+		err := b.Open(bc)
 		if err == nil {
 			stop := context.AfterFunc(ctx, func() { _ = b.Close() })
 			var ok bool
 			ok, err = b.Connected()
+			if ok && err == nil {
+				// sarama reports a connection open before the broker
+				// answered anything: ask it something small.
+				_, err = b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
+			}
 			if stop() {
 				_ = b.Close()
 			} else if cerr := ctx.Err(); cerr != nil {
 				err = cerr
 			}
 			if ok && err == nil {
-				return nil
+				release()
+				return addr, nil
 			}
 			if err == nil {
 				err = errors.New("not connected")
@@ -183,17 +206,18 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) error {
 				err = &silentBrokerError{timeout: sc.Net.ReadTimeout, err: err}
 			}
 		}
+		release()
 		if err == nil {
 			err = errors.New("not connected")
 		}
 		var ae *AuthError
 		if err = cfg.Security.authError(addr, err); errors.As(err, &ae) {
-			return err
+			return "", err
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
 		hints = append(hints, brokerHint(err))
 	}
-	return fmt.Errorf("kafka: no broker reachable among %s: %s; %s",
+	return "", fmt.Errorf("kafka: no broker reachable among %s: %s; %s",
 		strings.Join(brokers, ","), strings.Join(errs, "; "), strings.Join(slices.Compact(hints), "; "))
 }
 
@@ -276,7 +300,7 @@ func (p *Producer) AckBuffer() int { return cap(p.acks) }
 // the channel stay readable after Close returns.
 //
 // When ctx ends first, Close closes the connections under sarama, which
-// fails what is still in flight, and waits for that a little longer; if
+// fails what is still in flight, and waits for that CloseGrace longer; if
 // sarama still has not finished it returns ErrCloseTimeout and leaves its
 // goroutines to end with the process. Records failed that way are reported
 // like any failure: nothing after them may be confirmed.
@@ -293,7 +317,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		p.log.Warn("kafka producer did not finish in time; closing its connections")
 		_ = p.client.Close()
-		t := time.NewTimer(forceCloseWait)
+		t := time.NewTimer(CloseGrace)
 		defer t.Stop()
 		select {
 		case <-p.done:
@@ -310,9 +334,13 @@ func (p *Producer) Close(ctx context.Context) error {
 	return nil
 }
 
-// forceCloseWait is how long Close waits for sarama after closing its
-// connections.
-const forceCloseWait = 2 * time.Second
+// CloseGrace is how long Close waits for sarama after its context ended and
+// it closed sarama's connections. It is short: a caller that gives up on
+// the producer has confirmed what it will confirm, and against a broker
+// that does not answer sarama seldom finishes anyway (it retries its
+// records, failing on the closed client, for as long as its retries last);
+// a caller with a budget keeps CloseGrace of it for Close.
+const CloseGrace = 500 * time.Millisecond
 
 // ErrCloseTimeout is returned by Close when sarama did not finish after its
 // connections were closed.
@@ -347,10 +375,17 @@ func (p *Producer) drain() {
 				successes = nil
 				continue
 			}
+			if _, own := pm.Metadata.(offsetsRecord); own {
+				continue
+			}
 			p.acks <- ack(pm, nil)
 		case pe, ok := <-errs:
 			if !ok {
 				errs = nil
+				continue
+			}
+			if _, own := pe.Msg.Metadata.(offsetsRecord); own {
+				// Its transaction fails too, and says so on Commits.
 				continue
 			}
 			a := ack(pe.Msg, pe.Err)

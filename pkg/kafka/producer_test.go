@@ -491,3 +491,40 @@ func TestBrokerHintSaysWhatToCheck(t *testing.T) {
 		}
 	}
 }
+
+// A broker that accepts connections and never answers (paused, or in a long
+// garbage-collection pause) is named as such, with what to check, instead of
+// a bare i/o timeout.
+func TestSilentBrokerIsNamedAsSuch(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 8)
+	go func() { // owned by the listener: ends when it is closed
+		defer close(held)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held <- c
+		}
+	}()
+	defer func() {
+		l.Close()
+		for c := range held {
+			c.Close()
+		}
+	}()
+	cfg := Config{Brokers: []string{l.Addr().String()}, ReadTimeout: 1500 * time.Millisecond, RequestTimeout: time.Second, DialTimeout: time.Second}
+	err = Ping(context.Background(), cfg)
+	if err == nil {
+		t.Fatal("Ping succeeded against a silent listener")
+	}
+	for _, want := range []string{l.Addr().String(), "accepted the connection but did not answer within kafka.read.timeout", "paused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}

@@ -23,12 +23,20 @@ type Config struct {
 	// MaxTopics caps the distinct values of the topic label. Topics come
 	// from data; past the cap, events are counted under topic="(other)".
 	MaxTopics int `yaml:"max.topics"`
+	// BacklogPollInterval is how often the poll source's backlog (its
+	// unpublished rows and the age of the oldest) is read.
+	BacklogPollInterval time.Duration `yaml:"backlog.poll.interval"`
+	// ReadyBacklogMaxAge: with the poll source, /readyz reports 503 while
+	// the oldest unpublished row is older than this.
+	ReadyBacklogMaxAge time.Duration `yaml:"ready.backlog.max.age"`
 }
 
 // DefaultConfig returns every default: no HTTP server, readiness stale
-// after 30 s, the slot polled every 15 s, at most 1000 topic labels.
+// after 30 s, the slot polled every 15 s, at most 1000 topic labels, the
+// poll source's backlog read every 5 s and not ready past a minute.
 func DefaultConfig() Config {
-	return Config{ReadyStaleAfter: 30 * time.Second, SlotPollInterval: 15 * time.Second, MaxTopics: 1000}
+	return Config{ReadyStaleAfter: 30 * time.Second, SlotPollInterval: 15 * time.Second, MaxTopics: 1000,
+		BacklogPollInterval: 5 * time.Second, ReadyBacklogMaxAge: time.Minute}
 }
 
 // Validate checks every field and names the offending option.
@@ -47,6 +55,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTopics < 1 || c.MaxTopics > 100_000 {
 		errs = append(errs, fmt.Errorf("metrics: max.topics %d out of range [1, 100000]", c.MaxTopics))
+	}
+	if c.BacklogPollInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("metrics: backlog.poll.interval %s: use at least 100ms", c.BacklogPollInterval))
+	}
+	if c.ReadyBacklogMaxAge < time.Second {
+		errs = append(errs, fmt.Errorf("metrics: ready.backlog.max.age %s: use at least 1s", c.ReadyBacklogMaxAge))
 	}
 	return errors.Join(errs...)
 }

@@ -23,6 +23,9 @@ func (m *Metrics) Ready() (ready bool, reason string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := &m.st
+	if s.poll.active {
+		return m.pollReady(now)
+	}
 	if s.slotLost {
 		return false, fmt.Sprintf("slot lost: replication slot %q has wal_status lost; the WAL it needed was removed and events may be gone", s.slot)
 	}

@@ -103,6 +103,8 @@ type Metrics struct {
 	verifiedLSN    prometheus.Gauge
 	catalogChanged prometheus.Gauge
 
+	poll pollMetrics // the poll source's (poll.go)
+
 	mu sync.Mutex
 	st state
 }
@@ -124,6 +126,8 @@ type state struct {
 
 	slot     string
 	slotLost bool
+
+	poll pollState // the poll source's (poll.go)
 }
 
 var _ relay.Observer = (*Metrics)(nil)
@@ -249,6 +253,7 @@ func (m *Metrics) build() {
 	add(info)
 	start := gauge("pgoutbox_start_time_seconds", "When the process started, in Unix seconds.")
 	start.Set(float64(m.now().UnixNano()) / 1e9)
+	m.buildPoll()
 }
 
 // Describe implements prometheus.Collector.

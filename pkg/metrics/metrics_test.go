@@ -95,9 +95,20 @@ func TestExposesEveryMetricWithItsType(t *testing.T) {
 		"pgoutbox_catalog_verified_lsn_bytes":     "GAUGE",
 		"pgoutbox_build_info":                     "GAUGE",
 		"pgoutbox_start_time_seconds":             "GAUGE",
-		"go_goroutines":                           "GAUGE",
-		"process_start_time_seconds":              "GAUGE",
-		"promhttp_metric_handler_requests_total":  "COUNTER",
+		// The poll source's.
+		"pgoutbox_outbox_unpublished_rows":               "GAUGE",
+		"pgoutbox_outbox_oldest_unpublished_age_seconds": "GAUGE",
+		"pgoutbox_outbox_failed_rows":                    "GAUGE",
+		"pgoutbox_outbox_backlog_read_errors_total":      "COUNTER",
+		"pgoutbox_poll_instances":                        "GAUGE",
+		"pgoutbox_poll_buckets_owned":                    "GAUGE",
+		"pgoutbox_poll_claims_total":                     "COUNTER",
+		"pgoutbox_poll_rows_published_total":             "COUNTER",
+		"pgoutbox_poll_failed_attempts_total":            "COUNTER",
+		"pgoutbox_poll_cleanup_deleted_rows_total":       "COUNTER",
+		"go_goroutines":                                  "GAUGE",
+		"process_start_time_seconds":                     "GAUGE",
+		"promhttp_metric_handler_requests_total":         "COUNTER",
 	}
 	for name, typ := range want {
 		mf := f[name]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/pkg/outbox"
+	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -24,6 +25,10 @@ type Config struct {
 	Routes   map[string]map[string]string `yaml:"routes"`
 	Relay    Limits                       `yaml:"relay"`
 	Messages Messages                     `yaml:"messages"`
+	// Poll configures the poll source (relay.source: poll); Snapshot the
+	// WAL source's initial snapshot. See poll_config.go.
+	Poll     poll.Config `yaml:"poll"`
+	Snapshot Snapshot    `yaml:"snapshot"`
 }
 
 // Messages configures the table-less outbox: events written with
@@ -107,6 +112,9 @@ type Limits struct {
 	// headers giving the reason, source and LSN, and goes on.
 	PoisonPolicy    string `yaml:"poison.policy"`
 	DeadLetterTopic string `yaml:"dead.letter.topic"`
+	// Source is where events come from: "wal" (a replication slot) or
+	// "poll" (the outbox table itself); see poll_config.go.
+	Source string `yaml:"source"`
 }
 
 // DefaultConfig returns every default.
@@ -126,8 +134,11 @@ func DefaultConfig() Config {
 			RestartBackoffMax:  30 * time.Second,
 			PoisonPolicy:       "fail",
 			DeadLetterTopic:    "pgoutbox.dead-letter",
+			Source:             SourceWAL,
 		},
 		Messages: Messages{Prefix: "outbox", NonTransactional: "refuse"},
+		Poll:     poll.DefaultConfig(),
+		Snapshot: defaultSnapshot(),
 	}
 }
 
@@ -176,6 +187,9 @@ func (c *Config) Validate() error {
 	case "refuse", "accept":
 	default:
 		errs = append(errs, fmt.Errorf("messages: nontransactional %q: use refuse or accept", c.Messages.NonTransactional))
+	}
+	if err := c.validateSources(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

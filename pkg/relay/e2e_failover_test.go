@@ -137,7 +137,10 @@ func failover(t *testing.T, env *testenv.Env, withFailover bool) {
 	written := func() int { mu.Lock(); defer mu.Unlock(); return w.Events() }
 	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) { return written() >= 100, "writer" })
 	if withFailover {
-		testenv.Eventually(t, time.Minute, 100*time.Millisecond, func() (bool, string) { return slotOn(pair.StandbyPort, true) })
+		// The standby persists its copy once it has caught up with the
+		// slot, which its sync worker checks every few seconds at first
+		// and less often later: up to a minute or more here.
+		testenv.Eventually(t, 3*time.Minute, 100*time.Millisecond, func() (bool, string) { return slotOn(pair.StandbyPort, true) })
 	}
 	pair.KillPrimary(t)
 	pair.Promote(t)

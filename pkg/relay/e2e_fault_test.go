@@ -2,10 +2,21 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
@@ -212,4 +223,392 @@ func TestDatabaseFastShutdownIsNotHeldUpByTheRelay(t *testing.T) {
 	}
 	waitAll(t, c, w2, 2*time.Minute)
 	p.terminate(t, 60*time.Second)
+}
+
+// logLines returns the lines of the process's log that contain substr.
+func (p *process) logLines(t testing.TB, substr string) []string {
+	t.Helper()
+	data, err := os.ReadFile(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// waitLog waits until the process has logged a line containing substr and
+// returns the first such line.
+func (p *process) waitLog(t testing.TB, substr string, timeout time.Duration) string {
+	t.Helper()
+	var line string
+	testenv.Eventually(t, timeout, 20*time.Millisecond, func() (bool, string) {
+		if l := p.logLines(t, substr); len(l) > 0 {
+			line = l[0]
+			return true, ""
+		}
+		return false, fmt.Sprintf("no log line with %q in %s", substr, p.log)
+	})
+	return line
+}
+
+// metricsAddr is the address the process serves /readyz on (it was started
+// with PGOUTBOX_METRICS_LISTEN=127.0.0.1:0).
+func (p *process) metricsAddr(t testing.TB) string {
+	t.Helper()
+	var rec struct {
+		Addr string `json:"addr"`
+	}
+	line := p.waitLog(t, `"msg":"serving /metrics`, 30*time.Second)
+	if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Addr == "" {
+		t.Fatalf("no address in %s (%v)", line, err)
+	}
+	return rec.Addr
+}
+
+// readyz asks the process's /readyz.
+func readyz(t testing.TB, addr string) (code int, body string) {
+	t.Helper()
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatalf("GET /readyz: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET /readyz: %v", err)
+	}
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// withOptions returns the URL dsn with PostgreSQL settings for the session
+// (libpq's options, e.g. "-c wal_sender_timeout=5s"): a replication
+// connection made with it runs its walsender with them.
+func withOptions(t testing.TB, dsn, options string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("options", options)
+	// pgconn does not read "+" in a query as a space.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
+}
+
+// replicationConn opens a replication=database connection as the relay does
+// (pgconn's parse of the DSN, plus replication=database and an application
+// name).
+func replicationConn(t testing.TB, dsn, applicationName string) *pgconn.PgConn {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = applicationName
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("replication connection: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// walSenderTimeout is the wal_sender_timeout a walsender started with dsn
+// runs with.
+func walSenderTimeout(t testing.TB, dsn string) time.Duration {
+	t.Helper()
+	conn := replicationConn(t, dsn, "pgoutbox-test-show")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := conn.Exec(ctx, "SHOW wal_sender_timeout").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
+		t.Fatalf("SHOW wal_sender_timeout on a replication connection: %v %v", res, err)
+	}
+	text := string(res[0].Rows[0][0])
+	// SHOW prints the largest unit that divides the value: 5s, 1min, 500ms.
+	d, err := time.ParseDuration(strings.Replace(strings.Replace(text, "min", "m", 1), "d", "h", 1))
+	if err != nil {
+		t.Fatalf("wal_sender_timeout %q: %v", text, err)
+	}
+	if strings.HasSuffix(text, "d") {
+		d *= 24
+	}
+	return d
+}
+
+// probeName is the application name of startSilentClient's walsender.
+const probeName = "pgoutbox-silent-probe"
+
+// startSilentClient starts a replication client that never answers, on a
+// slot of its own in f's database: its walsender must end with "replication
+// timeout" after wal_sender_timeout, which shows that the test can see
+// such an end in the server's log.
+func startSilentClient(t testing.TB, f *fixture, dsn string) {
+	t.Helper()
+	slot := strings.ToLower(testenv.UniqueName(t, "probe"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		t.Fatal(err)
+	}
+	conn := replicationConn(t, dsn, probeName)
+	err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication, PluginArgs: []string{"proto_version '1'", "publication_names '" + f.pub + "'"}})
+	if err != nil {
+		t.Fatalf("start the silent replication client: %v", err)
+	}
+}
+
+// frozenKafka is a relay streaming the fixture's first topic while Kafka
+// is paused and its other topics are new to the session.
+type frozenKafka struct {
+	r      *faultRun
+	log    testenv.PGLog
+	dsn    string // the relay's DSN (with the walsender's timeout)
+	wst    time.Duration
+	addr   string // /readyz
+	first  *outboxtest.Writer
+	others *outboxtest.Writer
+	paused time.Time
+}
+
+// freezeKafka starts the relay with a DSN that gives its walsender
+// wal_sender_timeout wst (0: the server's, which the test checks is
+// 60 s), delivers events of the first topic only, starts a silent
+// replication client, pauses Kafka and writes events of every topic.
+func freezeKafka(t *testing.T, env *testenv.Env, wst time.Duration, environ ...string) *frozenKafka {
+	t.Helper()
+	r := prepareFaultRun(t, env)
+	fk := &frozenKafka{r: r, log: env.MarkPGLog(t), dsn: r.f.dsn, wst: wst}
+	if wst > 0 {
+		fk.dsn = withOptions(t, r.f.dsn, fmt.Sprintf("-c wal_sender_timeout=%dms", wst.Milliseconds()))
+	} else {
+		fk.wst = time.Minute
+	}
+	if got := walSenderTimeout(t, fk.dsn); got != fk.wst {
+		t.Fatalf("a walsender of the relay's DSN runs with wal_sender_timeout %s, want %s", got, fk.wst)
+	}
+	r.environ = append(r.environ, "PGOUTBOX_POSTGRES_DSN="+fk.dsn, "PGOUTBOX_METRICS_LISTEN=127.0.0.1:0",
+		"PGOUTBOX_METRICS_READY_STALE_AFTER=2s")
+	r.environ = append(r.environ, environ...)
+	r.restart()
+	fk.addr = r.p.metricsAddr(t)
+
+	// Events of the first topic only, delivered: the session knows that
+	// topic and no other.
+	first, others := r.f.shape, r.f.shape
+	first.AggregateTypes = first.AggregateTypes[:1]
+	others.AggregateTypes = others.AggregateTypes[1:]
+	fk.first = outboxtest.NewWriter(r.f.conn, "outbox", first, 21)
+	fk.others = outboxtest.NewWriter(r.f.conn, "outbox", others, 22)
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		if err := fk.first.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, r.c, fk.first, time.Minute)
+
+	startSilentClient(t, r.f, fk.dsn)
+	env.KafkaPause(t)
+	fk.paused = time.Now()
+	// Records for topics the session has not seen, and for the one it has.
+	for i := 0; i < 10; i++ {
+		if err := fk.others.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fk.first.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fk
+}
+
+// hold keeps writing (a transaction of each writer every 200 ms) until
+// Kafka has been paused for d, checking /readyz: it must turn 503, naming
+// Kafka, once the confirmed position has stood still for
+// metrics.ready.stale.after (2 s).
+func (fk *frozenKafka) hold(t *testing.T, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	tick := time.NewTicker(200 * time.Millisecond) // a write rate, not synchronisation
+	defer tick.Stop()
+	var code int
+	var body string
+	for i := 0; time.Since(fk.paused) < d && i < 10_000; i++ {
+		<-tick.C
+		if err := fk.others.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fk.first.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fk.r.peakRSS = max(fk.r.peakRSS, fk.r.p.peakRSS())
+		if code != http.StatusServiceUnavailable {
+			code, body = readyz(t, fk.addr)
+		}
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(strings.ToLower(body), "kafka") {
+		t.Fatalf("/readyz with Kafka paused for %s: %d %q, want 503 naming Kafka", d.Round(time.Second), code, body)
+	}
+	t.Logf("/readyz with Kafka paused: %d %s", code, body)
+}
+
+// checkWalsenders checks the server's log since the test began: the
+// relay's walsender was never ended for a replication timeout, and the
+// silent client's was (so the check can see one).
+func (fk *frozenKafka) checkWalsenders(t *testing.T) {
+	t.Helper()
+	db := "@" + databaseOf(t, fk.r.f.dsn) + " "
+	testenv.Eventually(t, fk.wst+30*time.Second, 200*time.Millisecond, func() (bool, string) {
+		n := len(fk.log.Lines(t, db+probeName+":", "replication timeout"))
+		return n > 0, fmt.Sprintf("the silent client's walsender (wal_sender_timeout %s) did not end with a replication timeout in the server's log", fk.wst)
+	})
+	if lines := fk.log.Lines(t, db+"pgoutbox:", "timeout"); len(lines) > 0 {
+		t.Fatalf("the relay's walsender timed out with Kafka paused:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+func databaseOf(t testing.TB, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// finish waits for every event after Kafka is back, stops the relay and
+// checks what arrived; duplicates must be explained by the sessions the
+// logs show.
+func (fk *frozenKafka) finish(t *testing.T) outboxtest.Report {
+	t.Helper()
+	r := fk.r
+	waitAll(t, r.c, fk.first, 5*time.Minute)
+	waitAll(t, r.c, fk.others, 5*time.Minute)
+	r.peakRSS = max(r.peakRSS, r.p.peakRSS())
+	r.p.terminate(t, time.Minute)
+	// The writers' topics are disjoint, so their sequences never meet in
+	// one key's order.
+	committed := append(slices.Clone(fk.first.Committed), fk.others.Committed...)
+	rolledBack := maps.Clone(fk.first.RolledBack)
+	maps.Copy(rolledBack, fk.others.RolledBack)
+	rep := outboxtest.Check(committed, rolledBack, delivered(drain(t, r.c, r.f)), sessionStarts(t, r.logs...))
+	report(t, rep, time.Since(r.start), r.peakRSS)
+	if !rep.OK() {
+		t.Fatalf("%s", rep)
+	}
+	return rep
+}
+
+// TestKafkaFrozen freezes the broker (SIGSTOP: connections stay open, no
+// request is answered) while the relay has records in flight, including
+// records for topics it has not seen in the session, which it must check
+// off its loop. The relay must keep answering PostgreSQL (its walsender is
+// never ended for a replication timeout, while a silent client's is),
+// report Kafka in /readyz, and stop within relay.shutdown.timeout when told
+// to. The fast form gives the relay's walsender wal_sender_timeout=5s
+// through the DSN's options and pauses Kafka 15 s; the full form keeps
+// the server's 60 s and pauses it 90 s and 2 minutes.
+func TestKafkaFrozen(t *testing.T) {
+	wst := pick(5*time.Second, 0)
+	t.Run("kafka-frozen-new-topics", func(t *testing.T) {
+		env := testenv.RequireExclusive(t)
+		fk := freezeKafka(t, env, wst)
+		fk.hold(t, pick(15*time.Second, 90*time.Second))
+		env.KafkaResume(t)
+		fk.checkWalsenders(t)
+		rep := fk.finish(t)
+		if n := len(fk.r.p.logLines(t, `"msg":"replication started"`)); n != 1 || rep.Duplicates != 0 {
+			t.Fatalf("%d sessions and %d duplicates: the session did not ride out the pause", n, rep.Duplicates)
+		}
+	})
+
+	t.Run("kafka-frozen-sigterm", func(t *testing.T) {
+		env := testenv.RequireExclusive(t)
+		const shutdown = 5 * time.Second
+		fk := freezeKafka(t, env, wst, "PGOUTBOX_RELAY_SHUTDOWN_TIMEOUT=5s")
+		fk.hold(t, pick(3*wst, 2*time.Minute))
+		fk.checkWalsenders(t)
+		if err := fk.r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		code := fk.r.p.wait(t, time.Minute)
+		took := time.Since(sent)
+		t.Logf("SIGTERM with Kafka paused: exit %d after %s", code, took.Round(time.Millisecond))
+		if code != 0 || took > shutdown+2*time.Second {
+			t.Fatalf("SIGTERM with Kafka paused: exit %d after %s, want 0 within relay.shutdown.timeout (%s) + 2 s", code, took, shutdown)
+		}
+		fk.r.p.waitLog(t, "stopping with events not confirmed to PostgreSQL", time.Second)
+		env.KafkaResume(t)
+		fk.r.restart()
+		fk.finish(t)
+	})
+
+	t.Run("kafka-frozen-second-sigterm", func(t *testing.T) {
+		env := testenv.RequireExclusive(t)
+		// A budget far longer than the test waits: only the second
+		// signal can end the stop in time.
+		fk := freezeKafka(t, env, wst, "PGOUTBOX_RELAY_SHUTDOWN_TIMEOUT=2m")
+		fk.hold(t, 3*time.Second)
+		p := fk.r.p
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		p.waitLog(t, "stopping at the next transaction boundary", 10*time.Second)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		code := p.wait(t, 3*time.Minute)
+		took := time.Since(sent)
+		t.Logf("second SIGTERM with Kafka paused: exit %d after %s", code, took.Round(time.Millisecond))
+		if took > 5*time.Second {
+			t.Fatalf("the second SIGTERM took %s to stop the relay, want at once (under 5 s)", took)
+		}
+		line := p.waitLog(t, "stopping with events not confirmed to PostgreSQL", time.Second)
+		var rec struct {
+			InFlight int    `json:"records_in_flight"`
+			Forced   bool   `json:"forced"`
+			Lsn      string `json:"confirmed_lsn"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.InFlight == 0 || !rec.Forced || rec.Lsn == "" {
+			t.Fatalf("the forced stop's log line does not say what was not confirmed (%v): %s", err, line)
+		}
+		env.KafkaResume(t)
+		fk.r.restart()
+		fk.finish(t)
+	})
+}
+
+// TestSIGHUPStopsCleanlyAndARestartRepeatsNothing: SIGHUP is a clean stop
+// like SIGTERM (a terminal that goes away must not kill the relay half-way):
+// exit 0 at a transaction boundary with everything delivered confirmed, so
+// that the next start repeats nothing.
+func TestSIGHUPStopsCleanlyAndARestartRepeatsNothing(t *testing.T) {
+	env := testenv.Require(t)
+	r := newFaultRun(t, env, 17, 2*time.Millisecond)
+	r.progress(1000)
+	if err := r.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("SIGHUP: exit code %d, want 0", code)
+	}
+	r.p.waitLog(t, "pgoutbox stopped", time.Second)
+	r.restart()
+	if rep := r.finish(); rep.Duplicates != 0 {
+		t.Fatalf("a restart after SIGHUP repeated %d records", rep.Duplicates)
+	}
 }

@@ -53,7 +53,8 @@ func report(t *testing.T, rep outboxtest.Report, wall time.Duration, peakRSS int
 		return
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "| %s | %d | %d | %d | %d | %d | %s | %d MB |\n", strings.TrimPrefix(t.Name(), "TestFaults/"),
+	_, name, _ := strings.Cut(t.Name(), "/") // the scenario, without its group
+	fmt.Fprintf(f, "| %s | %d | %d | %d | %d | %d | %s | %d MB |\n", name,
 		rep.Written, rep.Verified, len(rep.Missing), len(rep.OutOfOrder), rep.Duplicates, wall.Round(time.Second), peakRSS>>20)
 }
 
@@ -135,20 +136,33 @@ type faultRun struct {
 	logs    []string
 	start   time.Time
 	peakRSS int64
+	// environ is added to the binary's environment (later entries win).
+	environ []string
 }
 
 func newFaultRun(t *testing.T, env *testenv.Env, seed uint64, every time.Duration) *faultRun {
-	f := newFixture(t, env, 3)
-	r := &faultRun{t: t, f: f, c: env.NewConsumer(t, f.topics), start: time.Now()}
+	r := prepareFaultRun(t, env)
 	r.restart()
-	r.sw = startSteadyWriter(f, seed, every, 1_000_000)
+	r.startWriter(seed, every)
 	return r
+}
+
+// prepareFaultRun makes the fixture and the consumer; the scenario starts
+// the relay (restart) and the writer (startWriter).
+func prepareFaultRun(t *testing.T, env *testenv.Env) *faultRun {
+	f := newFixture(t, env, 3)
+	return &faultRun{t: t, f: f, c: env.NewConsumer(t, f.topics), start: time.Now()}
+}
+
+func (r *faultRun) startWriter(seed uint64, every time.Duration) {
+	r.sw = startSteadyWriter(r.f, seed, every, 1_000_000)
 }
 
 // restart starts a new relay process.
 func (r *faultRun) restart() {
-	r.p = startBinary(r.t, r.f, fmt.Sprintf("pgoutbox-%d.log", len(r.logs)))
+	r.p = startBinaryWith(r.t, r.f, fmt.Sprintf("pgoutbox-%d.log", len(r.logs)), r.environ...)
 	r.logs = append(r.logs, r.p.log)
+	r.f.waitStreaming(r.t)
 }
 
 // progress waits until n more records were delivered.

@@ -67,39 +67,79 @@ func (b *liveBackend) Open(ctx context.Context, cfg replication.Config, start ch
 // does not answer; a producer that arrives after its caller gave up is
 // closed.
 func (b *liveBackend) NewProducer(ctx context.Context, cfg kafka.Config) (producer, error) {
+	return startProducer(b, ctx, func() (*kafka.Producer, error) { return kafka.New(ctx, cfg, b.log) })
+}
+
+// NewTxnProducer is NewProducer for exactly-once mode.
+func (b *liveBackend) NewTxnProducer(ctx context.Context, cfg kafka.Config, id kafka.SlotIdentity) (txnProducer, error) {
+	return startProducer(b, ctx, func() (*kafka.TxnProducer, error) { return kafka.NewTransactional(ctx, cfg, id, b.log) })
+}
+
+func (b *liveBackend) EnsureOffsetsTopic(ctx context.Context, cfg kafka.Config) error {
+	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout+cfg.ReadTimeout)
+	defer cancel()
+	return kafka.EnsureOffsetsTopic(cctx, cfg)
+}
+
+// startProducer runs start on a goroutine of its own, so that a stop is
+// honoured at once even while sarama retries against a cluster that does
+// not answer; a producer that arrives after its caller gave up is closed.
+func startProducer[P interface {
+	comparable
+	Close(context.Context) error
+}](b *liveBackend, ctx context.Context, start func() (P, error)) (P, error) {
 	type made struct {
-		p   *kafka.Producer
+		p   P
 		err error
 	}
+	var zero P
 	ch := make(chan made, 1)
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		p, err := kafka.New(ctx, cfg, b.log)
+		p, err := start()
 		ch <- made{p, err}
 	}()
 	select {
 	case m := <-ch:
 		if m.err != nil {
-			return nil, m.err
+			return zero, m.err
 		}
 		return m.p, nil
 	case <-ctx.Done():
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			if m := <-ch; m.p != nil {
+			if m := <-ch; m.p != zero {
 				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				_ = m.p.Close(cctx)
 				cancel()
 			}
 		}()
-		return nil, context.Cause(ctx)
+		return zero, context.Cause(ctx)
 	}
 }
 
+// CheckTopics asks Kafka on a goroutine of its own, so that a stop is
+// honoured at once even while a broker does not answer.
 func (b *liveBackend) CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error) {
-	return kafka.CheckTopics(ctx, cfg, topics)
+	type answer struct {
+		st  []kafka.TopicState
+		err error
+	}
+	ch := make(chan answer, 1)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		st, err := kafka.CheckTopics(ctx, cfg, topics)
+		ch <- answer{st, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.st, a.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }
 
 // wait waits, until ctx ends, for the goroutines the backend started.
@@ -119,8 +159,8 @@ const topicCheckRetry = 500 * time.Millisecond
 
 func (b *liveBackend) StartTopicChecker(cfg kafka.Config, wake func()) topicChecker {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &liveTopicChecker{cfg: cfg, wake: wake, cancel: cancel, kick: make(chan struct{}, 1),
-		results: make(chan topicResult, 64), pending: map[string]time.Time{}}
+	c := &liveTopicChecker{cfg: cfg, wake: wake, cancel: cancel, kick: make(chan struct{}, 1), log: b.log,
+		results: make(chan topicResult, 64), pending: map[string]time.Time{}, asked: map[string]time.Time{}}
 	b.wg.Add(1)
 	c.wg.Add(1)
 	go func() {
@@ -141,14 +181,24 @@ type liveTopicChecker struct {
 	kick    chan struct{}
 	results chan topicResult
 
+	log *zap.Logger
+
 	mu      sync.Mutex
 	pending map[string]time.Time // topic → when a "missing" answer is final
+	// asked: topic → when it was first asked about, for the warning
+	// about a check that does not end (no leader, no broker answering).
+	asked map[string]time.Time
 }
+
+// topicCheckWarnAfter is how long a topic check may go on before it is
+// logged: its records wait meanwhile, counted as in flight.
+const topicCheckWarnAfter = 30 * time.Second
 
 func (c *liveTopicChecker) Request(topic string, missingFor time.Duration) {
 	c.mu.Lock()
 	if _, ok := c.pending[topic]; !ok {
 		c.pending[topic] = time.Now().Add(missingFor)
+		c.asked[topic] = time.Now()
 	}
 	c.mu.Unlock()
 	select {
@@ -159,9 +209,20 @@ func (c *liveTopicChecker) Request(topic string, missingFor time.Duration) {
 
 func (c *liveTopicChecker) Results() <-chan topicResult { return c.results }
 
+// Stop ends the checks. A request to a broker that does not answer cannot
+// be cut short (sarama closes a broker connection only between requests):
+// Stop waits a second for it and then leaves it to end by its read timeout;
+// Run waits for it, bounded, before it returns.
 func (c *liveTopicChecker) Stop() {
 	c.cancel()
-	c.wg.Wait()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func (c *liveTopicChecker) run(ctx context.Context) {
@@ -194,6 +255,7 @@ func (c *liveTopicChecker) run(ctx context.Context) {
 		}
 		again := err != nil
 		now := time.Now()
+		c.warnSlow(now, topics, err, states)
 		for _, s := range states {
 			c.mu.Lock()
 			giveUp, ok := c.pending[s.Topic]
@@ -207,6 +269,7 @@ func (c *liveTopicChecker) run(ctx context.Context) {
 				continue
 			}
 			delete(c.pending, s.Topic)
+			delete(c.asked, s.Topic)
 			c.mu.Unlock()
 			select {
 			case c.results <- topicResult{Topic: s.Topic, State: s}:
@@ -218,6 +281,28 @@ func (c *liveTopicChecker) run(ctx context.Context) {
 		if again {
 			retry.Reset(topicCheckRetry)
 		}
+	}
+}
+
+// warnSlow logs, once per topic, a check that has gone on for
+// topicCheckWarnAfter.
+func (c *liveTopicChecker) warnSlow(now time.Time, topics []string, err error, states []kafka.TopicState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range topics {
+		since, ok := c.asked[t]
+		if !ok || since.IsZero() || now.Sub(since) < topicCheckWarnAfter {
+			continue
+		}
+		c.asked[t] = time.Time{} // warned
+		why := err
+		for _, s := range states {
+			if s.Topic == t && s.Err != nil {
+				why = s.Err
+			}
+		}
+		c.log.Warn("the topic check does not end: the topic's records wait (counted as in flight)",
+			zap.String("topic", t), zap.Duration("for", now.Sub(since).Round(time.Second)), zap.NamedError("last_error", why))
 	}
 }
 
@@ -288,7 +373,9 @@ func (w *liveWatcher) Stop(ctx context.Context) {
 		w.record(ctx, true)
 	}
 	if w.conn != nil {
-		_ = w.conn.Close(context.WithoutCancel(ctx))
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = w.conn.Close(cctx)
+		cancel()
 	}
 }
 
@@ -322,20 +409,31 @@ func (w *liveWatcher) run(ctx context.Context) {
 func (w *liveWatcher) check(ctx context.Context) catalogResult {
 	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
-	if w.conn == nil {
-		conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
-		if err != nil {
-			return catalogResult{Err: err, ShuttingDown: replication.IsShuttingDown(err)}
+	var res catalogResult
+	// A connection that was ended (a shutdown, pg_terminate_backend) is
+	// replaced at once, once: a server that shuts down refuses the new one.
+	for try := 0; try < 2; try++ {
+		if w.conn == nil {
+			conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
+			if err != nil {
+				return catalogResult{Err: err, ShuttingDown: replication.IsShuttingDown(err)}
+			}
+			w.conn = conn
 		}
-		w.conn = conn
-	}
-	cat, err := replication.ReadCatalog(cctx, w.conn, w.cfg)
-	if err != nil {
-		_ = w.conn.Close(context.WithoutCancel(ctx))
+		cat, err := replication.ReadCatalog(cctx, w.conn, w.cfg)
+		if err == nil {
+			return catalogResult{Catalog: cat}
+		}
+		cc, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = w.conn.Close(cc)
+		ccancel()
 		w.conn = nil
-		return catalogResult{Err: err, ShuttingDown: replication.IsShuttingDown(err)}
+		res = catalogResult{Err: err}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return catalogResult{Catalog: cat}
+	return res
 }
 
 // record writes the confirmed position to the state table when due (or,

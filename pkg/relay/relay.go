@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -47,6 +48,12 @@ type Relay struct {
 	// one per produce request: the broker refused a batch as too large,
 	// and only a record refused on its own is poison.
 	singleUntil checkpoint.LSN
+	// Exactly-once mode: whether the offsets topic is known to exist; the
+	// records Kafka refused, which sessions from then on dead-letter; the
+	// transaction that did not fit in kafka.transaction.timeout once.
+	offsetsReady bool
+	poisoned     map[poisonKey]string
+	tooLong      checkpoint.LSN
 }
 
 // history is what Run remembers between sessions: whether the slot was seen,
@@ -57,6 +64,17 @@ type history struct {
 	slotSeen       bool
 	lastConfirmed  checkpoint.LSN
 	sessionStarted time.Time
+	// othersHeld: another connection held the slot since this process
+	// last streamed from it, so its position may have moved on
+	// legitimately (the slot stays known: a slot that vanishes later is
+	// still not recreated).
+	othersHeld bool
+}
+
+// slotBusy notes that another connection holds the slot.
+func (h *history) slotBusy() {
+	h.lastConfirmed = 0
+	h.othersHeld = true
 }
 
 // Observer receives what the relay does, for metrics, health and tests.
@@ -151,7 +169,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
-		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout)}
+		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)
@@ -234,12 +252,25 @@ func (r *Relay) Run(ctx context.Context) error {
 			cancel()
 		}
 	}()
+	// The poll source (relay.source: poll) has a loop of its own: poll.go.
+	if r.cfg.Relay.Source == SourcePoll {
+		return r.runPoll(ctx)
+	}
+	// snapshot.mode: initial publishes the tables' rows before the slot
+	// streams, when it creates the slot: snapshot.go.
+	if r.cfg.Snapshot.Mode == SnapshotInitial {
+		if err := r.runSnapshot(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
 	backoff := r.cfg.Relay.RestartBackoff
 	streamed := false
 	for {
 		started := r.clock.Now()
 		ran, err := r.session(ctx)
-		streamed = streamed || ran
+		// A standby has found the servers and its slot (busy): from then on
+		// a failure is retried as after streaming, not a start-up error.
+		streamed = streamed || ran || errors.Is(err, replication.ErrSlotInUse)
 		if errors.Is(err, errStopped) || (err == nil && ctx.Err() != nil) {
 			return nil
 		}
@@ -310,14 +341,10 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		// Another instance owns the slot, and may advance it: when this
 		// one takes over, the slot's position is legitimately ahead. No
 		// producer is built for a slot that is busy.
-		r.history = history{}
+		r.history.slotBusy()
 		return false, fmt.Errorf("%w: slot %q (walsender PID %d)", replication.ErrSlotInUse, pcfg.Slot, slot.ActivePID)
 	}
 	if err := r.checkHistory(start); err != nil {
-		return false, err
-	}
-	sessionStart := r.clock.Now()
-	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.instance, sessionStart)); err != nil {
 		return false, err
 	}
 
@@ -327,7 +354,14 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords + 1
 	kcfg.SingleRecordBatches = r.singleUntil > 0
-	prod, err := r.be.NewProducer(ctx, kcfg)
+	var prod producer
+	var txn txnProducer
+	if kcfg.ExactlyOnce {
+		txn, err = r.startTransactional(ctx, &kcfg, start)
+		prod = txn
+	} else {
+		prod, err = r.be.NewProducer(ctx, kcfg)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -335,11 +369,21 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if err != nil {
 		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
 		if errors.Is(err, replication.ErrSlotInUse) {
-			r.history = history{}
+			r.history.slotBusy()
 		}
 		return false, err
 	}
-	r.history.slotSeen = true
+	// Recorded once this instance holds the slot, and before it confirms
+	// anything: another instance that finds the slot moved on knows who did.
+	sessionStart := r.clock.Now()
+	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.instance, sessionStart)); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = st.Close(cctx)
+		cancel()
+		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+		return false, err
+	}
+	r.history.slotSeen, r.history.othersHeld = true, false
 	r.history.lastConfirmed = max(r.history.lastConfirmed, slot.ConfirmedFlushLSN)
 	r.history.sessionStarted = sessionStart
 	if r.singleUntil > 0 {
@@ -347,9 +391,20 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 			zap.Stringer("until", r.singleUntil))
 	}
 	s := newSession(r, ctx, start, st, prod)
+	if txn != nil {
+		stored, _ := txn.Stored()
+		s.startEOS(txn, checkpoint.LSN(stored))
+	}
 	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
 	err = s.loop()
 	s.finish(err)
+	var fe *FatalError
+	if !errors.As(err, &fe) {
+		if ferr := s.eos.fencedAfter(); ferr != nil {
+			s.log.Error("Kafka refused this instance's transactional producer after the session ended", zap.NamedError("session_end", err), zap.Error(ferr))
+			err = ferr
+		}
+	}
 	if errors.Is(err, errStopped) || errors.Is(err, errNewProducer) {
 		r.obs.SessionEnded(nil)
 	} else {
@@ -393,14 +448,14 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		r.log.Warn("PostgreSQL changed timeline since pgoutbox last recorded the slot (a promotion or a restore)",
 			zap.Int32("recorded_timeline", start.State.Timeline), zap.Int32("timeline", start.Identity.Timeline))
 	}
-	if !r.history.slotSeen || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {
+	if !r.history.slotSeen || r.history.othersHeld || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {
 		return nil
 	}
 	if start.HadState && start.State.Instance != "" && start.State.Instance != r.instance &&
 		start.State.SessionStartedAt.After(r.history.sessionStarted) {
 		r.log.Info("another pgoutbox instance took the slot over while this one was disconnected, and moved it on; continuing from its position",
 			zap.String("slot", pcfg.Slot), zap.String("instance", start.State.Instance), zap.Stringer("confirmed_lsn", slot.ConfirmedFlushLSN))
-		r.history = history{}
+		r.history.slotBusy()
 		return nil
 	}
 	return &FatalError{Err: fmt.Errorf("relay: slot %q is at %s, past %s, the furthest pgoutbox confirmed, and no other pgoutbox instance recorded a session on it: it was advanced, or dropped and recreated, by someone else, and the events in between were skipped; investigate before restarting", pcfg.Slot, slot.ConfirmedFlushLSN, r.history.lastConfirmed)}
@@ -459,7 +514,7 @@ func sessionState(start replication.Start, publication, instance string, now tim
 // with the new session's resends and break per-key order: so it waits as
 // long as sarama takes, unless a stop is requested; from then on it waits
 // until deadline at most, after which sarama's connections are closed under
-// it.
+// it. A stop at once (the second signal) closes them at once.
 func (r *Relay) closeProducer(ctx context.Context, p producer, deadline time.Time) {
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -469,15 +524,24 @@ func (r *Relay) closeProducer(ctx context.Context, p producer, deadline time.Tim
 	if ctx.Err() != nil {
 		budget = deadline.Sub(r.clock.Now())
 	}
+	// Closing gives up the moment sarama's Close is given, less the time
+	// Close then needs to close the connections under it.
+	budget -= kafka.CloseGrace
 	var mu sync.Mutex
 	var t *time.Timer
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		t = time.AfterFunc(budget, cancel)
+		t = time.AfterFunc(max(budget, 0), cancel)
 	})
+	// A second signal: at once.
+	stopForce := func() bool { return false }
+	if r.force != nil {
+		stopForce = context.AfterFunc(forceContext{context.Background(), r.force}, cancel)
+	}
 	r.logClose(p.Close(cctx))
 	stop()
+	stopForce()
 	mu.Lock()
 	if t != nil {
 		t.Stop()

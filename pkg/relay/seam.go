@@ -99,6 +99,13 @@ type backend interface {
 	RecordSession(ctx context.Context, cfg replication.Config, st replication.State) error
 	Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error)
 	NewProducer(ctx context.Context, cfg kafka.Config) (producer, error)
+	// NewTxnProducer starts exactly-once mode's producer for the slot: it
+	// fences earlier producers of cfg.TransactionalID, then reads the
+	// position Kafka committed for the slot.
+	NewTxnProducer(ctx context.Context, cfg kafka.Config, id kafka.SlotIdentity) (txnProducer, error)
+	// EnsureOffsetsTopic creates exactly-once mode's offsets topic if it
+	// does not exist.
+	EnsureOffsetsTopic(ctx context.Context, cfg kafka.Config) error
 	// CheckTopics asks Kafka about topics (start-up checks).
 	CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error)
 	// StartTopicChecker and StartCatalogWatcher start the session's

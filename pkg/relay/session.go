@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,10 +39,12 @@ type session struct {
 	log   *zap.Logger
 	clock clock
 	ctx   context.Context // Run's: ends at the first stop request
-	st    stream
-	prod  producer
-	tr    *checkpoint.Tracker
-	start replication.Start
+	// recvCtx is Receive's: it ends only with a stop at once.
+	recvCtx context.Context
+	st      stream
+	prod    producer
+	tr      *checkpoint.Tracker
+	start   replication.Start
 
 	topics  *topicGate
 	watcher catalogWatcher
@@ -87,8 +90,10 @@ type session struct {
 	// latest is the catalog of the last check that passed.
 	latest replication.Catalog
 
-	// pendingRel is a relation the loop waits for the catalog to classify.
+	// pendingRel is a relation the loop waits for the catalog to classify,
+	// with a check made at or after pendingAt.
 	pendingRel *replication.Relation
+	pendingAt  checkpoint.LSN
 	pendingBy  time.Time
 
 	// failures are acks the loop made itself (a topic that does not exist,
@@ -97,6 +102,17 @@ type session struct {
 
 	stopping bool
 	stopBy   time.Time // the end of the whole stop's budget
+	// ending: the final status is sent; the helpers' results no longer
+	// wake the stream (a Wake would cut EndStream's wait for the server).
+	ending atomic.Bool
+
+	// eos is exactly-once mode's part of the session (eos.go): Kafka
+	// transactions, the position Kafka committed. Nil in at-least-once
+	// mode, where each of its methods does nothing.
+	eos *eosSession
+	// localFailure: the failure being handled is one the loop made (it
+	// never reached Kafka).
+	localFailure bool
 
 	// Catch-up progress: the server's WAL position at the last catalog
 	// check, and the position and time of the last progress report.
@@ -132,9 +148,16 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		verified:      max(start.Catalog.CheckedAt, start.Slot.ConfirmedFlushLSN),
 		serverWAL:     start.Catalog.CheckedAt,
 	}
-	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, st.Wake))
-	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, st.Wake)
+	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
+	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, s.wake)
 	return s
+}
+
+// wake wakes the stream for a helper's result, unless the session ends.
+func (s *session) wake() {
+	if !s.ending.Load() {
+		s.st.Wake()
+	}
 }
 
 // loop reads WAL and acks until the context is cancelled (at a transaction
@@ -143,8 +166,11 @@ func (s *session) loop() error {
 	lim := s.r.cfg.Relay
 	interval := s.r.cfg.Postgres.StatusInterval
 	// A stop request wakes a Receive that waits for data, so that an idle
-	// relay stops at once.
+	// relay stops at once. The context Receive is given is made once: the
+	// stream watches each new one (a context.AfterFunc), which per message
+	// would cost allocations on the hot path.
 	defer context.AfterFunc(s.ctx, s.st.Wake)()
+	s.recvCtx = s.forceCtx()
 	s.nextStatus = s.clock.Now().Add(interval)
 	for {
 		if !s.stopping && s.ctx.Err() != nil {
@@ -158,12 +184,17 @@ func (s *session) loop() error {
 		if err := s.drain(); err != nil {
 			return err
 		}
+		if err := s.eos.checkAge(); err != nil {
+			return err
+		}
+		s.eos.step()
 		if s.stopping {
 			if !s.tr.Open() {
 				return errStopped
 			}
 			if !s.clock.Now().Before(s.drainBy()) {
-				return fmt.Errorf("relay: transaction still open %s after the stop request; stopping without confirming it", lim.ShutdownTimeout)
+				return fmt.Errorf("relay: transaction still open %s after the stop request (relay.shutdown.timeout %s, less the time kept for confirming and closing); stopping without confirming it",
+					s.clock.Now().Sub(s.stopBy.Add(-lim.ShutdownTimeout)).Round(time.Millisecond), lim.ShutdownTimeout)
 			}
 		}
 		if s.r.singleUntil > 0 && s.tr.Confirmed() >= s.r.singleUntil && !s.tr.Open() && s.tr.InFlight() == 0 {
@@ -194,12 +225,13 @@ func (s *session) loop() error {
 		}
 		if s.tr.InFlight() >= lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= lim.MaxInFlightBytes {
 			// Back-pressure: stop reading WAL, keep sending status updates.
+			s.eos.pressed()
 			if err := s.wait(s.waitDeadline()); err != nil {
 				return err
 			}
 			continue
 		}
-		ev, err := s.st.Receive(s.forceCtx(), s.waitDeadline())
+		ev, err := s.st.Receive(s.recvCtx, s.waitDeadline())
 		if err != nil {
 			if s.forced() {
 				return errForced
@@ -249,10 +281,14 @@ func (s *session) drainBy() time.Time {
 // waitDeadline is when the next wait or Receive must end: the next status
 // update, or the end of the stop's budget.
 func (s *session) waitDeadline() time.Time {
-	if s.stopping && s.drainBy().Before(s.nextStatus) {
-		return s.drainBy()
+	d := s.nextStatus
+	if s.stopping && s.drainBy().Before(d) {
+		d = s.drainBy()
 	}
-	return s.nextStatus
+	if t, ok := s.eos.due(); ok && t.Before(d) {
+		d = t
+	}
+	return d
 }
 
 // wait blocks until something arrives for the loop (an ack, a topic check,
@@ -270,6 +306,8 @@ func (s *session) wait(deadline time.Time) error {
 			return errors.New("relay: producer closed its acknowledgement channel")
 		}
 		return s.ack(a)
+	case res := <-s.eos.results():
+		return s.eos.result(res)
 	case res := <-s.topics.checker.Results():
 		s.topics.result(res)
 	case res := <-s.watcher.Results():
@@ -293,6 +331,11 @@ func (s *session) drain() error {
 				return err
 			}
 			continue
+		case res := <-s.eos.results():
+			if err := s.eos.result(res); err != nil {
+				return err
+			}
+			continue
 		case res := <-s.topics.checker.Results():
 			s.topics.result(res)
 			continue
@@ -308,16 +351,20 @@ func (s *session) drain() error {
 		}
 		a := s.failures[0]
 		s.failures = s.failures[1:]
-		if err := s.ack(a); err != nil {
+		s.localFailure = true
+		err := s.ack(a)
+		s.localFailure = false
+		if err != nil {
 			return err
 		}
 	}
 }
 
 // confirmable is the position the slot may be told: the tracker's, but not
-// past the last catalog check that passed.
+// past the last catalog check that passed (nor, in exactly-once mode, past
+// what Kafka committed).
 func (s *session) confirmable() checkpoint.LSN {
-	c := s.tr.Confirmed()
+	c := s.eos.cap(s.tr.Confirmed())
 	if !s.capLifted && c > s.verified {
 		c = max(s.verified, s.sentConfirmed)
 	}
@@ -392,13 +439,19 @@ func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
 	s.r.obs.Failed(a.Topic, a.Err)
 	lsn := s.commitLSN(id)
 	lim := s.r.cfg.Relay
-	if kafka.IsBatchTooLarge(a.Err) && s.r.singleUntil == 0 {
-		// The broker refused a whole batch; its records may each be
-		// small enough. Resend from the slot, one record per request,
-		// until past the last transaction sent so far.
+	if !s.localFailure {
+		if handled, err := s.eos.failedAck(a, lsn); handled {
+			s.tr.Fail(id)
+			return err
+		}
+	}
+	if kafka.IsBatchRefused(a.Err) && s.r.singleUntil == 0 {
+		// The broker refused a whole batch; its other records may be
+		// good. Resend from the slot, one record per request, until past
+		// the last transaction sent so far.
 		s.tr.Fail(id)
 		s.r.singleUntil = max(s.lastSent(), lsn)
-		s.log.Warn("Kafka refused a batch as too large (the topic's max.message.bytes is below kafka.max.message.bytes?); resending its records one at a time",
+		s.log.Warn("Kafka refused a whole batch for one of its records (too large for the topic, a timestamp out of its range, ...); resending them one at a time, so that only that record is poison",
 			zap.String("topic", a.Topic), zap.ByteString("event_id", a.EventID), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
 		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
 	}
@@ -534,8 +587,15 @@ func (s *session) reportProgress() {
 }
 
 func (s *session) handle(ev replication.Event) error {
+	if s.eos.skipping() {
+		return s.skipped(ev)
+	}
 	switch {
 	case ev.Begin != nil:
+		if s.eos.skip(ev.Begin.FinalLSN) {
+			s.eos.skipTxn()
+			return nil
+		}
 		id, err := s.tr.Begin()
 		if err != nil {
 			return fmt.Errorf("relay: BEGIN of xid %d at %s: %w", ev.Begin.XID, ev.Begin.FinalLSN, err)
@@ -555,6 +615,7 @@ func (s *session) handle(ev replication.Event) error {
 		if s.hasRecords {
 			s.eventCommit = ev.Commit.EndLSN
 		}
+		s.eos.ended(ev.Commit.EndLSN)
 		s.requestCheck()
 	case ev.Keepalive != nil:
 		k := ev.Keepalive
@@ -564,6 +625,7 @@ func (s *session) handle(ev replication.Event) error {
 		// Adopting the WAL end is safe only with nothing open or in flight;
 		// the tracker checks that. It keeps an idle outbox from pinning WAL.
 		s.tr.Idle(k.WALEnd)
+		s.eos.idle(s.tr.Confirmed())
 		s.requestCheck()
 		if k.ReplyRequested {
 			return s.status(true)
@@ -602,6 +664,9 @@ func (s *session) message(m *replication.Message) error {
 		if s.tr.Open() {
 			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
 		}
+		if s.eos.skipMessage(m.LSN) {
+			return nil
+		}
 		id, err := s.tr.Begin()
 		if err != nil {
 			return err
@@ -617,6 +682,7 @@ func (s *session) message(m *replication.Message) error {
 		if s.hasRecords {
 			s.eventCommit = m.LSN
 		}
+		s.eos.ended(m.LSN)
 		return nil
 	}
 	if !s.tr.Open() {
@@ -643,66 +709,70 @@ func (s *session) relation(rel *replication.Relation) {
 		return
 	}
 	// Perhaps a partition attached since the session started: ask the
-	// catalog, and read no more WAL until it answers.
-	s.pendingRel, s.pendingBy = rel, s.clock.Now().Add(relationWait)
+	// catalog, and read no more WAL until a check made after this
+	// transaction's commit answers (an older one may not know the
+	// partition yet).
+	s.pendingRel, s.pendingAt, s.pendingBy = rel, s.commit, s.clock.Now().Add(relationWait)
 	s.watcher.Check()
 }
 
 // classify says what rel is, by its OID, from cat. final says cat is the
-// last word (a fresh check): an OID it does not know is then another table.
+// last word (a check made after the relation's rows were written): an OID
+// it does not know is then another table.
 func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, final bool) (relClass, bool) {
 	if t, ok := cat.Root(rel.ID); ok {
 		return relClass{table: t}, true
 	}
+	// An outbox table that was dropped and created again while its rows
+	// were still to be read: its old OID, recorded when the new one was
+	// accepted (migrate --accept-catalog).
+	if t, ok := s.start.State.RetiredOIDs[rel.ID]; ok {
+		return relClass{table: t}, true
+	}
+	partitions := s.start.Catalog.Partitioned() && !s.start.Catalog.ViaRoot
 	if s.start.Catalog.AllTables {
 		// Every table of the database is published: only a partition of
 		// an outbox table (when partitions report under their own names)
 		// needs a look at the catalog.
-		if s.start.Catalog.ViaRoot || !s.start.Catalog.Partitioned() || final {
+		if !partitions || final {
 			return relClass{other: true}, true
 		}
 		return relClass{}, false
 	}
-	if !s.start.Catalog.Partitioned() || final {
-		return relClass{unexpected: fmt.Sprintf("table %s is in publication %q but is not an outbox table in postgres.table.include.list (nor a partition of one): add it there, or remove it from the publication (ALTER PUBLICATION ... DROP TABLE)",
-			rel.Table, s.r.cfg.Postgres.Publication)}, true
+	if !partitions || final {
+		why := fmt.Sprintf("table %s (OID %d) is in publication %q but is not an outbox table in postgres.table.include.list (nor a partition of one): add it there, or remove it from the publication (ALTER PUBLICATION ... DROP TABLE)",
+			rel.Table, rel.ID, s.r.cfg.Postgres.Publication)
+		if partitions {
+			why += "; if it was a partition of an outbox table, dropped since its rows were written, turn publish_via_partition_root on so that partitions report under their table's name"
+		}
+		return relClass{unexpected: why}, true
 	}
 	return relClass{}, false
 }
 
-// classifyPending classifies the pending relation with the latest catalog.
+// classifyPending classifies the pending relation with the latest catalog,
+// if that check was made after the relation's transaction committed;
+// otherwise it asks for another.
 func (s *session) classifyPending() {
-	rel := s.pendingRel
-	c, _ := s.classify(rel, &s.latest, true)
-	if !c.other && c.table == "" {
-		// Gone from the catalog (a partition dropped since its rows were
-		// written): when exactly one outbox table is partitioned, the
-		// publication carries nothing else, so it was a partition of it.
-		if t, ok := s.onlyPartitioned(); ok && !s.start.Catalog.AllTables {
-			s.log.Info("a relation the catalog no longer knows is taken as a partition of the only partitioned outbox table",
-				zap.String("relation", rel.Table), zap.Uint32("oid", rel.ID), zap.String("table", t))
-			c = relClass{table: t}
-		}
+	if s.latest.CheckedAt < s.pendingAt {
+		s.watcher.Check()
+		return
 	}
-	s.rels[rel] = c
+	c, _ := s.classify(s.pendingRel, &s.latest, true)
+	s.rels[s.pendingRel] = c
 	s.pendingRel = nil
 }
 
-func (s *session) onlyPartitioned() (string, bool) {
-	name, n := "", 0
-	for _, t := range s.start.Catalog.Tables {
-		if t.Kind == 'p' {
-			name, n = t.Name, n+1
-		}
-	}
-	return name, n == 1
-}
-
-// unclassified ends the wait for a relation the catalog did not classify.
+// unclassified ends the wait for a relation the catalog did not classify:
+// a session restart when the catalog could not be read, else fatal.
 func (s *session) unclassified() error {
 	rel := s.pendingRel
-	return &FatalError{Err: fmt.Errorf("relay: the stream carries table %s (OID %d), and no catalog check within %s said whether it is a partition of an outbox table; nothing at or after it was confirmed",
-		rel.Table, rel.ID, relationWait)}
+	err := fmt.Errorf("relay: the stream carries table %s (OID %d), and no catalog check within %s said whether it is a partition of an outbox table; nothing at or after it was confirmed",
+		rel.Table, rel.ID, relationWait)
+	if s.catalogFailed > 0 {
+		return err
+	}
+	return &FatalError{Err: err}
 }
 
 func (s *session) change(c *replication.Change) error {
@@ -762,6 +832,12 @@ func (s *session) route(row *router.Row, what string, chunk *replication.Chunk) 
 	}
 	s.hasRecords = true
 	s.r.obs.Routed(row.Table, s.rec.Topic)
+	if why, ok := s.eos.knownPoison(&s.rec); ok {
+		s.log.Warn("dead-lettering a record Kafka refused in an earlier session", zap.ByteString("event_id", s.rec.EventID),
+			zap.String("topic", s.rec.Topic), zap.Stringer("commit_lsn", s.commit), zap.String("reason", why))
+		s.deadLetter(s.cur, s.rec.Key, s.rec.Value, s.rec.EventID, why, row.Table, s.rec.Topic, s.commit, s.commitTime, chunk)
+		return nil
+	}
 	s.send(&s.rec, s.meta(&s.rec, chunk, s.cur, s.commitTime))
 	return nil
 }
@@ -797,6 +873,7 @@ func (s *session) meta(rec *router.Record, chunk *replication.Chunk, id checkpoi
 
 // send sends rec once its topic is known to exist (see topicGate).
 func (s *session) send(rec *router.Record, m kafka.Meta) {
+	s.eos.sent()
 	s.topics.send(rec, m)
 }
 
@@ -862,12 +939,14 @@ func (s *session) finish(cause error) {
 	var fatal *FatalError
 	isFatal := errors.As(cause, &fatal)
 	verify := !errors.Is(cause, replication.ErrCatalogChanged)
+	s.eos.end(cause)
 	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) || isFatal {
-		for (s.tr.InFlight() > 0 || (verify && s.tr.Confirmed() > s.verified && !s.capLifted)) && !s.tr.Failed() &&
+		for (s.tr.InFlight() > 0 || (verify && s.tr.Confirmed() > s.verified && !s.capLifted) || s.eos.pending()) && !s.tr.Failed() &&
 			s.clock.Now().Before(s.drainBy()) && !s.forced() {
 			if s.tr.InFlight() == 0 {
 				s.requestCheck()
 			}
+			s.eos.step()
 			if err := s.wait(s.waitDeadline()); err != nil {
 				s.log.Error("while draining acknowledgements", zap.Error(err))
 				break
@@ -890,12 +969,13 @@ func (s *session) finish(cause error) {
 		s.log.Warn("stopping with events not confirmed to PostgreSQL; they will be sent again on restart",
 			zap.Int("records_in_flight", n), zap.Int("transactions_pending", s.tr.Pending()),
 			zap.Stringer("confirmed_lsn", s.confirmable()), zap.Stringer("acknowledged_lsn", s.tr.Confirmed()),
-			zap.Bool("forced", errors.Is(cause, errForced)))
+			zap.Bool("forced", errors.Is(cause, errForced) || s.forced()))
 	}
 	if !replication.IsConnError(cause) {
 		ctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))
 		confirmed := s.confirmable()
 		s.r.history.lastConfirmed = max(s.r.history.lastConfirmed, confirmed)
+		s.ending.Store(true)
 		if err := s.st.SendStatus(ctx, confirmed, false); err != nil {
 			s.log.Warn("final status update", zap.Error(err))
 		} else {
@@ -914,7 +994,7 @@ func (s *session) finish(cause error) {
 		s.log.Debug("close replication connection", zap.Error(err))
 	}
 	cancel()
-	s.r.closeProducer(s.stopCtx(cause), s.prod, s.stopBy)
+	s.r.closeProducer(s.ctx, s.prod, s.stopBy)
 	s.topics.checker.Stop()
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(2*time.Second))
 	s.watcher.Stop(wctx)
@@ -930,17 +1010,6 @@ func (s *session) finalBy(d time.Duration) time.Time {
 		return s.stopBy
 	}
 	return t
-}
-
-// stopCtx is the context whose end lets closing the producer give up at the
-// stop's deadline: Run's (a stop) or, for a failed session, one that never
-// ends, since the next session must not start before the old producer is
-// gone.
-func (s *session) stopCtx(cause error) context.Context {
-	if s.stopping || errors.Is(cause, errForced) {
-		return s.ctx
-	}
-	return context.WithoutCancel(s.ctx)
 }
 
 // forceContext is a context that is also done when force is closed.

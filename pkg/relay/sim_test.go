@@ -168,6 +168,13 @@ type simWorld struct {
 	catalogStopped bool
 	err            error
 	frozen         time.Time // the broker answers nothing until then
+	// Exactly-once mode (sim_eos_test.go): Kafka's transactions, what is
+	// visible to read_committed, and the stored position.
+	eos       bool
+	txnProd   *simTxnProducer
+	visible   map[string]bool
+	stored    checkpoint.LSN
+	storedSet bool
 }
 
 func (w *simWorld) fail(format string, args ...any) {
@@ -202,6 +209,7 @@ func newSimWorld(seed uint64) *simWorld {
 		}
 	}
 	w.failAfter = rng.IntN(4) == 0
+	w.stored = simSlotStart
 	w.tooLarge = rng.IntN(5) == 0
 	w.cfg = cfg
 
@@ -243,7 +251,7 @@ func newSimWorld(seed uint64) *simWorld {
 		e := w.wal[len(w.wal)/2+rng.IntN(len(w.wal)/2)]
 		w.catChange = e.commitStart
 	}
-	w.confirmed = 0x1000000
+	w.confirmed = simSlotStart
 	return w
 }
 
@@ -336,6 +344,11 @@ func (w *simWorld) run() error {
 
 // check is invariant 5, after the clean run.
 func (w *simWorld) check() error {
+	if w.eos {
+		if err := w.checkNoDuplicates(); err != nil {
+			return err
+		}
+	}
 	var want []simEvent
 	for _, e := range w.wal {
 		for _, ev := range e.events {
@@ -352,7 +365,7 @@ func (w *simWorld) check() error {
 	}
 	first := map[string]map[string]bool{}
 	for key, ids := range w.log2 {
-		if w.failedKeys[key] {
+		if w.failedKeys[key] && !w.eos {
 			continue
 		}
 		first[key] = map[string]bool{}
@@ -454,6 +467,10 @@ func (w *simWorld) act(deadline time.Time, inReceive bool, t *simTimer) (ev repl
 		func() bool { return w.watcher != nil && w.watcher.answer() },
 	}
 	weights := []int{60, 25, 8, 7}
+	if w.eos {
+		choices = append(choices, func() bool { return !frozen && w.txnProd != nil && w.txnProd.answer() })
+		weights = append(weights, 10)
+	}
 	for tries := 0; tries < 8; tries++ {
 		i := pick(w.rng, weights)
 		if choices[i]() {
@@ -608,6 +625,19 @@ func (b *simBackend) NewProducer(ctx context.Context, cfg kafka.Config) (produce
 	return p, nil
 }
 
+func (b *simBackend) NewTxnProducer(ctx context.Context, cfg kafka.Config, id kafka.SlotIdentity) (txnProducer, error) {
+	w := b.w
+	if !w.eos {
+		return nil, errors.New("sim: exactly-once mode is off")
+	}
+	p := &simTxnProducer{simProducer: &simProducer{w: w, acks: make(chan kafka.Ack, cfg.AckBuffer), single: cfg.SingleRecordBatches},
+		commits: make(chan kafka.CommitResult, 16), stored: w.stored, found: w.storedSet}
+	w.prod, w.txnProd = p.simProducer, p
+	return p, nil
+}
+
+func (b *simBackend) EnsureOffsetsTopic(context.Context, kafka.Config) error { return nil }
+
 func (b *simBackend) CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error) {
 	w := b.w
 	if w.now.Before(w.frozen) {
@@ -760,6 +790,9 @@ func (s *simStream) SendStatus(ctx context.Context, confirmed checkpoint.LSN, re
 	if what := w.undelivered(confirmed); what != "" {
 		w.fail("invariant 1: status update confirms %s, but PostgreSQL would then skip %s, which Kafka has not acknowledged", confirmed, what)
 	}
+	if w.eos && confirmed > max(w.stored, simSlotStart) {
+		w.fail("invariant E3: status update confirms %s, past %s, the position Kafka committed", confirmed, w.stored)
+	}
 	if w.catChange > 1 && confirmed > w.catChange {
 		w.fail("invariant 6: status update confirms %s, past %s where the catalog changed", confirmed, w.catChange)
 	}
@@ -789,9 +822,16 @@ type simProducer struct {
 	queue  map[string][]simMsg // key → records not yet answered
 	keys   []string
 	closed bool
+	// seq numbers the records sent; unacked holds those not answered yet;
+	// failed: a record failed (in exactly-once mode its Kafka transaction,
+	// and every later one of this producer, cannot commit).
+	seq     int
+	unacked map[int]bool
+	failed  bool
 }
 
 type simMsg struct {
+	seq  int
 	rec  router.Record
 	meta kafka.Meta
 }
@@ -806,7 +846,12 @@ func (p *simProducer) Send(rec *router.Record, m kafka.Meta) {
 	}
 	r := *rec
 	r.Headers = slices.Clone(rec.Headers)
-	p.queue[key] = append(p.queue[key], simMsg{rec: r, meta: m})
+	p.seq++
+	if p.unacked == nil {
+		p.unacked = map[int]bool{}
+	}
+	p.unacked[p.seq] = true
+	p.queue[key] = append(p.queue[key], simMsg{seq: p.seq, rec: r, meta: m})
 }
 
 func (p *simProducer) Acks() <-chan kafka.Ack { return p.acks }
@@ -835,6 +880,7 @@ func (p *simProducer) deliver() bool {
 		}
 		k := ready[w.rng.IntN(len(ready))]
 		m := p.queue[k][0]
+		delete(p.unacked, m.seq)
 		p.queue[k] = p.queue[k][1:]
 		a := kafka.Ack{Meta: m.meta, EventID: m.rec.EventID, Topic: m.rec.Topic, Partition: 0, Bytes: len(m.rec.Value), Sent: w.now}
 		switch {
@@ -849,10 +895,15 @@ func (p *simProducer) deliver() bool {
 			if m.rec.Topic == w.cfg.Relay.DeadLetterTopic {
 				w.dlq[id] = true
 			}
+			if w.eos {
+				// Acknowledged is not visible: the commit makes it so.
+				break
+			}
 			w.delivered[id] = true
 			w.log2[m.rec.Topic+"|"+k] = append(w.log2[m.rec.Topic+"|"+k], id)
 		}
 		a.Key, a.Value = m.rec.Key, m.rec.Value
+		p.failed = p.failed || a.Err != nil
 		w.logf("ack %s (%s) err=%v", m.rec.EventID, m.rec.Topic, a.Err)
 		p.acks <- a
 		did = true

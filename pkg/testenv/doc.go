@@ -19,6 +19,7 @@
 //	PGOUTBOX_TEST_PG_BIN   PostgreSQL's client programs (pg_recvlogical, psql, ...)
 //	PGOUTBOX_TEST_PG_MAJOR the server's major version; tests fail on another
 //	PGOUTBOX_TEST_KAFKA    comma-separated brokers, 127.0.0.1:PORT
+//	PGOUTBOX_TEST_KAFKA_CLUSTER  the cluster's three brokers, once it was started
 //
 // and, for TLS and SASL tests ([Env.Security]), the environment's CA
 // (PGOUTBOX_TEST_CA), Kafka's SASL_SSL listener and users
@@ -44,6 +45,18 @@
 // ends. It also restarts, at the end of the test, whatever the test left
 // stopped or paused. Give every database, topic and slot a name of its own
 // ([UniqueName], [Env.NewDatabase]): the servers outlive each test.
+//
+// # The Kafka cluster
+//
+// Beside the single broker the environment can run a cluster of three
+// Kafka nodes (each a broker and a controller) for the tests of
+// replication: [RequireCluster] and [RequireClusterExclusive] return it,
+// starting it with scripts/testenv.sh cluster-up the first time a test
+// process asks (so that environments whose tests never ask do not pay for
+// it), or take it from PGOUTBOX_TEST_KAFKA_CLUSTER. Its topics have three
+// replicas and min.insync.replicas=2. The cluster has a lock of its own:
+// a test that stops, kills or pauses its nodes holds it exclusively and
+// shares PostgreSQL and the single broker with the other tests.
 //
 // # Concurrency
 //

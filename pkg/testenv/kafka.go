@@ -30,18 +30,52 @@ func newSaramaConfig() *sarama.Config {
 	return cfg
 }
 
-// CreateTopic creates a topic with one replica and the given number of
-// partitions, and waits until the broker reports a leader for each. It
-// fails the test if the topic exists already. At the end of a test that
-// passed it deletes the topic (a failed test keeps it for inspection).
+// TopicSpec says how [Env.CreateTopicWith] makes a topic.
+type TopicSpec struct {
+	Partitions int
+	// ReplicationFactor 0 means the environment's: 1 on the single broker,
+	// 3 on the cluster.
+	ReplicationFactor int
+	// Configs are topic-level settings, over the environment's (the
+	// cluster's topics get min.insync.replicas=2).
+	Configs map[string]string
+}
+
+// CreateTopic creates a topic with the given number of partitions — with
+// one replica on the single broker, with three and min.insync.replicas=2
+// on the cluster ([Cluster]) — and waits until the broker reports a leader
+// for each. It fails the test if the topic exists already. At the end of a
+// test that passed it deletes the topic (a failed test keeps it for
+// inspection).
 func (e *Env) CreateTopic(t testing.TB, name string, partitions int) {
 	t.Helper()
+	e.CreateTopicWith(t, name, TopicSpec{Partitions: partitions})
+}
+
+// CreateTopicWith is CreateTopic with a replication factor and topic
+// settings of the test's choosing.
+func (e *Env) CreateTopicWith(t testing.TB, name string, spec TopicSpec) {
+	t.Helper()
+	partitions := spec.Partitions
+	rf := spec.ReplicationFactor
+	if rf == 0 {
+		rf = max(e.topics.ReplicationFactor, 1)
+	}
+	var configs map[string]*string
+	for _, m := range []map[string]string{e.topics.Configs, spec.Configs} {
+		for k, v := range m {
+			if configs == nil {
+				configs = map[string]*string{}
+			}
+			configs[k] = &v
+		}
+	}
 	admin, err := sarama.NewClusterAdmin(e.KafkaBrokers, newSaramaConfig())
 	if err != nil {
 		t.Fatalf("testenv: connect to Kafka: %v", err)
 	}
 	defer func() { _ = admin.Close() }()
-	err = admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: int32(partitions), ReplicationFactor: 1}, false)
+	err = admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: int32(partitions), ReplicationFactor: int16(rf), ConfigEntries: configs}, false)
 	if err != nil {
 		t.Fatalf("testenv: create topic %s: %v", name, err)
 	}

@@ -22,39 +22,53 @@ import (
 // behind it instead of starving it. Locks within one process are
 // reentrant along the test tree: a subtest of a test that holds the lock
 // takes none, since waiting there would wait on its own parent.
+//
+// The Kafka cluster has a lock of its own (lockCluster), made the same way:
+// a test that stops a cluster node does not keep out the tests that use
+// only PostgreSQL and the single broker.
 const lockTimeout = 10 * time.Minute
+
+// Lock names: the file names' infix ("" for the environment's own lock).
+const (
+	lockMain    = ""
+	lockCluster = "-cluster"
+)
 
 var held = struct {
 	sync.Mutex
-	shared    map[string]int // test name → Require calls holding a shared lock
-	exclusive map[string]int // test name → RequireExclusive calls holding it
-}{shared: map[string]int{}, exclusive: map[string]int{}}
+	shared    map[heldKey]int // Require calls holding a shared lock
+	exclusive map[heldKey]int // RequireExclusive calls holding it
+}{shared: map[heldKey]int{}, exclusive: map[heldKey]int{}}
 
-// covers reports whether a lock held by test holder covers test name: the
-// same test or one of its subtests.
-func covers(holders map[string]int, name string) bool {
+type heldKey struct{ lock, test string }
+
+// covers reports whether a lock held by a test covers test name: the same
+// test or one of its subtests.
+func covers(holders map[heldKey]int, lock, name string) bool {
 	for h := range holders {
-		if name == h || strings.HasPrefix(name, h+"/") {
+		if h.lock == lock && (name == h.test || strings.HasPrefix(name, h.test+"/")) {
 			return true
 		}
 	}
 	return false
 }
 
-func (e *Env) lock(t testing.TB, exclusive bool) {
+func (e *Env) lock(t testing.TB, exclusive bool) { e.lockNamed(t, lockMain, exclusive) }
+
+func (e *Env) lockNamed(t testing.TB, lock string, exclusive bool) {
 	t.Helper()
 	if e.Dir == "" {
 		return
 	}
 	name := t.Name()
 	held.Lock()
-	byExclusive, byShared := covers(held.exclusive, name), covers(held.shared, name)
+	byExclusive, byShared := covers(held.exclusive, lock, name), covers(held.shared, lock, name)
 	held.Unlock()
 	if byExclusive || (byShared && !exclusive) {
 		return
 	}
 	if byShared {
-		t.Fatal("testenv: RequireExclusive in a test that already called Require: call RequireExclusive instead")
+		t.Fatal("testenv: RequireExclusive (or RequireClusterExclusive) in a test that already called Require (RequireCluster): call the exclusive one instead")
 	}
 
 	open := func(base string) *os.File {
@@ -71,9 +85,9 @@ func (e *Env) lock(t testing.TB, exclusive bool) {
 		}
 	}
 
-	turnstile := open(".lock-turnstile")
+	turnstile := open(".lock" + lock + "-turnstile")
 	wait(turnstile, lockExclusive)
-	mainLock := open(".lock")
+	mainLock := open(".lock" + lock)
 	if exclusive {
 		wait(mainLock, lockExclusive)
 	} else {
@@ -87,13 +101,14 @@ func (e *Env) lock(t testing.TB, exclusive bool) {
 	if exclusive {
 		counts = held.exclusive
 	}
+	key := heldKey{lock, name}
 	held.Lock()
-	counts[name]++
+	counts[key]++
 	held.Unlock()
 	t.Cleanup(func() {
 		held.Lock()
-		if counts[name]--; counts[name] == 0 {
-			delete(counts, name)
+		if counts[key]--; counts[key] == 0 {
+			delete(counts, key)
 		}
 		held.Unlock()
 		flockRelease(mainLock)

@@ -53,7 +53,15 @@ type Env struct {
 	// given without one, and then they cannot be stopped or started.
 	Dir string
 
+	// exclusive: the test holds the environment (RequireExclusive) and may
+	// stop PostgreSQL and the single broker. heal is the script command
+	// that restarts, before a cleanup needs them, the servers the test may
+	// have stopped ("" when it may stop none).
 	exclusive bool
+	heal      string
+	// topics is how CreateTopic makes topics: on the single broker one
+	// replica, on the cluster three and min.insync.replicas=2.
+	topics TopicSpec
 }
 
 // Require returns the environment, or skips the test when there is none
@@ -80,7 +88,7 @@ func RequireExclusive(t testing.TB) *Env {
 		t.Fatalf("testenv: %s is not set, so the servers cannot be stopped or started", envDir)
 	}
 	e.lock(t, true)
-	e.exclusive = true
+	e.exclusive, e.heal = true, "heal"
 	// Registered after the lock's release, so it runs before it.
 	t.Cleanup(func() {
 		if _, err := e.run("heal"); err != nil {
@@ -101,9 +109,10 @@ func fromEnviron(t testing.TB) *Env {
 		t.Skip(howTo)
 	}
 	e := &Env{
-		PGDSN: dsn,
-		PGBin: os.Getenv(envPGBin),
-		Dir:   os.Getenv(envDir),
+		PGDSN:  dsn,
+		PGBin:  os.Getenv(envPGBin),
+		Dir:    os.Getenv(envDir),
+		topics: TopicSpec{ReplicationFactor: 1},
 	}
 	for _, b := range strings.Split(brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -197,10 +206,10 @@ func (e *Env) PGCtl(t testing.TB, args ...string) string {
 // or paused, so that cleanups that need the servers (dropping the test's
 // database, deleting its topics) can run before RequireExclusive's own.
 func (e *Env) ensureUp() error {
-	if !e.exclusive {
+	if e.heal == "" {
 		return nil
 	}
-	_, err := e.run("heal")
+	_, err := e.run(e.heal)
 	return err
 }
 

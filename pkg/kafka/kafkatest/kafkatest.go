@@ -148,11 +148,19 @@ type Record struct {
 // for each record until ctx ends or fn returns false. It is meant for the
 // demo and for tools, not for the relay's path.
 func Tail(ctx context.Context, cfg kafka.Config, topics []string, fn func(Record) bool) error {
+	return TailIsolated(ctx, cfg, topics, sarama.ReadUncommitted, fn)
+}
+
+// TailIsolated is Tail with a consumer of isolation level iso:
+// sarama.ReadCommitted sees the records of a transaction once it commits,
+// and never those of aborted ones.
+func TailIsolated(ctx context.Context, cfg kafka.Config, topics []string, iso sarama.IsolationLevel, fn func(Record) bool) error {
 	cfg.Defaults()
 	sc, err := cfg.Sarama()
 	if err != nil {
 		return err
 	}
+	sc.Consumer.IsolationLevel = iso
 	sc.Consumer.Return.Errors = false
 	consumer, err := sarama.NewConsumer(cfg.Brokers, sc)
 	if err != nil {

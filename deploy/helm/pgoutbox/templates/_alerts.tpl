@@ -158,7 +158,23 @@ groups:
           summary: {{ "pgoutbox stream {{ $labels.stream }} cannot read its slot's WAL usage" | quote }}
           description: {{ printf "Reads of pg_replication_slots by {{ $labels.namespace }}/{{ $labels.stream }} failed {{ $value | humanize }} times in the last %s: the slot alerts are blind meanwhile." $p.restartWindow | quote }}
           runbook_url: {{ $url }}
-      # The poll source's backlog age goes here once it has a metric.
+      # The poll source (relay.source: poll): the oldest unpublished row of
+      # its table is old. Rows wait for a relay that does not claim, or one
+      # row fails and holds its key's later rows back. Series exist only
+      # with the poll source.
+      - alert: PgoutboxOutboxBacklogOld
+        expr: |-
+          max by (namespace, stream) (pgoutbox_outbox_oldest_unpublished_age_seconds{{ $m }}) > {{ $p.backlogAgeSeconds }}
+        for: {{ $p.backlogFor }}
+        labels:
+          severity: warning
+          {{- with $p.alertLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ "The outbox of pgoutbox stream {{ $labels.stream }} has rows waiting {{ $value | humanizeDuration }}" | quote }}
+          description: {{ printf "The oldest unpublished row of the outbox table of {{ $labels.namespace }}/{{ $labels.stream }} was written {{ $value | humanizeDuration }} ago, over %v s for %s; pgoutbox_outbox_unpublished_rows and pgoutbox_outbox_failed_rows say how many wait and how many failed." $p.backlogAgeSeconds $p.backlogFor | quote }}
+          runbook_url: {{ $url }}
 {{- end -}}
 
 {{/*

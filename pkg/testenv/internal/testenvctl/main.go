@@ -7,7 +7,10 @@
 //	    waits until the broker answers a metadata request that lists at
 //	    least one broker and a leader for every partition of every topic;
 //	    exits 1 at the timeout, or as soon as process PID is gone.
-//	testenvctl kafka-ok -brokers 127.0.0.1:9092
+//	    With -want-brokers N the metadata must list at least N brokers; with
+//	    -broker-id ID it must list broker ID (a cluster node that was
+//	    restarted is back once it has registered again).
+//	testenvctl kafka-ok -brokers 127.0.0.1:9092 [-want-brokers N] [-broker-id ID]
 //	    the same check once, with short timeouts (for health checks).
 //	testenvctl certs DIR
 //	    writes a throwaway certificate authority and certificates signed by
@@ -23,6 +26,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,7 +59,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testenvctl ports N | kafka-ready -brokers ADDR[,ADDR] [-timeout D] [-pid PID] | kafka-ok -brokers ADDR | certs DIR")
+	fmt.Fprintln(os.Stderr, "usage: testenvctl ports N | kafka-ready -brokers ADDR[,ADDR] [-timeout D] [-pid PID] | kafka-ok -brokers ADDR [-want-brokers N] [-broker-id ID] | certs DIR")
 	os.Exit(2)
 }
 
@@ -104,6 +108,8 @@ func kafkaReady(args []string, once bool) error {
 	brokers := fs.String("brokers", "", "comma-separated broker addresses")
 	timeout := fs.Duration("timeout", 90*time.Second, "give up after this long")
 	pid := fs.Int("pid", 0, "fail as soon as this process is gone")
+	want := fs.Int("want-brokers", 1, "the metadata must list at least this many brokers")
+	id := fs.Int("broker-id", -1, "the metadata must list the broker with this node id")
 	_ = fs.Parse(args)
 	if *brokers == "" {
 		usage()
@@ -119,15 +125,16 @@ func kafkaReady(args []string, once bool) error {
 	cfg.Metadata.Retry.Max = 0
 	cfg.Metadata.Full = true
 
+	check := func() error { return checkKafka(addrs, cfg, *want, int32(*id)) }
 	if once {
-		return checkKafka(addrs, cfg)
+		return check()
 	}
 	deadline := time.Now().Add(*timeout)
 	for {
 		if *pid > 0 && !alive(*pid) {
 			return fmt.Errorf("kafka-ready: broker process %d exited", *pid)
 		}
-		err := checkKafka(addrs, cfg)
+		err := check()
 		if err == nil {
 			return nil
 		}
@@ -160,7 +167,7 @@ func alive(pid int) bool {
 	return state != 'Z' && state != 'X'
 }
 
-func checkKafka(addrs []string, cfg *sarama.Config) error {
+func checkKafka(addrs []string, cfg *sarama.Config, want int, id int32) error {
 	client, err := sarama.NewClient(addrs, cfg)
 	if err != nil {
 		return err
@@ -169,8 +176,12 @@ func checkKafka(addrs []string, cfg *sarama.Config) error {
 	if err := client.RefreshMetadata(); err != nil {
 		return err
 	}
-	if len(client.Brokers()) == 0 {
-		return errors.New("metadata lists no broker")
+	brokers := client.Brokers()
+	if len(brokers) == 0 || len(brokers) < want {
+		return fmt.Errorf("metadata lists %d brokers, want %d", len(brokers), max(want, 1))
+	}
+	if id >= 0 && !slices.ContainsFunc(brokers, func(b *sarama.Broker) bool { return b.ID() == id }) {
+		return fmt.Errorf("metadata does not list broker %d (yet)", id)
 	}
 	topics, err := client.Topics()
 	if err != nil {

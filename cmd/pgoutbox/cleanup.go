@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/poll"
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+const cleanupHelp = `Usage: pgoutbox cleanup [--retention D] [--marks-table T] [flags]
+
+Deletes outbox rows that were relayed more than the retention ago, in small
+batches (short transactions that skip locked rows, with a pause between
+them), for cron. It never deletes a row that may not have been relayed yet.
+
+  relay.source poll: the rows published (published_at) before now - retention.
+  relay.source wal:  the rows whose transaction the slot (postgres.slot.name)
+                     has confirmed. A row does not say where its commit lies,
+                     so each run records a mark in --marks-table (the oldest
+                     running transaction and the WAL position after it), and
+                     deletes the rows older than the newest mark that is at
+                     least the retention old and that the slot has passed:
+                     the first run deletes nothing, a run a retention later
+                     deletes what was relayed before the first.
+
+The retention is poll.retention unless --retention is given (0s: everything
+relayed). Exit status 0, 1 when something failed, 2 for bad flags or
+settings, 3 when PostgreSQL cannot be reached.
+`
+
+// cmdCleanup implements "pgoutbox cleanup".
+func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
+	c := newFlags("cleanup", stderr, cleanupHelp)
+	retention := c.fs.Duration("retention", 0, "delete rows relayed longer ago than this (default poll.retention)")
+	marks := c.fs.String("marks-table", poll.DefaultMarksTable, "the WAL source's cleanup marks (created when missing)")
+	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
+	if !ok {
+		return code
+	}
+	keep := cfg.Poll.Retention
+	given := false
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "retention" {
+			given = true
+		}
+	})
+	if given {
+		keep = *retention
+	}
+	if keep < 0 || (!given && keep == 0) {
+		fmt.Fprintln(stderr, "pgoutbox: configuration: no retention: poll.retention is 0 (keep published rows); pass --retention")
+		return exitConfig
+	}
+	if err := cfg.Postgres.ValidateDSN(); err != nil || cfg.Postgres.DSN == "" {
+		fmt.Fprintln(stderr, "pgoutbox: configuration: set a valid postgres.dsn (--dsn, PGOUTBOX_POSTGRES_DSN)")
+		return exitConfig
+	}
+	ctx := context.Background()
+	conn, err := replication.ConnectSQL(ctx, cfg.Postgres, "pgoutbox-cleanup", cfg.Postgres.ConnectTimeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
+		return exitStartup
+	}
+	defer conn.Close(ctx)
+	cl := poll.DefaultCleanup(cfg.Poll.CleanupBatchSize)
+	if isPoll(cfg) {
+		return cleanupPoll(ctx, conn, cfg, cl, keep, stdout, stderr)
+	}
+	return cleanupWAL(ctx, conn, cfg, cl, keep, *marks, stdout, stderr)
+}
+
+func cleanupPoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cleanup, keep time.Duration, stdout, stderr io.Writer) int {
+	t, err := cfg.PollTable()
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	if err := t.Check(ctx, conn); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+		return exitRuntime
+	}
+	n, err := cl.Published(ctx, conn, t, keep)
+	fmt.Fprintf(stdout, "deleted %d rows of %s published more than %s ago\n", n, t.Name, keep)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+		return exitRuntime
+	}
+	return exitOK
+}
+
+func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cleanup, keep time.Duration, marks string, stdout, stderr io.Writer) int {
+	pc := cfg.Postgres
+	if err := replication.ValidateSlotName(pc.Slot); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	ddl, err := poll.MarksTableDDL(marks)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: --marks-table: %v\n", err)
+		return exitConfig
+	}
+	if _, err := conn.Exec(ctx, ddl); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup: create %s: %v\n", marks, err)
+		return exitRuntime
+	}
+	slot, err := replication.ReadSlot(ctx, conn, pc.Slot)
+	if errors.Is(err, replication.ErrSlotMissing) {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %q does not exist: what it relayed cannot be told, so nothing was deleted\n", pc.Slot)
+		return exitRuntime
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+		return exitRuntime
+	}
+	failed := false
+	for _, table := range pc.QualifiedTables() {
+		m, ok, err := poll.UsableMark(ctx, conn, marks, table, pc.Slot, slot.ConfirmedFlushLSN.String(), keep)
+		if err == nil {
+			_, err = poll.TakeMark(ctx, conn, marks, table, pc.Slot)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of %s: %v\n", table, err)
+			failed = true
+			continue
+		}
+		if !ok {
+			fmt.Fprintf(stdout, "%s: nothing deleted: no mark yet that is %s old and that slot %s has confirmed (a new mark was recorded; a later run deletes what the slot relayed before it)\n", table, keep, pc.Slot)
+			continue
+		}
+		n, err := cl.Relayed(ctx, conn, table, m)
+		fmt.Fprintf(stdout, "deleted %d rows of %s that slot %s relayed (committed before the mark of %s)\n", n, table, pc.Slot, m.TakenAt.UTC().Format(time.RFC3339))
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of %s: %v\n", table, err)
+			failed = true
+		}
+	}
+	if failed {
+		return exitRuntime
+	}
+	return exitOK
+}

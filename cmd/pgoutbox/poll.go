@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/poll"
+)
+
+// The poll source's parts of migrate, status and validate
+// (relay.source: poll): the outbox table itself is what they look at,
+// not a slot and a publication.
+
+func isPoll(cfg fileConfig) bool { return cfg.Relay.Source == relay.SourcePoll }
+
+// pollParams are the poll migration's parameters for cfg.
+func pollParams(cfg fileConfig) (migrations.PollParams, error) {
+	if err := cfg.Poll.Validate(); err != nil {
+		return migrations.PollParams{}, err
+	}
+	t, err := cfg.PollTable()
+	if err != nil {
+		return migrations.PollParams{}, err
+	}
+	return migrations.PollParams{Table: t.Name, Notify: cfg.Poll.Notify, Channel: cfg.Poll.Channel(t.Name)}, nil
+}
+
+// renderPoll is the SQL of migratePoll, for migrate --print.
+func renderPoll(cfg fileConfig) ([]string, error) {
+	p, err := pollParams(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return migrations.RenderPoll(p)
+}
+
+// migratePoll creates or completes the poll table, its indexes and (with
+// poll.notify) its trigger, on cmdMigrate's connection.
+func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, stdout, stderr io.Writer) int {
+	p, err := pollParams(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	if err := migrations.ApplyPoll(ctx, conn, p); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+		return exitRuntime
+	}
+	trigger := fmt.Sprintf("notification trigger %s on channel %q", migrations.NotifyTrigger, p.Channel)
+	if !p.Notify {
+		trigger = "no notification trigger (poll.notify is false): rows are claimed every poll.interval"
+	}
+	fmt.Fprintf(stdout, "migrated %s for the poll source: columns, indexes, %s\n", p.Table, trigger)
+	return exitOK
+}
+
+// pollStatus is the output of "pgoutbox status" with the poll source.
+type pollStatus struct {
+	Source  string       `json:"source"`
+	Server  serverStatus `json:"server"`
+	Table   pollTableSt  `json:"table"`
+	Backlog *pollBacklog `json:"backlog"` // null when the table cannot be read
+	// Instances are the relays on the table now (from pg_locks).
+	Instances []poll.Member `json:"instances"`
+	Problems  []string      `json:"problems"`
+}
+
+type pollTableSt struct {
+	Name    string   `json:"name"`
+	Exists  bool     `json:"exists"`
+	Missing []string `json:"missing_columns"`
+	// Trigger says whether the notification trigger exists (and is
+	// enabled), Channel is the channel this configuration listens on.
+	Trigger bool   `json:"notify_trigger"`
+	Channel string `json:"notify_channel"`
+	Buckets int    `json:"buckets"`
+}
+
+type pollBacklog struct {
+	Unpublished int64 `json:"unpublished_rows"`
+	Failed      int64 `json:"failed_rows"`
+	// OldestAgeSeconds is null when the table has no created_at column.
+	OldestAgeSeconds *float64 `json:"oldest_unpublished_age_s"`
+}
+
+// statusPoll is "pgoutbox status" for the poll source, on cmdStatus's
+// connection.
+func statusPoll(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileConfig, format string, stdout, stderr io.Writer) int {
+	t, err := cfg.PollTable()
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
+	st, err := readPollStatus(ctx, conn, target, cfg, t)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: read status: %s\n", oneLine(err))
+		return exitRuntime
+	}
+	if format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+			return exitRuntime
+		}
+	} else {
+		writePollStatus(stdout, st)
+	}
+	if len(st.Problems) > 0 {
+		fmt.Fprintf(stderr, "pgoutbox: %d problem(s) keep the poll source from relaying every event; see \"problems\" above\n", len(st.Problems))
+		return exitRuntime
+	}
+	return exitOK
+}
+
+func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileConfig, t *poll.Table) (pollStatus, error) {
+	st := pollStatus{Source: relay.SourcePoll, Server: serverStatus{Address: target.Address, User: target.User},
+		Table: pollTableSt{Name: t.Name, Missing: []string{}, Channel: cfg.Poll.Channel(t.Name), Buckets: cfg.Poll.Buckets}, Instances: []poll.Member{}, Problems: []string{}}
+	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int, current_database(), current_user, pg_is_in_recovery()`).Scan(
+		&st.Server.Version, &st.Server.VersionNum, &st.Server.Database, &st.Server.User, &st.Server.InRecovery)
+	if err != nil {
+		return st, fmt.Errorf("server version: %w", err)
+	}
+	cols, err := poll.Columns(ctx, conn, t.Name)
+	if err != nil {
+		return st, err
+	}
+	st.Table.Exists = len(cols) > 0
+	for _, c := range poll.RequiredColumns {
+		if !slices.Contains(cols, c) {
+			st.Table.Missing = append(st.Table.Missing, c)
+		}
+	}
+	switch {
+	case !st.Table.Exists:
+		st.Problems = append(st.Problems, fmt.Sprintf("table %s does not exist: create it with pgoutbox migrate (relay.source=poll)", t.Name))
+		return st, nil
+	case len(st.Table.Missing) > 0:
+		st.Problems = append(st.Problems, fmt.Sprintf("table %s lacks the poll columns %s: add them with pgoutbox migrate (relay.source=poll)", t.Name, strings.Join(st.Table.Missing, ", ")))
+		return st, nil
+	}
+	if st.Table.Trigger, err = hasNotifyTrigger(ctx, conn, t.Quoted()); err != nil {
+		return st, err
+	}
+	if cfg.Poll.Notify && !st.Table.Trigger {
+		st.Problems = append(st.Problems, fmt.Sprintf("table %s has no notification trigger although poll.notify is true: claims wait for poll.interval; create it with pgoutbox migrate", t.Name))
+	}
+	if err := t.Check(ctx, conn); err != nil {
+		return st, err
+	}
+	b, err := poll.ReadBacklog(ctx, conn, t)
+	if err != nil {
+		return st, err
+	}
+	st.Backlog = &pollBacklog{Unpublished: b.Unpublished, Failed: b.Attempted}
+	if b.OldestKnown {
+		age := b.OldestAge.Seconds()
+		st.Backlog.OldestAgeSeconds = &age
+	}
+	if st.Instances, err = poll.Members(ctx, conn, t.Name); err != nil {
+		return st, err
+	}
+	if st.Instances == nil {
+		st.Instances = []poll.Member{}
+	}
+	return st, nil
+}
+
+// hasNotifyTrigger says whether the table's notification trigger exists
+// and is enabled.
+func hasNotifyTrigger(ctx context.Context, conn *pgx.Conn, quotedTable string) (bool, error) {
+	var ok bool
+	err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2 AND tgenabled <> 'D')",
+		quotedTable, migrations.NotifyTrigger).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read the triggers of %s: %w", quotedTable, err)
+	}
+	return ok, nil
+}
+
+func writePollStatus(w io.Writer, st pollStatus) {
+	// Headings alone on their line, and "key  value" rows under them.
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	section := func(name string, rows ...string) {
+		fmt.Fprintln(tw, name)
+		for i := 0; i+1 < len(rows); i += 2 {
+			fmt.Fprintf(tw, "\t%s\t%s\n", rows[i], rows[i+1])
+		}
+	}
+	section("server", "address", st.Server.Address, "database", st.Server.Database, "user", st.Server.User, "version", st.Server.Version)
+	table := []string{"source", st.Source, "name", st.Table.Name, "exists", fmt.Sprint(st.Table.Exists)}
+	if len(st.Table.Missing) > 0 {
+		table = append(table, "missing_columns", strings.Join(st.Table.Missing, ", "))
+	}
+	table = append(table, "notify_trigger", fmt.Sprintf("%v (channel %s)", st.Table.Trigger, st.Table.Channel), "buckets", fmt.Sprint(st.Table.Buckets))
+	section("table", table...)
+	if b := st.Backlog; b != nil {
+		oldest := "-"
+		if b.OldestAgeSeconds != nil {
+			oldest = human(time.Duration(*b.OldestAgeSeconds * float64(time.Second)))
+		}
+		section("backlog", "unpublished_rows", fmt.Sprint(b.Unpublished), "failed_rows", fmt.Sprint(b.Failed), "oldest_unpublished_age", oldest)
+	}
+	inst := []string{"count", fmt.Sprint(len(st.Instances))}
+	for _, m := range st.Instances {
+		who := m.ApplicationName
+		if m.ClientAddr != "" {
+			who += " from " + m.ClientAddr
+		}
+		inst = append(inst, fmt.Sprintf("pid %d", m.PID), fmt.Sprintf("owns %d of %d buckets (%s)", m.Owned, m.Buckets, who))
+	}
+	section("instances", inst...)
+	problems := []string{"-", "none"}
+	if len(st.Problems) > 0 {
+		problems = nil
+		for _, p := range st.Problems {
+			problems = append(problems, "-", p)
+		}
+	}
+	section("problems", problems...)
+	_ = tw.Flush()
+}
+
+// human rounds a duration for people.
+func human(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// validatePollSource is validate's PostgreSQL part for the poll source,
+// after the server and the table were checked: the poll source's columns,
+// the index and trigger, and the role's privileges on the table. Nothing
+// about replication: the poll source needs none.
+func validatePollSource(ctx context.Context, v *validation, conn *pgx.Conn, f pgFacts, cfg fileConfig) {
+	t, err := cfg.PollTable()
+	if err != nil {
+		v.report(fail("poll table", err.Error(), "name exactly one outbox table in postgres.table.include.list"))
+		return
+	}
+	if len(f.tables) == 0 || !f.tables[0].exists {
+		return
+	}
+	var missing []string
+	for _, c := range poll.RequiredColumns {
+		if !slices.Contains(f.tables[0].columns, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		v.report(fail("poll columns", fmt.Sprintf("%s lacks %s", t.Name, strings.Join(missing, ", ")), "run pgoutbox migrate with relay.source=poll: it adds them (existing rows count as unpublished)"))
+		return
+	}
+	v.report(pass("poll columns", strings.Join(poll.RequiredColumns, ", ")))
+	var indexed bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = $1::regclass AND a.attname = $2 AND i.indpred IS NOT NULL
+		AND pg_get_expr(i.indpred, i.indrelid) ILIKE '%' || $3 || ' IS NULL%')`, t.Quoted(), poll.ColumnSeq, poll.ColumnPublishedAt).Scan(&indexed)
+	switch {
+	case err != nil:
+		v.report(fail("poll index", oneLine(err), "check the role's access to the catalog"))
+	case indexed:
+		v.report(pass("poll index", fmt.Sprintf("%s has a partial index on %s WHERE %s IS NULL", t.Name, poll.ColumnSeq, poll.ColumnPublishedAt)))
+	default:
+		v.report(warn("poll index", fmt.Sprintf("%s has no partial index on %s WHERE %s IS NULL: every claim reads the published rows too", t.Name, poll.ColumnSeq, poll.ColumnPublishedAt),
+			"run pgoutbox migrate with relay.source=poll"))
+	}
+	if cfg.Poll.Notify {
+		switch ok, err := hasNotifyTrigger(ctx, conn, t.Quoted()); {
+		case err != nil:
+			v.report(fail("poll trigger", oneLine(err), "check the role's access to the catalog"))
+		case ok:
+			v.report(pass("poll trigger", fmt.Sprintf("%s notifies channel %q; the relay listens on %q", migrations.NotifyTrigger, cfg.Poll.Channel(t.Name), cfg.Poll.Channel(t.Name))))
+		default:
+			v.report(warn("poll trigger", "no notification trigger: claims wait up to poll.interval ("+cfg.Poll.Interval.String()+") after each commit",
+				"run pgoutbox migrate with relay.source=poll, or set poll.notify=false"))
+		}
+	}
+	need := []string{"SELECT", "UPDATE"}
+	if cfg.Poll.OnPublish == poll.OnPublishDelete || cfg.Poll.Retention > 0 {
+		need = append(need, "DELETE")
+	}
+	var lacking []string
+	for _, p := range need {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1::regclass, $2)", t.Quoted(), p).Scan(&ok); err != nil {
+			v.report(fail("poll privileges", oneLine(err), "check the role's access to the table"))
+			return
+		}
+		if !ok {
+			lacking = append(lacking, p)
+		}
+	}
+	if len(lacking) > 0 {
+		v.report(fail("poll privileges", fmt.Sprintf("%q may not %s on %s", f.user, strings.Join(lacking, ", "), t.Name),
+			fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(lacking, ", "), t.Quoted(), pgx.Identifier{f.user}.Sanitize())))
+	} else {
+		v.report(pass("poll privileges", fmt.Sprintf("%q may %s on %s", f.user, strings.Join(need, ", "), t.Name)))
+	}
+	if ms, err := poll.Members(ctx, conn, t.Name); err == nil {
+		v.report(pass("poll instances", fmt.Sprintf("%d relay(s) on %s now", len(ms), t.Name)))
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// count runs a count query on the fixture's database.
+func (f *fixture) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.conn.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// TestPollSourceMigrateStatusValidateAndCleanup takes an outbox table of
+// the WAL source's shape through the poll source's commands: status and
+// validate name the missing columns; migrate adds them (twice is the same
+// as once); status shows the backlog and validate passes; cleanup deletes
+// only rows published before the retention; without poll.notify migrate
+// drops the trigger again.
+func TestPollSourceMigrateStatusValidateAndCleanup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	env := f.environ(withPassword(t, f.dsn, ""), "PGOUTBOX_RELAY_SOURCE=poll")
+
+	r := invoke(cmdStatus, nil, env)
+	if r.code != exitRuntime || !strings.Contains(r.stdout, "lacks the poll columns seq, published_at, attempts, last_error") {
+		t.Fatalf("status before migrate: want exit 1 naming the missing columns:\n%s", r)
+	}
+	r = invoke(cmdValidate, nil, env)
+	if r.code != exitRuntime {
+		t.Fatalf("validate before migrate: want exit 1:\n%s", r)
+	}
+	wantLine(t, r, `^FAIL poll columns: public.outbox lacks seq, published_at, attempts, last_error$`)
+	assertNoSecret(t, r)
+
+	for range 2 {
+		r = invoke(cmdMigrate, nil, env)
+		if r.code != exitOK || !strings.Contains(r.stdout, `migrated public.outbox for the poll source`) {
+			t.Fatalf("migrate: want exit 0:\n%s", r)
+		}
+	}
+	for i := range 3 {
+		f.exec(t, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', $1, 'created', '{}')`, string(rune('a'+i)))
+	}
+	r = invoke(cmdStatus, []string{"--format", "json"}, env)
+	if r.code != exitOK {
+		t.Fatalf("status after migrate: want exit 0:\n%s", r)
+	}
+	var st pollStatus
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status JSON: %v\n%s", err, r)
+	}
+	if st.Source != "poll" || !st.Table.Exists || len(st.Table.Missing) != 0 || !st.Table.Trigger || st.Backlog == nil ||
+		st.Backlog.Unpublished != 3 || st.Backlog.OldestAgeSeconds == nil || len(st.Instances) != 0 || len(st.Problems) != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	r = invoke(cmdStatus, nil, env)
+	wantLine(t, r, `^  unpublished_rows +3$`)
+	r = invoke(cmdValidate, []string{"--topics", f.topicName}, env)
+	for _, check := range []string{"poll columns", "poll index", "poll trigger", "poll privileges"} {
+		wantLine(t, r, `^PASS `+check+`: `)
+	}
+	if strings.Contains(r.stdout, "wal_level") || strings.Contains(r.stdout, "slot") {
+		t.Fatalf("validate checks replication for the poll source:\n%s", r)
+	}
+
+	f.exec(t, "UPDATE public.outbox SET published_at = now() - interval '2 hours' WHERE aggregateid IN ('a', 'b')")
+	r = invoke(cmdCleanup, []string{"--retention", "3h"}, env)
+	if r.code != exitOK || !strings.Contains(r.stdout, "deleted 0 rows") {
+		t.Fatalf("cleanup with a longer retention: want nothing deleted:\n%s", r)
+	}
+	r = invoke(cmdCleanup, []string{"--retention", "1h"}, env)
+	if r.code != exitOK || !strings.Contains(r.stdout, "deleted 2 rows of public.outbox published more than 1h0m0s ago") {
+		t.Fatalf("cleanup: want the 2 published rows deleted:\n%s", r)
+	}
+	if n := f.count(t, "SELECT count(*) FROM public.outbox WHERE published_at IS NULL"); n != 1 {
+		t.Fatalf("%d unpublished rows left, want 1", n)
+	}
+
+	r = invoke(cmdMigrate, nil, append(env, "PGOUTBOX_POLL_NOTIFY=false"))
+	if r.code != exitOK || !strings.Contains(r.stdout, "no notification trigger") {
+		t.Fatalf("migrate without notify:\n%s", r)
+	}
+	if n := f.count(t, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.outbox'::regclass AND NOT tgisinternal"); n != 0 {
+		t.Fatalf("%d triggers left on the table", n)
+	}
+}
+
+// TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed: rows A are
+// written after the slot, and cleanup runs record marks. While the slot
+// stays where it is nothing is deleted (it has not relayed A). Once the
+// slot is past the marks, rows B are written, and a run deletes A, not B
+// (committed after every mark the slot passed); once the slot is past a
+// mark taken after B, B goes.
+func TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ready(t)
+	env := f.environ(withPassword(t, f.dsn, ""))
+	insert := func(key string, n int) {
+		for range n {
+			f.exec(t, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', $1, 'created', '{}')`, key)
+		}
+	}
+	rows := func(key string) int {
+		return f.count(t, "SELECT count(*) FROM public.outbox WHERE aggregateid = $1", key)
+	}
+	cleanup := func(want string) {
+		t.Helper()
+		r := invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)
+		if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Fatalf("cleanup: want exit 0 and %q:\n%s", want, r)
+		}
+	}
+	advance := func() {
+		f.exec(t, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot)
+	}
+	insert("A", 5)
+	cleanup("nothing deleted: no mark yet")
+	cleanup("nothing deleted: no mark yet") // the slot has not moved: the first mark is ahead of it
+	if rows("A") != 5 {
+		t.Fatalf("rows the slot did not relay were deleted: %d of 5 left", rows("A"))
+	}
+	advance()
+	insert("B", 2) // after the marks: not known to be relayed
+	cleanup("deleted 5 rows")
+	if rows("A") != 0 || rows("B") != 2 {
+		t.Fatalf("after the slot passed the marks: A %d (want 0), B %d (want 2)", rows("A"), rows("B"))
+	}
+	cleanup("deleted 0 rows") // the slot has not passed the mark taken after B
+	advance()
+	cleanup("deleted 2 rows")
+	if rows("B") != 0 {
+		t.Fatalf("after the slot passed the mark after B: B %d, want 0", rows("B"))
+	}
+	f.exec(t, "SELECT pg_drop_replication_slot($1)", f.slot)
+	r := invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)
+	if r.code != exitRuntime || !strings.Contains(r.stderr, "does not exist") {
+		t.Fatalf("cleanup without the slot: want exit 1 saying so:\n%s", r)
+	}
+}

@@ -1,0 +1,33 @@
+-- The poll source's outbox table: Debezium's outbox columns (so the router
+-- options and pkg/outbox work unchanged) and the poll source's own. Every
+-- statement is idempotent, and on an existing outbox table (the WAL
+-- source's, say) it adds what is missing: existing rows get a sequence
+-- number, published_at NULL and no attempts.
+CREATE TABLE IF NOT EXISTS {{.Table}} (
+    id            uuid         PRIMARY KEY,
+    aggregatetype varchar(255) NOT NULL,
+    aggregateid   varchar(255) NOT NULL,
+    type          varchar(255) NOT NULL,
+    payload       jsonb,
+    created_at    timestamptz  NOT NULL DEFAULT now(),
+    -- The order rows are claimed in. A row whose transaction commits after
+    -- rows with higher numbers is still claimed: claims start at the lowest
+    -- unpublished number every time.
+    seq           bigint       GENERATED ALWAYS AS IDENTITY,
+    -- NULL until Kafka acknowledged the row's record.
+    published_at  timestamptz,
+    -- Failed attempts to publish the row (retriable broker errors do not
+    -- count), and why the last one failed.
+    attempts      integer      NOT NULL DEFAULT 0,
+    last_error    text
+);
+ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now();
+ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY;
+ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS published_at timestamptz;
+ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0;
+ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS last_error text;
+-- The claim's index: the unpublished rows in sequence order. Published
+-- rows leave it, so it stays small however many the table keeps.
+CREATE INDEX IF NOT EXISTS {{.UnpublishedIndex}} ON {{.Table}} (seq) WHERE published_at IS NULL;
+-- Cleanup's index: the published rows by age.
+CREATE INDEX IF NOT EXISTS {{.PublishedIndex}} ON {{.Table}} (published_at) WHERE published_at IS NOT NULL;

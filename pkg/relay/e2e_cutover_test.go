@@ -1,0 +1,153 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+)
+
+// Moving between the sources, and the WAL source's initial snapshot. In
+// each test a writer runs throughout: before the switch, while no relay
+// runs or the new one starts, and after; every committed event must arrive
+// exactly once.
+
+// exactlyOnce checks what the consumer read against the writer.
+func exactlyOnce(t *testing.T, c *testenv.Consumer, f *fixture, w *outboxtest.Writer) {
+	t.Helper()
+	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), nil)
+	t.Logf("%d transactions: %s", w.Txns, rep)
+	if !rep.OK() || rep.Duplicates != 0 || rep.Verified != w.Events() {
+		t.Fatalf("want every event exactly once: %s", rep)
+	}
+}
+
+// startWriterUntilCleanup is startWriter whose writer also stops at the
+// end of the test, before the fixture's connections close, if the test
+// failed before stopping it.
+func startWriterUntilCleanup(t *testing.T, w *outboxtest.Writer, maxTxns int) *backgroundWriter {
+	bw := startWriter(w, maxTxns)
+	t.Cleanup(func() {
+		select {
+		case <-bw.stop:
+		default:
+			close(bw.stop)
+		}
+		<-bw.done
+	})
+	return bw
+}
+
+// progress waits until the consumer read n more records.
+func progress(t *testing.T, c *testenv.Consumer, bw *backgroundWriter, n int) {
+	t.Helper()
+	target := c.Len() + n
+	testenv.Eventually(t, time.Minute, 10*time.Millisecond, func() (bool, string) {
+		return c.Len() >= target, fmt.Sprintf("%d records, want %d (%d events written)", c.Len(), target, bw.Events())
+	})
+}
+
+// TestInitialSnapshotPublishesTheRowsBeforeTheSlotThenStreams writes rows
+// before the relay exists, then starts the WAL source with
+// snapshot.mode=initial while writing goes on: the rows that were there
+// are published from the snapshot the new slot exported, the rest streamed
+// from the slot, each once.
+func TestInitialSnapshotPublishesTheRowsBeforeTheSlotThenStreams(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 3)
+	f.shape.DeletePct = 0 // a row deleted before any relay ran is gone for both
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 51)
+	writeEvents(t, w, 1000, 1000)
+	c := env.NewConsumer(t, f.topics)
+	bw := startWriterUntilCleanup(t, w, 100_000)
+	cfg := f.config()
+	cfg.Snapshot.Mode = relay.SnapshotInitial
+	stop := runRelay(t, cfg)
+	progress(t, c, bw, 3000)
+	bw.Stop(t)
+	waitAll(t, c, w, 2*time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	exactlyOnce(t, c, f, w)
+}
+
+// TestCutoverFromPollToWALDeliversEachEventOnce runs two poll relays,
+// stops them, and starts the WAL source with snapshot.mode=initial and
+// snapshot.rows=unpublished: the snapshot publishes what the poll relays
+// left unpublished, the slot streams the rest.
+func TestCutoverFromPollToWALDeliversEachEventOnce(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 3)
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 52)
+	c := env.NewConsumer(t, f.topics)
+	pcfg := f.pollConfig()
+	stops := []func() error{runRelay(t, pcfg), runRelay(t, pcfg)}
+	bw := startWriterUntilCleanup(t, w, 100_000)
+	progress(t, c, bw, 2000)
+	for _, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := bw.Events()
+	cfg := f.config()
+	cfg.Snapshot.Mode, cfg.Snapshot.Rows = relay.SnapshotInitial, relay.SnapshotRowsUnpublished
+	stop := runRelay(t, cfg)
+	progress(t, c, bw, 2000)
+	bw.Stop(t)
+	waitAll(t, c, w, 2*time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d events written before the WAL source started, %d in all", written, w.Events())
+	exactlyOnce(t, c, f, w)
+}
+
+// TestCutoverFromWALToPollDeliversEachEventOnce streams with the WAL
+// source, adds the poll columns to its table while it runs (pgoutbox
+// migrate with relay.source=poll), stops it, and starts two poll relays
+// with poll.handover.slot: they mark what the slot relayed as published,
+// drop the slot, and publish the rest.
+func TestCutoverFromWALToPollDeliversEachEventOnce(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 3)
+	f.shape.DeletePct = 0 // the poll source reads rows: writers must keep them
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 53)
+	c := env.NewConsumer(t, f.topics)
+	stop := runRelay(t, f.config())
+	f.waitStreaming(t)
+	bw := startWriterUntilCleanup(t, w, 100_000)
+	progress(t, c, bw, 2000)
+	defaults := relay.DefaultConfig()
+	p := migrations.PollParams{Table: "public.outbox", Notify: true, Channel: defaults.Poll.Channel("public.outbox")}
+	if err := migrations.ApplyPoll(context.Background(), f.checkDB, p); err != nil {
+		t.Fatal(err)
+	}
+	progress(t, c, bw, 1000)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	written := bw.Events()
+	pcfg := f.pollConfig()
+	pcfg.Poll.HandoverSlot = f.slot
+	stops := []func() error{runRelay(t, pcfg), runRelay(t, pcfg)}
+	progress(t, c, bw, 2000)
+	bw.Stop(t)
+	waitAll(t, c, w, 2*time.Minute)
+	for _, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if confirmed, _ := f.slotState(t); confirmed != 0 {
+		t.Fatalf("the WAL source's slot is still there (confirmed %s)", confirmed)
+	}
+	t.Logf("%d events written before the poll source started, %d in all", written, w.Events())
+	exactlyOnce(t, c, f, w)
+}

@@ -1,0 +1,266 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+)
+
+// TestPollDeliversEveryCommittedEventWithFourInstances runs four relays on
+// the poll source at once while 10,000 events are written in transactions
+// of 1-50 rows over 100 aggregates (some rolling back, some touching only
+// another table): every committed event arrives exactly once with the
+// right topic, key, value and id, in commit order per key, nothing rolled
+// back, every row marked published, and the buckets are shared out.
+func TestPollDeliversEveryCommittedEventWithFourInstances(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 3)
+	cfg := f.pollConfig()
+	var stops []func() error
+	for range 4 {
+		stops = append(stops, runRelay(t, cfg))
+	}
+	f.waitBalanced(t, 4, cfg.Poll.Buckets)
+
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 21)
+	writeEvents(t, w, 10000, 5000)
+	if len(w.RolledBack) == 0 {
+		t.Fatal("the workload rolled nothing back")
+	}
+	c := env.NewConsumer(t, f.topics)
+	waitAll(t, c, w, 3*time.Minute)
+	for i, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatalf("relay %d stopped with %v", i, err)
+		}
+	}
+	msgs := drain(t, c, f)
+	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(msgs), nil)
+	t.Logf("%d transactions: %s", w.Txns, rep)
+	if !rep.OK() || rep.Duplicates != 0 || rep.Verified != w.Events() {
+		t.Fatalf("delivery check failed: %s", rep)
+	}
+	if n := f.unpublished(t); n != 0 {
+		t.Fatalf("%d rows still unpublished", n)
+	}
+}
+
+// TestPollPublishesARowWhoseTransactionCommitsLate holds a transaction
+// open after inserting a row, while later transactions insert and commit
+// rows with higher sequence numbers, some of the same key: those are
+// published, the held one is not (it is not visible), and once it commits
+// it is published too. A relay that resumed from the highest sequence it
+// had seen would skip it for good.
+func TestPollPublishesARowWhoseTransactionCommitsLate(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	cfg := f.pollConfig()
+	for range 4 {
+		runRelay(t, cfg)
+	}
+	f.waitBalanced(t, 4, cfg.Poll.Buckets)
+	ctx := context.Background()
+	insert := `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'T', '{}')`
+	held, err := f.checkDB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(ctx) //nolint:errcheck // committed below
+	late := outboxtest.NewID()
+	if _, err := held.Exec(ctx, insert, late, f.slot, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	var lateSeq int64
+	if err := held.QueryRow(ctx, "SELECT seq FROM outbox WHERE id = $1", late).Scan(&lateSeq); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 100 {
+		id := outboxtest.NewID()
+		ids = append(ids, id)
+		if _, err := f.conn.Exec(ctx, insert, id, f.slot, fmt.Sprintf("k%d", i%5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := env.NewConsumer(t, []string{topic})
+	c.WaitFor(t, 100, time.Minute)
+	var maxSeq int64
+	if err := f.conn.QueryRow(ctx, "SELECT max(seq) FROM outbox WHERE published_at IS NOT NULL").Scan(&maxSeq); err != nil {
+		t.Fatal(err)
+	}
+	if maxSeq <= lateSeq {
+		t.Fatalf("published up to seq %d, not past the held row's %d", maxSeq, lateSeq)
+	}
+	if err := held.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := c.WaitFor(t, 101, time.Minute)
+	last, _ := msgs[100].Header("id")
+	if string(last) != late {
+		t.Fatalf("record 101 is %s, want the late row %s", last, late)
+	}
+	// Per key, the records are in sequence order (the instances publish
+	// different keys side by side).
+	next := map[string]int{}
+	for _, m := range msgs[:100] {
+		id, _ := m.Header("id")
+		k := string(m.Key)
+		i := next[k]
+		for i < len(ids) && fmt.Sprintf("k%d", i%5) != k {
+			i++
+		}
+		if i >= len(ids) || ids[i] != string(id) {
+			t.Fatalf("key %s: record %s is not the next of its key in sequence order", k, id)
+		}
+		next[k] = i + 1
+	}
+}
+
+// TestPollCleanupUnderLoadBlocksNoWriter runs the relay's cleanup every
+// 100 ms with a retention of 1 s while four writers insert as fast as they
+// can, each with lock_timeout = 100ms: a writer that waited longer than
+// that for a lock would fail. The cleanup must delete published rows (the
+// table stays small), and no unpublished row: every event arrives.
+func TestPollCleanupUnderLoadBlocksNoWriter(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 3)
+	cfg := f.pollConfig()
+	cfg.Poll.Retention, cfg.Poll.CleanupInterval, cfg.Poll.CleanupBatchSize = time.Second, 100*time.Millisecond, 200
+	for range 2 {
+		runRelay(t, cfg)
+	}
+	ctx := context.Background()
+	shape := f.shape
+	shape.MinRows, shape.MaxRows = 1, 10
+	var writers []*outboxtest.Writer
+	var bws []*backgroundWriter
+	for i := range 4 {
+		conn, err := pgx.Connect(ctx, f.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		if _, err := conn.Exec(ctx, "SET lock_timeout = '100ms'"); err != nil {
+			t.Fatal(err)
+		}
+		w := outboxtest.NewWriter(conn, "outbox", shape, uint64(40+i))
+		writers = append(writers, w)
+		bws = append(bws, startWriter(w, 100_000))
+	}
+	start := time.Now()
+	var deleted int
+	testenv.Eventually(t, 2*time.Minute, 100*time.Millisecond, func() (bool, string) {
+		var rows, events int
+		for _, bw := range bws {
+			events += bw.Events()
+		}
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		deleted = events - rows
+		return time.Since(start) > 10*time.Second && deleted > 1000, fmt.Sprintf("%d events written, %d rows in the table", events, rows)
+	})
+	for _, bw := range bws {
+		bw.Stop(t) // fails the test on a writer's error: a lock timeout
+	}
+	c := env.NewConsumer(t, f.topics)
+	for i, w := range writers {
+		waitAll(t, c, w, 2*time.Minute)
+		t.Logf("writer %d: %d transactions, %d events", i, w.Txns, w.Events())
+	}
+	t.Logf("the cleanup deleted %d published rows while the writers ran", deleted)
+}
+
+// TestPollNotificationWakesTheRelayAtOnce sets poll.interval to 30 s:
+// without the notification a row would wait for it. With it the row is
+// published within a few seconds; after the listener's connection is
+// killed the relay listens again, and a row is still published at once.
+func TestPollNotificationWakesTheRelayAtOnce(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	cfg := f.pollConfig()
+	cfg.Poll.Interval = 30 * time.Second
+	cfg.Poll.RebalanceInterval = 30 * time.Second
+	runRelay(t, cfg)
+	f.waitBalanced(t, 1, cfg.Poll.Buckets)
+	ctx := context.Background()
+	c := env.NewConsumer(t, []string{topic})
+	insert := func() time.Time {
+		t.Helper()
+		if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), $1, 'k', 'T', '{}')`, f.slot); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	listening := func() {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+			var n int
+			if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgoutbox-poll-listen' AND datname = current_database() AND query LIKE 'LISTEN%'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n == 1, "the relay does not listen"
+		})
+	}
+	listening()
+	at := insert()
+	c.WaitFor(t, 1, 5*time.Second)
+	t.Logf("published %s after the commit", time.Since(at).Round(time.Millisecond))
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pgoutbox-poll-listen' AND datname = current_database()"); err != nil {
+		t.Fatal(err)
+	}
+	listening()
+	at = insert()
+	c.WaitFor(t, 2, 5*time.Second)
+	t.Logf("after the listener was killed: published %s after the commit", time.Since(at).Round(time.Millisecond))
+}
+
+// TestPollPartitionedTablePublishesEachRowOnce: with a partitioned outbox
+// table two rows in different partitions can have the same position
+// (ctid); the claim records each row in its own partition, and the
+// cleanup deletes each published row in its own, so every event arrives
+// once and every row is marked (or deleted once published).
+func TestPollPartitionedTablePublishesEachRowOnce(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 3)
+	f.shape.DeletePct = 0
+	ctx := context.Background()
+	_, err := f.conn.Exec(ctx, `DROP TABLE outbox;
+		CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+			type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now(),
+			seq bigint GENERATED ALWAYS AS IDENTITY, published_at timestamptz, attempts integer NOT NULL DEFAULT 0, last_error text)
+			PARTITION BY HASH (aggregateid);
+		CREATE TABLE outbox_p0 PARTITION OF outbox FOR VALUES WITH (MODULUS 3, REMAINDER 0);
+		CREATE TABLE outbox_p1 PARTITION OF outbox FOR VALUES WITH (MODULUS 3, REMAINDER 1);
+		CREATE TABLE outbox_p2 PARTITION OF outbox FOR VALUES WITH (MODULUS 3, REMAINDER 2);
+		CREATE INDEX ON outbox (seq) WHERE published_at IS NULL;`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.pollConfig()
+	// The cleanup deletes published rows at once: it must find them in
+	// their own partitions too.
+	cfg.Poll.Retention, cfg.Poll.CleanupInterval = time.Millisecond, 100*time.Millisecond
+	stop := runRelay(t, cfg)
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 22)
+	writeEvents(t, w, 3000, 2000)
+	c := env.NewConsumer(t, f.topics)
+	waitAll(t, c, w, 2*time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	exactlyOnce(t, c, f, w)
+	if n := f.unpublished(t); n != 0 {
+		t.Fatalf("%d rows unpublished", n)
+	}
+}

@@ -1,0 +1,444 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// Exactly-once mode (kafka.exactly.once): the session's records go in Kafka
+// transactions, each holding whole PostgreSQL transactions and, written by
+// the producer with them, one record to the offsets topic with the commit
+// end of the last PostgreSQL transaction inside. eosSession is that part of
+// a session; in at-least-once mode a session has none (nil), and every
+// method below is a no-op on nil, so session.go calls them unconditionally
+// and its at-least-once path stays what it was.
+//
+// What it adds to the loop:
+//   - at start, the position Kafka committed (read after fencing every
+//     earlier producer of the transactional id): transactions whose commit
+//     ends at or below it are skipped, as they are in Kafka already;
+//   - at each transaction boundary, whether to end the Kafka transaction
+//     (transaction.interval, transaction.max.records; never while a
+//     commit runs, a record waits for its topic's check, or a failure
+//     waits to be handled, so that no PostgreSQL transaction is split);
+//   - the slot is confirmed no further than the last position whose Kafka
+//     transaction committed (on top of the tracker and the catalog cap);
+//   - positions without records (idle keepalives, transactions without
+//     events) are committed too, at most every idleCommitEvery, so that the
+//     slot is never confirmed past what the offsets topic holds: a stored
+//     position behind the slot then always means someone else moved it.
+//
+// Commits run on the producer's transaction goroutine; their outcomes
+// arrive on a channel the loop reads like acks.
+type eosSession struct {
+	s    *session
+	prod txnProducer
+	cfg  kafka.Config
+
+	// stored is the position the offsets topic held at start (or the
+	// slot's, with none); committed the last position Kafka committed
+	// since. Nothing past committed is confirmed.
+	stored, committed checkpoint.LSN
+	// skipOpen: the open transaction ends at or below the stored position.
+	skipOpen bool
+	// lastEnd is the commit end of the last transaction read (or the idle
+	// position), requested the last position asked to be committed.
+	lastEnd, requested checkpoint.LSN
+	// The group: records sent since the last commit request, and when the
+	// first of them was sent.
+	groupRecords int
+	groupStart   time.Time
+	outstanding  int
+	lastCommitAt time.Time
+	// busy: the in-flight caps stopped reading WAL during this group (a
+	// backlog, Kafka slower than PostgreSQL); lastTook is how long the last
+	// commit took.
+	busy     bool
+	lastTook time.Duration
+	// broken: a PostgreSQL transaction is partly sent and will not be
+	// finished (the session ends): nothing more may be committed.
+	broken bool
+}
+
+// idleCommitEvery bounds how often a position without records (an idle
+// keepalive's WAL end) is committed to the offsets topic: every status
+// interval, and at most every idleCommitEvery.
+const idleCommitEvery = 5 * time.Second
+
+// txnProducer is the producer of exactly-once mode: *kafka.TxnProducer.
+type txnProducer interface {
+	producer
+	// Commit ends the Kafka transaction holding every record sent so far,
+	// with the offsets record saying lsn. It never blocks; its outcome
+	// arrives on Commits, in order.
+	Commit(lsn uint64)
+	Commits() <-chan kafka.CommitResult
+	// Stored is what the offsets topic held for the slot at start.
+	Stored() (lsn uint64, ok bool)
+	// Fenced is the error with which Kafka refused the producer's epoch,
+	// if it met one; final once Close returned.
+	Fenced() error
+}
+
+func newEOSSession(s *session, p txnProducer, start checkpoint.LSN) *eosSession {
+	return &eosSession{s: s, prod: p, cfg: s.r.cfg.Kafka, stored: start, committed: start, lastEnd: start, requested: start, lastCommitAt: s.clock.Now()}
+}
+
+// results is the channel of commit outcomes (nil, never ready, in
+// at-least-once mode).
+func (e *eosSession) results() <-chan kafka.CommitResult {
+	if e == nil {
+		return nil
+	}
+	return e.prod.Commits()
+}
+
+// cap bounds what may be confirmed by what Kafka committed.
+func (e *eosSession) cap(c checkpoint.LSN) checkpoint.LSN {
+	if e == nil {
+		return c
+	}
+	return min(c, e.committed)
+}
+
+// skip says whether the transaction or non-transactional message ending
+// at or after final is in Kafka already: its commit record begins before
+// the stored position (equivalently, since positions stored are commit
+// ends or idle WAL ends, it ends at or below it).
+func (e *eosSession) skip(final checkpoint.LSN) bool {
+	return e != nil && final < e.stored
+}
+
+// sent counts a record sent in the current group.
+func (e *eosSession) sent() {
+	if e == nil {
+		return
+	}
+	if e.groupRecords == 0 {
+		e.groupStart = e.s.clock.Now()
+	}
+	e.groupRecords++
+}
+
+// ended notes the commit end of a transaction (or non-transactional
+// message) whose records have all been sent.
+func (e *eosSession) ended(end checkpoint.LSN) {
+	if e == nil {
+		return
+	}
+	e.lastEnd = max(e.lastEnd, end)
+}
+
+// idle notes a position the tracker adopted from a keepalive.
+func (e *eosSession) idle(pos checkpoint.LSN) {
+	if e == nil || e.s.tr.Open() {
+		return
+	}
+	e.lastEnd = max(e.lastEnd, pos)
+}
+
+// pending says a clean stop must still wait: something read is not
+// committed, or a commit is outstanding.
+func (e *eosSession) pending() bool {
+	return e != nil && !e.broken && (e.outstanding > 0 || e.lastEnd > e.committed)
+}
+
+// ready says whether a commit may be requested now, time apart.
+func (e *eosSession) ready() bool {
+	s := e.s
+	return !e.broken && e.outstanding == 0 && !s.tr.Open() && e.lastEnd > e.requested &&
+		len(s.failures) == 0 && len(s.topics.parked) == 0 && !s.tr.Failed()
+}
+
+// due returns when the next commit is due, if one could be requested then.
+func (e *eosSession) due() (time.Time, bool) {
+	if e == nil || !e.ready() {
+		return time.Time{}, false
+	}
+	if e.groupRecords == 0 {
+		return e.lastCommitAt.Add(min(idleCommitEvery, e.s.r.cfg.Postgres.StatusInterval)), true
+	}
+	if e.groupRecords >= e.cfg.TransactionMaxRecords {
+		return e.groupStart, true
+	}
+	interval := e.cfg.TransactionInterval
+	if e.busy {
+		// Throughput-bound: records of the next transaction wait while a
+		// commit runs (sarama refuses them until it ends), so commit less
+		// often, about a tenth of the time at most; latency is bound by
+		// the backlog then, not by the interval.
+		interval = max(interval, min(busyCommitFactor*e.lastTook, e.cfg.TransactionTimeout/10))
+	}
+	if interval < 0 {
+		return e.groupStart, true
+	}
+	return e.groupStart.Add(interval), true
+}
+
+// busyCommitFactor: while throughput-bound, a Kafka transaction stays open
+// this many times as long as the last commit took.
+const busyCommitFactor = 10
+
+// pressed notes that the in-flight caps stopped reading WAL.
+func (e *eosSession) pressed() {
+	if e != nil {
+		e.busy = true
+	}
+}
+
+// step requests a commit when one is due (at once when stopping, or when
+// PostgreSQL shuts down and waits for the end of WAL to be confirmed).
+func (e *eosSession) step() {
+	at, ok := e.due()
+	if !ok {
+		return
+	}
+	s := e.s
+	if now := s.clock.Now(); now.Before(at) && !s.stopping && !(s.capLifted && e.groupRecords == 0) {
+		return
+	}
+	e.prod.Commit(uint64(e.lastEnd))
+	e.requested = e.lastEnd
+	e.outstanding++
+	e.groupRecords = 0
+	e.busy = false
+}
+
+// result handles a commit's outcome.
+func (e *eosSession) result(res kafka.CommitResult) error {
+	e.outstanding--
+	s := e.s
+	if res.Err != nil {
+		e.broken = true
+		if kafka.IsFenced(res.Err) {
+			return e.fenced(res.Err, res.Began)
+		}
+		return &ProduceError{Topic: e.cfg.OffsetsTopic, LSN: checkpoint.LSN(res.LSN),
+			Err: fmt.Errorf("%w; restarting from the position the offsets topic holds", res.Err)}
+	}
+	e.committed = max(e.committed, checkpoint.LSN(res.LSN))
+	e.lastCommitAt = s.clock.Now()
+	e.lastTook = res.Took
+	if ce := s.log.Check(zap.DebugLevel, "kafka transaction committed"); ce != nil {
+		ce.Write(zap.Stringer("lsn", checkpoint.LSN(res.LSN)), zap.Duration("commit", res.Took), zap.Duration("open", res.Took+s.clock.Now().Sub(res.Began)-res.Took))
+	}
+	return nil
+}
+
+// fenced is the error of a producer that Kafka refused for its epoch:
+// another instance with the same transactional id started (it fenced this
+// one, and aborted its open transaction), or the coordinator aborted the
+// transaction for its timeout.
+func (e *eosSession) fenced(err error, began time.Time) error {
+	if !began.IsZero() && e.s.clock.Now().Sub(began) >= e.cfg.TransactionTimeout {
+		return fmt.Errorf("relay: the Kafka transaction begun at %s was open longer than kafka.transaction.timeout (%s) and the coordinator aborted it; restarting from the position the offsets topic holds: %w",
+			began.Format(time.RFC3339), e.cfg.TransactionTimeout, err)
+	}
+	return &FatalError{Err: fmt.Errorf("relay: Kafka fenced this instance: another instance with transactional id %q took over, and its first act aborted this one's open transaction; exiting without confirming anything more: %w",
+		e.cfg.TransactionalID, err)}
+}
+
+// failedAck handles, in exactly-once mode, a record Kafka refused: its
+// transaction cannot commit. It returns handled false for the cases the
+// at-least-once path handles the same way.
+func (e *eosSession) failedAck(a kafka.Ack, lsn checkpoint.LSN) (handled bool, err error) {
+	if e == nil {
+		return false, nil
+	}
+	e.broken = true
+	s := e.s
+	switch {
+	case kafka.IsFenced(a.Err):
+		return true, e.fenced(a.Err, time.Time{})
+	case kafka.IsBatchRefused(a.Err):
+		return false, nil
+	case kafka.IsPoison(a.Err) && s.r.cfg.Relay.PoisonPolicy == "dead-letter" && a.Topic != s.r.cfg.Relay.DeadLetterTopic:
+		// The record was in a Kafka transaction that must now abort: the
+		// next session, from the stored position, sends it to the
+		// dead-letter topic instead, in its transaction's place.
+		s.r.poisoned[poisonKey{lsn: lsn, topic: a.Topic, id: string(a.EventID)}] = a.Err.Error()
+		s.log.Warn("Kafka refused a record: aborting its Kafka transaction; it goes to the dead-letter topic from the restart on",
+			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
+		return true, &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
+	}
+	return false, nil
+}
+
+// poisonKey names a record Kafka refused in exactly-once mode.
+type poisonKey struct {
+	lsn       checkpoint.LSN
+	topic, id string
+}
+
+// knownPoison reports a record that an earlier session found Kafka
+// refuses, with the reason.
+func (e *eosSession) knownPoison(rec *router.Record) (string, bool) {
+	if e == nil || len(e.s.r.poisoned) == 0 {
+		return "", false
+	}
+	why, ok := e.s.r.poisoned[poisonKey{lsn: e.s.commit, topic: rec.Topic, id: string(rec.EventID)}]
+	return why, ok
+}
+
+// end is called when the loop ends with cause: a PostgreSQL transaction
+// left partly sent may not be committed.
+func (e *eosSession) end(cause error) {
+	if e == nil {
+		return
+	}
+	if e.s.tr.Open() && e.s.hasRecords && !errors.Is(cause, errStopped) {
+		e.broken = true
+	}
+}
+
+// checkAge stops the session when the open Kafka transaction has been open
+// for most of kafka.transaction.timeout while a PostgreSQL transaction is
+// still being read: its records must all be in one Kafka transaction, and
+// the coordinator would abort it at the timeout. A transaction that does
+// not fit twice is fatal.
+func (e *eosSession) checkAge() error {
+	if e == nil || e.groupRecords == 0 || !e.s.tr.Open() {
+		return nil
+	}
+	s := e.s
+	limit := e.cfg.TransactionTimeout * 4 / 5
+	if s.clock.Now().Sub(e.groupStart) < limit {
+		return nil
+	}
+	e.broken = true
+	err := fmt.Errorf("relay: the PostgreSQL transaction committing at %s has been read for %s (%d records so far) and its records must all be in one Kafka transaction, which the coordinator aborts after kafka.transaction.timeout (%s): raise kafka.transaction.timeout (up to the brokers' transaction.max.timeout.ms, 15 minutes by default), or relay it with kafka.exactly.once off",
+		s.commit, limit, e.groupRecords, e.cfg.TransactionTimeout)
+	if s.r.tooLong == s.commit {
+		return &FatalError{Err: err}
+	}
+	s.r.tooLong = s.commit
+	return err
+}
+
+// startEOS makes s an exactly-once session whose Kafka truth is stored
+// (the slot's position when the offsets topic held none): the tracker
+// starts there, as everything up to it is in Kafka.
+func (s *session) startEOS(p txnProducer, stored checkpoint.LSN) {
+	pos := max(stored, s.start.Slot.ConfirmedFlushLSN)
+	s.tr = checkpoint.New(pos)
+	s.eos = newEOSSession(s, p, pos)
+}
+
+// skipping says the open transaction is one Kafka has already.
+func (e *eosSession) skipping() bool { return e != nil && e.skipOpen }
+
+func (e *eosSession) skipTxn() { e.skipOpen = true }
+
+// skipMessage says whether a non-transactional message whose record ends
+// at end is in Kafka already.
+func (e *eosSession) skipMessage(end checkpoint.LSN) bool { return e != nil && end <= e.stored }
+
+// skipped handles a message of a transaction Kafka has already: nothing of
+// it is routed, nor does a keepalive in its middle move the tracker (its
+// WAL end may be past later commits); relations are still learnt.
+func (s *session) skipped(ev replication.Event) error {
+	switch {
+	case ev.Commit != nil:
+		s.eos.skipOpen = false
+	case ev.Relation != nil:
+		s.relation(ev.Relation)
+	case ev.Keepalive != nil:
+		s.walEnd = max(s.walEnd, ev.Keepalive.WALEnd)
+		if ev.Keepalive.ReplyRequested {
+			return s.status(true)
+		}
+	}
+	return nil
+}
+
+// startTransactional starts the session's transactional producer: it makes
+// sure the offsets topic exists (once per process), derives the
+// transactional id from the slot when none is configured, fences every
+// earlier producer of that id and reads the position Kafka committed for
+// the slot. A stored position behind the slot's confirmed one means the
+// slot moved past what Kafka holds (pgoutbox ran without exactly-once,
+// another consumer, a slot recreated): the events in between cannot be
+// told to be in Kafka once, so that is a loud exit.
+func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, start replication.Start) (txnProducer, error) {
+	id := kafka.SlotIdentity{SystemIdentifier: start.Identity.SystemIdentifier, Database: start.Identity.Database, Slot: start.Slot.Name}
+	if kcfg.TransactionalID == "" {
+		kcfg.TransactionalID = id.TransactionalID()
+	}
+	if !r.offsetsReady {
+		if err := r.be.EnsureOffsetsTopic(ctx, *kcfg); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil, err
+			}
+			return nil, &FatalError{Err: err}
+		}
+		r.offsetsReady = true
+	}
+	p, err := r.be.NewTxnProducer(ctx, *kcfg, id)
+	if err != nil {
+		if errors.Is(err, kafka.ErrOffsetsTopicMissing) {
+			r.offsetsReady = false
+		}
+		return nil, err
+	}
+	slot := start.Slot.ConfirmedFlushLSN
+	stored, ok := p.Stored()
+	if ok && checkpoint.LSN(stored) < slot {
+		r.closeProducer(context.WithoutCancel(ctx), p, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+		return nil, &FatalError{Err: fmt.Errorf("relay: slot %q is confirmed at %s, past %s, the position the offsets topic %q holds for it (transactional id %q): the slot was moved on without Kafka (pgoutbox ran without kafka.exactly.once, another consumer used the slot, or it was dropped and recreated), so the events in between may be missing from Kafka or in it twice; investigate, then remove the slot's record (key %q) from the offsets topic to start exactly-once from the slot's position",
+			start.Slot.Name, slot, checkpoint.LSN(stored), kcfg.OffsetsTopic, kcfg.TransactionalID, id.Key())}
+	}
+	if ok {
+		r.log.Info("exactly-once: Kafka holds the slot's transactions up to the stored position; those at or below it are skipped",
+			zap.Stringer("stored_lsn", checkpoint.LSN(stored)), zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
+	} else {
+		r.log.Info("exactly-once: the offsets topic holds no position for the slot yet; starting at the slot's",
+			zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
+	}
+	return p, nil
+}
+
+// fencedAfter, called once the session's producer is closed, says whether
+// Kafka refused it for its epoch in the end: the session ended for another
+// reason first (its PostgreSQL connection ended while another instance took
+// over, say), and the refusal came with the abort at close or with the
+// acknowledgements left unread.
+func (e *eosSession) fencedAfter() error {
+	if e == nil {
+		return nil
+	}
+	err := e.prod.Fenced()
+	for err == nil {
+		select {
+		case a, ok := <-e.prod.Acks():
+			if !ok {
+				return nil
+			}
+			if a.Err != nil && kafka.IsFenced(a.Err) {
+				err = a.Err
+			}
+			continue
+		case res, ok := <-e.prod.Commits():
+			if ok && res.Err != nil && kafka.IsFenced(res.Err) {
+				err = res.Err
+			}
+			if ok {
+				continue
+			}
+		default:
+		}
+		break
+	}
+	if err == nil {
+		return nil
+	}
+	return e.fenced(err, time.Time{})
+}

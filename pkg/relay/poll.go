@@ -1,0 +1,602 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/poll"
+	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// The poll source (relay.source: poll) publishes the outbox table's own
+// rows: claim a batch of unpublished rows in sequence order, route and
+// produce them, wait until Kafka acknowledged every one, mark them
+// published, commit. The table is its checkpoint: a crash before the
+// commit leaves the rows unpublished and they are claimed again. Several
+// instances share the table by key buckets (package poll), so that one
+// key is published by one instance at a time, in sequence order.
+
+// PollObserver is implemented by an Observer that also follows the poll
+// source (pkg/metrics does). The relay calls PollProgress from Run's
+// goroutine and CleanedUp from its cleanup goroutine: implementations must
+// be safe for concurrent use and return quickly.
+type PollObserver interface {
+	// PollProgress: after every claim, and at least every second while
+	// waiting for rows or for Kafka.
+	PollProgress(p PollProgress)
+	// CleanedUp: the relay's cleanup deleted rows published more than
+	// poll.retention ago.
+	CleanedUp(rows int64)
+}
+
+// PollProgress is the poll source's state after a claim, or while it waits.
+type PollProgress struct {
+	Table string
+	// Members is how many instances relay the table; Owned of its buckets
+	// this one owns, out of Buckets.
+	Members, Owned, Buckets int
+	// Claimed is how many rows the last claim took; Published how many of
+	// them were marked published (or deleted), Failed how many failed
+	// an attempt.
+	Claimed, Published, Failed int
+	// InFlightRecords is what waits for Kafka's acknowledgement.
+	InFlightRecords int
+	// Committed: a claim transaction just ended (its outcome recorded, or
+	// it found nothing): the relay makes progress.
+	Committed bool
+}
+
+// errWaitingForOthers ends a poll session that cannot start yet because
+// of another relay (a WAL relay still on the handover slot): waited out
+// with the restart backoff, also at start-up.
+var errWaitingForOthers = errors.New("relay: waiting for another relay")
+
+// pollRunner is what the poll source keeps across sessions.
+//
+// Concurrency: owned by Run's goroutine.
+type pollRunner struct {
+	r     *Relay
+	table *poll.Table
+	// blocked holds the keys whose first unpublished row failed, until
+	// when its retry waits (poll.retry.backoff): no row of such a key is
+	// claimed meanwhile, so later rows never overtake it.
+	blocked map[string]time.Time
+	// single: the broker refused a batch as too large; the next session
+	// sends one record per produce request until a claim went through.
+	single bool
+}
+
+// runPoll is Run for the poll source: sessions restarted with the
+// relay's backoff until a stop or a fatal error.
+func (r *Relay) runPoll(ctx context.Context) error {
+	table, err := r.cfg.PollTable()
+	if err != nil {
+		return &ConfigError{Err: err}
+	}
+	pr := &pollRunner{r: r, table: table, blocked: map[string]time.Time{}}
+	lim := r.cfg.Relay
+	backoff := lim.RestartBackoff
+	ran := false
+	for {
+		started := r.clock.Now()
+		streamed, err := pr.session(ctx)
+		ran = ran || streamed
+		var fe *FatalError
+		switch {
+		case errors.As(err, &fe):
+			return err
+		case ctx.Err() != nil, errors.Is(err, errStopped):
+			return nil
+		case errors.Is(err, errNewProducer):
+			continue
+		case !ran && !errors.Is(err, errWaitingForOthers):
+			return &StartupError{Err: err}
+		}
+		if streamed && r.clock.Now().Sub(started) > 4*lim.RestartBackoffMax {
+			backoff = lim.RestartBackoff
+		}
+		wait := backoff/2 + mrand.N(backoff/2+1)
+		r.log.Warn("poll session stopped; starting again", zap.Error(err), zap.Duration("backoff", wait))
+		t := r.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		}
+		backoff = min(2*backoff, lim.RestartBackoffMax)
+	}
+}
+
+// connect opens an ordinary connection named app.
+func (pr *pollRunner) connect(ctx context.Context, app string) (*pgx.Conn, error) {
+	pc := pr.r.cfg.Postgres
+	return replication.ConnectSQL(ctx, pc, app, pc.ConnectTimeout)
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// pollSession is one connection's worth of the poll source.
+//
+// Concurrency: Run's goroutine owns the claim connection, the membership,
+// the producer's input and the publisher. Beside it run the producer's
+// drain goroutine, the topic checker, the listener (its own connection),
+// the cleanup (its own connection) and a goroutine that turns a second
+// signal into the cancellation of the SQL in progress; finish stops and
+// waits for all of them.
+type pollSession struct {
+	pr       *pollRunner
+	r        *Relay
+	ctx      context.Context // Run's
+	conn     *pgx.Conn
+	members  *poll.Membership
+	claimer  *poll.Claimer
+	pub      *rowPublisher
+	listener *poll.Listener // nil without poll.notify
+	own      poll.Ownership
+	// sqlCtx ends at once on a second signal; each statement adds its
+	// own deadline to it.
+	sqlCtx     context.Context
+	stopSQL    context.CancelFunc
+	watchDone  chan struct{}
+	stopClean  func()
+	nextRebal  time.Time
+	lastReport time.Time
+}
+
+func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
+	r, t := pr.r, pr.table
+	conn, err := pr.connect(ctx, "pgoutbox-poll")
+	if err != nil {
+		return false, err
+	}
+	defer closeConn(conn) // last: it releases the bucket locks
+	if err := t.Check(ctx, conn); err != nil {
+		if errors.Is(err, poll.ErrLayout) {
+			return false, &FatalError{Err: err}
+		}
+		return false, err
+	}
+	if err := pr.handover(ctx, conn); err != nil {
+		return false, err
+	}
+	m, err := poll.Join(ctx, conn, t.Name, r.cfg.Poll.Buckets)
+	if err != nil {
+		return false, err
+	}
+	if err := r.checkDeadLetterTopic(ctx); err != nil {
+		return false, err
+	}
+	kcfg := r.cfg.Kafka
+	kcfg.AckBuffer = pr.batchLimit() + 1
+	kcfg.SingleRecordBatches = pr.single
+	prod, err := r.be.NewProducer(ctx, kcfg)
+	if err != nil {
+		return false, err
+	}
+	s := &pollSession{pr: pr, r: r, ctx: ctx, conn: conn, members: m, claimer: poll.NewClaimer(conn, t, r.cfg.Poll), watchDone: make(chan struct{})}
+	s.pub = &rowPublisher{r: r, prod: prod, checker: r.be.StartTopicChecker(r.cfg.Kafka, func() {}), ctx: ctx, single: pr.single,
+		onWait: func(n int) { s.report(PollProgress{InFlightRecords: n}) }}
+	s.sqlCtx, s.stopSQL = context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(s.watchDone)
+		select {
+		case <-r.force:
+			s.stopSQL()
+		case <-s.sqlCtx.Done():
+		}
+	}()
+	if r.cfg.Poll.Notify {
+		channel := r.cfg.Poll.Channel(t.Name)
+		s.listener = poll.Listen(func(ctx context.Context) (*pgx.Conn, error) { return pr.connect(ctx, "pgoutbox-poll-listen") }, channel, r.log)
+	}
+	s.stopClean = pr.startCleanup()
+	r.log.Info("poll source started", zap.String("table", t.Name), zap.Int("buckets", r.cfg.Poll.Buckets),
+		zap.Bool("notify", r.cfg.Poll.Notify), zap.String("on_publish", r.cfg.Poll.OnPublish), zap.Uint32("pid", conn.PgConn().PID()))
+	r.obs.SessionStarted(0)
+	err = s.loop()
+	s.finish(err)
+	if errors.Is(err, errStopped) || errors.Is(err, errNewProducer) {
+		r.obs.SessionEnded(nil)
+	} else {
+		r.obs.SessionEnded(err)
+	}
+	return true, err
+}
+
+// batchLimit is the most rows one claim takes.
+func (pr *pollRunner) batchLimit() int {
+	return min(pr.r.cfg.Poll.BatchSize, pr.r.cfg.Relay.MaxInFlightRecords)
+}
+
+// op is a context for one statement: it ends on a second signal, and at
+// the end of the stop's budget once a stop was requested, or after
+// relay.shutdown.timeout otherwise (a server that stopped answering).
+func (s *pollSession) op() (context.Context, context.CancelFunc) {
+	by := s.r.clock.Now().Add(s.r.cfg.Relay.ShutdownTimeout)
+	if s.pub.stopping && s.pub.stopBy.Before(by) {
+		by = s.pub.stopBy
+	}
+	return context.WithDeadline(s.sqlCtx, by)
+}
+
+// loop claims and publishes until a stop (errStopped, always between
+// claims) or a failure.
+func (s *pollSession) loop() error {
+	r, pr := s.r, s.pr
+	limit := pr.batchLimit()
+	for {
+		if s.ctx.Err() != nil {
+			return errStopped
+		}
+		now := r.clock.Now()
+		if !now.Before(s.nextRebal) {
+			if err := s.rebalance(); err != nil {
+				return err
+			}
+		}
+		if s.members.Count() == 0 {
+			if err := s.idle(); err != nil {
+				return err
+			}
+			continue
+		}
+		ctx, cancel := s.op()
+		b, err := s.claimer.Claim(ctx, s.members.Owned(), pr.blockedKeys(now), limit)
+		cancel()
+		if err != nil {
+			return err
+		}
+		full := len(b.Rows) == limit
+		if err := s.process(b); err != nil {
+			return err
+		}
+		if pr.single && len(b.Rows) > 0 {
+			pr.single = false
+			return errNewProducer
+		}
+		if !full {
+			if err := s.idle(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// rebalance gives up or takes buckets.
+func (s *pollSession) rebalance() error {
+	ctx, cancel := s.op()
+	defer cancel()
+	o, err := s.members.Rebalance(ctx)
+	s.nextRebal = s.r.clock.Now().Add(s.r.cfg.Poll.RebalanceInterval)
+	if errors.Is(err, poll.ErrBucketsMismatch) {
+		return &FatalError{Err: err}
+	}
+	if err != nil {
+		return err
+	}
+	if len(o.Gained) > 0 || len(o.Released) > 0 || o.Members != s.own.Members {
+		s.r.log.Info("buckets rebalanced", zap.String("table", s.pr.table.Name), zap.Int("instances", o.Members),
+			zap.Int("owned", len(o.Owned)), zap.Int("target", o.Target), zap.Ints("gained", o.Gained), zap.Ints("released", o.Released))
+	}
+	s.own = o
+	return nil
+}
+
+// idle waits for a notification, the poll interval, the next rebalance or
+// the next retry of a blocked key, whichever comes first, or a stop.
+func (s *pollSession) idle() error {
+	r := s.r
+	now := r.clock.Now()
+	until := now.Add(r.cfg.Poll.Interval)
+	if s.nextRebal.Before(until) {
+		until = s.nextRebal
+	}
+	for _, at := range s.pr.blocked {
+		if at.Before(until) {
+			until = at
+		}
+	}
+	s.report(PollProgress{Committed: true})
+	var wake <-chan struct{}
+	if s.listener != nil {
+		wake = s.listener.Wake()
+	}
+	t := r.clock.NewTimer(until.Sub(now))
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C():
+	case <-s.ctx.Done():
+	case <-r.force:
+		return errForced
+	case res := <-s.pub.checker.Results():
+		s.pub.noteTopic(res)
+	}
+	return nil
+}
+
+// blockedKeys forgets the keys whose retry is due and returns the others.
+func (pr *pollRunner) blockedKeys(now time.Time) []string {
+	var out []string
+	for k, at := range pr.blocked {
+		if !now.Before(at) {
+			delete(pr.blocked, k)
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// process publishes a claimed batch and records the outcome: rows Kafka
+// acknowledged are marked published; rows that cannot be published count
+// an attempt, and past poll.max.attempts follow relay.poison.policy; the
+// rest stay as they were. A failure Kafka may recover from rolls the batch
+// back, since what it acknowledged after the failure may lie after a gap.
+func (s *pollSession) process(b *poll.Batch) error {
+	r, pr := s.r, s.pr
+	if len(b.Rows) == 0 {
+		return s.finishBatch(b, nil, nil, 0)
+	}
+	rows := make([]pubRow, 0, len(b.Rows))
+	var bytes int64
+	for i := range b.Rows {
+		row := &b.Rows[i]
+		size := int64(recordOverhead)
+		for _, v := range row.Values {
+			size += int64(len(v))
+		}
+		// The in-flight bytes cap: the rest of the batch waits for the
+		// next claim (a prefix, so every key keeps its order).
+		if bytes += size; bytes > r.cfg.Relay.MaxInFlightBytes && len(rows) > 0 {
+			break
+		}
+		rows = append(rows, pubRow{
+			row:   router.Row{Table: pr.table.Name, Op: router.OpInsert, Names: row.Names, Types: row.Types, Values: row.Values},
+			key:   row.Key,
+			stamp: row.Written * 1000,
+			where: fmt.Sprintf("row seq %d of %s", row.Seq, pr.table.Name),
+		})
+	}
+	res, err := s.pub.publish(rows)
+	if err != nil {
+		s.abort(b)
+		var pe *ProduceError
+		if errors.As(err, &pe) && batchRefused(pe) {
+			pr.single = true
+		}
+		return err
+	}
+	var published []int
+	var failed []poll.Failure
+	var dead []int
+	var fatal error
+	now := r.clock.Now()
+	for i := range res {
+		row := &b.Rows[i]
+		switch res[i].outcome {
+		case rowPublished:
+			published = append(published, i)
+		case rowPoison:
+			attempts := row.Attempts + 1
+			f := poll.Failure{Index: i, Err: res[i].err.Error()}
+			switch {
+			case attempts < r.cfg.Poll.MaxAttempts:
+				retry := r.cfg.Poll.Backoff(attempts)
+				pr.blocked[string(row.Key)] = now.Add(retry)
+				r.log.Warn("a row cannot be published; trying it again later, and no later row of its key meanwhile",
+					zap.ByteString("event_id", res[i].rec.EventID), zap.Int64("seq", row.Seq), zap.ByteString("key", row.Key),
+					zap.Int("attempt", attempts), zap.Int("max_attempts", r.cfg.Poll.MaxAttempts), zap.Duration("retry_in", retry), zap.Error(res[i].err))
+			case r.cfg.Relay.PoisonPolicy == "dead-letter":
+				dead = append(dead, len(failed))
+			default:
+				if fatal == nil {
+					fatal = &FatalError{Err: fmt.Errorf("relay: %w (event %s, key %q, after %d of poll.max.attempts=%d attempts; poison.policy=fail: stopping, no later row of its key was published)",
+						res[i].err, res[i].rec.EventID, row.Key, attempts, r.cfg.Poll.MaxAttempts)}
+				}
+			}
+			failed = append(failed, f)
+		}
+	}
+	if len(dead) > 0 {
+		if err := s.deadLetter(b, rows, res, failed, dead); err != nil {
+			s.abort(b)
+			return err
+		}
+	}
+	if err := s.finishBatch(b, published, failed, len(rows)); err != nil {
+		return err
+	}
+	return fatal
+}
+
+func batchRefused(pe *ProduceError) bool {
+	return pe != nil && pe.Err != nil && kafka.IsBatchRefused(pe.Err)
+}
+
+// deadLetter produces the dead-letter records of the failures at dead
+// (indexes into failed) and marks them dead-lettered.
+func (s *pollSession) deadLetter(b *poll.Batch, rows []pubRow, res []rowResult, failed []poll.Failure, dead []int) error {
+	recs := make([]router.Record, len(dead))
+	ptrs := make([]*router.Record, len(dead))
+	stamps := make([]int64, len(dead))
+	for j, k := range dead {
+		i := failed[k].Index
+		recs[j] = s.pub.deadLetterRecord(&rows[i], &res[i], b.Rows[i].Seq, b.Rows[i].Attempts+1)
+		ptrs[j], stamps[j] = &recs[j], rows[i].stamp
+		s.r.log.Warn("dead-lettering a row that cannot be published", zap.ByteString("event_id", res[i].rec.EventID),
+			zap.Int64("seq", b.Rows[i].Seq), zap.Int("attempts", b.Rows[i].Attempts+1), zap.Error(res[i].err))
+	}
+	if err := s.pub.knowTopics([]string{s.r.cfg.Relay.DeadLetterTopic}); err != nil {
+		return err
+	}
+	errs, err := s.pub.deliver(ptrs, stamps)
+	if err != nil {
+		return err
+	}
+	for j, k := range dead {
+		if errs[j] != nil {
+			return &FatalError{Err: fmt.Errorf("relay: the dead-letter topic %q refused the record of event %s: %w", s.r.cfg.Relay.DeadLetterTopic, recs[j].EventID, errs[j])}
+		}
+		failed[k].DeadLettered = true
+		s.r.obs.DeadLettered(res[failed[k].Index].rec.Topic)
+	}
+	return nil
+}
+
+// finishBatch records a batch's outcome and commits.
+func (s *pollSession) finishBatch(b *poll.Batch, published []int, failed []poll.Failure, claimed int) error {
+	ctx, cancel := s.op()
+	defer cancel()
+	if err := b.Finish(ctx, published, failed); err != nil {
+		return err
+	}
+	s.report(PollProgress{Claimed: claimed, Published: len(published), Failed: len(failed), Committed: true})
+	return nil
+}
+
+// abort rolls a batch back (a failure on the way: its rows are claimed again).
+func (s *pollSession) abort(b *poll.Batch) {
+	ctx, cancel := context.WithTimeout(s.sqlCtx, 5*time.Second)
+	defer cancel()
+	if err := b.Abort(ctx); err != nil {
+		s.r.log.Debug("roll back a claim", zap.Error(err))
+	}
+}
+
+// report tells a PollObserver where the session is: at every commit, at
+// most every second otherwise.
+func (s *pollSession) report(p PollProgress) {
+	po, ok := s.r.obs.(PollObserver)
+	if !ok {
+		return
+	}
+	now := s.r.clock.Now()
+	if !p.Committed && now.Sub(s.lastReport) < time.Second {
+		return
+	}
+	s.lastReport = now
+	p.Table, p.Members, p.Owned, p.Buckets = s.pr.table.Name, s.own.Members, s.members.Count(), s.r.cfg.Poll.Buckets
+	po.PollProgress(p)
+}
+
+// finish stops the session's helpers in order: the producer first (what
+// it still delivers must be done before another instance may own these
+// buckets), then the listener, the cleanup and the topic checker; the
+// claim connection, whose end releases the buckets, is closed by the
+// caller last.
+func (s *pollSession) finish(cause error) {
+	r := s.r
+	lim := r.cfg.Relay
+	stopBy := s.pub.stopBy
+	if !s.pub.stopping {
+		stopBy = r.clock.Now().Add(lim.ShutdownTimeout)
+	}
+	stopCtx := s.ctx
+	if !s.pub.stopping && s.ctx.Err() == nil && !errors.Is(cause, errForced) {
+		stopCtx = context.WithoutCancel(s.ctx)
+	}
+	r.closeProducer(stopCtx, s.pub.prod, stopBy)
+	if s.listener != nil {
+		s.listener.Stop()
+	}
+	s.stopClean()
+	s.pub.checker.Stop()
+	s.stopSQL()
+	<-s.watchDone
+	r.log.Info("poll session ended", zap.String("table", s.pr.table.Name), zap.NamedError("cause", cause))
+}
+
+// startCleanup starts the relay's cleanup of published rows older than
+// poll.retention, every poll.cleanup.interval, on a connection of its own;
+// of several instances one cleans up at a time. It returns the function
+// that stops it and waits for it.
+func (pr *pollRunner) startCleanup() (stop func()) {
+	cfg := pr.r.cfg.Poll
+	if cfg.Retention <= 0 || cfg.OnPublish != poll.OnPublishMark {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pr.cleanup(ctx)
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+func (pr *pollRunner) cleanup(ctx context.Context) {
+	r, cfg := pr.r, pr.r.cfg.Poll
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			closeConn(conn)
+		}
+	}()
+	t := time.NewTicker(cfg.CleanupInterval)
+	defer t.Stop()
+	po, _ := r.obs.(PollObserver)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if conn == nil {
+			c, err := pr.connect(ctx, "pgoutbox-poll-cleanup")
+			if err != nil {
+				r.log.Debug("cleanup: connect", zap.Error(err))
+				continue
+			}
+			conn = c
+		}
+		n, err := pr.cleanupOnce(ctx, conn)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("cleanup of published rows failed; trying again at the next interval", zap.String("table", pr.table.Name), zap.Error(err))
+			}
+			closeConn(conn)
+			conn = nil
+			continue
+		}
+		if n > 0 {
+			r.log.Info("deleted published rows older than poll.retention", zap.String("table", pr.table.Name), zap.Int64("rows", n), zap.Duration("retention", cfg.Retention))
+			if po != nil {
+				po.CleanedUp(n)
+			}
+		}
+	}
+}
+
+// cleanupOnce deletes what is due, unless another instance is at it.
+func (pr *pollRunner) cleanupOnce(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	cfg := pr.r.cfg.Poll
+	ok, err := poll.TryLockCleanup(ctx, conn, pr.table.Name)
+	if err != nil || !ok {
+		return 0, err
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = poll.UnlockCleanup(uctx, conn, pr.table.Name)
+		cancel()
+	}()
+	return poll.DefaultCleanup(cfg.CleanupBatchSize).Published(ctx, conn, pr.table, cfg.Retention)
+}

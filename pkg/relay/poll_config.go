@@ -1,0 +1,116 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pgoutbox/pgoutbox/poll"
+)
+
+// The sources a relay reads (relay.source).
+const (
+	// SourceWAL streams the outbox tables' inserts from a logical
+	// replication slot (the default).
+	SourceWAL = "wal"
+	// SourcePoll claims unpublished rows of the outbox table with SELECT
+	// ... FOR UPDATE SKIP LOCKED and marks them published: for databases
+	// where logical replication is not available.
+	SourcePoll = "poll"
+)
+
+// Snapshot modes (snapshot.mode), named as Debezium's.
+const (
+	// SnapshotNoData streams only what is committed after the slot was
+	// created.
+	SnapshotNoData = "no_data"
+	// SnapshotInitial publishes, when the WAL source creates its slot, the
+	// rows the outbox tables hold at that moment (read in the snapshot the
+	// slot exports), and then streams.
+	SnapshotInitial = "initial"
+)
+
+// Which rows an initial snapshot publishes (snapshot.rows).
+const (
+	SnapshotRowsAll         = "all"
+	SnapshotRowsUnpublished = "unpublished" // published_at IS NULL: the cutover from the poll source
+)
+
+// Snapshot configures the WAL source's initial snapshot (section
+// "snapshot").
+type Snapshot struct {
+	// Mode is no_data or initial.
+	Mode string `yaml:"mode"`
+	// Rows is all, or unpublished (the rows with published_at NULL, after
+	// the poll source).
+	Rows string `yaml:"rows"`
+	// BatchSize is how many rows are read and sent at a time.
+	BatchSize int `yaml:"batch.size"`
+}
+
+func defaultSnapshot() Snapshot {
+	return Snapshot{Mode: SnapshotNoData, Rows: SnapshotRowsAll, BatchSize: 1000}
+}
+
+// validateSources checks relay.source, the poll section and the snapshot
+// section.
+func (c *Config) validateSources() error {
+	var errs []error
+	switch c.Relay.Source {
+	case SourceWAL:
+	case SourcePoll:
+		if n := len(c.Postgres.Tables); n != 1 {
+			errs = append(errs, fmt.Errorf("relay: source poll reads one outbox table; postgres.table.include.list has %d", n))
+		}
+		if c.Snapshot.Mode == SnapshotInitial {
+			errs = append(errs, errors.New("snapshot: mode initial belongs to the WAL source (relay.source=wal); the poll source publishes every unpublished row anyway"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("relay: source %q: use wal or poll", c.Relay.Source))
+	}
+	if err := c.Poll.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	s := c.Snapshot
+	switch s.Mode {
+	case SnapshotNoData, SnapshotInitial:
+	default:
+		errs = append(errs, fmt.Errorf("snapshot: mode %q: use no_data or initial", s.Mode))
+	}
+	switch s.Rows {
+	case SnapshotRowsAll, SnapshotRowsUnpublished:
+	default:
+		errs = append(errs, fmt.Errorf("snapshot: rows %q: use all or unpublished", s.Rows))
+	}
+	if s.BatchSize < 1 || s.BatchSize > 100_000 {
+		errs = append(errs, fmt.Errorf("snapshot: batch.size %d out of range [1, 100000]", s.BatchSize))
+	}
+	return errors.Join(errs...)
+}
+
+// PollTable is the poll source's table with the key and id columns the
+// router uses for it.
+func (c *Config) PollTable() (*poll.Table, error) {
+	tables := c.Postgres.QualifiedTables()
+	if len(tables) != 1 {
+		return nil, fmt.Errorf("relay: source poll reads one outbox table; postgres.table.include.list has %d", len(tables))
+	}
+	key, id := c.columnsOf(tables[0])
+	return poll.NewTable(tables[0], key, id)
+}
+
+// columnsOf is the key and id columns of table: the router section's, or
+// its routes entry's.
+func (c *Config) columnsOf(table string) (key, id string) {
+	key, id = c.Router.EventKeyField, c.Router.EventIDField
+	for t, o := range c.Routes {
+		if t == table || "public."+t == table {
+			if k, ok := o["table.field.event.key"]; ok {
+				key = k
+			}
+			if v, ok := o["table.field.event.id"]; ok {
+				id = v
+			}
+		}
+	}
+	return key, id
+}

@@ -1,0 +1,320 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/pgoutbox/pgoutbox/poll"
+	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// The WAL source's initial snapshot (snapshot.mode: initial, Debezium's
+// name): when the slot does not exist yet, publish the rows the outbox
+// tables hold before streaming from it. A temporary slot is created with
+// an exported snapshot (replication.CreateSnapshotSlot); the tables are
+// read in that snapshot and their rows published, every one acknowledged;
+// then the temporary slot is copied into the permanent one, which starts at
+// the snapshot's consistent point: the snapshot has every transaction
+// committed before it, the slot every one after it. A relay that stops
+// before the copy leaves no slot, and the next start takes a new snapshot
+// (at-least-once: what it had sent is sent again, with the same ids).
+//
+// With snapshot.rows: unpublished only the rows with published_at NULL are
+// published: the move from the poll source, whose relays must be stopped
+// first (the snapshot waits while one runs, and keeps new ones from
+// claiming while it reads).
+
+// runSnapshot takes the initial snapshot if it is due, retrying with the
+// relay's backoff what a retry can cure.
+func (r *Relay) runSnapshot(ctx context.Context) error {
+	backoff := r.cfg.Relay.RestartBackoff
+	started := false
+	for {
+		err := r.initialSnapshot(ctx, &started)
+		var fe *FatalError
+		switch {
+		case err == nil, ctx.Err() != nil:
+			return nil
+		case errors.As(err, &fe):
+			return err
+		case !started && !errors.Is(err, errWaitingForOthers):
+			// As for a first session: a server that cannot be reached or
+			// refuses us is reported at once.
+			return &StartupError{Err: err}
+		}
+		wait := backoff/2 + mrand.N(backoff/2+1)
+		r.log.Warn("initial snapshot not taken; trying again", zap.Error(err), zap.Duration("backoff", wait))
+		t := r.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		}
+		backoff = min(2*backoff, r.cfg.Relay.RestartBackoffMax)
+	}
+}
+
+// initialSnapshot publishes the outbox tables' rows and creates the slot,
+// unless the slot exists. started is set once it began publishing.
+func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
+	pc := r.cfg.Postgres
+	conn, err := replication.ConnectSQL(ctx, pc, "pgoutbox-snapshot", pc.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	defer closeConn(conn)
+	// One instance at a time: the others find the slot made.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "pgoutbox.snapshot:"+pc.Slot); err != nil {
+		return fmt.Errorf("relay: lock the initial snapshot of slot %q: %w", pc.Slot, err)
+	}
+	// The server, the publication (created when missing: it must exist
+	// before the slot's first change is decoded), the catalog and the
+	// slot's history, without creating the slot.
+	check := pc
+	check.CreateSlot = false
+	_, err = replication.Prepare(ctx, check, r.log)
+	switch {
+	case err == nil:
+		return nil // the slot exists: streaming goes on from it
+	case !errors.Is(err, replication.ErrSlotMissing):
+		return r.prepareError(err)
+	case !pc.CreateSlot:
+		return &FatalError{Err: err}
+	}
+	if r.cfg.Snapshot.Rows == SnapshotRowsUnpublished {
+		if err := r.keepPollRelaysOut(ctx, conn); err != nil {
+			return err
+		}
+	}
+	r.log.Info("slot missing: publishing the rows the outbox tables hold, then streaming (snapshot.mode=initial)",
+		zap.String("slot", pc.Slot), zap.String("rows", r.cfg.Snapshot.Rows))
+	snap, err := replication.CreateSnapshotSlot(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer snap.Close(ctx)
+	*started = true
+	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil // stopped: no slot, the next start begins again
+	}
+	st, err := snap.Persist(ctx, conn, pc.Slot)
+	if err != nil {
+		return err
+	}
+	r.log.Info("initial snapshot published; the slot starts where it ends", zap.String("slot", pc.Slot), zap.Int("rows", n),
+		zap.Stringer("consistent_point", st.ConfirmedFlushLSN))
+	return nil
+}
+
+// keepPollRelaysOut waits while poll relays run on the outbox tables, then
+// holds every bucket lock of each, on conn, until conn closes: no poll
+// relay can claim a row while the snapshot is read and published.
+func (r *Relay) keepPollRelaysOut(ctx context.Context, conn *pgx.Conn) error {
+	for _, table := range r.cfg.Postgres.QualifiedTables() {
+		ms, err := poll.Members(ctx, conn, table)
+		if err != nil {
+			return err
+		}
+		if len(ms) > 0 {
+			return fmt.Errorf("%w: %d poll relays still run on %s (PID %d, ...): stop them first (SIGTERM); the initial snapshot publishes what they left unpublished",
+				errWaitingForOthers, len(ms), table, ms[0].PID)
+		}
+		ok, err := poll.LockAll(ctx, conn, table, r.cfg.Poll.Buckets)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: a poll relay holds buckets of %s", errWaitingForOthers, table)
+		}
+	}
+	return nil
+}
+
+// publishSnapshot reads every outbox table in the snapshot and publishes
+// its rows, a batch at a time, each acknowledged before the next is read.
+func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot string) (int, error) {
+	if err := r.checkDeadLetterTopic(ctx); err != nil {
+		return 0, err
+	}
+	kcfg := r.cfg.Kafka
+	kcfg.AckBuffer = r.cfg.Snapshot.BatchSize + 1
+	prod, err := r.be.NewProducer(ctx, kcfg)
+	if err != nil {
+		return 0, err
+	}
+	pub := &rowPublisher{r: r, prod: prod, checker: r.be.StartTopicChecker(r.cfg.Kafka, func() {}), ctx: ctx}
+	defer func() {
+		by := pub.stopBy
+		if !pub.stopping {
+			by = r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout)
+		}
+		r.closeProducer(context.WithoutCancel(ctx), prod, by)
+		pub.checker.Stop()
+	}()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return 0, fmt.Errorf("relay: initial snapshot: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+		return 0, fmt.Errorf("relay: initial snapshot: use snapshot %s: %w", snapshot, err)
+	}
+	total := 0
+	for _, table := range r.cfg.Postgres.QualifiedTables() {
+		n, err := r.publishTable(ctx, tx, pub, table)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// publishTable publishes one table's rows through a cursor, in sequence
+// order (or created_at order, or as stored, whichever the table allows).
+func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, table string) (int, error) {
+	cols, err := poll.Columns(ctx, tx.Conn(), table)
+	if err != nil {
+		return 0, err
+	}
+	t, err := poll.NewTable(table, "", "")
+	if err != nil {
+		return 0, err
+	}
+	sql := "SELECT * FROM " + t.Quoted()
+	if r.cfg.Snapshot.Rows == SnapshotRowsUnpublished {
+		if !slices.Contains(cols, poll.ColumnPublishedAt) {
+			return 0, &FatalError{Err: fmt.Errorf("relay: snapshot.rows=unpublished, but %s has no %s column", table, poll.ColumnPublishedAt)}
+		}
+		sql += " WHERE " + poll.ColumnPublishedAt + " IS NULL"
+	}
+	switch {
+	case slices.Contains(cols, poll.ColumnSeq):
+		sql += " ORDER BY " + poll.ColumnSeq
+	case slices.Contains(cols, poll.ColumnCreatedAt):
+		sql += " ORDER BY " + poll.ColumnCreatedAt
+	}
+	if _, err := tx.Exec(ctx, "DECLARE pgoutbox_snapshot NO SCROLL CURSOR FOR "+sql); err != nil {
+		return 0, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
+	}
+	defer tx.Exec(context.WithoutCancel(ctx), "CLOSE pgoutbox_snapshot") //nolint:errcheck // the transaction ends anyway
+	key, _ := r.cfg.columnsOf(table)
+	keyAt := slices.Index(cols, key)
+	fetch := "FETCH " + strconv.Itoa(r.cfg.Snapshot.BatchSize) + " FROM pgoutbox_snapshot"
+	total := 0
+	for {
+		if ctx.Err() != nil {
+			return total, nil
+		}
+		rows, err := r.fetchRows(ctx, tx, fetch, table, keyAt)
+		if err != nil {
+			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
+		}
+		if len(rows) == 0 {
+			return total, nil
+		}
+		for i := range rows {
+			rows[i].where = fmt.Sprintf("snapshot row %d of %s", total+i+1, table)
+		}
+		if err := r.publishSnapshotBatch(pub, rows); err != nil {
+			return total, err
+		}
+		total += len(rows)
+	}
+}
+
+// fetchRows reads the next rows of the cursor as router rows (text values).
+func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, keyAt int) ([]pubRow, error) {
+	res, err := tx.Query(ctx, fetch, pgx.QueryResultFormats{pgx.TextFormatCode})
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	fds := res.FieldDescriptions()
+	names, types := make([]string, len(fds)), make([]uint32, len(fds))
+	for i, f := range fds {
+		names[i], types[i] = f.Name, f.DataTypeOID
+	}
+	var out []pubRow
+	for res.Next() {
+		raw := res.RawValues()
+		vals := make([][]byte, len(raw))
+		for i, v := range raw {
+			if v != nil {
+				vals[i] = append([]byte{}, v...)
+			}
+		}
+		p := pubRow{row: router.Row{Table: table, Op: router.OpInsert, Names: names, Types: types, Values: vals}}
+		if keyAt >= 0 && keyAt < len(vals) {
+			p.key = vals[keyAt]
+		}
+		out = append(out, p)
+	}
+	return out, res.Err()
+}
+
+// publishSnapshotBatch publishes rows: poison follows relay.poison.policy
+// at once (a snapshot row has no attempts to count); a row held behind a
+// poison row of its key is published after it is dead-lettered, in order.
+func (r *Relay) publishSnapshotBatch(pub *rowPublisher, rows []pubRow) error {
+	for len(rows) > 0 {
+		res, err := pub.publish(rows)
+		if err != nil {
+			return err
+		}
+		var dead []router.Record
+		var rest []pubRow
+		for i := range res {
+			switch res[i].outcome {
+			case rowPoison:
+				if r.cfg.Relay.PoisonPolicy != "dead-letter" {
+					return &FatalError{Err: fmt.Errorf("relay: %w (poison.policy=fail: stopping before the slot exists; the next start takes a new snapshot)", res[i].err)}
+				}
+				r.log.Warn("dead-lettering a snapshot row that cannot be published", zap.ByteString("event_id", res[i].rec.EventID), zap.Error(res[i].err))
+				dead = append(dead, pub.deadLetterRecord(&rows[i], &res[i], 0, 1))
+				r.obs.DeadLettered(res[i].rec.Topic)
+			case rowHeld:
+				rest = append(rest, rows[i])
+			}
+		}
+		if len(dead) > 0 {
+			ptrs := make([]*router.Record, len(dead))
+			for i := range dead {
+				ptrs[i] = &dead[i]
+			}
+			if err := pub.knowTopics([]string{r.cfg.Relay.DeadLetterTopic}); err != nil {
+				return err
+			}
+			errs, err := pub.deliver(ptrs, make([]int64, len(ptrs)))
+			if err != nil {
+				return err
+			}
+			for i, e := range errs {
+				if e != nil {
+					return &FatalError{Err: fmt.Errorf("relay: the dead-letter topic %q refused the record of event %s: %w", r.cfg.Relay.DeadLetterTopic, dead[i].EventID, e)}
+				}
+			}
+		}
+		rows = rest
+		if pub.stopping && len(rows) > 0 {
+			return errStopTimeout
+		}
+	}
+	return nil
+}

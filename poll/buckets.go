@@ -1,0 +1,284 @@
+package poll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrBucketsMismatch is returned by Rebalance when another instance on the
+// table runs with a different poll.buckets: the two would hash keys into
+// different buckets, and one key could be published by both at once.
+var ErrBucketsMismatch = errors.New("poll: another instance on the table uses a different poll.buckets")
+
+// Membership is an instance's place among the instances relaying one
+// table, and the key buckets it owns.
+//
+// Every instance holds a session-level advisory lock in the table's member
+// namespace (its key carries the instance's bucket count), and one in the
+// table's bucket namespace for each bucket it owns. The server releases
+// all of them when the session ends, however it ends (a clean stop, a
+// crash, a lost connection the server noticed), and only then: a lock is
+// never released while its holder's claim transaction is still open,
+// because the transaction ends first. So a bucket has one owner at a time,
+// and a new owner's first claim starts after the previous owner's last one
+// ended. See DESIGN.md.
+//
+// Concurrency: a Membership belongs to the goroutine that owns its
+// connection (the claimer's).
+type Membership struct {
+	conn     *pgx.Conn
+	table    string
+	buckets  int
+	bucketNS int32
+	memberNS int32
+	self     int32 // this instance's member key: buckets<<16 | random
+	pid      uint32
+	owned    []int // sorted
+}
+
+// Ownership is the outcome of a rebalance.
+type Ownership struct {
+	Members int // instances on the table, this one included
+	Target  int // buckets this instance should own
+	Owned   []int
+	// Gained and Released are the buckets taken and given up this time.
+	Gained, Released []int
+}
+
+// Join takes the member lock of this instance on conn. It owns no bucket
+// until the first Rebalance.
+func Join(ctx context.Context, conn *pgx.Conn, table string, buckets int) (*Membership, error) {
+	bucketNS, memberNS := lockKeys(table)
+	m := &Membership{conn: conn, table: table, buckets: buckets, bucketNS: bucketNS, memberNS: memberNS, pid: conn.PgConn().PID()}
+	for range 16 { // a collision of the random parts is rare; a few tries end it
+		key := int32(buckets<<16 | rand.IntN(1<<16))
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::int, $2::int)", memberNS, key).Scan(&ok); err != nil {
+			return nil, fmt.Errorf("poll: join the instances of %s: %w", table, err)
+		}
+		if ok {
+			m.self = key
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("poll: join the instances of %s: no free member key after 16 tries", table)
+}
+
+// Owned returns the buckets this instance owns; nil when it owns them all
+// (no bucket filter is needed then).
+func (m *Membership) Owned() []int {
+	if len(m.owned) == m.buckets {
+		return nil
+	}
+	return m.owned
+}
+
+// Count is how many buckets this instance owns.
+func (m *Membership) Count() int { return len(m.owned) }
+
+// lockHolder is one granted advisory lock of a table.
+type lockHolder struct {
+	ns, key int32
+	pid     uint32
+}
+
+func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([]lockHolder, error) {
+	rows, err := conn.Query(ctx, `SELECT classid::bigint::int, objid::bigint::int, pid FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 2 AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid IN ($1::int::oid, $2::int::oid)`, bucketNS, memberNS)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (lockHolder, error) {
+		var h lockHolder
+		err := r.Scan(&h.ns, &h.key, &h.pid)
+		return h, err
+	})
+}
+
+// Rebalance looks at the instances on the table and gives up or takes
+// buckets so that each owns its share: with M instances ranked by their
+// member keys, the first N mod M own N/M+1 buckets and the others N/M.
+// Buckets are given up only here, between claim transactions; free ones
+// are taken in this instance's order of preference (rendezvous hashing of
+// its key and the bucket), so the owners of most buckets do not change
+// when an instance joins or leaves.
+func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
+	locks, err := readLocks(ctx, m.conn, m.bucketNS, m.memberNS)
+	if err != nil {
+		return Ownership{}, fmt.Errorf("poll: read the instances of %s: %w", m.table, err)
+	}
+	var members []int32
+	held := map[int]bool{}
+	for _, l := range locks {
+		switch l.ns {
+		case m.memberNS:
+			if n := int(l.key >> 16); n != m.buckets {
+				return Ownership{}, fmt.Errorf("%w: PID %d runs with poll.buckets=%d, this instance with %d; give every instance the same setting", ErrBucketsMismatch, l.pid, n, m.buckets)
+			}
+			members = append(members, l.key)
+		case m.bucketNS:
+			if l.key >= 0 && int(l.key) < m.buckets {
+				held[int(l.key)] = true
+			}
+		}
+	}
+	if !slices.Contains(members, m.self) {
+		members = append(members, m.self) // the view raced with our own lock
+	}
+	slices.Sort(members)
+	rank := slices.Index(members, m.self)
+	o := Ownership{Members: len(members), Target: m.buckets / len(members)}
+	if rank < m.buckets%len(members) {
+		o.Target++
+	}
+	if excess := len(m.owned) - o.Target; excess > 0 {
+		give := m.byPreference(m.owned)
+		give = give[len(give)-excess:] // the least preferred
+		if _, err := m.conn.Exec(ctx, "SELECT pg_advisory_unlock($1::int, b) FROM unnest($2::int[]) b", m.bucketNS, give); err != nil {
+			return o, fmt.Errorf("poll: give up buckets of %s: %w", m.table, err)
+		}
+		m.owned = slices.DeleteFunc(m.owned, func(b int) bool { return slices.Contains(give, b) })
+		o.Released = give
+	}
+	if need := o.Target - len(m.owned); need > 0 {
+		var free []int
+		for b := range m.buckets {
+			if !held[b] && !slices.Contains(m.owned, b) {
+				free = append(free, b)
+			}
+		}
+		free = m.byPreference(free)
+		free = free[:min(need, len(free))]
+		if len(free) > 0 {
+			rows, err := m.conn.Query(ctx, "SELECT b FROM unnest($2::int[]) b WHERE pg_try_advisory_lock($1::int, b)", m.bucketNS, free)
+			if err != nil {
+				return o, fmt.Errorf("poll: take buckets of %s: %w", m.table, err)
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+			if err != nil {
+				return o, fmt.Errorf("poll: take buckets of %s: %w", m.table, err)
+			}
+			for _, b := range got {
+				m.owned = append(m.owned, int(b))
+				o.Gained = append(o.Gained, int(b))
+			}
+		}
+	}
+	sort.Ints(m.owned)
+	o.Owned = slices.Clone(m.owned)
+	return o, nil
+}
+
+// byPreference returns buckets sorted by this instance's preference, most
+// preferred first.
+func (m *Membership) byPreference(buckets []int) []int {
+	w := func(b int) uint64 { return mix64(uint64(uint32(m.self))<<32 | uint64(uint32(b))) }
+	out := slices.Clone(buckets)
+	slices.SortFunc(out, func(a, b int) int {
+		wa, wb := w(a), w(b)
+		switch {
+		case wa > wb:
+			return -1
+		case wa < wb:
+			return 1
+		}
+		return a - b
+	})
+	return out
+}
+
+// mix64 is splitmix64's finalizer: every input bit moves every output bit,
+// so the preferences of two instances for the same buckets are unrelated.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Member is one instance relaying a table, as pg_locks and
+// pg_stat_activity show it.
+type Member struct {
+	PID             uint32 `json:"pid"`
+	Buckets         int    `json:"buckets_configured"`
+	Owned           int    `json:"buckets_owned"`
+	ApplicationName string `json:"application_name"`
+	ClientAddr      string `json:"client_addr"`
+}
+
+// Members reads the instances relaying table and how many buckets each
+// owns (for pgoutbox status, and to see that no poll relay runs).
+func Members(ctx context.Context, conn *pgx.Conn, table string) ([]Member, error) {
+	bucketNS, memberNS := lockKeys(table)
+	locks, err := readLocks(ctx, conn, bucketNS, memberNS)
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the instances of %s: %w", table, err)
+	}
+	owned := map[uint32]int{}
+	var out []Member
+	for _, l := range locks {
+		switch l.ns {
+		case memberNS:
+			out = append(out, Member{PID: l.pid, Buckets: int(l.key >> 16)})
+		case bucketNS:
+			owned[l.pid]++
+		}
+	}
+	for i := range out {
+		out[i].Owned = owned[out[i].PID]
+		var app, addr *string
+		err := conn.QueryRow(ctx, "SELECT application_name, host(client_addr) FROM pg_stat_activity WHERE pid = $1", int64(out[i].PID)).Scan(&app, &addr)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("poll: read the session of PID %d: %w", out[i].PID, err)
+		}
+		if app != nil {
+			out[i].ApplicationName = *app
+		}
+		if addr != nil {
+			out[i].ClientAddr = *addr
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out, nil
+}
+
+// LockAll takes, on conn, the advisory locks of every bucket of table
+// [0, buckets) and returns whether it got them all; when not, it holds
+// none. A poll relay holds a bucket's lock while it claims from it, so
+// while these are held no poll relay claims rows of table. Release with
+// UnlockAll (or by closing conn).
+func LockAll(ctx context.Context, conn *pgx.Conn, table string, buckets int) (bool, error) {
+	bucketNS, _ := lockKeys(table)
+	var got int
+	err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE pg_try_advisory_lock($1::int, b)) FROM generate_series(0, $2::int - 1) b", bucketNS, buckets).Scan(&got)
+	if err != nil {
+		return false, fmt.Errorf("poll: lock the buckets of %s: %w", table, err)
+	}
+	if got == buckets {
+		return true, nil
+	}
+	return false, UnlockAll(ctx, conn, table, buckets)
+}
+
+// UnlockAll releases what LockAll took on conn.
+func UnlockAll(ctx context.Context, conn *pgx.Conn, table string, buckets int) error {
+	bucketNS, _ := lockKeys(table)
+	// pg_advisory_unlock warns about locks this session does not hold: the
+	// ones LockAll did not get. Unlock only those held.
+	_, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1::int, l.objid::bigint::int) FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.pid = pg_backend_pid()
+		AND l.classid = $1::int::oid AND l.objid::bigint < $2`, bucketNS, buckets)
+	if err != nil {
+		return fmt.Errorf("poll: unlock the buckets of %s: %w", table, err)
+	}
+	return nil
+}

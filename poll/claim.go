@@ -1,0 +1,303 @@
+package poll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Row is one claimed outbox row. Names, Types and Values are parallel, as
+// a router.Row's: Values in PostgreSQL's text format (nil is NULL), Types
+// the columns' type OIDs. Names is the same slice for every row of a
+// claimer's table, so the router reuses its column lookup.
+type Row struct {
+	// Rel and CTID are where the row lies while it is locked: its table
+	// (a partition's, for a partitioned table) and its position there.
+	Rel      string
+	CTID     string
+	Seq      int64
+	Attempts int
+	// Written is the row's created_at in Unix microseconds (0 without the
+	// column).
+	Written int64
+	// Key is the key column's text (nil for NULL or no key column).
+	Key    []byte
+	Names  []string
+	Types  []uint32
+	Values [][]byte
+}
+
+// Failure is a claimed row that could not be published.
+type Failure struct {
+	Index int    // into Batch.Rows
+	Err   string // the reason, stored in last_error
+	// DeadLettered: its dead-letter record was acknowledged; the row is
+	// marked published (or deleted) as well as counted.
+	DeadLettered bool
+}
+
+// Claimer runs the claim transactions of one table on one connection.
+//
+// Concurrency: a Claimer and its Batches belong to the goroutine that owns
+// the connection; pgx connections are not safe for concurrent use.
+type Claimer struct {
+	conn      *pgx.Conn
+	t         *Table
+	buckets   int
+	onPublish string
+	names     []string
+	types     []uint32
+	arena     arena
+	rels      map[string]string
+}
+
+// NewClaimer returns a claimer of t on conn (t checked with Check).
+func NewClaimer(conn *pgx.Conn, t *Table, cfg Config) *Claimer {
+	return &Claimer{conn: conn, t: t, buckets: cfg.Buckets, onPublish: cfg.OnPublish}
+}
+
+// Batch is an open claim transaction and the rows it locked, in sequence
+// order. It ends with Finish or Abort.
+type Batch struct {
+	Rows []Row
+	// Bytes is what the rows' values take.
+	Bytes int
+	c     *Claimer
+	tx    pgx.Tx
+}
+
+// Claim begins a transaction and locks up to limit unpublished rows in
+// sequence order, skipping rows another transaction holds: rows of the
+// given buckets (nil: all), and none whose key is in blocked. There is no
+// position to resume from: every claim starts at the lowest unpublished
+// sequence, so a row whose transaction committed after rows with higher
+// sequences is claimed as soon as it is visible.
+//
+// An empty batch is still an open transaction: Finish or Abort it.
+func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limit int) (*Batch, error) {
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("poll: begin claim on %s: %w", c.t.Name, err)
+	}
+	b := &Batch{c: c, tx: tx}
+	var where []string
+	var args []any
+	if owned != nil {
+		args = append(args, owned)
+		where = append(where, c.t.bucketExpr("t", c.buckets)+" = ANY($"+strconv.Itoa(len(args))+"::int[])")
+	}
+	if len(blocked) > 0 {
+		args = append(args, blocked)
+		where = append(where, c.t.keyText("t")+" <> ALL($"+strconv.Itoa(len(args))+"::text[])")
+	}
+	written := "0"
+	if c.t.created {
+		written = "(extract(epoch FROM t." + ColumnCreatedAt + ") * 1000000)::bigint"
+	}
+	sql := "SELECT t.tableoid::regclass::text, t.ctid::text, " + written + ", t.* FROM " + c.t.quoted + " t WHERE t." + ColumnPublishedAt + " IS NULL"
+	for _, w := range where {
+		sql += " AND " + w
+	}
+	sql += " ORDER BY t." + ColumnSeq + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE OF t SKIP LOCKED"
+	rows, err := tx.Query(ctx, sql, append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, args...)...)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("poll: claim rows of %s: %w", c.t.Name, err)
+	}
+	err = b.read(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("poll: claim rows of %s: %w", c.t.Name, err)
+	}
+	return b, nil
+}
+
+// read copies the rows' text values out of pgx's buffer.
+func (b *Batch) read(rows pgx.Rows) error {
+	c := b.c
+	fds := rows.FieldDescriptions()
+	if len(fds) < 4 {
+		return errors.New("no columns")
+	}
+	cols := fds[3:] // after the relation, the ctid and created_at
+	if len(c.names) != len(cols) || !sameNames(c.names, cols) {
+		c.names, c.types = make([]string, len(cols)), make([]uint32, len(cols))
+		for i, f := range cols {
+			c.names[i], c.types[i] = f.Name, f.DataTypeOID
+		}
+	}
+	seqAt, attAt, keyAt := -1, -1, -1
+	for i, n := range c.names {
+		switch {
+		case n == ColumnSeq:
+			seqAt = i
+		case n == ColumnAttempts:
+			attAt = i
+		case c.t.hasKey && n == c.t.KeyColumn:
+			keyAt = i
+		}
+	}
+	if seqAt < 0 || attAt < 0 {
+		return fmt.Errorf("%w: %s has no %s or %s column", ErrLayout, c.t.Name, ColumnSeq, ColumnAttempts)
+	}
+	c.arena.reset()
+	for rows.Next() {
+		raw := rows.RawValues()
+		r := Row{Rel: c.relName(raw[0]), CTID: string(raw[1]), Names: c.names, Types: c.types, Values: make([][]byte, len(cols))}
+		if w, err := strconv.ParseInt(string(raw[2]), 10, 64); err == nil {
+			r.Written = w
+		}
+		for i, v := range raw[3:] {
+			if v != nil {
+				r.Values[i] = c.arena.copy(v)
+				b.Bytes += len(v)
+			}
+		}
+		var err error
+		if r.Seq, err = strconv.ParseInt(string(r.Values[seqAt]), 10, 64); err != nil {
+			return fmt.Errorf("column %s: %w", ColumnSeq, err)
+		}
+		if r.Attempts, err = strconv.Atoi(string(r.Values[attAt])); err != nil {
+			return fmt.Errorf("column %s: %w", ColumnAttempts, err)
+		}
+		if keyAt >= 0 {
+			r.Key = r.Values[keyAt]
+		}
+		b.Rows = append(b.Rows, r)
+	}
+	return nil
+}
+
+func sameNames(names []string, fds []pgconn.FieldDescription) bool {
+	for i, f := range fds {
+		if names[i] != f.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// maxErrorText bounds what last_error keeps of a reason.
+const maxErrorText = 2000
+
+// Finish marks the rows at published as published (poll.on.publish: sets
+// published_at, or deletes them), counts the failures' attempts and
+// records their reasons (a dead-lettered failure is marked as well), and
+// commits. Rows in neither list stay as they were, unpublished. After an
+// error the transaction is gone: its rows are claimed again later.
+//
+// Rows are found by their position (a TID scan of the relation each lies
+// in: the table, or its partition), which cannot change while they are
+// locked.
+func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) error {
+	defer b.release()
+	c, tx := b.c, b.tx
+	done := map[string][]string{}
+	for _, i := range published {
+		r := &b.Rows[i]
+		done[r.Rel] = append(done[r.Rel], r.CTID)
+	}
+	type attempts struct {
+		ctids, reasons []string
+		dead           []bool
+	}
+	tried := map[string]*attempts{}
+	for _, f := range failed {
+		r := &b.Rows[f.Index]
+		if f.DeadLettered && c.onPublish == OnPublishDelete {
+			done[r.Rel] = append(done[r.Rel], r.CTID)
+			continue
+		}
+		reason := f.Err
+		if len(reason) > maxErrorText {
+			reason = reason[:maxErrorText]
+		}
+		a := tried[r.Rel]
+		if a == nil {
+			a = &attempts{}
+			tried[r.Rel] = a
+		}
+		a.ctids = append(a.ctids, r.CTID)
+		a.reasons = append(a.reasons, strings.ToValidUTF8(reason, "?"))
+		a.dead = append(a.dead, f.DeadLettered)
+	}
+	for rel, a := range tried {
+		_, err := tx.Exec(ctx, "UPDATE "+rel+" t SET "+ColumnAttempts+" = t."+ColumnAttempts+" + 1, "+ColumnLastError+" = v.err, "+
+			ColumnPublishedAt+" = CASE WHEN v.dead THEN now() ELSE t."+ColumnPublishedAt+" END"+
+			" FROM unnest($1::text[]::tid[], $2::text[], $3::bool[]) AS v(c, err, dead) WHERE t.ctid = v.c", a.ctids, a.reasons, a.dead)
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return fmt.Errorf("poll: record failed attempts in %s: %w", c.t.Name, err)
+		}
+	}
+	for rel, ctids := range done {
+		sql := "UPDATE " + rel + " SET " + ColumnPublishedAt + " = now() WHERE ctid = ANY($1::text[]::tid[])"
+		if c.onPublish == OnPublishDelete {
+			sql = "DELETE FROM " + rel + " WHERE ctid = ANY($1::text[]::tid[])"
+		}
+		if _, err := tx.Exec(ctx, sql, ctids); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return fmt.Errorf("poll: mark %d rows of %s published: %w", len(ctids), c.t.Name, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("poll: commit the claim of %d rows of %s: %w", len(b.Rows), c.t.Name, err)
+	}
+	return nil
+}
+
+// relName interns the relation names the claims return (one per table or
+// partition), so that every row of a relation shares one string.
+func (c *Claimer) relName(raw []byte) string {
+	if c.rels == nil {
+		c.rels = map[string]string{}
+	}
+	if s, ok := c.rels[string(raw)]; ok {
+		return s
+	}
+	s := string(raw)
+	c.rels[s] = s
+	return s
+}
+
+// Abort rolls the claim back: every row stays unpublished and unlocked.
+func (b *Batch) Abort(ctx context.Context) error {
+	defer b.release()
+	if err := b.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("poll: roll back the claim on %s: %w", b.c.t.Name, err)
+	}
+	return nil
+}
+
+func (b *Batch) release() { b.Rows = nil }
+
+// arena copies values into shared chunks, so that a batch's rows need one
+// allocation per chunk rather than one per value. A chunk lives as long as
+// a value cut from it (records point into them until Kafka acknowledged
+// them); reset starts a new chunk for the next batch.
+type arena struct{ cur []byte }
+
+const arenaChunk = 64 << 10
+
+func (a *arena) copy(v []byte) []byte {
+	if len(v) > arenaChunk/8 {
+		return append([]byte(nil), v...)
+	}
+	if cap(a.cur)-len(a.cur) < len(v) {
+		a.cur = make([]byte, 0, arenaChunk)
+	}
+	start := len(a.cur)
+	a.cur = append(a.cur, v...)
+	return a.cur[start:len(a.cur):len(a.cur)]
+}
+
+func (a *arena) reset() { a.cur = nil }

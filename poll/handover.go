@@ -1,0 +1,66 @@
+package poll
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MarkRelayed marks as published, in tx, every unpublished row of t that
+// tx sees, except those whose id column (as text) is in notRelayed: the
+// handover from a WAL-source relay, whose slot relayed every row committed
+// before its confirmed position, and whose pending changes name the rows it
+// did not (replication.PeekInserted, read up to a position past every
+// commit tx sees). Run it in a repeatable-read transaction that read that
+// position first: rows committed later are invisible to it and stay
+// unpublished.
+func MarkRelayed(ctx context.Context, tx pgx.Tx, t *Table, notRelayed []string) (int64, error) {
+	if notRelayed == nil {
+		notRelayed = []string{}
+	}
+	tag, err := tx.Exec(ctx, "UPDATE "+t.quoted+" SET "+ColumnPublishedAt+" = now() WHERE "+ColumnPublishedAt+" IS NULL AND NOT ("+
+		pgx.Identifier{t.IDColumn}.Sanitize()+"::text = ANY($1::text[]))", notRelayed)
+	if err != nil {
+		return 0, fmt.Errorf("poll: mark the rows the slot relayed in %s: %w", t.Name, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// LockHandover takes the table's handover lock on conn (waiting for it, as
+// long as ctx allows), so that of several instances starting at once one
+// does the handover and the others find it done. Release it with
+// UnlockHandover (or by closing conn).
+func LockHandover(ctx context.Context, conn *pgx.Conn, table string) error {
+	ns := lockKey("handover", table)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1::int, 0)", ns); err != nil {
+		return fmt.Errorf("poll: lock the handover of %s: %w", table, err)
+	}
+	return nil
+}
+
+// UnlockHandover releases LockHandover's lock.
+func UnlockHandover(ctx context.Context, conn *pgx.Conn, table string) error {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1::int, 0)", lockKey("handover", table)); err != nil {
+		return fmt.Errorf("poll: unlock the handover of %s: %w", table, err)
+	}
+	return nil
+}
+
+// TryLockCleanup takes the table's cleanup lock on conn if it is free: one
+// instance cleans up at a time. Release it with UnlockCleanup.
+func TryLockCleanup(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::int, 0)", lockKey("cleanup", table)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("poll: lock the cleanup of %s: %w", table, err)
+	}
+	return ok, nil
+}
+
+// UnlockCleanup releases TryLockCleanup's lock.
+func UnlockCleanup(ctx context.Context, conn *pgx.Conn, table string) error {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1::int, 0)", lockKey("cleanup", table)); err != nil {
+		return fmt.Errorf("poll: unlock the cleanup of %s: %w", table, err)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package poll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The poll table's own columns, beside Debezium's outbox columns.
+const (
+	ColumnSeq         = "seq"          // bigint identity: the order rows are claimed in
+	ColumnPublishedAt = "published_at" // timestamptz, NULL until Kafka acknowledged the row
+	ColumnAttempts    = "attempts"     // integer: failed attempts to publish it
+	ColumnLastError   = "last_error"   // text: why the last attempt failed
+	ColumnCreatedAt   = "created_at"   // timestamptz: the backlog's age is measured from it (optional)
+)
+
+// RequiredColumns are the columns the poll source needs in its table.
+var RequiredColumns = []string{ColumnSeq, ColumnPublishedAt, ColumnAttempts, ColumnLastError}
+
+// ErrLayout is wrapped by the error of a table that lacks the poll columns.
+var ErrLayout = errors.New("poll: the table lacks the poll source's columns")
+
+// Table is an outbox table the poll source reads.
+type Table struct {
+	// Name is schema.table.
+	Name string
+	// KeyColumn is the column whose value is the record key (the router's
+	// table.field.event.key): rows of one key are published in sequence
+	// order by one instance at a time. Empty or absent: every row has the
+	// same (null) key.
+	KeyColumn string
+	// IDColumn is the event id column (table.field.event.id).
+	IDColumn string
+
+	quoted  string // the quoted name
+	hasKey  bool   // the table has KeyColumn
+	created bool   // the table has created_at
+}
+
+// NewTable returns the table name (schema.table, or table for public) with
+// its key and id columns.
+func NewTable(name, keyColumn, idColumn string) (*Table, error) {
+	schema, rel, ok := strings.Cut(name, ".")
+	if !ok {
+		schema, rel = "public", name
+	}
+	if schema == "" || rel == "" || len(schema) > 63 || len(rel) > 63 {
+		return nil, fmt.Errorf("poll: table %q: use schema.table, each part 1 to 63 bytes", name)
+	}
+	return &Table{Name: schema + "." + rel, KeyColumn: keyColumn, IDColumn: idColumn,
+		quoted: pgx.Identifier{schema, rel}.Sanitize(), hasKey: keyColumn != ""}, nil
+}
+
+// Quoted is the table's name quoted for SQL.
+func (t *Table) Quoted() string { return t.quoted }
+
+// Columns reads the table's column names in order; a table that does not
+// exist has none.
+func Columns(ctx context.Context, conn *pgx.Conn, table string) ([]string, error) {
+	schema, rel, _ := strings.Cut(table, ".")
+	rows, err := conn.Query(ctx, `SELECT a.attname::text FROM pg_attribute a
+		JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, schema, rel)
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the columns of %s: %w", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the columns of %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+// Check reads the table's columns and fails, wrapping ErrLayout, when one
+// the poll source needs is missing (or the table itself).
+func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
+	cols, err := Columns(ctx, conn, t.Name)
+	if err != nil {
+		return err
+	}
+	if len(cols) == 0 {
+		return fmt.Errorf("%w: %s does not exist; create it with pgoutbox migrate (relay.source=poll)", ErrLayout, t.Name)
+	}
+	has := map[string]bool{}
+	for _, c := range cols {
+		has[c] = true
+	}
+	var missing []string
+	for _, c := range RequiredColumns {
+		if !has[c] {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s has no column %s; add them with pgoutbox migrate (relay.source=poll), which adds what is missing",
+			ErrLayout, t.Name, strings.Join(missing, ", "))
+	}
+	t.hasKey = t.KeyColumn != "" && has[t.KeyColumn]
+	t.created = has[ColumnCreatedAt]
+	return nil
+}
+
+// keyText is the key as text in SQL (the empty string for NULL or no key
+// column).
+func (t *Table) keyText(alias string) string {
+	if !t.hasKey {
+		return "''"
+	}
+	return "coalesce(" + alias + "." + pgx.Identifier{t.KeyColumn}.Sanitize() + "::text, '')"
+}
+
+// bucketExpr is the SQL of a row's bucket, in [0, buckets): the key's
+// hashtext, made non-negative. Every instance computes it in the same
+// server, so they agree.
+func (t *Table) bucketExpr(alias string, buckets int) string {
+	return "mod(hashtext(" + t.keyText(alias) + ")::bigint + 2147483648, " + strconv.Itoa(buckets) + ")"
+}
+
+// lockKeys are the first keys of the advisory locks on the table's
+// buckets and of its members' locks: two int4 namespaces derived from the
+// table's name, so that other tables' relays and other applications'
+// advisory locks do not meet them.
+func lockKeys(table string) (bucketNS, memberNS int32) {
+	return lockKey("bucket", table), lockKey("member", table)
+}
+
+// lockKey is the first key of the table's advisory locks of one kind.
+func lockKey(kind, table string) int32 {
+	f := fnv.New32a()
+	f.Write([]byte("pgoutbox.poll." + kind + "\x00" + table))
+	return int32(f.Sum32() & 0x7fffffff)
+}

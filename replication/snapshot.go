@@ -1,0 +1,95 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SnapshotSlot is a temporary logical slot created on a replication
+// connection of its own together with an exported snapshot: the snapshot
+// sees exactly the transactions committed before the slot's consistent
+// point, and the slot decodes exactly those committed after it. Reading
+// the outbox tables in the snapshot and then streaming from the slot sees
+// every row once (Debezium's snapshot.mode=initial).
+//
+// The slot is temporary so that a relay that dies before it finished
+// publishing the snapshot leaves no slot behind, and the next start takes
+// a new snapshot: Persist makes the permanent slot, a copy at the same
+// consistent point, once the snapshot's rows are in Kafka.
+//
+// Concurrency: owned by one goroutine. The snapshot stays valid while the
+// replication connection is open and idle: nothing but Close may use it
+// after CreateSnapshotSlot.
+type SnapshotSlot struct {
+	conn *pgconn.PgConn
+	// Name is the temporary slot's name; Snapshot the exported snapshot's
+	// (for SET TRANSACTION SNAPSHOT); ConsistentPoint where the slot
+	// starts.
+	Name            string
+	Snapshot        string
+	ConsistentPoint LSN
+}
+
+// CreateSnapshotSlot creates the temporary slot of cfg.Slot (plugin
+// pgoutput) with an exported snapshot.
+func CreateSnapshotSlot(ctx context.Context, cfg Config) (*SnapshotSlot, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pcfg, err := cfg.replicationConfig()
+	if err != nil {
+		return nil, err
+	}
+	pcfg.ConnectTimeout = cfg.ConnectTimeout
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, newConnectError(pcfg, true, err)
+	}
+	name := cfg.Slot
+	if len(name) > 58 {
+		name = name[:58]
+	}
+	name += "_snap"
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, name, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Temporary: true, SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("replication: create slot %q with a snapshot: %w", name, err)
+	}
+	at, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("replication: slot %q: consistent point %q: %w", name, res.ConsistentPoint, err)
+	}
+	return &SnapshotSlot{conn: conn, Name: name, Snapshot: res.SnapshotName, ConsistentPoint: LSN(at)}, nil
+}
+
+// Persist copies the temporary slot into the permanent slot named slot, at
+// the same consistent point, over conn (an ordinary connection), and
+// returns it.
+func (s *SnapshotSlot) Persist(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
+	if err := ValidateSlotName(slot); err != nil {
+		return SlotState{}, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2, false)", s.Name, slot); err != nil {
+		return SlotState{}, fmt.Errorf("replication: copy slot %q to %q: %w", s.Name, slot, err)
+	}
+	st, err := ReadSlot(ctx, conn, slot)
+	if err != nil {
+		return st, err
+	}
+	if st.ConfirmedFlushLSN != s.ConsistentPoint {
+		return st, fmt.Errorf("replication: slot %q starts at %s, not at the snapshot's consistent point %s", slot, st.ConfirmedFlushLSN, s.ConsistentPoint)
+	}
+	return st, nil
+}
+
+// Close ends the replication connection: the temporary slot and the
+// snapshot go with it.
+func (s *SnapshotSlot) Close(ctx context.Context) {
+	s.conn.Close(context.WithoutCancel(ctx))
+}

@@ -11,7 +11,7 @@ GOTESTFLAGS ?= -race -count=1 -timeout 25m
 # The environment env-up and env-down act on (make test uses its own).
 ENV_DIR ?= $(or $(PGOUTBOX_TEST_ENV_DIR),$(or $(TMPDIR),/tmp)/pgoutbox-testenv-$(shell id -un))
 
-.PHONY: test test-go test-pg test-deploy test-faults test-debezium demo fuzz bench bench-smoke bench-micro build vet fmt-check env-up env-down
+.PHONY: test test-go test-pg test-deploy test-faults test-debezium demo fuzz bench bench-smoke bench-micro bench-debezium bench-scaling bench-writers build vet fmt-check env-up env-down
 
 ## test: start PostgreSQL 15 and Kafka (or reuse a healthy $PGOUTBOX_TEST_ENV_DIR), run every test, tear down;
 ## then test-pg on PostgreSQL 16, 17 and 18, and test-deploy
@@ -121,9 +121,27 @@ BENCHFLAGS ?=
 bench:
 	bash scripts/bench.sh --exactly-once $(BENCHFLAGS)
 
-## bench-smoke: check the benchmark harness end to end in under a minute (the numbers mean nothing)
+## bench-smoke: check the benchmark harness end to end in under a minute (the numbers mean nothing);
+## the Debezium side by side: make bench-debezium BENCHFLAGS=--smoke
 bench-smoke:
-	bash scripts/bench.sh --smoke $(BENCHFLAGS)
+	bash scripts/bench.sh --smoke --scenarios catchup,latency,poll,micro,scaling,writers $(BENCHFLAGS)
+
+## bench-debezium: side by side with Debezium 3.6.1 on Kafka Connect 4.1.1 (fetched with Maven): the same
+## backlogs drained by pg_recvlogical, Debezium and pgoutbox, latency at 1,000 events/s beside Debezium at its
+## defaults and with poll.interval.ms=10, two runs in alternating order (about 20 minutes), into bench-results/debezium/
+bench-debezium:
+	bash scripts/bench.sh --scenarios debezium --out bench-results/debezium $(BENCHFLAGS)
+
+## bench-scaling: catch-up throughput and memory against payload size, transaction size and number of topics,
+## into bench-results/scaling/
+bench-scaling:
+	bash scripts/bench.sh --scenarios scaling --out bench-results/scaling $(BENCHFLAGS)
+
+## bench-writers: the writers' transactions/s: a business insert alone, plus an outbox row, plus the row deleted
+## in the same transaction, plus pg_logical_emit_message instead (4 clients, fsync off and on), into
+## bench-results/writers/
+bench-writers:
+	bash scripts/bench.sh --scenarios writers --out bench-results/writers $(BENCHFLAGS)
 
 ## bench-micro: only the Go micro-benchmarks of the hot paths
 bench-micro:

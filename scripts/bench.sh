@@ -11,6 +11,12 @@
 #   scripts/bench.sh --smoke              a quick check of the harness (about a minute)
 #   scripts/bench.sh --events 50000 --rates 1000,5000 --duration 20s
 #   scripts/bench.sh --scenarios latency --pgoutbox-env PGOUTBOX_KAFKA_FLUSH_FREQUENCY=5ms
+#   scripts/bench.sh --scenarios debezium side by side with Debezium on Kafka Connect (the jars
+#                                         are fetched with scripts/debezium/fetch.sh unless
+#                                         --debezium-libs is given)
+#   scripts/bench.sh --scenarios scaling  throughput and memory against payload size,
+#                                         transaction size and number of topics
+#   scripts/bench.sh --scenarios writers  the writers' transactions/s in each outbox mode
 #
 # `go run ./cmd/pgoutbox-bench -h` lists every flag. Results go to
 # bench-results/ (--out): results.json, summary.md, latency.png, and the
@@ -57,6 +63,12 @@ trap 'RC=130; exit 130' INT
 trap 'RC=143; exit 143' TERM
 
 bash scripts/testenv.sh install
+# The debezium scenario needs Kafka Connect's and Debezium's jars.
+EXTRA=()
+if [[ " $* " =~ [\ ,=]debezium[\ ,] && ! " $* " =~ \ --debezium-libs ]]; then
+	log "fetching Kafka Connect and Debezium (cached)"
+	EXTRA+=(--debezium-libs "$(bash scripts/debezium/fetch.sh)")
+fi
 # Build while nothing else runs yet.
 log "building bin/pgoutbox and the benchmark"
 mkdir -p bin
@@ -68,6 +80,9 @@ bash scripts/testenv.sh up "$ENV_DIR" >/dev/null
 # shellcheck source=/dev/null
 source "$ENV_DIR/env.sh"
 
+# The broker's process, whose CPU time each drain reports.
+KAFKA_PID=$(cat "$ENV_DIR/kafka/kafka.pid" 2>/dev/null || echo 0)
 "$WORK/pgoutbox-bench" --pgoutbox "$ROOT/bin/pgoutbox" --repo "$ROOT" \
-	--pg-dsn "$PGOUTBOX_TEST_PG_DSN" --pg-bin "$PGOUTBOX_TEST_PG_BIN" --kafka "$PGOUTBOX_TEST_KAFKA" "$@" || RC=$?
+	--pg-dsn "$PGOUTBOX_TEST_PG_DSN" --pg-bin "$PGOUTBOX_TEST_PG_BIN" --kafka "$PGOUTBOX_TEST_KAFKA" \
+	--kafka-pid "$KAFKA_PID" "${EXTRA[@]}" "$@" || RC=$?
 exit "$RC"

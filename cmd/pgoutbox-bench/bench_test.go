@@ -321,3 +321,193 @@ func TestParseFlagsSmokeDefaultsAndOverrides(t *testing.T) {
 		t.Error("non-pgoutbox env accepted")
 	}
 }
+
+// TestSmokeScalingAndWritersWriteWellFormedResults runs the scaling and
+// writers scenarios, trimmed to a few seconds, against the test
+// environment and checks the outputs' form; nothing about performance.
+func TestSmokeScalingAndWritersWriteWellFormedResults(t *testing.T) {
+	env := testenv.Require(t)
+	if env.PGBin == "" {
+		t.Fatal("PGOUTBOX_TEST_PG_BIN is not set: pg_recvlogical is needed")
+	}
+	dsn := env.NewDatabase(t)
+	o := SmokeOptions()
+	o.PGDSN, o.PGBin, o.Brokers = dsn, env.PGBin, env.KafkaBrokers
+	o.Database = ""
+	o.Pgoutbox, o.Out, o.RepoRoot = buildPgoutbox(t), t.TempDir(), "../.."
+	o.Scenarios = map[string]bool{ScenarioScaling: true, ScenarioWriters: true}
+	o.ScalePayloads, o.ScaleTxnSizes, o.ScaleTopics = []int{3000}, []int{50}, []int{3}
+	o.Events = 300
+	o.WriterDuration, o.WriterWarmup = 300*time.Millisecond, 100*time.Millisecond
+	o.WriterFsync = []string{"off"} // fsync=on would change the shared server for every test
+	o.Log = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Scaling == nil || len(res.Scaling.Points) != 3 {
+		t.Fatalf("scaling: %+v", res.Scaling)
+	}
+	for _, p := range res.Scaling.Points {
+		positive(t, "scaling "+p.Dimension, map[string]float64{
+			"events": float64(p.Events), "wal": float64(p.WALBytes), "pgoutbox events/s": p.Pgoutbox.EventsPerSec,
+			"pg_recvlogical events/s": p.PGRecvlogical.EventsPerSec, "rss": float64(p.Pgoutbox.PeakRSSBytes), "ratio": p.Ratio,
+		})
+		if p.Error != "" || p.Pgoutbox.RecordsInKafka != int64(p.Events) {
+			t.Errorf("scaling %s: %+v", p.Dimension, p)
+		}
+	}
+	if p := res.Scaling.Points[0]; p.PayloadBytes != 3000 || p.WALBytes < int64(p.Events*p.PayloadBytes) {
+		t.Errorf("payload point: %d events of %d bytes in %d bytes of WAL: the padding was compressed?", p.Events, p.PayloadBytes, p.WALBytes)
+	}
+	if p := res.Scaling.Points[2]; p.Topics != 3 || p.Events != 300 {
+		t.Errorf("topics point: %+v", p)
+	}
+	w := res.Writers
+	if w == nil || len(w.Points) != 2*len(writerModes) {
+		t.Fatalf("writers: %+v", w)
+	}
+	for _, p := range w.Points {
+		positive(t, "writers "+p.Variant+" "+p.Mode, map[string]float64{"tps": p.TPS, "wal per txn": p.WALBytesPerTxn, "vs business": p.VsBusiness, "p50": p.LatencyMs.P50})
+		if p.Errors != 0 {
+			t.Errorf("writers %s %s: %d errors", p.Variant, p.Mode, p.Errors)
+		}
+		if p.Mode == writerBusiness && p.VsBusiness != 1 {
+			t.Errorf("business alone: vs business %v", p.VsBusiness)
+		}
+	}
+	sum, err := os.ReadFile(res.Files.Summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Scaling", "## Writers", "table-delete-after-insert"} {
+		if !bytes.Contains(sum, []byte(want)) {
+			t.Errorf("summary.md lacks %q", want)
+		}
+	}
+}
+
+// TestSmokeDebeziumScenario runs the debezium scenario in smoke mode
+// against the real Debezium on Kafka Connect. It needs the jars
+// (PGOUTBOX_DEBEZIUM_LIBS, as make test-debezium sets it) and takes a few
+// minutes, so it skips without them.
+func TestSmokeDebeziumScenario(t *testing.T) {
+	libs := testenv.DebeziumLibs(t)
+	env := testenv.Require(t)
+	dsn := env.NewDatabase(t)
+	o := SmokeOptions()
+	o.PGDSN, o.PGBin, o.Brokers, o.DebeziumLibs = dsn, env.PGBin, env.KafkaBrokers, libs
+	o.Database = ""
+	o.Pgoutbox, o.Out, o.RepoRoot = buildPgoutbox(t), t.TempDir(), "../.."
+	o.Scenarios = map[string]bool{ScenarioDebezium: true}
+	o.TxnSizes = []int{10}
+	o.Log = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	v := res.Versus
+	if v == nil || len(v.Catchup) != 1 || len(v.Latency) != 2 || v.Debezium == "" || v.KafkaConnect == "" {
+		t.Fatalf("%+v", v)
+	}
+	c := v.Catchup[0]
+	for name, r := range map[string]ReaderResult{"pg_recvlogical": c.PGRecvlogical, "debezium": c.Debezium, "pgoutbox": c.Pgoutbox} {
+		positive(t, "catch-up "+name, map[string]float64{"wall": r.WallSeconds, "events/s": r.EventsPerSec, "cpu": r.CPUSeconds, "rss": float64(r.PeakRSSBytes)})
+	}
+	if c.Debezium.RecordsInKafka != int64(c.Events) || c.Pgoutbox.RecordsInKafka != int64(c.Events) || c.Pgoutbox.ConfirmedAfterLastSeconds < 0 {
+		t.Errorf("catch-up: %+v", c)
+	}
+	for _, l := range v.Latency {
+		if l.Error != "" || l.Pgoutbox.Missing != 0 || l.Debezium.Missing != 0 || l.Pgoutbox.Received == 0 || l.Debezium.Received == 0 {
+			t.Errorf("latency %s: %+v", l.Setting, l)
+		}
+	}
+	if len(res.Targets) == 0 {
+		t.Error("no targets checked")
+	}
+}
+
+func TestVersusOrderAlternates(t *testing.T) {
+	a, b := versusOrder(0), versusOrder(1)
+	if len(a) != 3 || a[0] != readerRecvlogical || b[0] != readerPgoutbox || a[1] != readerDebezium || b[1] != readerDebezium {
+		t.Errorf("%v %v", a, b)
+	}
+	for i := range a {
+		if a[i] != b[len(b)-1-i] {
+			t.Errorf("run 2 is not run 1 reversed: %v %v", a, b)
+		}
+	}
+}
+
+func TestTargetsTakeTheWorstMeasurement(t *testing.T) {
+	mkR := func(eps, drain float64, rss int64, busy float64) ReaderResult {
+		return ReaderResult{EventsPerSec: eps, DrainEventsPerSec: drain, PeakRSSBytes: rss, WalsenderBusy: busy}
+	}
+	r := &Results{Versus: &VersusResult{
+		Catchup: []VersusCatchup{
+			{Run: 1, TxnSize: 1, SpeedupFromStart: 6, RSSRatio: 30, Debezium: mkR(1, 1, 300<<20, 0.5), Pgoutbox: mkR(6, 6, 10<<20, 0.95)},
+			{Run: 2, TxnSize: 1, SpeedupFromStart: 4, RSSRatio: 25, Debezium: mkR(1, 1, 250<<20, 0.5), Pgoutbox: mkR(4, 4, 10<<20, 0.85)},
+		},
+		Latency: []VersusLatency{
+			{Run: 1, Rate: 1000, Setting: "defaults", P99Ratio: 0.5},
+			{Run: 1, Rate: 1000, Setting: "poll.interval.ms=10", P99Ratio: 0.15},
+		},
+	}}
+	got := map[string]Target{}
+	for _, tg := range targets(r) {
+		got[strings.SplitN(tg.Name, ":", 2)[0]] = tg
+	}
+	if tg := got["catch-up, 1-event transactions"]; tg.Value != 4 || tg.Met {
+		t.Errorf("catch-up: %+v", tg)
+	}
+	if tg := got["latency at 1,000 events/s"]; tg.Value != 0.15 || !tg.Met {
+		t.Errorf("latency (the default-setting run must not count): %+v", tg)
+	}
+	if tg := got["peak RSS in the catch-up"]; tg.Value != 25 || !tg.Met {
+		t.Errorf("rss: %+v", tg)
+	}
+	if tg := got["walsender busy during pgoutbox's drain, 1-event transactions"]; tg.Value != 0.85 || tg.Met {
+		t.Errorf("walsender: %+v", tg)
+	}
+}
+
+func TestProcStatusFields(t *testing.T) {
+	status := []byte("Name:\tpgoutbox\nVmHWM:\t   25600 kB\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n")
+	if v, ok := statusField(status, "VmHWM:"); !ok || v != 25600 {
+		t.Errorf("VmHWM = %d, %v", v, ok)
+	}
+	if v, _ := statusField(status, "voluntary_ctxt_switches:"); v != 12 {
+		t.Errorf("voluntary = %d (the nonvoluntary line must not match)", v)
+	}
+	if _, ok := statusField(status, "VmRSS:"); ok {
+		t.Error("missing field found")
+	}
+	// The benchmark's own process: every counter readable (once it has
+	// used a clock tick of CPU).
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if cpu, _ := readCPUSeconds(os.Getpid()); cpu > 0 {
+			break
+		}
+	}
+	st, err := readProcStats(os.Getpid())
+	if err != nil || st.CPUSeconds <= 0 || st.PeakRSSBytes <= 0 || st.ReadSyscalls <= 0 || st.VoluntarySwitches <= 0 {
+		t.Errorf("%+v, %v", st, err)
+	}
+	if d := st.since(ProcStats{CPUSeconds: 0.5, ReadSyscalls: 1}); d.PeakRSSBytes != st.PeakRSSBytes || d.ReadSyscalls != st.ReadSyscalls-1 {
+		t.Errorf("since: %+v", d)
+	}
+}
+
+func TestRandomPadIsLettersAndDigits(t *testing.T) {
+	p := randomPad(4096)
+	if len(p) != 4096 || strings.Trim(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		t.Errorf("pad %q...", p[:32])
+	}
+	if p == randomPad(4096) {
+		t.Error("two pads alike")
+	}
+}

@@ -34,6 +34,15 @@ type harness struct {
 	kcfg   kafka.Config
 	logDir string
 
+	// variantEnv is the running variant's settings, and variantTag what
+	// its scenarios add to their names.
+	variantEnv []string
+	variantTag string
+
+	// fsyncChanged: the writers scenario changed the server's fsync,
+	// which the teardown resets.
+	fsyncChanged bool
+
 	mu     sync.Mutex
 	topics []string
 
@@ -95,7 +104,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			failed = append(failed, fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	if o.enabled(ScenarioCatchup) {
+	if o.ExactlyOnce && (o.enabled(ScenarioCatchup) || o.enabled(ScenarioLatency)) {
+		record("exactly-once: the transaction coordinator", h.warmTxnCoordinator(ctx))
+	}
+	if len(o.Variants) > 0 {
+		failed = append(failed, h.variants(ctx, res)...)
+	}
+	if o.enabled(ScenarioCatchup) && len(o.Variants) == 0 {
 		for _, size := range o.TxnSizes {
 			if ctx.Err() != nil {
 				break
@@ -108,7 +123,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			record(fmt.Sprintf("catch-up, %d-event transactions", size), err)
 		}
 	}
-	if o.enabled(ScenarioLatency) {
+	if o.enabled(ScenarioLatency) && len(o.Variants) == 0 {
 		for _, rate := range o.Rates {
 			for _, eos := range []bool{false, true} {
 				if ctx.Err() != nil || (eos && !o.ExactlyOnce) {
@@ -128,6 +143,15 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if o.enabled(ScenarioPoll) && ctx.Err() == nil {
 		h.runPoll(ctx, res, record)
 	}
+	if o.enabled(ScenarioDebezium) && ctx.Err() == nil {
+		failed = append(failed, h.versus(ctx, res)...)
+	}
+	if o.enabled(ScenarioScaling) && ctx.Err() == nil {
+		failed = append(failed, h.scaling(ctx, res)...)
+	}
+	if o.enabled(ScenarioWriters) && ctx.Err() == nil {
+		failed = append(failed, h.writers(ctx, res)...)
+	}
 	if o.enabled(ScenarioMicro) && ctx.Err() == nil {
 		h.logf("micro-benchmarks: go test -bench (benchtime %s)", o.BenchTime)
 		m := runMicro(ctx, o)
@@ -141,6 +165,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	res.FinishedAt = time.Now().UTC()
 	res.Machine.LoadAvgEnd = loadAvg()
+	res.Targets = targets(res)
 	res.Notes = notes(res)
 	if err := writeOutputs(o.Out, res); err != nil {
 		return res, err
@@ -214,6 +239,9 @@ func (h *harness) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if h.admin != nil {
+		if err := h.resetFsync(ctx); err != nil {
+			h.logf("%v", err)
+		}
 		rows, err := h.admin.Query(ctx, "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE $1", "bench\\_"+h.runID+"\\_%")
 		if err == nil {
 			slots, _ := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -329,9 +357,9 @@ func withDatabase(dsn, name string) (string, error) {
 }
 
 // relayEnv is the environment of a pgoutbox process on slot: the bench's own
-// settings, then extra (a scenario's), then --pgoutbox-env. PGOUTBOX_*
-// variables of the caller's environment are left out so that a run is
-// configured only by what results.json records.
+// settings, then extra (a scenario's), then --pgoutbox-env, then the running
+// variant's (--variant). PGOUTBOX_* variables of the caller's environment are
+// left out so that a run is configured only by what results.json records.
 func (h *harness) relayEnv(slot string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -352,5 +380,6 @@ func (h *harness) relayEnv(slot string, extra ...string) []string {
 		"PGOUTBOX_LOG_FORMAT=json",
 	)
 	env = append(env, extra...)
-	return append(env, h.o.PgoutboxEnv...)
+	env = append(env, h.o.PgoutboxEnv...)
+	return append(env, h.variantEnv...)
 }

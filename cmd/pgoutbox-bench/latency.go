@@ -81,6 +81,12 @@ type LatencyResult struct {
 	// draining), read from /proc before it was stopped.
 	Pgoutbox          ProcStats `json:"pgoutbox"`
 	CPUSecondsPer100k float64   `json:"pgoutbox_cpu_s_per_100k_events"`
+	// PgoutboxWindow is pgoutbox's resources while the measured writes
+	// ran (no start-up, warm-up, settling or drain), and
+	// WindowCPUSecondsPer100k its CPU time then per 100,000 events
+	// committed then.
+	PgoutboxWindow          ProcStats `json:"pgoutbox_window"`
+	WindowCPUSecondsPer100k float64   `json:"pgoutbox_window_cpu_s_per_100k_events"`
 	// While the writers ran: the CPU time of the walsender decoding for
 	// pgoutbox and of this harness (writers and consumer), and the share
 	// of the machine's CPU time that was busy (all processes, 0-1).
@@ -150,7 +156,10 @@ type latencySource struct {
 }
 
 func (h *harness) walSource() latencySource {
-	return latencySource{table: outboxTable, env: func(slot string) []string { return h.relayEnv(slot) }, ready: h.waitSlotActive}
+	return latencySource{table: outboxTable, env: func(slot string) []string { return h.relayEnv(slot) },
+		ready: func(ctx context.Context, p *relayProc, slot string) error {
+			return h.waitSlotActive(ctx, p, slot, time.Minute)
+		}}
 }
 
 // receiver collects what the consumer receives.
@@ -173,6 +182,14 @@ func (rc *receiver) add(value []byte, appended, now time.Time) {
 		TS  int64 `json:"ts"`
 	}
 	err := json.Unmarshal(value, &ev)
+	if err != nil && len(value) > 0 && value[0] == '"' {
+		// JsonConverter writes a json column's value as a JSON string
+		// (Debezium, and pgoutbox with the same connector JSON).
+		var inner string
+		if err = json.Unmarshal(value, &inner); err == nil {
+			err = json.Unmarshal([]byte(inner), &ev)
+		}
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if err != nil {
@@ -207,7 +224,7 @@ func (rc *receiver) counts() (received, warm int64) {
 func (h *harness) latency(ctx context.Context, rate int, src latencySource) (LatencyResult, error) {
 	o := h.o
 	res := LatencyResult{Mode: h.mode(), TargetRate: rate, Writers: o.LatencyWriters}
-	tag := src.tag + fmt.Sprintf("lat%d", rate)
+	tag := src.tag + fmt.Sprintf("lat%d%s", rate, h.variantTag)
 	iso := sarama.ReadUncommitted
 	if h.eos {
 		tag += "eos"
@@ -239,23 +256,13 @@ func (h *harness) latency(ctx context.Context, rate int, src latencySource) (Lat
 	settleN := int64(math.Ceil(float64(rate) * o.Settle.Seconds()))
 	maxEvents := int(settleN) + int(math.Ceil(float64(rate)*o.Duration.Seconds())) + 1
 	rc := &receiver{commitUS: make([]int64, maxEvents), recvUS: make([]int64, maxEvents), consumeUS: make([]int64, maxEvents)}
-	cctx, stopConsumer := context.WithCancel(ctx)
-	consumerDone := make(chan error, 1)
-	go func() {
-		consumerDone <- kafkatest.TailIsolated(cctx, h.kcfg, []string{res.Topic}, iso, func(r kafkatest.Record) bool {
-			rc.add(r.Value, r.Timestamp, time.Now())
-			return true
-		})
-	}()
-	defer func() {
-		stopConsumer()
-		<-consumerDone
-	}()
+	tail := h.tailIsolated(ctx, []string{res.Topic}, iso, func(r kafkatest.Record) { rc.add(r.Value, r.Timestamp, time.Now()) })
+	defer tail.close()
 
 	// Warm-up: a few events through the whole path (relation message,
 	// producer metadata, consumer fetch) before the clock starts.
 	pad := strings.Repeat("x", o.PayloadBytes)
-	if err := h.warmUp(ctx, p, rc, src.table, aggType, pad, consumerDone); err != nil {
+	if err := h.warmUp(ctx, []proc{p}, []*receiver{rc}, src.table, aggType, pad, tail, time.Minute); err != nil {
 		return res, err
 	}
 
@@ -268,54 +275,37 @@ func (h *harness) latency(ctx context.Context, rate int, src latencySource) (Lat
 	type cpuMark struct {
 		walsender, self float64
 		machine         machineCPU
+		relay           ProcStats
+		relayErr        error
 	}
 	mark := func() cpuMark {
 		self, _ := readCPUSeconds(os.Getpid())
-		return cpuMark{walsender: ws.sample(), self: self, machine: readMachineCPU()}
+		m := cpuMark{walsender: ws.sample(), self: self, machine: readMachineCPU()}
+		m.relay, m.relayErr = readProcStats(p.pid())
+		return m
 	}
-	start := time.Now()
-	measureStart := start.Add(o.Settle)
-	marked := make(chan cpuMark, 1)
-	markTimer := time.AfterFunc(o.Settle, func() { marked <- mark() })
-	wres, err := writeAtRate(ctx, h.dsn, latencyInsert(src.table), rate, o.Settle+o.Duration, o.LatencyWriters, aggType, pad, int64(maxEvents), committed)
-	writersEnd := time.Now()
-	var m0 cpuMark
-	if markTimer.Stop() { // the writers ended during the settling
-		m0 = mark()
-		measureStart = time.Now()
-	} else {
-		m0 = <-marked
-	}
-	m1 := mark()
+	var m0, m1 cpuMark
+	ph, err := h.writePhase(ctx, rate, src.table, aggType, pad, committed, settleN, func(end bool) {
+		if end {
+			m1 = mark()
+		} else {
+			m0 = mark()
+		}
+	})
 	res.MachineCPUBusy = m0.machine.busyUntil(m1.machine)
 	res.HarnessCPUSeconds = m1.self - m0.self
 	if m0.walsender > 0 {
 		res.WalsenderCPUSeconds = m1.walsender - m0.walsender
 	}
-	res.DurationSeconds = writersEnd.Sub(measureStart).Seconds()
-	for k := range min(settleN, int64(len(committed))) {
-		if committed[k] {
-			res.SettleEvents++
-		}
+	if m0.relayErr == nil && m1.relayErr == nil {
+		res.PgoutboxWindow = m1.relay.since(m0.relay)
 	}
-	res.Committed, res.WriteErrors = wres.committed-res.SettleEvents, wres.errors
-	res.AchievedRate = float64(res.Committed) / res.DurationSeconds
+	res.DurationSeconds, res.SettleEvents, res.Committed, res.WriteErrors, res.AchievedRate = ph.seconds, ph.settleEvents, ph.committed, ph.errors, ph.rate
 	if err != nil {
-		return res, fmt.Errorf("writers: %w", err)
+		return res, err
 	}
-	h.logf("  wrote %d events in %.1f s after %d to settle: %.0f events/s (%d errors)", res.Committed, res.DurationSeconds, res.SettleEvents, res.AchievedRate, res.WriteErrors)
-
-	// Drain: wait for every committed event.
-	deadline := writersEnd.Add(o.DrainTimeout)
-	for {
-		got, _ := rc.counts()
-		if got >= wres.committed || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		if err := p.exited(); err != nil {
-			return res, err
-		}
-		time.Sleep(pollInterval)
+	if err := h.waitReceived(ctx, []proc{p}, []*receiver{rc}, ph.total, ph.end.Add(o.DrainTimeout)); err != nil {
+		return res, err
 	}
 	st, err := p.stats()
 	if err != nil {
@@ -325,12 +315,9 @@ func (h *harness) latency(ctx context.Context, rate int, src latencySource) (Lat
 	if err := p.stop(time.Minute); err != nil {
 		return res, err
 	}
-	stopConsumer()
-	if err := <-consumerDone; err != nil {
-		consumerDone <- nil
-		return res, fmt.Errorf("consumer: %w", err)
+	if err := tail.close(); err != nil {
+		return res, err
 	}
-	consumerDone <- nil // for the deferred cleanup
 
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -339,16 +326,21 @@ func (h *harness) latency(ctx context.Context, rate int, src latencySource) (Lat
 	}
 	res.Duplicates = rc.dups
 	res.summarize(latencyData{committed: committed[settleN:], commitUS: rc.commitUS[settleN:], recvUS: rc.recvUS[settleN:], consumeUS: rc.consumeUS[settleN:],
-		start: measureStart, writersEnd: writersEnd, lastRecv: rc.lastRecv, keepUpBound: o.KeepUpBound, drainTimeout: o.DrainTimeout})
-	if wres.committed > 0 { // pgoutbox's CPU time covers the settling too
-		res.CPUSecondsPer100k = st.CPUSeconds / float64(wres.committed) * 100_000
+		start: ph.start, writersEnd: ph.end, lastRecv: rc.lastRecv, keepUpBound: o.KeepUpBound, drainTimeout: o.DrainTimeout})
+	if ph.total > 0 { // pgoutbox's CPU time covers the settling too
+		res.CPUSecondsPer100k = st.CPUSeconds / float64(ph.total) * 100_000
+	}
+	if res.Committed > 0 {
+		res.WindowCPUSecondsPer100k = res.PgoutboxWindow.CPUSeconds / float64(res.Committed) * 100_000
 	}
 	h.logf("  latency ms (commit to %s): p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f (commit to consumer: p50 %.1f p99 %.1f); kept up: %v (%s)",
 		latencyEnd(o).label,
 		res.LatencyMs.P50, res.LatencyMs.P90, res.LatencyMs.P99, res.LatencyMs.P999, res.LatencyMs.Max, res.ReceiveLatencyMs.P50, res.ReceiveLatencyMs.P99,
 		res.KeptUp, res.KeptUpReason)
-	h.logf("  pgoutbox CPU %.2f s, peak RSS %d MB; while writing: walsender CPU %.2f s, harness CPU %.2f s, machine CPU %.0f%% busy",
-		st.CPUSeconds, st.PeakRSSBytes>>20, res.WalsenderCPUSeconds, res.HarnessCPUSeconds, res.MachineCPUBusy*100)
+	h.logf("  pgoutbox CPU %.2f s, peak RSS %d MB; while writing: pgoutbox CPU %.2f s (%.2f s per 100k events; per event %.2f reads, %.2f writes, %.2f voluntary context switches), walsender CPU %.2f s, harness CPU %.2f s, machine CPU %.0f%% busy",
+		st.CPUSeconds, st.PeakRSSBytes>>20, res.PgoutboxWindow.CPUSeconds, res.WindowCPUSecondsPer100k,
+		perEvent(res.PgoutboxWindow.ReadSyscalls, res.Committed), perEvent(res.PgoutboxWindow.WriteSyscalls, res.Committed), perEvent(res.PgoutboxWindow.VoluntarySwitches, res.Committed),
+		res.WalsenderCPUSeconds, res.HarnessCPUSeconds, res.MachineCPUBusy*100)
 	if res.Received == 0 {
 		return res, errors.New("no event arrived")
 	}
@@ -361,8 +353,8 @@ func (h *harness) latency(ctx context.Context, rate int, src latencySource) (Lat
 // events committed then precede the slot's consistent point and are
 // rightly never decoded (the warm-up lost its rows that way while other
 // work kept transactions open).
-func (h *harness) waitSlotActive(ctx context.Context, p *relayProc, slot string) error {
-	deadline := time.Now().Add(time.Minute)
+func (h *harness) waitSlotActive(ctx context.Context, p proc, slot string, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for {
 		var streaming bool
 		err := h.admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s
@@ -378,37 +370,154 @@ func (h *harness) waitSlotActive(ctx context.Context, p *relayProc, slot string)
 			return err
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("pgoutbox did not start streaming from slot %s within a minute; last log lines:\n%s", slot, p.logTail(15))
+			return fmt.Errorf("%s did not start streaming from slot %s within %s; last log lines:\n%s", p.name(), slot, within, p.logTail(15))
 		}
 		time.Sleep(pollInterval)
 	}
 }
 
+// tailer is a consumer of topics running in the background.
+type tailer struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// tail starts consuming every partition of topics from the oldest offset,
+// calling fn for each record, until close.
+func (h *harness) tail(ctx context.Context, topics []string, fn func(kafkatest.Record)) *tailer {
+	return h.tailIsolated(ctx, topics, sarama.ReadUncommitted, fn)
+}
+
+// tailIsolated is tail with a consumer of isolation level iso
+// (sarama.ReadCommitted for exactly-once mode).
+func (h *harness) tailIsolated(ctx context.Context, topics []string, iso sarama.IsolationLevel, fn func(kafkatest.Record)) *tailer {
+	cctx, cancel := context.WithCancel(ctx)
+	t := &tailer{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		t.err = kafkatest.TailIsolated(cctx, h.kcfg, topics, iso, func(r kafkatest.Record) bool {
+			fn(r)
+			return true
+		})
+	}()
+	return t
+}
+
+// ended returns an error once the consumer has stopped by itself.
+func (t *tailer) ended() error {
+	select {
+	case <-t.done:
+		return fmt.Errorf("consumer stopped: %v", t.err)
+	default:
+		return nil
+	}
+}
+
+// close stops the consumer and returns its error; closing twice is
+// harmless.
+func (t *tailer) close() error {
+	t.cancel()
+	<-t.done
+	if t.err != nil {
+		return fmt.Errorf("consumer: %w", t.err)
+	}
+	return nil
+}
+
 // warmUp writes h.o.Warmup events with negative sequence numbers and waits
-// until the consumer has received them all.
-func (h *harness) warmUp(ctx context.Context, p *relayProc, rc *receiver, table, aggType, pad string, consumerDone chan error) error {
+// (up to within) until every receiver has received them, each from the
+// process of the same index.
+func (h *harness) warmUp(ctx context.Context, ps []proc, rcs []*receiver, table, aggType, pad string, tail *tailer, within time.Duration) error {
 	for i := range h.o.Warmup {
 		if _, err := h.admin.Exec(ctx, latencyInsert(table), aggType, "warm", -1-i, pad); err != nil {
 			return fmt.Errorf("warm-up insert: %w", err)
 		}
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(within)
 	for {
-		if _, warm := rc.counts(); warm >= int64(h.o.Warmup) {
+		done := true
+		for i, rc := range rcs {
+			if _, warm := rc.counts(); warm < int64(h.o.Warmup) {
+				done = false
+				if err := ps[i].exited(); err != nil {
+					return err
+				}
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					return fmt.Errorf("warm-up: %d of %d events arrived through %s within %s", warm, h.o.Warmup, ps[i].name(), within)
+				}
+			}
+		}
+		if done {
 			return nil
 		}
-		if err := p.exited(); err != nil {
+		if err := tail.ended(); err != nil {
 			return err
 		}
-		select {
-		case err := <-consumerDone:
-			consumerDone <- err
-			return fmt.Errorf("consumer stopped: %v", err)
-		default:
+		time.Sleep(pollInterval)
+	}
+}
+
+// phase is the measured writing of a latency run.
+type phase struct {
+	start, end time.Time // of the measured part
+	seconds    float64
+	// settleEvents were committed during the settling; committed and
+	// errors during the measured part, at rate; total is every commit.
+	settleEvents, committed, errors, total int64
+	rate                                   float64
+}
+
+// writePhase writes into table at rate for o.Settle, not counted, then
+// o.Duration measured; mark(false) runs when the measurement starts and
+// mark(true) when the writers have ended.
+func (h *harness) writePhase(ctx context.Context, rate int, table, aggType, pad string, committed []bool, settleN int64, mark func(end bool)) (phase, error) {
+	o := h.o
+	ph := phase{start: time.Now().Add(o.Settle)}
+	marked := make(chan struct{})
+	timer := time.AfterFunc(o.Settle, func() { mark(false); close(marked) })
+	wres, err := writeAtRate(ctx, h.dsn, latencyInsert(table), rate, o.Settle+o.Duration, o.LatencyWriters, aggType, pad, int64(len(committed)), committed)
+	ph.end = time.Now()
+	if timer.Stop() { // the writers ended during the settling
+		mark(false)
+		ph.start = time.Now()
+	} else {
+		<-marked
+	}
+	mark(true)
+	ph.seconds = ph.end.Sub(ph.start).Seconds()
+	for k := range min(settleN, int64(len(committed))) {
+		if committed[k] {
+			ph.settleEvents++
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			_, warm := rc.counts()
-			return fmt.Errorf("warm-up: %d of %d events arrived within a minute", warm, h.o.Warmup)
+	}
+	ph.total, ph.errors = wres.committed, wres.errors
+	ph.committed = wres.committed - ph.settleEvents
+	ph.rate = float64(ph.committed) / ph.seconds
+	if err != nil {
+		return ph, fmt.Errorf("writers: %w", err)
+	}
+	h.logf("  wrote %d events in %.1f s after %d to settle: %.0f events/s (%d errors)", ph.committed, ph.seconds, ph.settleEvents, ph.rate, ph.errors)
+	return ph, nil
+}
+
+// waitReceived waits until every receiver has n events or deadline
+// passes; each receiver's process must stay up meanwhile.
+func (h *harness) waitReceived(ctx context.Context, ps []proc, rcs []*receiver, n int64, deadline time.Time) error {
+	for {
+		all := true
+		for _, rc := range rcs {
+			if got, _ := rc.counts(); got < n {
+				all = false
+			}
+		}
+		if all || time.Now().After(deadline) || ctx.Err() != nil {
+			return nil
+		}
+		for _, p := range ps {
+			if err := p.exited(); err != nil {
+				return err
+			}
 		}
 		time.Sleep(pollInterval)
 	}
@@ -690,6 +799,13 @@ func (r *LatencyResult) summarize(d latencyData) {
 		r.KeptUpReason = fmt.Sprintf("all arrived within %.2f s of the writers' stop; lag growth %.0f ms (p50 %.1f ms in the first quarter, %.1f ms in the last)",
 			r.DrainSeconds, r.LagGrowthMs, r.FirstQuarterP50Ms, r.LastQuarterP50Ms)
 	}
+}
+
+func perEvent(n, events int64) float64 {
+	if events <= 0 {
+		return 0
+	}
+	return float64(n) / float64(events)
 }
 
 // percentiles of values (nearest rank); values are sorted in place.

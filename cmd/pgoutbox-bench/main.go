@@ -1,15 +1,31 @@
 // Command pgoutbox-bench measures pgoutbox against a running PostgreSQL and
 // Kafka (normally the environment of scripts/testenv.sh, which
-// scripts/bench.sh brings up and tears down around it):
+// scripts/bench.sh brings up and tears down around it). The default
+// scenarios:
 //
 //  1. catch-up throughput: N events pre-inserted as 1-event and as
 //     100-event transactions, read once by pg_recvlogical (the reference:
 //     how fast the server decodes and sends) and once by pgoutbox until Kafka
-//     has acknowledged every record, from two slots created at the same LSN;
+//     has acknowledged every record, from two slots created at the same LSN,
+//     with the walsender's CPU time beside each drain's;
 //  2. steady-state latency at fixed write rates, from the commit to a Kafka
 //     consumer receiving the record;
-//  3. peak RSS and CPU time of the pgoutbox process in each scenario;
+//  3. peak RSS, CPU time, system calls and context switches of the pgoutbox
+//     process in each scenario;
 //  4. the Go micro-benchmarks of the hot paths.
+//
+// And on request (--scenarios):
+//
+//   - debezium: the same backlogs drained by pg_recvlogical, Debezium on
+//     Kafka Connect and pgoutbox, each from its own slot copied at one LSN,
+//     and the latency of the same events through Debezium (at its defaults
+//     and with a short poll.interval.ms) and pgoutbox running at once; two
+//     runs, the order alternated;
+//   - scaling: throughput and memory against payload size, transaction
+//     size and number of topics;
+//   - writers: the application's transactions/s with a business insert
+//     alone, plus an outbox row, plus the row deleted in the same
+//     transaction, plus pg_logical_emit_message instead.
 //
 // It writes bench-results/results.json, summary.md and latency.png. Run
 // `pgoutbox-bench -h` for the flags; `--smoke` is a quick check of the
@@ -24,6 +40,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +68,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	opts.Log = stderr
+	if opts.Render != "" {
+		res, err := Render(opts.Render, opts.Out)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox-bench: %v\n", err)
+			return exitFail
+		}
+		fmt.Fprintf(stdout, "results: %s, %s, %s\n", res.Files.JSON, res.Files.Summary, res.Files.Plot)
+		return exitOK
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := Run(ctx, opts)
@@ -89,7 +115,20 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		drain          = fs.Duration("drain-timeout", 0, "latency: how long to wait for the last events after the writers stop (default 30s)")
 		keepUp         = fs.Duration("keepup-bound", 0, "latency: the relay kept up only if every event arrived within this of the writers' stop (default 2s)")
 		catchupTimeout = fs.Duration("catchup-timeout", 0, "catch-up: limit for one reader to read every event (default 15m; smoke 2m)")
-		scenarios      = fs.String("scenarios", "", "comma-separated subset of catchup,latency,poll,micro (default all)")
+		scenarios      = fs.String("scenarios", "", "comma-separated scenarios: catchup, latency, poll, micro (the default set), debezium, scaling, writers")
+		debeziumLibs   = fs.String("debezium-libs", os.Getenv("PGOUTBOX_DEBEZIUM_LIBS"), "debezium: the directory scripts/debezium/fetch.sh prints (default $PGOUTBOX_DEBEZIUM_LIBS)")
+		kafkaPID       = fs.Int("kafka-pid", 0, "the Kafka broker's process id, to report its CPU time during each drain (scripts/bench.sh passes it)")
+		runs           = fs.Int("runs", 0, "debezium, writers: runs, the order of the systems or modes alternated from one run to the next (default 2; smoke 1)")
+		dbzRate        = fs.Int("debezium-rate", 0, "debezium: the latency's write rate in events/s (default 1000)")
+		dbzPoll        = fs.Int("debezium-poll-ms", 0, "debezium: the poll.interval.ms of the second latency run beside Debezium's default (default 10)")
+		dbzFlush       = fs.Duration("debezium-offset-flush", 0, "debezium: the worker's offset.flush.interval.ms, when Debezium confirms its slot (default Kafka Connect's, 60s; smoke 1s)")
+		scalePayloads  = fs.String("scale-payloads", "", "scaling: payload paddings in bytes (default 100,1024,10240,102400,524288)")
+		scaleTxns      = fs.String("scale-txn-sizes", "", "scaling: events per transaction (default 1,10,100,1000,10000,200000)")
+		scaleTopics    = fs.String("scale-topics", "", "scaling: numbers of topics (default 1,10,100,1000)")
+		scaleBytes     = fs.Int64("scale-bytes", 0, "scaling: at most this many payload bytes per point: fewer events for large payloads (default 512 MiB)")
+		writerClients  = fs.Int("writer-clients", 0, "writers: concurrent clients (default 4)")
+		writerDuration = fs.Duration("writer-duration", 0, "writers: how long each mode is measured (default 20s; smoke 1s)")
+		writerFsync    = fs.String("writer-fsync", "", "writers: fsync settings to measure under, off and/or on (default off,on)")
 		pollInstances  = fs.String("poll-instances", "", "poll: comma-separated numbers of relays the backlog catch-up runs with (default 1,4)")
 		pollRates      = fs.String("poll-rates", "", "poll: comma-separated write rates of the latency runs, each with notifications, without at the default poll.interval, and without at 50ms (default 1000,5000; smoke 200)")
 		triggerRound   = fs.Duration("trigger-round", 0, "poll: how long each round of the trigger's cost runs (default 15s; smoke 2s)")
@@ -98,8 +137,14 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		keepDB         = fs.Bool("keep-database", false, "keep the database, slots are dropped anyway")
 		exactlyOnce    = fs.Bool("exactly-once", false, "also run every catch-up shape and every rate with kafka.exactly.once, right after its at-least-once run (exactly-once latency is read with a read_committed consumer)")
 		pgoutboxEnv    multiFlag
+		variants       []string
+		render         = fs.String("render", "", "write summary.md, latency.png and results.json into --out again from this results.json (after a change to the report), measuring nothing")
 	)
-	fs.Var(&pgoutboxEnv, "pgoutbox-env", "extra KEY=VALUE setting for pgoutbox, e.g. PGOUTBOX_KAFKA_FLUSH_FREQUENCY=5ms (repeatable)")
+	fs.Func("variant", "NAME=KEY=VALUE,...: run the catch-up and latency scenarios once per variant (repeatable; NAME= for pgoutbox's defaults), the order reversed every other --runs", func(v string) error {
+		variants = append(variants, v)
+		return nil
+	})
+	fs.Var(&pgoutboxEnv, "pgoutbox-env", "extra KEY=VALUE setting for pgoutbox, e.g. PGOUTBOX_KAFKA_FLUSH_FREQUENCY=5ms, or one of the Go runtime's GOGC, GOMEMLIMIT, GOMAXPROCS, GODEBUG (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: pgoutbox-bench [flags]\n\nMeasures pgoutbox's catch-up throughput (against pg_recvlogical), steady-state latency\nand resources against a running PostgreSQL and Kafka; see scripts/bench.sh.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -119,6 +164,27 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	o.KeepDatabase = *keepDB
 	o.ExactlyOnce = *exactlyOnce
 	o.PgoutboxEnv = pgoutboxEnv
+	o.DebeziumLibs, o.KafkaPID, o.Render = *debeziumLibs, *kafkaPID, *render
+	if o.Render != "" {
+		return o, nil
+	}
+	for _, v := range variants {
+		pv, err := parseVariant(v)
+		if err != nil {
+			return o, err
+		}
+		o.Variants = append(o.Variants, pv)
+	}
+	setIf(&o.Runs, *runs)
+	setIf(&o.VersusRate, *dbzRate)
+	setIf(&o.DebeziumPollMs, *dbzPoll)
+	setIf(&o.DebeziumOffsetFlush, *dbzFlush)
+	setIf(&o.ScaleBytes, *scaleBytes)
+	setIf(&o.WriterClients, *writerClients)
+	setIf(&o.WriterDuration, *writerDuration)
+	if *writerFsync != "" {
+		o.WriterFsync = splitList(*writerFsync)
+	}
 	setIf(&o.Events, *events)
 	setIf(&o.PrepWriters, *prepWriters)
 	setIf(&o.PayloadBytes, *payload)
@@ -144,6 +210,17 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 			return o, fmt.Errorf("--rates: %w", err)
 		}
 	}
+	for _, l := range []struct {
+		flag string
+		val  string
+		dst  *[]int
+	}{{"--scale-payloads", *scalePayloads, &o.ScalePayloads}, {"--scale-txn-sizes", *scaleTxns, &o.ScaleTxnSizes}, {"--scale-topics", *scaleTopics, &o.ScaleTopics}} {
+		if l.val != "" {
+			if *l.dst, err = parseInts(l.val); err != nil {
+				return o, fmt.Errorf("%s: %w", l.flag, err)
+			}
+		}
+	}
 	if *pollInstances != "" {
 		if o.PollInstances, err = parseInts(*pollInstances); err != nil {
 			return o, fmt.Errorf("--poll-instances: %w", err)
@@ -161,12 +238,10 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	if *scenarios != "" {
 		o.Scenarios = map[string]bool{}
 		for _, s := range splitList(*scenarios) {
-			switch s {
-			case ScenarioCatchup, ScenarioLatency, ScenarioPoll, ScenarioMicro:
-				o.Scenarios[s] = true
-			default:
-				return o, fmt.Errorf("--scenarios: unknown scenario %q (want catchup, latency, poll or micro)", s)
+			if !slices.Contains(allScenarios, s) {
+				return o, fmt.Errorf("--scenarios: unknown scenario %q (want %s)", s, strings.Join(allScenarios, ", "))
 			}
+			o.Scenarios[s] = true
 		}
 	}
 	return o, o.Validate()
@@ -221,6 +296,9 @@ func parseInts(s string) ([]int, error) {
 // Options configure a benchmark run.
 type Options struct {
 	Smoke bool
+	// Render, when set, is a results.json to render again instead of a
+	// run.
+	Render string
 
 	PGDSN    string   // superuser DSN of the server
 	PGBin    string   // directory of pg_recvlogical
@@ -237,7 +315,41 @@ type Options struct {
 	// with kafka.exactly.once, right after the at-least-once run.
 	ExactlyOnce bool
 
-	Scenarios map[string]bool // nil: all
+	Scenarios map[string]bool // nil: defaultScenarios (catchup, latency, poll and micro)
+
+	// DebeziumLibs is the directory of Kafka Connect's and Debezium's jars
+	// (scripts/debezium/fetch.sh); KafkaPID the broker's process, whose
+	// CPU time each drain reports (0: not reported).
+	DebeziumLibs string
+	KafkaPID     int
+	// Runs of the debezium and writers scenarios and of the variants, in
+	// alternating order.
+	Runs int
+	// Variants, when set, run the catch-up and latency scenarios once per
+	// variant and run instead of once.
+	Variants []Variant
+	// VersusRate is the write rate of the latency beside Debezium, and
+	// DebeziumPollMs the poll.interval.ms of its second configuration.
+	VersusRate     int
+	DebeziumPollMs int
+	// DebeziumOffsetFlush is the worker's offset.flush.interval.ms (zero:
+	// Kafka Connect's default, 60 s), which is when Debezium confirms its
+	// slot.
+	DebeziumOffsetFlush time.Duration
+
+	// Scaling: the points of each dimension, and the most payload bytes a
+	// point writes (large payloads get fewer events).
+	ScalePayloads []int
+	ScaleTxnSizes []int
+	ScaleTopics   []int
+	ScaleBytes    int64
+
+	// Writers: clients, the measured time per mode (after WriterWarmup)
+	// and the fsync settings.
+	WriterClients  int
+	WriterDuration time.Duration
+	WriterWarmup   time.Duration
+	WriterFsync    []string
 
 	Events         int   // catch-up events per shape
 	TxnSizes       []int // catch-up shapes: events per transaction
@@ -276,11 +388,21 @@ type Options struct {
 
 // Scenario names for Options.Scenarios.
 const (
-	ScenarioCatchup = "catchup"
-	ScenarioLatency = "latency"
-	ScenarioPoll    = "poll"
-	ScenarioMicro   = "micro"
+	ScenarioCatchup  = "catchup"
+	ScenarioLatency  = "latency"
+	ScenarioPoll     = "poll"
+	ScenarioMicro    = "micro"
+	ScenarioDebezium = "debezium"
+	ScenarioScaling  = "scaling"
+	ScenarioWriters  = "writers"
 )
+
+// allScenarios are every scenario; the first four (defaultScenarios) are
+// the default set.
+var allScenarios = []string{ScenarioCatchup, ScenarioLatency, ScenarioPoll, ScenarioMicro, ScenarioDebezium, ScenarioScaling, ScenarioWriters}
+
+// defaultScenarios run when --scenarios is not given.
+var defaultScenarios = allScenarios[:4]
 
 // DefaultOptions are the full run's settings.
 func DefaultOptions() Options {
@@ -304,6 +426,17 @@ func DefaultOptions() Options {
 		KeepUpBound:    2 * time.Second,
 		BenchTime:      "1s",
 		MicroPackages:  []string{"./checkpoint", "./router", "./replication", "./pkg/kafka", "./pkg/relay"},
+		Runs:           2,
+		VersusRate:     1000,
+		DebeziumPollMs: 10,
+		ScalePayloads:  []int{100, 1 << 10, 10 << 10, 100 << 10, 512 << 10},
+		ScaleTxnSizes:  []int{1, 10, 100, 1000, 10_000, 200_000},
+		ScaleTopics:    []int{1, 10, 100, 1000},
+		ScaleBytes:     512 << 20,
+		WriterClients:  4,
+		WriterDuration: 20 * time.Second,
+		WriterWarmup:   3 * time.Second,
+		WriterFsync:    []string{"off", "on"},
 		PollInstances:  []int{1, 4},
 		PollRates:      []int{1000, 5000},
 		TriggerWriters: 8,
@@ -325,6 +458,16 @@ func SmokeOptions() Options {
 	o.Settle = time.Second
 	o.DrainTimeout = 20 * time.Second
 	o.BenchTime = "100x"
+	o.Runs = 1
+	o.VersusRate = 200
+	o.DebeziumOffsetFlush = time.Second
+	o.ScalePayloads = []int{100, 10 << 10}
+	o.ScaleTxnSizes = []int{1, 2000}
+	o.ScaleTopics = []int{1, 10}
+	o.ScaleBytes = 8 << 20
+	o.WriterDuration = time.Second
+	o.WriterWarmup = 200 * time.Millisecond
+	o.WriterFsync = []string{"off"}
 	o.PollRates = []int{200}
 	o.TriggerWriters = 2
 	o.TriggerRound = 2 * time.Second
@@ -340,7 +483,7 @@ func (o *Options) Validate() error {
 	if len(o.Brokers) == 0 {
 		errs = append(errs, errors.New("no Kafka brokers: give --kafka or set PGOUTBOX_TEST_KAFKA"))
 	}
-	if o.enabled(ScenarioCatchup) && o.PGBin == "" {
+	if (o.enabled(ScenarioCatchup) || o.enabled(ScenarioDebezium) || o.enabled(ScenarioScaling)) && o.PGBin == "" {
 		errs = append(errs, errors.New("no PostgreSQL bin directory for pg_recvlogical: give --pg-bin or set PGOUTBOX_TEST_PG_BIN"))
 	}
 	if o.Database != "" && !validIdent(o.Database) {
@@ -365,15 +508,45 @@ func (o *Options) Validate() error {
 	if o.enabled(ScenarioPoll) && (o.TriggerWriters <= 0 || o.TriggerRound <= 0) {
 		errs = append(errs, errors.New("trigger writers and round must be positive"))
 	}
-	for _, kv := range o.PgoutboxEnv {
-		if !strings.HasPrefix(kv, "PGOUTBOX_") {
-			errs = append(errs, fmt.Errorf("--pgoutbox-env %q: pgoutbox settings start with PGOUTBOX_", kv))
+	if o.enabled(ScenarioDebezium) && o.DebeziumLibs == "" {
+		errs = append(errs, errors.New("debezium: no Debezium jars: give --debezium-libs or set PGOUTBOX_DEBEZIUM_LIBS (the directory bash scripts/debezium/fetch.sh prints)"))
+	}
+	if o.Runs <= 0 || o.VersusRate <= 0 || o.DebeziumPollMs <= 0 || o.WriterClients <= 0 || o.WriterDuration <= 0 || o.ScaleBytes <= 0 {
+		errs = append(errs, errors.New("runs, debezium-rate, debezium-poll-ms, writer-clients, writer-duration and scale-bytes must be positive"))
+	}
+	for _, f := range o.WriterFsync {
+		if f != "on" && f != "off" {
+			errs = append(errs, fmt.Errorf("--writer-fsync %q: want on or off", f))
+		}
+	}
+	var envs []string
+	envs = append(envs, o.PgoutboxEnv...)
+	seen := map[string]bool{}
+	for _, v := range o.Variants {
+		if seen[v.Name] {
+			errs = append(errs, fmt.Errorf("--variant %s given twice", v.Name))
+		}
+		seen[v.Name] = true
+		envs = append(envs, v.Env...)
+	}
+	for _, kv := range envs {
+		if !strings.HasPrefix(kv, "PGOUTBOX_") && !slices.Contains(goRuntimeEnv, strings.SplitN(kv, "=", 2)[0]) {
+			errs = append(errs, fmt.Errorf("--pgoutbox-env %q: pgoutbox settings start with PGOUTBOX_ (or are one of the Go runtime's %s)", kv, strings.Join(goRuntimeEnv, ", ")))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (o *Options) enabled(s string) bool { return o.Scenarios == nil || o.Scenarios[s] }
+// goRuntimeEnv are the Go runtime's settings --pgoutbox-env passes too,
+// for experiments on pgoutbox's CPU use.
+var goRuntimeEnv = []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG"}
+
+func (o *Options) enabled(s string) bool {
+	if o.Scenarios == nil {
+		return slices.Contains(defaultScenarios, s)
+	}
+	return o.Scenarios[s]
+}
 
 func validIdent(s string) bool {
 	if s == "" || len(s) > 63 || s[0] >= '0' && s[0] <= '9' {

@@ -218,7 +218,9 @@ func (h *harness) pollCatchup(ctx context.Context, instances int) (PollCatchupRe
 		return r, err
 	}
 	t0 := time.Now()
-	if err := h.prepare(ctx, pollTable, aggType, 100, n); err != nil {
+	// The same padding as the WAL source's catch-up, in transactions of 100.
+	spec := backlogSpec{table: pollTable, aggType: aggType, size: 100, events: n, pad: h.pad()}
+	if err := h.writeTxns(ctx, spec, 0, (n+spec.size-1)/spec.size, o.PrepWriters); err != nil {
 		return r, err
 	}
 	r.PrepSeconds = time.Since(t0).Seconds()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,33 @@ type ProcStats struct {
 	// CPUSeconds is utime+stime of /proc/<pid>/stat (user and system CPU
 	// time of every thread so far).
 	CPUSeconds float64 `json:"cpu_s"`
+	// ReadSyscalls and WriteSyscalls are syscr and syscw of
+	// /proc/<pid>/io: read(2)- and write(2)-like system calls, socket
+	// reads and writes included (not epoll_wait, futex or nanosleep).
+	ReadSyscalls  int64 `json:"read_syscalls"`
+	WriteSyscalls int64 `json:"write_syscalls"`
+	// VoluntarySwitches counts the times a thread blocked (waiting for
+	// data, a timer or another thread), InvoluntarySwitches the times the
+	// scheduler took the CPU away; summed over the process's threads.
+	VoluntarySwitches   int64 `json:"voluntary_ctx_switches"`
+	InvoluntarySwitches int64 `json:"involuntary_ctx_switches"`
+	// RunQueueSeconds is the time the process's threads were ready to run
+	// but waited for a CPU (the second field of /proc/<pid>/task/*/schedstat),
+	// summed over its threads: CPU contention on the machine.
+	RunQueueSeconds float64 `json:"run_queue_s"`
+}
+
+// since returns the counters from earlier to s (the peak RSS is s's).
+func (s ProcStats) since(earlier ProcStats) ProcStats {
+	return ProcStats{
+		PeakRSSBytes:        s.PeakRSSBytes,
+		CPUSeconds:          s.CPUSeconds - earlier.CPUSeconds,
+		ReadSyscalls:        s.ReadSyscalls - earlier.ReadSyscalls,
+		WriteSyscalls:       s.WriteSyscalls - earlier.WriteSyscalls,
+		VoluntarySwitches:   s.VoluntarySwitches - earlier.VoluntarySwitches,
+		InvoluntarySwitches: s.InvoluntarySwitches - earlier.InvoluntarySwitches,
+		RunQueueSeconds:     s.RunQueueSeconds - earlier.RunQueueSeconds,
+	}
 }
 
 var (
@@ -45,7 +73,9 @@ func clockTicks() float64 {
 	return clkTck
 }
 
-// readProcStats reads the peak RSS and the CPU time of pid.
+// readProcStats reads the peak RSS, the CPU time, the system call and the
+// context switch counts of pid. Only the CPU time is required: the other
+// counters stay 0 where /proc does not show them.
 func readProcStats(pid int) (ProcStats, error) {
 	var s ProcStats
 	cpu, err := readCPUSeconds(pid)
@@ -57,19 +87,59 @@ func readProcStats(pid int) (ProcStats, error) {
 	if err != nil {
 		return s, err
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(v) // "123456 kB"
-			if len(f) >= 1 {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				if err != nil {
-					return s, fmt.Errorf("VmHWM %q: %w", v, err)
-				}
-				s.PeakRSSBytes = kb * 1024
-			}
+	if kb, ok := statusField(status, "VmHWM:"); ok {
+		s.PeakRSSBytes = kb * 1024 // "123456 kB"
+	}
+	if io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
+		s.ReadSyscalls, _ = statusField(io, "syscr:")
+		s.WriteSyscalls, _ = statusField(io, "syscw:")
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, t := range tasks {
+		if st, err := os.ReadFile(t); err == nil {
+			v, _ := statusField(st, "voluntary_ctxt_switches:")
+			nv, _ := statusField(st, "nonvoluntary_ctxt_switches:")
+			s.VoluntarySwitches += v
+			s.InvoluntarySwitches += nv
+		}
+		if _, wait, err := readSchedstat(strings.TrimSuffix(t, "status") + "schedstat"); err == nil {
+			s.RunQueueSeconds += wait
 		}
 	}
 	return s, nil
+}
+
+// readSchedstat reads a /proc schedstat file: the task's CPU time and the
+// time it waited on a run queue, in seconds.
+func readSchedstat(path string) (cpu, wait float64, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 2 {
+		return 0, 0, fmt.Errorf("%s: %q", path, data)
+	}
+	c, err1 := strconv.ParseInt(f[0], 10, 64)
+	w, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return float64(c) / 1e9, float64(w) / 1e9, nil
+}
+
+// statusField returns the first number after key at the start of a line
+// of a /proc file of "key: value" lines.
+func statusField(data []byte, key string) (int64, bool) {
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			if f := strings.Fields(v); len(f) >= 1 {
+				n, err := strconv.ParseInt(f[0], 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 // readCPUSeconds reads utime+stime of pid from /proc/<pid>/stat.
@@ -110,12 +180,12 @@ type relayProc struct {
 	waitErr error
 }
 
-func startRelay(bin string, env []string, logPath string) (*relayProc, error) {
+func startRelay(bin string, env []string, logPath string, args ...string) (*relayProc, error) {
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "run")
+	cmd := exec.Command(bin, append([]string{"run"}, args...)...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = lf, lf
 	p := &relayProc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
@@ -132,7 +202,9 @@ func startRelay(bin string, env []string, logPath string) (*relayProc, error) {
 	return p, nil
 }
 
-func (p *relayProc) pid() int { return p.cmd.Process.Pid }
+func (p *relayProc) pid() int           { return p.cmd.Process.Pid }
+func (p *relayProc) started() time.Time { return p.start }
+func (p *relayProc) name() string       { return "pgoutbox" }
 
 // exited reports whether the process has ended, with an error describing
 // how and the tail of its log.
@@ -174,31 +246,29 @@ func (p *relayProc) stop(timeout time.Duration) error {
 	return nil
 }
 
-func (p *relayProc) logTail(n int) string {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (p *relayProc) logTail(n int) string { return fileTail(p.logPath, n) }
 
 // walsenderSampler follows the CPU time of the walsender that serves a
-// slot (the server process that decodes the WAL for the reader), sampling
-// /proc every 100 ms. After the walsender exits, the last sample stands, so
-// the figure can fall short by up to one interval.
+// slot (the server process that decodes the WAL for the reader): it asks
+// for the slot's active_pid until there is one, then reads the process's
+// /proc/<pid>/stat every walsenderPeriod. A walsender is a process of its
+// own, started for the reader's connection, so its CPU time is the
+// decoding's for that reader alone. After it exits, the last reading
+// stands: the figure can fall short by up to one period's CPU.
 type walsenderSampler struct {
 	stopc chan struct{}
 	done  chan struct{}
 	once  sync.Once
 
-	mu  sync.Mutex
-	pid int32
-	cpu float64
+	mu      sync.Mutex
+	pid     int32
+	foundAt time.Time
+	cpu     float64
+	runq    float64 // seconds on a run queue, waiting for a CPU
 }
+
+// walsenderPeriod is how often the walsender's CPU time is read.
+const walsenderPeriod = 5 * time.Millisecond
 
 func startWalsenderSampler(dsn, slot string) *walsenderSampler {
 	s := &walsenderSampler{stopc: make(chan struct{}), done: make(chan struct{})}
@@ -218,7 +288,7 @@ func startWalsenderSampler(dsn, slot string) *walsenderSampler {
 			return
 		}
 		defer conn.Close(context.Background())
-		tick := time.NewTicker(100 * time.Millisecond) // sampling period
+		tick := time.NewTicker(walsenderPeriod)
 		defer tick.Stop()
 		for {
 			s.mu.Lock()
@@ -228,7 +298,7 @@ func startWalsenderSampler(dsn, slot string) *walsenderSampler {
 				var p *int32
 				if err := conn.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&p); err == nil && p != nil {
 					s.mu.Lock()
-					s.pid = *p
+					s.pid, s.foundAt = *p, time.Now()
 					s.mu.Unlock()
 				}
 			}
@@ -251,9 +321,38 @@ func (s *walsenderSampler) sample() float64 {
 	if s.pid != 0 {
 		if cpu, err := readCPUSeconds(int(s.pid)); err == nil {
 			s.cpu = cpu
+			if _, w, err := readSchedstat(fmt.Sprintf("/proc/%d/schedstat", s.pid)); err == nil {
+				s.runq = w
+			}
 		}
 	}
 	return s.cpu
+}
+
+// runQueue returns the walsender's time on a run queue at the last sample.
+func (s *walsenderSampler) runQueue() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runq
+}
+
+// finish records the walsender's busy and run-queue shares from its
+// appearance until end, from the last sample.
+func (s *walsenderSampler) finish(end time.Time, rr *ReaderResult) {
+	f := s.found()
+	if f.IsZero() {
+		return
+	}
+	rr.WalsenderSeconds = end.Sub(f).Seconds()
+	rr.WalsenderBusy = rr.WalsenderCPUSeconds / rr.WalsenderSeconds
+	rr.WalsenderRunQueue = s.runQueue() / rr.WalsenderSeconds
+}
+
+// found returns when the walsender was first seen (zero if never).
+func (s *walsenderSampler) found() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.foundAt
 }
 
 // wait waits (bounded) until the walsender was found and returns its CPU
@@ -261,13 +360,10 @@ func (s *walsenderSampler) sample() float64 {
 func (s *walsenderSampler) wait(timeout time.Duration) float64 {
 	deadline := time.Now().Add(timeout)
 	for {
-		s.mu.Lock()
-		found := s.pid != 0
-		s.mu.Unlock()
-		if found || time.Now().After(deadline) {
+		if !s.found().IsZero() || time.Now().After(deadline) {
 			return s.sample()
 		}
-		time.Sleep(10 * time.Millisecond) // the sampler's first query is under way
+		time.Sleep(walsenderPeriod) // the sampler's query is under way
 	}
 }
 

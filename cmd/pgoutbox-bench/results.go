@@ -32,6 +32,11 @@ type Results struct {
 	PollLatency []LatencyResult     `json:"poll_latency,omitempty"`
 	TriggerCost *TriggerCostResult  `json:"trigger_cost,omitempty"`
 	Micro       *MicroResult        `json:"micro_benchmarks,omitempty"`
+	Versus      *VersusResult       `json:"debezium,omitempty"`
+	Scaling     *ScalingResult      `json:"scaling,omitempty"`
+	Writers     *WritersResult      `json:"writers,omitempty"`
+	Variants    []VariantResult     `json:"variants,omitempty"`
+	Targets     []Target            `json:"targets,omitempty"`
 	Notes       []string            `json:"notes"`
 
 	Files Files `json:"-"`
@@ -88,6 +93,8 @@ type Settings struct {
 	MicroPackages       []string          `json:"micro_packages"`
 	Scenarios           []string          `json:"scenarios"`
 	PgoutboxEnv         []string          `json:"pgoutbox_extra_env"`
+	Variants            []Variant         `json:"variants,omitempty"`
+	Runs                int               `json:"runs"`
 	PostgresSettings    map[string]string `json:"postgres_settings"`
 	PollInstances       []int             `json:"poll_instances"`
 	PollRates           []int             `json:"poll_rates"`
@@ -101,13 +108,13 @@ func settingsOf(o Options, runID string) Settings {
 		Partitions: o.Partitions, Rates: o.Rates, DurationSeconds: o.Duration.Seconds(), LatencyWriters: o.LatencyWriters,
 		Warmup: o.Warmup, SettleSeconds: o.Settle.Seconds(), LatencyEnd: latencyEnd(o).key, DrainTimeoutSeconds: o.DrainTimeout.Seconds(),
 		KeepUpBoundSeconds: o.KeepUpBound.Seconds(), KeepUpMaxGrowthMs: keptUpMaxGrowthMs, PollIntervalMs: float64(pollInterval) / float64(time.Millisecond),
-		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv,
+		BenchTime: o.BenchTime, MicroPackages: o.MicroPackages, PgoutboxEnv: o.PgoutboxEnv, Variants: o.Variants, Runs: o.Runs,
 		PollInstances: o.PollInstances, PollRates: o.PollRates, TriggerWriters: o.TriggerWriters, TriggerRoundSeconds: o.TriggerRound.Seconds(),
 	}
 	if s.PgoutboxEnv == nil {
 		s.PgoutboxEnv = []string{}
 	}
-	for _, sc := range []string{ScenarioCatchup, ScenarioLatency, ScenarioPoll, ScenarioMicro} {
+	for _, sc := range allScenarios {
 		if o.enabled(sc) {
 			s.Scenarios = append(s.Scenarios, sc)
 		}
@@ -252,6 +259,22 @@ func firstFloat(s string) float64 {
 	return v
 }
 
+// Render reads a results.json and writes the outputs again into dir, with
+// the targets and notes of this version of the report.
+func Render(path, dir string) (*Results, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.Targets = targets(&r)
+	r.Notes = notes(&r)
+	return &r, writeOutputs(dir, &r)
+}
+
 // writeOutputs writes results.json, summary.md and latency.png into dir.
 func writeOutputs(dir string, r *Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -363,14 +386,14 @@ func summary(r *Results) string {
 				f2(c.Pgoutbox.WallSeconds), f2(c.Pgoutbox.FirstRecordSeconds), thousands(int64(c.Pgoutbox.EventsPerSec)), f2(c.Ratio))
 		}
 		p("\nResources of the catch-up (walsender: the server process decoding for the reader):\n\n")
-		p("| events per txn | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | pg_recvlogical CPU s | walsender CPU s for pg_recvlogical / for pgoutbox | slot confirmed after s |\n")
-		p("|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| events per txn | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | pg_recvlogical CPU s | walsender CPU s (busy, waiting for a CPU) for pg_recvlogical / for pgoutbox | broker CPU s for pgoutbox | slot confirmed after the last record, s |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range r.Catchup {
 			if c.Error != "" {
 				continue
 			}
-			p("| %d | %s | %s | %s | %s | %s / %s | %s |\n", c.TxnSize, f2(c.Pgoutbox.CPUSeconds), f2(c.Pgoutbox.CPUSecondsPer100k), mb(c.Pgoutbox.PeakRSSBytes),
-				f2(c.PGRecvlogical.CPUSeconds), f2(c.PGRecvlogical.WalsenderCPUSeconds), f2(c.Pgoutbox.WalsenderCPUSeconds), f2(c.Pgoutbox.ConfirmedSeconds))
+			p("| %d | %s | %s | %s | %s | %s / %s | %s | %s |\n", c.TxnSize, f2(c.Pgoutbox.CPUSeconds), f2(c.Pgoutbox.CPUSecondsPer100k), mb(c.Pgoutbox.PeakRSSBytes),
+				f2(c.PGRecvlogical.CPUSeconds), walsenderCell(c.PGRecvlogical), walsenderCell(c.Pgoutbox), f2(c.Pgoutbox.BrokerCPUSeconds), confirmedCell(c.Pgoutbox))
 		}
 		p("\nPreparation (not a measurement of pgoutbox): ")
 		var prep []string
@@ -386,7 +409,7 @@ func summary(r *Results) string {
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n")
 		for _, l := range r.Latency {
 			if l.Error != "" && l.Received == 0 {
-				p("| %s | failed: %s |||||||\n", thousands(int64(l.TargetRate)), oneLine(l.Error))
+				p("| %s%s | failed: %s |||||||\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), oneLine(l.Error))
 				continue
 			}
 			kept := "yes"
@@ -399,18 +422,20 @@ func summary(r *Results) string {
 		}
 		p("\n![latency percentiles against rate](latency.png)\n\n")
 		p("Resources, and the latency a consumer sees (commit → consumer: until a sarama consumer received the record; machine CPU busy: all CPUs, everything running, while the writers ran):\n\n")
-		p("| target events/s | commit → consumer p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events | pgoutbox peak RSS MB | walsender CPU s | harness CPU s | machine CPU busy |\n")
-		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| target events/s | commit → consumer p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events (while writing) | pgoutbox reads / writes / context switches per event (while writing) | pgoutbox peak RSS MB | walsender CPU s | harness CPU s | machine CPU busy |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
 			if l.Error != "" && l.Received == 0 {
 				continue
 			}
-			p("| %s%s | %s / %s | %s | %s | %s | %s | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
-				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), mb(l.Pgoutbox.PeakRSSBytes),
+			w := l.PgoutboxWindow
+			p("| %s%s | %s / %s | %s | %s | %s | %s (%s) | %.2f / %.2f / %.2f | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
+				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), f2(l.WindowCPUSecondsPer100k),
+				perEvent(w.ReadSyscalls, l.Committed), perEvent(w.WriteSyscalls, l.Committed), perEvent(w.VoluntarySwitches+w.InvoluntarySwitches, l.Committed), mb(l.Pgoutbox.PeakRSSBytes),
 				f2(l.WalsenderCPUSeconds), f2(l.HarnessCPUSeconds), f0(l.MachineCPUBusy*100))
 		}
 		for _, l := range r.Latency {
-			p("\n- %s events/s: %s", thousands(int64(l.TargetRate)), l.KeptUpReason)
+			p("\n- %s events/s%s: %s", thousands(int64(l.TargetRate)), modeTag(l.Mode), l.KeptUpReason)
 			if l.Error != "" {
 				p(" (error: %s)", oneLine(l.Error))
 			}
@@ -420,6 +445,20 @@ func summary(r *Results) string {
 
 	b.WriteString(pollSummary(r))
 	writeEOSSummary(p, r)
+
+	if len(r.Variants) > 0 {
+		summaryVariants(p, r.Variants)
+	}
+	if r.Versus != nil {
+		summaryVersus(p, r.Versus)
+	}
+	if r.Scaling != nil {
+		summaryScaling(p, r.Scaling)
+	}
+	if r.Writers != nil {
+		summaryWriters(p, r.Writers)
+	}
+	summaryTargets(p, r.Targets)
 
 	if r.Micro != nil {
 		p("\n## Micro-benchmarks\n\n`%s`", r.Micro.Command)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -67,7 +68,14 @@ type ConnectConfig struct {
 	Worker map[string]string
 	// Env adds environment variables to the JVM's (for ${env:...}).
 	Env []string
+	// Brokers are the Kafka brokers (StartConnect: the environment's).
+	Brokers []string
+	// JVMOptions replace the tests' heap and JVM flags (testConnectJVM).
+	JVMOptions []string
 }
+
+// testConnectJVM are the JVM options of the tests' workers.
+var testConnectJVM = []string{"-Xms256m", "-Xmx1g", "-XX:+ExitOnOutOfMemoryError", "-XX:-UsePerfData", "-Djava.awt.headless=true"}
 
 // Connect is a running Kafka Connect standalone worker.
 type Connect struct {
@@ -75,6 +83,7 @@ type Connect struct {
 	rest    string // http://127.0.0.1:PORT
 	logPath string
 	cmd     *exec.Cmd
+	started time.Time
 	exited  chan struct{}
 	waitErr error
 }
@@ -85,15 +94,37 @@ type Connect struct {
 // test's cleanup stops it.
 func (e *Env) StartConnect(t testing.TB, cfg ConnectConfig) *Connect {
 	t.Helper()
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	cfg.Brokers = e.KafkaBrokers
+	c, err := LaunchConnect(cfg)
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(t) })
+	Eventually(t, 120*time.Second, 200*time.Millisecond, func() (bool, string) {
+		if err := c.Exited(); err != nil {
+			t.Fatalf("testenv: Kafka Connect exited at start-up (%v); log tail:\n%s", err, c.LogTail(40))
+		}
+		var names []string
+		err := c.get("/connectors", &names)
+		return err == nil && len(names) == len(cfg.Connectors), fmt.Sprintf("Kafka Connect's REST interface at %s: connectors %v, %v", c.rest, names, err)
+	})
+	return c
+}
+
+// LaunchConnect starts a standalone worker as cfg says, on loopback, and
+// returns at once, without waiting for its REST interface (for programs
+// such as the benchmark; tests use StartConnect). The caller stops it with
+// Close.
+func LaunchConnect(cfg ConnectConfig) (*Connect, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
-		t.Fatalf("testenv: a port for Kafka Connect: %v", err)
+		return nil, fmt.Errorf("testenv: a port for Kafka Connect: %w", err)
 	}
 	props := map[string]string{
-		"bootstrap.servers":                 strings.Join(e.KafkaBrokers, ","),
+		"bootstrap.servers":                 strings.Join(cfg.Brokers, ","),
 		"key.converter":                     "org.apache.kafka.connect.json.JsonConverter",
 		"value.converter":                   "org.apache.kafka.connect.json.JsonConverter",
 		"offset.storage.file.filename":      filepath.Join(cfg.Dir, "offsets"),
@@ -121,46 +152,56 @@ func (e *Env) StartConnect(t testing.TB, cfg ConnectConfig) *Connect {
 	}
 	workerProps := filepath.Join(cfg.Dir, "worker.properties")
 	if err := os.WriteFile(workerProps, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	logPath := filepath.Join(cfg.Dir, "connect.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer logFile.Close()
-	args := []string{"-Xms256m", "-Xmx1g", "-XX:+ExitOnOutOfMemoryError", "-XX:-UsePerfData",
-		"-Djava.awt.headless=true",
+	jvm := cfg.JVMOptions
+	if jvm == nil {
+		jvm = testConnectJVM
+	}
+	args := append(append([]string{}, jvm...),
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX",
 		"-cp", filepath.Join(cfg.Libs, "connect", "*"),
-		"org.apache.kafka.connect.cli.ConnectStandalone", workerProps}
+		"org.apache.kafka.connect.cli.ConnectStandalone", workerProps)
 	args = append(args, cfg.Connectors...)
 	cmd := exec.Command("java", args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), cfg.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("testenv: start Kafka Connect: %v", err)
-	}
 	c := &Connect{cfg: cfg, rest: "http://127.0.0.1:" + strconv.Itoa(port), logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	c.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("testenv: start Kafka Connect: %w", err)
+	}
 	go func() {
 		c.waitErr = cmd.Wait()
 		close(c.exited)
 	}()
-	t.Cleanup(func() { c.Stop(t) })
-	Eventually(t, 120*time.Second, 200*time.Millisecond, func() (bool, string) {
-		select {
-		case <-c.exited:
-			t.Fatalf("testenv: Kafka Connect exited at start-up (%v); log tail:\n%s", c.waitErr, c.LogTail(40))
-		default:
-		}
-		var names []string
-		err := c.get("/connectors", &names)
-		return err == nil && len(names) == len(cfg.Connectors), fmt.Sprintf("Kafka Connect's REST interface at %s: connectors %v, %v", c.rest, names, err)
-	})
-	return c
+	return c, nil
+}
+
+// PID is the worker's process id (the JVM's).
+func (c *Connect) PID() int { return c.cmd.Process.Pid }
+
+// Started is when the worker's process was started.
+func (c *Connect) Started() time.Time { return c.started }
+
+// Exited returns nil while the worker runs, and how it ended once it has.
+func (c *Connect) Exited() error {
+	if !c.hasExited() {
+		return nil
+	}
+	if c.waitErr != nil {
+		return c.waitErr
+	}
+	return errors.New("exited")
 }
 
 func freePort() (int, error) {
@@ -237,16 +278,25 @@ func (c *Connect) get(path string, out any) error {
 // JVM. Stopping twice is harmless.
 func (c *Connect) Stop(t testing.TB) {
 	t.Helper()
+	if err := c.Close(connectStopTimeout); err != nil {
+		t.Logf("testenv: %v", err)
+	}
+}
+
+// Close stops the worker with SIGTERM and waits; after timeout it kills
+// the JVM and says so. Closing twice is harmless.
+func (c *Connect) Close(timeout time.Duration) error {
 	if c.hasExited() {
-		return
+		return nil
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.exited:
-	case <-time.After(connectStopTimeout):
-		t.Logf("testenv: Kafka Connect still runs %s after SIGTERM: killing it", connectStopTimeout)
+		return nil
+	case <-time.After(timeout):
 		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 		<-c.exited
+		return fmt.Errorf("kafka Connect still ran %s after SIGTERM: killed it", timeout)
 	}
 }
 

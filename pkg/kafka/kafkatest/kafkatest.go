@@ -16,7 +16,11 @@ import (
 // OffsetWatcher reads the high-water marks (the offset the next record of a
 // partition will get) of topics over one long-lived client. It serves
 // benchmarks and tools that poll for how many records a topic holds; it is
-// not used on the relay's path. It is not safe for concurrent use.
+// not used on the relay's path. Each call asks each broker once, for all
+// the partitions it leads (one ListOffsets request per broker rather than
+// per partition: a benchmark polling 1,000 topics every 10 ms would
+// otherwise load the broker it measures). It is not safe for concurrent
+// use.
 type OffsetWatcher struct {
 	client sarama.Client
 	parts  map[string][]int32
@@ -39,40 +43,74 @@ func NewOffsetWatcher(cfg kafka.Config) (*OffsetWatcher, error) {
 // HighWater returns the high-water mark of every partition of topic, indexed
 // by partition. The partition list is read once per topic and then cached.
 func (w *OffsetWatcher) HighWater(topic string) (map[int32]int64, error) {
-	parts, ok := w.parts[topic]
-	if !ok {
-		var err error
-		if parts, err = w.client.Partitions(topic); err != nil {
-			return nil, fmt.Errorf("kafka: partitions of %q: %w", topic, err)
-		}
-		w.parts[topic] = parts
-	}
-	out := make(map[int32]int64, len(parts))
-	for _, p := range parts {
-		off, err := w.client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: high-water mark of %s/%d: %w", topic, p, err)
-		}
-		out[p] = off
-	}
-	return out, nil
+	hw, err := w.highWater([]string{topic})
+	return hw[topic], err
 }
 
 // Total returns the sum of the high-water marks of every partition of
 // topics: for topics that were empty and never truncated, the number of
 // records written to them.
 func (w *OffsetWatcher) Total(topics ...string) (int64, error) {
+	hw, err := w.highWater(topics)
+	if err != nil {
+		return 0, err
+	}
 	var sum int64
-	for _, t := range topics {
-		hw, err := w.HighWater(t)
-		if err != nil {
-			return 0, err
-		}
-		for _, off := range hw {
+	for _, parts := range hw {
+		for _, off := range parts {
 			sum += off
 		}
 	}
 	return sum, nil
+}
+
+func (w *OffsetWatcher) highWater(topics []string) (map[string]map[int32]int64, error) {
+	reqs := map[*sarama.Broker]*sarama.OffsetRequest{}
+	for _, t := range topics {
+		parts, ok := w.parts[t]
+		if !ok {
+			var err error
+			if parts, err = w.client.Partitions(t); err != nil {
+				return nil, fmt.Errorf("kafka: partitions of %q: %w", t, err)
+			}
+			w.parts[t] = parts
+		}
+		for _, p := range parts {
+			b, err := w.client.Leader(t, p)
+			if err != nil {
+				return nil, fmt.Errorf("kafka: leader of %s/%d: %w", t, p, err)
+			}
+			if reqs[b] == nil {
+				reqs[b] = sarama.NewOffsetRequest(w.client.Config().Version)
+			}
+			reqs[b].AddBlock(t, p, sarama.OffsetNewest, 1)
+		}
+	}
+	out := make(map[string]map[int32]int64, len(topics))
+	for b, req := range reqs {
+		resp, err := b.GetAvailableOffsets(req)
+		if err != nil {
+			_ = b.Close() // the client opens it again
+			return nil, fmt.Errorf("kafka: high-water marks from broker %s: %w", b.Addr(), err)
+		}
+		for t, blocks := range resp.Blocks {
+			for p, blk := range blocks {
+				if !errors.Is(blk.Err, sarama.ErrNoError) {
+					return nil, fmt.Errorf("kafka: high-water mark of %s/%d: %w", t, p, blk.Err)
+				}
+				if out[t] == nil {
+					out[t] = map[int32]int64{}
+				}
+				out[t][p] = blk.Offset
+			}
+		}
+	}
+	for _, t := range topics {
+		if len(out[t]) != len(w.parts[t]) {
+			return nil, fmt.Errorf("kafka: high-water marks of %s: %d of %d partitions answered", t, len(out[t]), len(w.parts[t]))
+		}
+	}
+	return out, nil
 }
 
 // Close closes the client.

@@ -179,36 +179,21 @@ func probe(ctx context.Context, cfg *Config, sc *sarama.Config) (string, error) 
 		if err := ctx.Err(); err != nil {
 			return "", fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(brokers, ","), err)
 		}
-		bc, release := withCancel(ctx, sc)
-		b := sarama.NewBroker(addr)
-		err := b.Open(bc)
+		b, closeB, err := openBroker(ctx, addr, sc)
 		if err == nil {
-			stop := context.AfterFunc(ctx, func() { _ = b.Close() })
-			var ok bool
-			ok, err = b.Connected()
-			if ok && err == nil {
-				// sarama reports a connection open before the broker
-				// answered anything: ask it something small.
-				_, err = b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
-			}
-			if stop() {
-				_ = b.Close()
-			} else if cerr := ctx.Err(); cerr != nil {
+			// sarama reports a connection open before the broker answered
+			// anything: ask it something small.
+			_, err = b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
+			closeB()
+			if cerr := ctx.Err(); cerr != nil {
 				err = cerr
 			}
-			if ok && err == nil {
-				release()
+			if err == nil {
 				return addr, nil
 			}
-			if err == nil {
-				err = errors.New("not connected")
-			} else if isTimeout(err) {
-				err = &silentBrokerError{timeout: sc.Net.ReadTimeout, err: err}
-			}
 		}
-		release()
-		if err == nil {
-			err = errors.New("not connected")
+		if isTimeout(err) {
+			err = &silentBrokerError{timeout: sc.Net.ReadTimeout, err: err}
 		}
 		var ae *AuthError
 		if err = cfg.Security.authError(addr, err); errors.As(err, &ae) {

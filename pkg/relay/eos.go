@@ -171,7 +171,7 @@ func (e *eosSession) due() (time.Time, bool) {
 		return e.groupStart, true
 	}
 	interval := e.cfg.TransactionInterval
-	if e.busy {
+	if e.extended() {
 		// Throughput-bound: records of the next transaction wait while a
 		// commit runs (sarama refuses them until it ends), so commit less
 		// often, about a tenth of the time at most; latency is bound by
@@ -184,9 +184,59 @@ func (e *eosSession) due() (time.Time, bool) {
 	return e.groupStart.Add(interval), true
 }
 
+// extended says whether the group stays open longer than
+// transaction.interval: while reading a backlog (the in-flight caps
+// stopped reading WAL during the group, or the transactions read committed
+// catchUpBehind ago or more) and records are still in flight. Once the last
+// is acknowledged the backlog is read, and the group is committed at once.
+func (e *eosSession) extended() bool {
+	s := e.s
+	return s.tr.InFlight() > 0 && (e.busy || !s.lastCommit.IsZero() && s.clock.Now().Sub(s.lastCommit) >= catchUpBehind)
+}
+
+// catchUpBehind: transactions that committed this long ago are a backlog.
+const catchUpBehind = 500 * time.Millisecond
+
+// recheck says when to look again whether a commit is due: the acks that
+// end an extended group do not end a Receive, so while a group is extended
+// the loop looks every busyRecheck.
+func (e *eosSession) recheck() (time.Time, bool) {
+	if e == nil || e.groupRecords == 0 || !e.extended() {
+		return time.Time{}, false
+	}
+	return e.s.clock.Now().Add(busyRecheck), true
+}
+
+// busyRecheck is how often recheck looks.
+const busyRecheck = 20 * time.Millisecond
+
 // busyCommitFactor: while throughput-bound, a Kafka transaction stays open
 // this many times as long as the last commit took.
 const busyCommitFactor = 10
+
+// headroom is how many times the in-flight caps the loop may fill: twice
+// while a commit runs. sarama's commit first waits for every record sent
+// before it; with the caps full then, the loop would stop reading WAL for
+// that whole drain, and decoding and producing would take turns instead of
+// overlapping (exactly-once catch-up at about half at-least-once's rate).
+// The records read meanwhile wait in the producer's queue for the next
+// transaction. So in this mode the caps bound memory at twice their value
+// while a commit runs.
+func (e *eosSession) headroom() int {
+	if e != nil && e.outstanding > 0 {
+		return eosHeadroom(true)
+	}
+	return 1
+}
+
+// eosHeadroom is the most headroom a session may take: what the producer's
+// buffers must hold (AckBuffer).
+func eosHeadroom(exactlyOnce bool) int {
+	if exactlyOnce {
+		return 2
+	}
+	return 1
+}
 
 // pressed notes that the in-flight caps stopped reading WAL.
 func (e *eosSession) pressed() {

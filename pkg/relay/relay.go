@@ -365,7 +365,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		return false, err
 	}
 	kcfg := r.cfg.Kafka
-	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords + 1
+	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords*eosHeadroom(kcfg.ExactlyOnce) + 1
 	kcfg.SingleRecordBatches = r.singleUntil > 0
 	var prod producer
 	var txn txnProducer

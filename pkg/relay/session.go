@@ -223,7 +223,7 @@ func (s *session) loop() error {
 			}
 			continue
 		}
-		if s.tr.InFlight() >= lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= lim.MaxInFlightBytes {
+		if h := s.eos.headroom(); s.tr.InFlight() >= h*lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= int64(h)*lim.MaxInFlightBytes {
 			// Back-pressure: stop reading WAL, keep sending status updates.
 			s.eos.pressed()
 			if err := s.wait(s.waitDeadline()); err != nil {
@@ -286,6 +286,9 @@ func (s *session) waitDeadline() time.Time {
 		d = s.drainBy()
 	}
 	if t, ok := s.eos.due(); ok && t.Before(d) {
+		d = t
+	}
+	if t, ok := s.eos.recheck(); ok && t.Before(d) {
 		d = t
 	}
 	return d

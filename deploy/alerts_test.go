@@ -282,12 +282,13 @@ func alertExpr(t *testing.T, groups *rulefmt.RuleGroups, alert string) string {
 
 // TestAlertExpressionsOnSeries evaluates the trickier expressions on
 // series as a pair of pods would export them, like promtool test rules:
-// what fires, and what must not.
+// what fires, and what must not. In each script %[1]s is the target's
+// labels and %[2]s the alert's expression.
 func TestAlertExpressionsOnSeries(t *testing.T) {
 	groups := parseRules(t, "the chart's PrometheusRule", chartRules(t))
 	const target = `job="pgoutbox",namespace="outbox"`
-	expr := func(alert string) string { return alertExpr(t, groups, alert) }
-	script := fmt.Sprintf(`
+	for _, c := range []struct{ alert, script string }{
+		{"PgoutboxNoReadyReplica", `
 # A: one pod ready. B: both up, neither ready. C: one pod down, the other
 # not ready. D: one pod down, the other ready.
 load 1m
@@ -309,9 +310,8 @@ load 1m
 eval instant at 20m %[2]s
 	{namespace="outbox",stream="b"} 0
 	{namespace="outbox",stream="c"} 0
-
-clear
-
+`},
+		{"PgoutboxReplicationLagHigh", `
 # The standby keeps the lag it had when it lost the slot; only the
 # streaming pod's lag counts.
 load 1m
@@ -322,27 +322,25 @@ load 1m
 	pgoutbox_replication_lag_bytes{%[1]s,stream="b",pod="b2"} 1024x20
 	pgoutbox_streaming{%[1]s,stream="b",pod="b2"} 1x20
 
-eval instant at 15m %[3]s
+eval instant at 15m %[2]s
 	{namespace="outbox",stream="a"} 2147483648
-
-clear
-
+`},
+		{"PgoutboxEventsDeadLettered", `
 # a1 dead-letters its first event at 20m: the counter's child appears
 # with 1. a2's child exists from the start and grows at 30m.
 load 1m
 	pgoutbox_events_dead_lettered_total{%[1]s,stream="a",pod="a1",topic="t"} _x19 1x60
 	pgoutbox_events_dead_lettered_total{%[1]s,stream="a",pod="a2",topic="t"} 0x29 2x50
 
-eval instant at 21m %[4]s
+eval instant at 21m %[2]s
 	{namespace="outbox",stream="a"} 1
 
-eval instant at 31m %[4]s
+eval instant at 31m %[2]s
 	{namespace="outbox",stream="a"} 3
 
-eval instant at 70m %[4]s
-
-clear
-
+eval instant at 70m %[2]s
+`},
+		{"PgoutboxSlotRetainedWALNearLimit", `
 # Retained WAL near max_slot_wal_keep_size: a at 90%%, b at 50%%, c
 # without a limit (no safe_wal_size series).
 load 1m
@@ -352,22 +350,20 @@ load 1m
 	pgoutbox_slot_safe_wal_size_bytes{%[1]s,stream="b",pod="b1"} 50x10
 	pgoutbox_slot_retained_wal_bytes{%[1]s,stream="c",pod="c1"} 1e12x10
 
-eval instant at 5m %[5]s
+eval instant at 5m %[2]s
 	{namespace="outbox",stream="a"} 0.9
-
-clear
-
+`},
+		{"PgoutboxContainerRestarting", `
 # kube-state-metrics: a pod of pgoutbox-orders restarting, one of another
 # release's Deployment restarting too.
 load 1m
 	kube_pod_container_status_restarts_total{namespace="outbox",pod="pgoutbox-orders-5d8f7c9b4-x7k2p",container="pgoutbox"} 0+1x30
 	kube_pod_container_status_restarts_total{namespace="outbox",pod="other-orders-5d8f7c9b4-x7k2p",container="pgoutbox"} 0+1x30
 
-eval instant at 20m %[6]s
+eval instant at 20m %[2]s
 	{namespace="outbox",stream="pgoutbox-orders",pod="pgoutbox-orders-5d8f7c9b4-x7k2p"} 15
-
-clear
-
+`},
+		{"PgoutboxOutboxBacklogOld", `
 # The poll source's backlog: stream a's oldest row is 10 minutes old (both
 # pods read the table), b's 10 seconds; the WAL source exports 0.
 load 1m
@@ -376,10 +372,13 @@ load 1m
 	pgoutbox_outbox_oldest_unpublished_age_seconds{%[1]s,stream="b",pod="b1"} 10x10
 	pgoutbox_outbox_oldest_unpublished_age_seconds{%[1]s,stream="c",pod="c1"} 0x10
 
-eval instant at 5m %[7]s
+eval instant at 5m %[2]s
 	{namespace="outbox",stream="a"} 600
-`, target, expr("PgoutboxNoReadyReplica"), expr("PgoutboxReplicationLagHigh"), expr("PgoutboxEventsDeadLettered"),
-		expr("PgoutboxSlotRetainedWALNearLimit"), expr("PgoutboxContainerRestarting"), expr("PgoutboxOutboxBacklogOld"))
-	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 100_000, Timeout: 10 * time.Second, EnableAtModifier: true, EnableNegativeOffset: true, Parser: parser.NewParser(parser.Options{})})
-	promqltest.RunTest(t, script, engine)
+`},
+	} {
+		t.Run(c.alert, func(t *testing.T) {
+			engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 100_000, Timeout: 10 * time.Second, EnableAtModifier: true, EnableNegativeOffset: true, Parser: parser.NewParser(parser.Options{})})
+			promqltest.RunTest(t, fmt.Sprintf(c.script, target, alertExpr(t, groups, c.alert)), engine)
+		})
+	}
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,82 +181,37 @@ func DefaultOptions() Options {
 // An unknown name gives an *OptionError wrapping ErrUnsupportedOption; Set
 // does not validate values otherwise (Validate does).
 func (o *Options) Set(name, value string) error {
-	setBool := func(dst *bool) error {
-		b, err := parseBool(name, value)
-		if err == nil {
-			*dst = b
-		}
-		return err
-	}
-	setBoolPtr := func(dst **bool) error {
-		b, err := parseBool(name, value)
-		if err == nil {
-			*dst = &b
-		}
-		return err
-	}
-	switch name {
-	case optEventID:
-		o.EventIDField = value
-	case optEventKey:
-		o.EventKeyField = value
-	case optEventType:
-		o.EventTypeField = value
-	case optEventPayload:
-		o.EventPayloadField = value
-	case optEventTimestamp:
-		o.EventTimestampField = value
-	case optAdditionalPlacement:
-		o.AdditionalPlacement = value
-	case optAdditionalMissing:
-		o.AdditionalMissing = value
-	case optErrorOnMissing:
-		return setBoolPtr(&o.AdditionalErrorOnMissing)
-	case optOpInvalidBehavior:
-		o.OpInvalidBehavior = value
-	case optExpandJSONPayload:
-		return setBool(&o.ExpandJSONPayload)
-	case optJSONNullBehavior:
-		o.JSONPayloadNullBehavior = value
-	case optRouteByField:
-		o.RouteByField = value
-	case optRouteTopicRegex:
-		o.RouteTopicRegex = value
-	case optRouteReplacement:
-		o.RouteTopicReplacement = value
-	case optTombstoneOnEmpty:
-		return setBool(&o.RouteTombstoneOnEmptyPayload)
-	case optSchemaVersion:
-		o.SchemaVersionField = value
-	case optTracingContext:
-		o.TracingSpanContextField = value
-	case optExtendedHeaders:
-		return setBool(&o.ExtendedHeaders)
-	case optLogicalName:
-		o.ExtendedHeadersLogicalName = value
-	case optRunID:
-		o.ExtendedHeadersRunID = value
-	case optHeaderConverter:
-		o.HeaderConverter = value
-	case optHeaderSchemas:
-		return setBoolPtr(&o.HeaderConverterSchemasEnable)
-	case optEventTrace:
-		o.EventTraceField = value
-	case optRouteTopic:
-		o.RouteTopic = value
-	case optKeyConverter:
-		o.KeyConverter = value
-	case optValueConverter:
-		o.ValueConverter = value
-	case optKeySchemasEnable:
-		return setBoolPtr(&o.KeyConverterSchemasEnable)
-	case optValueSchemasEnable:
-		return setBoolPtr(&o.ValueConverterSchemasEnable)
-	default:
+	i, ok := optionFields[name]
+	if !ok {
 		return &OptionError{Option: name, Value: value, Reason: "unknown or unsupported outbox router option", Err: ErrUnsupportedOption}
+	}
+	f := reflect.ValueOf(o).Elem().Field(i)
+	if f.Kind() == reflect.String {
+		f.SetString(value)
+		return nil
+	}
+	b, err := parseBool(name, value)
+	if err != nil {
+		return err
+	}
+	if f.Kind() == reflect.Pointer {
+		f.Set(reflect.ValueOf(&b))
+	} else {
+		f.SetBool(b)
 	}
 	return nil
 }
+
+// optionFields maps each option name to the index of its field in Options.
+// The names are the YAML tags, so that Set and YAML cannot disagree.
+var optionFields = func() map[string]int {
+	m := make(map[string]int)
+	typ := reflect.TypeFor[Options]()
+	for i := range typ.NumField() {
+		m[typ.Field(i).Tag.Get("yaml")] = i
+	}
+	return m
+}()
 
 func parseBool(name, value string) (bool, error) {
 	switch v := strings.TrimSpace(value); {

@@ -25,16 +25,7 @@ func TestSmokeRunWritesWellFormedResults(t *testing.T) {
 	if env.PGBin == "" {
 		t.Fatal("PGOUTBOX_TEST_PG_BIN is not set: pg_recvlogical is needed")
 	}
-	dsn := env.NewDatabase(t)
-	bin := buildPgoutbox(t)
-	out := t.TempDir()
-
-	o := SmokeOptions()
-	o.PGDSN, o.PGBin, o.Brokers = dsn, env.PGBin, env.KafkaBrokers
-	o.Database = "" // the test's own database
-	o.Pgoutbox, o.Out, o.RepoRoot = bin, out, "../.."
-	o.Scenarios = map[string]bool{ScenarioCatchup: true, ScenarioLatency: true, ScenarioPoll: true} // micro-benchmarks: too slow for a test
-	o.Log = testWriter{t}
+	o := smokeOptions(t, env, ScenarioCatchup, ScenarioLatency, ScenarioPoll) // micro-benchmarks: too slow for a test
 	// A bound for a loaded machine (the harness's own waits are longer);
 	// the smoke run takes well under a minute when the machine is quiet.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -47,7 +38,7 @@ func TestSmokeRunWritesWellFormedResults(t *testing.T) {
 	t.Logf("smoke run took %s", time.Since(t0).Round(time.Millisecond))
 
 	// results.json round-trips into Results.
-	data, err := os.ReadFile(filepath.Join(out, "results.json"))
+	data, err := os.ReadFile(filepath.Join(o.Out, "results.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +139,23 @@ func positive(t *testing.T, what string, values map[string]float64) {
 func itoa(n int) string { return thousands(int64(n)) }
 
 // buildPgoutbox builds cmd/pgoutbox into the test's temporary directory.
+// smokeOptions is SmokeOptions on the test environment: the test's own
+// database, a pgoutbox built for the test, a fresh output directory, and
+// only the scenarios given.
+func smokeOptions(t *testing.T, env *testenv.Env, scenarios ...string) Options {
+	t.Helper()
+	o := SmokeOptions()
+	o.PGDSN, o.PGBin, o.Brokers = env.NewDatabase(t), env.PGBin, env.KafkaBrokers
+	o.Database = "" // the test's own database
+	o.Pgoutbox, o.Out, o.RepoRoot = buildPgoutbox(t), t.TempDir(), "../.."
+	o.Scenarios = map[string]bool{}
+	for _, s := range scenarios {
+		o.Scenarios[s] = true
+	}
+	o.Log = testWriter{t}
+	return o
+}
+
 func buildPgoutbox(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "pgoutbox")
@@ -330,17 +338,11 @@ func TestSmokeScalingAndWritersWriteWellFormedResults(t *testing.T) {
 	if env.PGBin == "" {
 		t.Fatal("PGOUTBOX_TEST_PG_BIN is not set: pg_recvlogical is needed")
 	}
-	dsn := env.NewDatabase(t)
-	o := SmokeOptions()
-	o.PGDSN, o.PGBin, o.Brokers = dsn, env.PGBin, env.KafkaBrokers
-	o.Database = ""
-	o.Pgoutbox, o.Out, o.RepoRoot = buildPgoutbox(t), t.TempDir(), "../.."
-	o.Scenarios = map[string]bool{ScenarioScaling: true, ScenarioWriters: true}
+	o := smokeOptions(t, env, ScenarioScaling, ScenarioWriters)
 	o.ScalePayloads, o.ScaleTxnSizes, o.ScaleTopics = []int{3000}, []int{50}, []int{3}
 	o.Events = 300
 	o.WriterDuration, o.WriterWarmup = 300*time.Millisecond, 100*time.Millisecond
 	o.WriterFsync = []string{"off"} // fsync=on would change the shared server for every test
-	o.Log = testWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, o)
@@ -396,14 +398,9 @@ func TestSmokeScalingAndWritersWriteWellFormedResults(t *testing.T) {
 func TestSmokeDebeziumScenario(t *testing.T) {
 	libs := testenv.DebeziumLibs(t)
 	env := testenv.Require(t)
-	dsn := env.NewDatabase(t)
-	o := SmokeOptions()
-	o.PGDSN, o.PGBin, o.Brokers, o.DebeziumLibs = dsn, env.PGBin, env.KafkaBrokers, libs
-	o.Database = ""
-	o.Pgoutbox, o.Out, o.RepoRoot = buildPgoutbox(t), t.TempDir(), "../.."
-	o.Scenarios = map[string]bool{ScenarioDebezium: true}
+	o := smokeOptions(t, env, ScenarioDebezium)
+	o.DebeziumLibs = libs
 	o.TxnSizes = []int{10}
-	o.Log = testWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, o)

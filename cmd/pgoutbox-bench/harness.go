@@ -110,35 +110,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if len(o.Variants) > 0 {
 		failed = append(failed, h.variants(ctx, res)...)
 	}
-	if o.enabled(ScenarioCatchup) && len(o.Variants) == 0 {
-		for _, size := range o.TxnSizes {
-			if ctx.Err() != nil {
-				break
-			}
-			r, err := h.catchup(ctx, size)
-			if err != nil {
-				r.Error = err.Error()
-			}
-			res.Catchup = append(res.Catchup, r)
-			record(fmt.Sprintf("catch-up, %d-event transactions", size), err)
-		}
-	}
-	if o.enabled(ScenarioLatency) && len(o.Variants) == 0 {
-		for _, rate := range o.Rates {
-			for _, eos := range []bool{false, true} {
-				if ctx.Err() != nil || (eos && !o.ExactlyOnce) {
-					break
-				}
-				h.eos = eos
-				r, err := h.latency(ctx, rate, h.walSource())
-				h.eos = false
-				if err != nil {
-					r.Error = err.Error()
-				}
-				res.Latency = append(res.Latency, r)
-				record(fmt.Sprintf("latency at %d events/s (%s)", rate, r.Mode), err)
-			}
-		}
+	if len(o.Variants) == 0 {
+		res.Catchup, res.Latency = h.walScenarios(ctx, record)
 	}
 	if o.enabled(ScenarioPoll) && ctx.Err() == nil {
 		h.runPoll(ctx, res, record)
@@ -172,6 +145,47 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	h.logf("wrote %s, %s, %s", res.Files.JSON, res.Files.Summary, res.Files.Plot)
 	return res, errors.Join(failed...)
+}
+
+// walScenarios runs the WAL source's catch-up and latency scenarios that
+// are enabled, passing each point's name and error to record. A cancelled
+// ctx stops it between points.
+func (h *harness) walScenarios(ctx context.Context, record func(string, error)) (cu []CatchupResult, lat []LatencyResult) {
+	o := h.o
+	if o.enabled(ScenarioCatchup) {
+		for _, size := range o.TxnSizes {
+			if ctx.Err() != nil {
+				return cu, lat
+			}
+			r, err := h.catchup(ctx, size)
+			if err != nil {
+				r.Error = err.Error()
+			}
+			cu = append(cu, r)
+			record(fmt.Sprintf("catch-up, %d-event transactions", size), err)
+		}
+	}
+	if o.enabled(ScenarioLatency) {
+		for _, rate := range o.Rates {
+			for _, eos := range []bool{false, true} {
+				if ctx.Err() != nil {
+					return cu, lat
+				}
+				if eos && !o.ExactlyOnce {
+					break
+				}
+				h.eos = eos
+				r, err := h.latency(ctx, rate, h.walSource())
+				h.eos = false
+				if err != nil {
+					r.Error = err.Error()
+				}
+				lat = append(lat, r)
+				record(fmt.Sprintf("latency at %d events/s (%s)", rate, r.Mode), err)
+			}
+		}
+	}
+	return cu, lat
 }
 
 func (h *harness) logf(format string, args ...any) {

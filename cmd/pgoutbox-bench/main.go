@@ -199,36 +199,20 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	setIf(&o.KeepUpBound, *keepUp)
 	setIf(&o.CatchupTimeout, *catchupTimeout)
 	setIf(&o.BenchTime, *benchtime)
-	var err error
-	if *shapes != "" {
-		if o.TxnSizes, err = parseInts(*shapes); err != nil {
-			return o, fmt.Errorf("--txn-sizes: %w", err)
-		}
-	}
-	if *rates != "" {
-		if o.Rates, err = parseInts(*rates); err != nil {
-			return o, fmt.Errorf("--rates: %w", err)
-		}
-	}
 	for _, l := range []struct {
 		flag string
 		val  string
 		dst  *[]int
-	}{{"--scale-payloads", *scalePayloads, &o.ScalePayloads}, {"--scale-txn-sizes", *scaleTxns, &o.ScaleTxnSizes}, {"--scale-topics", *scaleTopics, &o.ScaleTopics}} {
+	}{
+		{"--txn-sizes", *shapes, &o.TxnSizes}, {"--rates", *rates, &o.Rates},
+		{"--scale-payloads", *scalePayloads, &o.ScalePayloads}, {"--scale-txn-sizes", *scaleTxns, &o.ScaleTxnSizes}, {"--scale-topics", *scaleTopics, &o.ScaleTopics},
+		{"--poll-instances", *pollInstances, &o.PollInstances}, {"--poll-rates", *pollRates, &o.PollRates},
+	} {
 		if l.val != "" {
+			var err error
 			if *l.dst, err = parseInts(l.val); err != nil {
 				return o, fmt.Errorf("%s: %w", l.flag, err)
 			}
-		}
-	}
-	if *pollInstances != "" {
-		if o.PollInstances, err = parseInts(*pollInstances); err != nil {
-			return o, fmt.Errorf("--poll-instances: %w", err)
-		}
-	}
-	if *pollRates != "" {
-		if o.PollRates, err = parseInts(*pollRates); err != nil {
-			return o, fmt.Errorf("--poll-rates: %w", err)
 		}
 	}
 	setIf(&o.TriggerRound, *triggerRound)

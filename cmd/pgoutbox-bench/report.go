@@ -217,10 +217,7 @@ func summaryVersus(p func(string, ...any), v *VersusResult) {
 				f1(l.Pgoutbox.CPUSecondsPer100k), f1(l.Debezium.CPUSecondsPer100k), mb(l.Pgoutbox.PeakRSSBytes), mb(l.Debezium.PeakRSSBytes), l.MachineCPUBusy*100)
 		}
 		for _, l := range v.Latency {
-			p("\n- run %d, %s: pgoutbox %s; Debezium %s", l.Run, l.Setting, l.Pgoutbox.KeptUpReason, l.Debezium.KeptUpReason)
-			if l.Error != "" {
-				p(" (error: %s)", oneLine(l.Error))
-			}
+			p("\n- run %d, %s: pgoutbox %s; Debezium %s%s", l.Run, l.Setting, l.Pgoutbox.KeptUpReason, l.Debezium.KeptUpReason, errorNote(l.Error))
 		}
 		p("\n")
 	}

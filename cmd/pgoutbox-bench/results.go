@@ -435,10 +435,7 @@ func summary(r *Results) string {
 				f2(l.WalsenderCPUSeconds), f2(l.HarnessCPUSeconds), f0(l.MachineCPUBusy*100))
 		}
 		for _, l := range r.Latency {
-			p("\n- %s events/s%s: %s", thousands(int64(l.TargetRate)), modeTag(l.Mode), l.KeptUpReason)
-			if l.Error != "" {
-				p(" (error: %s)", oneLine(l.Error))
-			}
+			p("\n- %s events/s%s: %s%s", thousands(int64(l.TargetRate)), modeTag(l.Mode), l.KeptUpReason, errorNote(l.Error))
 		}
 		p("\n")
 	}
@@ -485,6 +482,15 @@ func orDash(s string) string {
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return strings.ReplaceAll(s, "|", "\\|")
+}
+
+// errorNote is " (error: ...)" after a line of the summary, or "" for no
+// error.
+func errorNote(err string) string {
+	if err == "" {
+		return ""
+	}
+	return " (error: " + oneLine(err) + ")"
 }
 
 func joinInts(v []int) string {

@@ -58,33 +58,11 @@ func (h *harness) variants(ctx context.Context, res *Results) []error {
 			h.variantEnv, h.variantTag = v.Env, fmt.Sprintf("_%s%d", v.Name, run+1)
 			h.logf("variant %s, run %d: %s", v.Name, run+1, strings.Join(v.Env, " "))
 			vr := VariantResult{Variant: v, Run: run + 1}
-			if h.o.enabled(ScenarioCatchup) {
-				for _, size := range h.o.TxnSizes {
-					r, err := h.catchup(ctx, size)
-					if err != nil {
-						r.Error = err.Error()
-						failed = append(failed, fmt.Errorf("variant %s, run %d, catch-up of %d-event transactions: %w", v.Name, run+1, size, err))
-					}
-					vr.Catchup = append(vr.Catchup, r)
+			vr.Catchup, vr.Latency = h.walScenarios(ctx, func(name string, err error) {
+				if err != nil {
+					failed = append(failed, fmt.Errorf("variant %s, run %d: %s: %w", v.Name, run+1, name, err))
 				}
-			}
-			if h.o.enabled(ScenarioLatency) {
-				for _, rate := range h.o.Rates {
-					for _, eos := range []bool{false, true} {
-						if eos && !h.o.ExactlyOnce {
-							break
-						}
-						h.eos = eos
-						r, err := h.latency(ctx, rate, h.walSource())
-						h.eos = false
-						if err != nil {
-							r.Error = err.Error()
-							failed = append(failed, fmt.Errorf("variant %s, run %d, latency at %d events/s (%s): %w", v.Name, run+1, rate, r.Mode, err))
-						}
-						vr.Latency = append(vr.Latency, r)
-					}
-				}
-			}
+			})
 			res.Variants = append(res.Variants, vr)
 		}
 	}

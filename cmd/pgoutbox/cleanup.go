@@ -58,14 +58,10 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pgoutbox: configuration: no retention: poll.retention is 0 (keep published rows); pass --retention")
 		return exitConfig
 	}
-	if err := cfg.Postgres.ValidateDSN(); err != nil || cfg.Postgres.DSN == "" {
-		fmt.Fprintln(stderr, "pgoutbox: configuration: set a valid postgres.dsn (--dsn, PGOUTBOX_POSTGRES_DSN)")
-		return exitConfig
-	}
 	ctx := context.Background()
-	conn := connectOrReport(ctx, cfg.Postgres, "pgoutbox-cleanup", stderr)
+	conn, code := connectOrReport(ctx, cfg.Postgres, "pgoutbox-cleanup", stderr)
 	if conn == nil {
-		return exitStartup
+		return code
 	}
 	defer conn.Close(ctx)
 	cl := poll.DefaultCleanup(cfg.Poll.CleanupBatchSize)

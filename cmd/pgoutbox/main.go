@@ -436,15 +436,24 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 
 // connectOrReport opens the ordinary connection of a one-shot subcommand
 // (application name app) within postgres.connect.timeout. When it cannot,
-// it says why on stderr and returns nil; the subcommand then exits with
-// exitStartup.
-func connectOrReport(ctx context.Context, pc replication.Config, app string, stderr io.Writer) *pgx.Conn {
+// it says why on stderr and returns nil with the exit status: exitConfig
+// for a missing or invalid postgres.dsn, exitStartup when the connection
+// fails.
+func connectOrReport(ctx context.Context, pc replication.Config, app string, stderr io.Writer) (*pgx.Conn, int) {
+	if pc.DSN == "" {
+		fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.dsn is empty: pass --dsn or set PGOUTBOX_POSTGRES_DSN")
+		return nil, exitConfig
+	}
+	if err := pc.ValidateDSN(); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return nil, exitConfig
+	}
 	conn, err := replication.ConnectSQL(ctx, pc, app, pc.ConnectTimeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: connect to PostgreSQL: %v\n", err)
-		return nil
+		return nil, exitStartup
 	}
-	return conn
+	return conn, exitOK
 }
 
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
@@ -479,18 +488,10 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, strings.Join(stmts, "\n"))
 		return exitOK
 	}
-	if cfg.Postgres.DSN == "" {
-		fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.dsn is empty: pass --dsn or set PGOUTBOX_POSTGRES_DSN")
-		return exitConfig
-	}
-	if err := cfg.Postgres.ValidateDSN(); err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
-		return exitConfig
-	}
 	ctx := context.Background()
-	conn := connectOrReport(ctx, cfg.Postgres, "pgoutbox-migrate", stderr)
+	conn, code := connectOrReport(ctx, cfg.Postgres, "pgoutbox-migrate", stderr)
 	if conn == nil {
-		return exitStartup
+		return code
 	}
 	defer conn.Close(ctx)
 	if isPoll(cfg) { // the poll table instead: poll.go

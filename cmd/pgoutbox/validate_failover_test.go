@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
@@ -33,14 +30,7 @@ func TestValidateChecksWhatAFailoverSlotNeeds(t *testing.T) {
 	}
 	exec := func(port int, sql string) {
 		t.Helper()
-		conn, err := pgx.Connect(context.Background(), pair.ServerDSN(port, "postgres"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
+		pair.Exec(t, port, "postgres", sql)
 	}
 	r := invoke(cmdValidate, nil, environ)
 	wantLine(t, r, fmt.Sprintf(`^PASS failover primary 127\.0\.0\.1:%d: the slot does not exist yet; pgoutbox will create it as a failover slot$`, pair.PrimaryPort))

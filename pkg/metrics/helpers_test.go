@@ -128,6 +128,16 @@ func (f families) value(name string, labels ...string) float64 {
 	return -1
 }
 
+// wantValues checks each named counter's or gauge's value.
+func (f families) wantValues(t testing.TB, want map[string]float64) {
+	t.Helper()
+	for name, w := range want {
+		if got := f.value(name); got != w {
+			t.Errorf("%s = %v, want %v", name, got, w)
+		}
+	}
+}
+
 // sum adds a counter's or gauge's series.
 func (f families) sum(name string) float64 {
 	var s float64

@@ -259,7 +259,7 @@ func TestProgressSetsPositionsInFlightAndLag(t *testing.T) {
 	big := checkpoint.LSN(0x1_0000_0000_0000) // beyond 32 bits, exact in a float64
 	m.Progress(relay.Progress{Received: big + 500, Confirmed: big, ServerWALEnd: big + 8000, InFlightRecords: 12, InFlightBytes: 3400, PendingTxns: 3})
 	f := scrape(t, h.srv.URL)
-	for name, want := range map[string]float64{
+	f.wantValues(t, map[string]float64{
 		"pgoutbox_received_lsn_bytes":       float64(big + 500),
 		"pgoutbox_confirmed_lsn_bytes":      float64(big),
 		"pgoutbox_server_wal_end_lsn_bytes": float64(big + 8000),
@@ -267,11 +267,7 @@ func TestProgressSetsPositionsInFlightAndLag(t *testing.T) {
 		"pgoutbox_inflight_records":         12,
 		"pgoutbox_inflight_bytes":           3400,
 		"pgoutbox_pending_transactions":     3,
-	} {
-		if got := f.value(name); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 	// The stream runs ahead of the last keepalive: lag counts from what
 	// was received.
 	m.Progress(relay.Progress{Received: big + 9000, Confirmed: big + 1000, ServerWALEnd: big + 8000})

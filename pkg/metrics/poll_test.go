@@ -23,7 +23,7 @@ func TestPollSourceGaugesAndCounters(t *testing.T) {
 	m.ObserveBacklog("public.outbox", poll.Backlog{Unpublished: 1234, Attempted: 3, OldestAge: 42 * time.Second, OldestKnown: true})
 	m.CleanedUp(500)
 	f := scrape(t, h.srv.URL)
-	for name, want := range map[string]float64{
+	f.wantValues(t, map[string]float64{
 		"pgoutbox_outbox_unpublished_rows":               1234,
 		"pgoutbox_outbox_oldest_unpublished_age_seconds": 42,
 		"pgoutbox_outbox_failed_rows":                    3,
@@ -34,11 +34,7 @@ func TestPollSourceGaugesAndCounters(t *testing.T) {
 		"pgoutbox_poll_failed_attempts_total":            1,
 		"pgoutbox_poll_cleanup_deleted_rows_total":       500,
 		"pgoutbox_inflight_records":                      7,
-	} {
-		if got := f.value(name); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 }
 
 // TestPollSourceReadiness: ready while claims end and the backlog is

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -55,10 +54,8 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 			t.Run(c.name+"/"+policy, func(t *testing.T) {
 				f := newFixture(t, env, 1)
 				ctx := context.Background()
-				topic, dlq := poisonTopics(t, env, f.conn, f.slot)
 				cfg := f.config()
-				cfg.Relay.PoisonPolicy = policy
-				cfg.Relay.DeadLetterTopic = dlq
+				topic, dlq := f.poisonTopics(t, &cfg, policy)
 				if c.setup != nil {
 					c.setup(&cfg)
 				}
@@ -135,17 +132,27 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 }
 
 // poisonTopics lets the outbox table hold a NULL routing value (one kind
-// of poison) and creates the test's topic and its dead-letter topic, one
-// partition each. It serves the WAL and the poll source's poison tests.
-func poisonTopics(t *testing.T, env *testenv.Env, conn *pgx.Conn, slot string) (topic, dlq string) {
+// of poison), creates the test's topic with one partition, and sets cfg's
+// poison policy as poisonPolicy does. It serves the WAL and the poll
+// source's poison tests.
+func (f *fixture) poisonTopics(t *testing.T, cfg *relay.Config, policy string) (topic, dlq string) {
 	t.Helper()
-	if _, err := conn.Exec(context.Background(), "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL"); err != nil {
+	if _, err := f.conn.Exec(context.Background(), "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL"); err != nil {
 		t.Fatal(err)
 	}
-	topic, dlq = "outbox.event."+slot, slot+".dlq"
-	env.CreateTopic(t, topic, 1)
-	env.CreateTopic(t, dlq, 1)
-	return topic, dlq
+	topic = "outbox.event." + f.slot
+	f.env.CreateTopic(t, topic, 1)
+	return topic, f.poisonPolicy(t, cfg, policy)
+}
+
+// poisonPolicy sets cfg's poison policy, with the test's dead-letter topic,
+// which it creates with one partition.
+func (f *fixture) poisonPolicy(t *testing.T, cfg *relay.Config, policy string) (dlq string) {
+	t.Helper()
+	dlq = f.slot + ".dlq"
+	f.env.CreateTopic(t, dlq, 1)
+	cfg.Relay.PoisonPolicy, cfg.Relay.DeadLetterTopic = policy, dlq
+	return dlq
 }
 
 // startPoisonRelay runs the relay of cfg, logging warnings and worse, until
@@ -196,22 +203,12 @@ func TestTopicCreatedAfterItsFirstRecordIsNotPoison(t *testing.T) {
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	late := "outbox.event." + f.slot + "_late"
-	dlq := f.slot + ".dlq"
-	env.CreateTopic(t, dlq, 1)
 	cfg := f.config()
-	cfg.Relay.PoisonPolicy = "dead-letter"
-	cfg.Relay.DeadLetterTopic = dlq
+	dlq := f.poisonPolicy(t, &cfg, "dead-letter")
 	cfg.Kafka.TopicMissingTimeout = time.Minute
-	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
+	p := runInProcess(t, cfg)
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := p.stop(t); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
@@ -245,15 +242,12 @@ func TestBatchTooLargeForItsTopicPoisonsOnlyTheRecordTooLarge(t *testing.T) {
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	small := "outbox.event." + f.slot + "_small"
-	dlq := f.slot + ".dlq"
-	env.CreateTopic(t, dlq, 1)
+	cfg := f.config()
+	dlq := f.poisonPolicy(t, &cfg, "dead-letter")
 	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{small}, 1, 1,
 		map[string]string{"max.message.bytes": "6000"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := f.config()
-	cfg.Relay.PoisonPolicy = "dead-letter"
-	cfg.Relay.DeadLetterTopic = dlq
 	cfg.Kafka.FlushFrequency = 50 * time.Millisecond // batches of many records
 	p := runInProcess(t, cfg)
 	f.waitStreaming(t)

@@ -84,6 +84,18 @@ func (f *fixture) waitBalanced(t testing.TB, n, buckets int) {
 	})
 }
 
+// runBalanced runs n in-process relays of cfg until the test ends, waits
+// until they share the buckets, and returns their stop functions.
+func (f *fixture) runBalanced(t *testing.T, cfg relay.Config, n int) []func() error {
+	t.Helper()
+	stops := make([]func() error, n)
+	for i := range stops {
+		stops[i] = runRelay(t, cfg)
+	}
+	f.waitBalanced(t, n, cfg.Poll.Buckets)
+	return stops
+}
+
 // writeEvents runs the fixture's workload until it wrote want events (at
 // most maxTxns transactions).
 func writeEvents(t *testing.T, w *outboxtest.Writer, want, maxTxns int) {

@@ -40,10 +40,8 @@ func TestPollPoisonRowsFollowThePolicy(t *testing.T) {
 			t.Run(c.name+"/"+policy, func(t *testing.T) {
 				f := newPollFixture(t, env, 1)
 				ctx := context.Background()
-				topic, dlq := poisonTopics(t, env, f.conn, f.slot)
 				cfg := f.pollConfig()
-				cfg.Relay.PoisonPolicy = policy
-				cfg.Relay.DeadLetterTopic = dlq
+				topic, dlq := f.poisonTopics(t, &cfg, policy)
 				cfg.Poll.MaxAttempts = 2
 				cfg.Poll.RetryBackoff, cfg.Poll.RetryBackoffMax = 300*time.Millisecond, 300*time.Millisecond
 				if c.setup != nil {

@@ -22,11 +22,7 @@ func TestPollDeliversEveryCommittedEventWithFourInstances(t *testing.T) {
 	env := testenv.Require(t)
 	f := newPollFixture(t, env, 3)
 	cfg := f.pollConfig()
-	var stops []func() error
-	for range 4 {
-		stops = append(stops, runRelay(t, cfg))
-	}
-	f.waitBalanced(t, 4, cfg.Poll.Buckets)
+	stops := f.runBalanced(t, cfg, 4)
 
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 21)
 	writeEvents(t, w, 10000, 5000)
@@ -63,10 +59,7 @@ func TestPollPublishesARowWhoseTransactionCommitsLate(t *testing.T) {
 	topic := "outbox.event." + f.slot
 	env.CreateTopic(t, topic, 1)
 	cfg := f.pollConfig()
-	for range 4 {
-		runRelay(t, cfg)
-	}
-	f.waitBalanced(t, 4, cfg.Poll.Buckets)
+	f.runBalanced(t, cfg, 4)
 	ctx := context.Background()
 	insert := `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'T', '{}')`
 	held, err := f.checkDB.Begin(ctx)
@@ -191,8 +184,7 @@ func TestPollNotificationWakesTheRelayAtOnce(t *testing.T) {
 	cfg := f.pollConfig()
 	cfg.Poll.Interval = 30 * time.Second
 	cfg.Poll.RebalanceInterval = 30 * time.Second
-	runRelay(t, cfg)
-	f.waitBalanced(t, 1, cfg.Poll.Buckets)
+	f.runBalanced(t, cfg, 1)
 	ctx := context.Background()
 	c := env.NewConsumer(t, []string{topic})
 	insert := func() time.Time {

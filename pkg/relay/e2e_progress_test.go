@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -35,7 +34,6 @@ func (p *progressRecorder) Progress(pr relay.Progress) {
 func TestCatchUpReportsHowFarBehindAndWhenDone(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 3)
-	ctx := context.Background()
 	cfg := f.config()
 	cfg.Relay.ProgressInterval = 200 * time.Millisecond
 	cfg.Postgres.PublicationCheckInterval = 100 * time.Millisecond
@@ -52,16 +50,9 @@ func TestCatchUpReportsHowFarBehindAndWhenDone(t *testing.T) {
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	rec := &progressRecorder{}
-	r, err := relay.New(cfg, zap.New(core), relay.WithObserver(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
+	stop := runRelayLog(t, cfg, zap.New(core), relay.WithObserver(rec))
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()

@@ -81,7 +81,7 @@ log_line_prefix = '%%m [%%p] %%q%%u@%%d %%a: '
 	p.writeFile(t, filepath.Join(p.data("primary"), "pg_hba.conf"),
 		"local all all trust\nlocal replication all trust\nhost all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n")
 	p.start(t, "primary")
-	p.exec(t, p.PrimaryPort, "postgres", "SELECT pg_create_physical_replication_slot($1)", StandbySlot)
+	p.Exec(t, p.PrimaryPort, "postgres", "SELECT pg_create_physical_replication_slot($1)", StandbySlot)
 	p.must(t, "pg_ctl", "-D", p.data("primary"), "-m", "fast", "-w", "-t", "60", "stop")
 	p.must(t, "cp", "-a", p.data("primary"), p.data("standby"))
 	_ = os.Remove(filepath.Join(p.data("standby"), "postmaster.pid"))
@@ -118,7 +118,7 @@ func (p *Pair) ServerDSN(port int, db string) string {
 // CreateDatabase creates db on the primary (the standby replays it).
 func (p *Pair) CreateDatabase(t testing.TB, db string) {
 	t.Helper()
-	p.exec(t, p.PrimaryPort, "postgres", "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
+	p.Exec(t, p.PrimaryPort, "postgres", "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
 }
 
 // KillPrimary stops the primary as a crash would (immediate shutdown).
@@ -177,7 +177,9 @@ func (p *Pair) writeFile(t testing.TB, path, text string) {
 	}
 }
 
-func (p *Pair) exec(t testing.TB, port int, db, sql string, args ...any) {
+// Exec runs a statement on one of the servers, failing the test on an
+// error.
+func (p *Pair) Exec(t testing.TB, port int, db, sql string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -208,7 +208,9 @@ var optionFields = func() map[string]int {
 	m := make(map[string]int)
 	typ := reflect.TypeFor[Options]()
 	for i := range typ.NumField() {
-		m[typ.Field(i).Tag.Get("yaml")] = i
+		if tag := typ.Field(i).Tag.Get("yaml"); tag != "" && tag != "-" {
+			m[tag] = i
+		}
 	}
 	return m
 }()

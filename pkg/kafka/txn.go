@@ -205,18 +205,20 @@ func (t *TxnProducer) Close(ctx context.Context) error {
 	// become visible: its transaction can no longer commit, and the next
 	// producer's start aborts it (and refuses its epoch). So its close
 	// need not wait for sarama's retries.
-	var failedBy <-chan time.Time
 	select {
 	case <-t.ran:
 	case <-t.failed:
-		tm := time.NewTimer(failedCloseWait)
-		defer tm.Stop()
-		failedBy = tm.C
 	case <-ctx.Done():
 	}
 	select {
+	case <-t.failed:
+		fctx, cancel := context.WithTimeout(ctx, failedCloseWait)
+		defer cancel()
+		ctx = fctx
+	default:
+	}
+	select {
 	case <-t.ran:
-	case <-failedBy:
 	case <-ctx.Done():
 		if err := t.forceClose(t.ran, "the Kafka transaction did not end in time; closing the producer's connections"); err != nil {
 			return err
@@ -266,10 +268,16 @@ func (t *TxnProducer) run() {
 	}
 	if open && failed == nil {
 		// Records of a transaction that will not be committed: abort it, so
-		// that read_committed consumers need not wait for its timeout.
-		if err := t.ap.AbortTxn(); err != nil {
+		// that read_committed consumers need not wait for its timeout. Like
+		// a commit, the abort first waits for every record; those of a
+		// producer another instance fenced meanwhile are retried to the
+		// end of their retries, so the abort is watched the same way.
+		if err := t.guard(t.ap.AbortTxn, func(err error) error { return err }); err != nil {
 			t.fail(err)
 			t.log.Warn("abort the open Kafka transaction", zap.Error(err))
+		}
+		if t.pending != nil {
+			<-t.pending
 		}
 	}
 }
@@ -300,10 +308,14 @@ func (t *TxnProducer) Fenced() error {
 // and the records of a transaction whose AddPartitionsToTxn failed (fenced,
 // not authorized) are retried to the end of their retries instead of
 // failing, which would hold the commit for as long.
-func (t *TxnProducer) commit() error {
+func (t *TxnProducer) commit() error { return t.guard(t.ap.CommitTxn, t.recover) }
+
+// guard runs end (CommitTxn or AbortTxn) as commit describes; failed makes
+// end's own error the one to report.
+func (t *TxnProducer) guard(end func() error, failed func(error) error) error {
 	done := make(chan error, 1)
 	t.pending = done
-	go func() { done <- t.ap.CommitTxn() }()
+	go func() { done <- end() }()
 	tick := time.NewTicker(txnStatePoll)
 	defer tick.Stop()
 	for {
@@ -311,7 +323,7 @@ func (t *TxnProducer) commit() error {
 		case err := <-done:
 			t.pending = nil
 			if err != nil {
-				return t.recover(err)
+				return failed(err)
 			}
 			return nil
 		case <-tick.C:

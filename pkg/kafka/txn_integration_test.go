@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
@@ -204,5 +205,56 @@ func TestTombstoneInOffsetsTopicForgetsThePosition(t *testing.T) {
 	defer p2.Close(ctx)
 	if lsn, ok := p2.Stored(); ok {
 		t.Fatalf("stored %X after a tombstone, want none", lsn)
+	}
+}
+
+// TestFencedProducerClosesPromptlyAndSaysFenced: records a producer sends
+// after another with its transactional id started are refused for their
+// epoch; sarama may retry them to the end of their retries, which held the
+// abort at Close (and a zombie instance with it) for over a minute. Close,
+// without a deadline of its own, must return promptly and Fenced must say
+// why.
+func TestFencedProducerClosesPromptlyAndSaysFenced(t *testing.T) {
+	env := testenv.Require(t)
+	topic := testenv.UniqueName(t, "eos")
+	env.CreateTopic(t, topic, 3)
+	cfg, id := txnConfig(t, env)
+	ctx := context.Background()
+	if err := EnsureOffsetsTopic(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	log := zaptest.NewLogger(t)
+	// p1's goroutines may outlive the test (Close gives up on sarama's
+	// retries): it logs nowhere.
+	p1, err := NewTransactional(ctx, cfg, id, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(p *TxnProducer, k string) {
+		p.Send(&router.Record{Topic: topic, Key: []byte(k), Value: []byte(k), Partition: -1, Timestamp: time.Now()}, Meta{})
+	}
+	send(p1, "before")
+	if a := <-p1.Acks(); a.Err != nil {
+		t.Fatal(a.Err)
+	}
+	p2, err := NewTransactional(ctx, cfg, id, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close(context.Background())
+	for i := range 200 {
+		send(p1, string(rune('a'+i%26)))
+	}
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- p1.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Logf("Close returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close of a fenced producer did not return within 20 s")
+	}
+	if err := p1.Fenced(); err == nil || !IsFenced(err) {
+		t.Fatalf("Fenced() = %v, want the refusal for the producer's epoch", err)
 	}
 }

@@ -41,7 +41,12 @@ var reportMu sync.Mutex
 // report appends one scenario's row to $PGOUTBOX_FAULTS_REPORT.
 func report(t *testing.T, rep outboxtest.Report, wall time.Duration, peakRSS int64) {
 	t.Logf("%s: %s; wall %s; peak RSS %d MB", t.Name(), rep, wall.Round(time.Second), peakRSS>>20)
-	_, name, _ := strings.Cut(t.Name(), "/") // the scenario, without its group
+	name := t.Name()
+	if _, sub, ok := strings.Cut(name, "/"); ok {
+		name = sub // the scenario, without its group
+	} else {
+		name = strings.TrimPrefix(name, "Test")
+	}
 	appendReportRow(t, name, rep, wall, peakRSS)
 }
 

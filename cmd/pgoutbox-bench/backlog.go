@@ -219,10 +219,10 @@ type drainSpec struct {
 	// earlier reader's, on the same topics): not counted.
 	base int64
 	// visible (optional) counts the records a read_committed consumer
-	// has seen, base included: exactly-once mode is done when it reaches
-	// base+events (records are invisible until their transaction
-	// commits, and markers take offsets, so the high-water marks do not
-	// tell).
+	// started at the topics' ends has seen: exactly-once mode is done
+	// when it reaches events (records are invisible until their
+	// transaction commits, and markers take offsets, so the high-water
+	// marks do not tell).
 	visible func() int64
 	bl      backlog
 	// confirmWait bounds the wait, after the last record, for the slot
@@ -253,7 +253,7 @@ func (h *harness) drainToKafka(ctx context.Context, p proc, ws *walsenderSampler
 			rr.FirstRecordCPUSeconds, _ = readCPUSeconds(p.pid())
 		}
 		if d.visible != nil {
-			if d.visible() >= d.base+int64(d.events) {
+			if d.visible() >= int64(d.events) {
 				break
 			}
 		} else if total >= int64(d.events) {

@@ -378,9 +378,10 @@ func (h *harness) waitSlotActive(ctx context.Context, p proc, slot string, withi
 
 // tailer is a consumer of topics running in the background.
 type tailer struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started chan struct{}
+	err     error
 }
 
 // tail starts consuming every partition of topics from the oldest offset,
@@ -392,11 +393,20 @@ func (h *harness) tail(ctx context.Context, topics []string, fn func(kafkatest.R
 // tailIsolated is tail with a consumer of isolation level iso
 // (sarama.ReadCommitted for exactly-once mode).
 func (h *harness) tailIsolated(ctx context.Context, topics []string, iso sarama.IsolationLevel, fn func(kafkatest.Record)) *tailer {
+	return h.tailWith(ctx, topics, kafkatest.TailOptions{Isolation: iso}, fn)
+}
+
+// tailWith is tail with options; started is closed once the consumer
+// reads every partition (or it ended).
+func (h *harness) tailWith(ctx context.Context, topics []string, o kafkatest.TailOptions, fn func(kafkatest.Record)) *tailer {
 	cctx, cancel := context.WithCancel(ctx)
-	t := &tailer{cancel: cancel, done: make(chan struct{})}
+	t := &tailer{cancel: cancel, done: make(chan struct{}), started: make(chan struct{})}
+	var once sync.Once
+	o.Started = func() { once.Do(func() { close(t.started) }) }
 	go func() {
 		defer close(t.done)
-		t.err = kafkatest.TailIsolated(cctx, h.kcfg, topics, iso, func(r kafkatest.Record) bool {
+		defer o.Started()
+		t.err = kafkatest.TailWith(cctx, h.kcfg, topics, o, func(r kafkatest.Record) bool {
 			fn(r)
 			return true
 		})

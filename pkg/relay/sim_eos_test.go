@@ -34,9 +34,9 @@ import (
 //	    commit, every event of a transaction ending at or below it is
 //	    visible.
 //	E3. No status update confirms past the position Kafka committed.
-//	E4. Records unacknowledged stay within relay.max.inflight.records,
-//	    twice that only while a commit is outstanding (the loop reads on
-//	    while sarama's commit drains what was sent before it).
+//	E4. Records unacknowledged stay within twice relay.max.inflight.records
+//	    (the loop reads on while a commit drains what was sent before it;
+//	    AckBuffer holds that much).
 //
 // And at the end, per key, the visible records are exactly the committed
 // events in commit order, each once (invariant 5 without sarama's
@@ -91,12 +91,8 @@ type simCommit struct {
 
 func (p *simTxnProducer) Send(rec *router.Record, m kafka.Meta) {
 	p.simProducer.Send(rec, m)
-	limit := p.w.cfg.Relay.MaxInFlightRecords
-	if len(p.waiting) > 0 || len(p.commits) > 0 {
-		limit *= 2
-	}
-	if len(p.unacked) > limit {
-		p.w.fail("E4: %d records unacknowledged, more than %d (commits outstanding: %d)", len(p.unacked), limit, len(p.waiting)+len(p.commits))
+	if limit := 2 * p.w.cfg.Relay.MaxInFlightRecords; len(p.unacked) > limit {
+		p.w.fail("E4: %d records unacknowledged, more than twice relay.max.inflight.records (%d)", len(p.unacked), limit)
 	}
 	q := p.queue[string(rec.Key)]
 	p.cur = append(p.cur, q[len(q)-1])
@@ -110,6 +106,7 @@ func (p *simTxnProducer) Commit(lsn uint64) {
 func (p *simTxnProducer) Commits() <-chan kafka.CommitResult { return p.commits }
 func (p *simTxnProducer) Stored() (uint64, bool)             { return uint64(p.stored), p.found }
 func (p *simTxnProducer) Fenced() error                      { return nil }
+func (p *simTxnProducer) OnCommit(func())                    {}
 
 // answer answers the oldest commit once its records are all answered.
 func (p *simTxnProducer) answer() bool {

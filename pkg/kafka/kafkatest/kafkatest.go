@@ -155,6 +155,27 @@ func Tail(ctx context.Context, cfg kafka.Config, topics []string, fn func(Record
 // sarama.ReadCommitted sees the records of a transaction once it commits,
 // and never those of aborted ones.
 func TailIsolated(ctx context.Context, cfg kafka.Config, topics []string, iso sarama.IsolationLevel, fn func(Record) bool) error {
+	return TailWith(ctx, cfg, topics, TailOptions{Isolation: iso}, fn)
+}
+
+// TailOptions say how TailWith reads.
+type TailOptions struct {
+	Isolation sarama.IsolationLevel
+	// Newest starts each partition at its end as it is when its consumer
+	// starts, instead of its oldest offset.
+	Newest bool
+	// Started, if set, is called once every partition's consumer has
+	// started: from then on every record appended is read.
+	Started func()
+}
+
+// TailWith is Tail with options.
+func TailWith(ctx context.Context, cfg kafka.Config, topics []string, o TailOptions, fn func(Record) bool) error {
+	iso := o.Isolation
+	from := sarama.OffsetOldest
+	if o.Newest {
+		from = sarama.OffsetNewest
+	}
 	cfg.Defaults()
 	sc, err := cfg.Sarama()
 	if err != nil {
@@ -187,7 +208,7 @@ func TailIsolated(ctx context.Context, cfg kafka.Config, topics []string, iso sa
 			return fmt.Errorf("kafka: partitions of %q: %w", t, err)
 		}
 		for _, p := range parts {
-			pc, err := consumer.ConsumePartition(t, p, sarama.OffsetOldest)
+			pc, err := consumer.ConsumePartition(t, p, from)
 			if err != nil {
 				return fmt.Errorf("kafka: consume %s/%d: %w", t, p, err)
 			}
@@ -203,6 +224,9 @@ func TailIsolated(ctx context.Context, cfg kafka.Config, topics []string, iso sa
 				}
 			}()
 		}
+	}
+	if o.Started != nil {
+		o.Started()
 	}
 	for {
 		select {

@@ -72,7 +72,7 @@ const (
 	DefaultTransactionTimeout    = time.Minute
 	DefaultOffsetsTopic          = "pgoutbox.offsets"
 	DefaultTransactionInterval   = 5 * time.Millisecond
-	DefaultTransactionMaxRecords = 50000
+	DefaultTransactionMaxRecords = 10000
 
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultReadTimeout    = 30 * time.Second

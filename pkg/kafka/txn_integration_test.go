@@ -69,6 +69,23 @@ func commitOrFail(t *testing.T, p *TxnProducer, lsn uint64) CommitResult {
 	return CommitResult{}
 }
 
+// fenceAfterAck sends one record with p (send), waits for its ack, and
+// then starts another producer with p's transactional id, which fences p;
+// the test closes it at its end.
+func fenceAfterAck(t *testing.T, p *TxnProducer, send func(), cfg Config, id SlotIdentity, log *zap.Logger) *TxnProducer {
+	t.Helper()
+	send()
+	if a := <-p.Acks(); a.Err != nil {
+		t.Fatal(a.Err)
+	}
+	next, err := NewTransactional(context.Background(), cfg, id, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Close(context.Background()) })
+	return next
+}
+
 // TestTransactionalProducerCommitsStoresAndFences runs the transactional
 // producer against the real Kafka: records and the offsets record become
 // visible to read_committed together at the commit; a new producer with the
@@ -118,15 +135,7 @@ func TestTransactionalProducerCommitsStoresAndFences(t *testing.T) {
 	}
 	// An open transaction of p1, then p2 starts: it reads 0x1000 and
 	// fences p1, whose open transaction is aborted.
-	send(p1, "c")
-	if a := <-p1.Acks(); a.Err != nil {
-		t.Fatal(a.Err)
-	}
-	p2, err := NewTransactional(ctx, cfg, id, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Close(context.Background())
+	p2 := fenceAfterAck(t, p1, func() { send(p1, "c") }, cfg, id, log)
 	if lsn, ok := p2.Stored(); !ok || lsn != 0x1000 {
 		t.Fatalf("stored %X %v, want 1000", lsn, ok)
 	}
@@ -233,15 +242,7 @@ func TestFencedProducerClosesPromptlyAndSaysFenced(t *testing.T) {
 	send := func(p *TxnProducer, k string) {
 		p.Send(&router.Record{Topic: topic, Key: []byte(k), Value: []byte(k), Partition: -1, Timestamp: time.Now()}, Meta{})
 	}
-	send(p1, "before")
-	if a := <-p1.Acks(); a.Err != nil {
-		t.Fatal(a.Err)
-	}
-	p2, err := NewTransactional(ctx, cfg, id, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Close(context.Background())
+	fenceAfterAck(t, p1, func() { send(p1, "before") }, cfg, id, log)
 	for i := range 200 {
 		send(p1, string(rune('a'+i%26)))
 	}

@@ -32,8 +32,13 @@ func TestProducerStartsWhileABrokerOfTheListIsDown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("start %d with node %d (%s) down: %v", i, dead, c.Addr(dead), err)
 		}
-		if d := time.Since(start); d > 3*time.Second {
+		// A bound against retrying the dead seed until giving up (what
+		// sarama did), not a speed measurement: on a loaded 2-core CI
+		// machine the first start after the kill once took 4.0 s.
+		if d := time.Since(start); d > 15*time.Second {
 			t.Errorf("start %d with node %d down took %s", i, dead, d)
+		} else if i == 0 {
+			t.Logf("first start with node %d down took %s", dead, d.Round(time.Millisecond))
 		}
 		if i%4 == 0 {
 			// Records go to the partitions the dead node led once the

@@ -220,10 +220,9 @@ func (e *eosSession) probe() (time.Time, bool) {
 const probeWait = 2 * time.Millisecond
 
 // received notes what a Receive returned: nothing, while a group is
-// extended, means the walsender has nothing more to send, unless a
-// commit's outcome (which wakes a Receive) ended it.
+// extended, means the walsender has nothing more to send.
 func (e *eosSession) received(ev replication.Event) {
-	if e != nil && ev == (replication.Event{}) && e.groupRecords > 0 && len(e.prod.Commits()) == 0 && e.extended() {
+	if e != nil && ev == (replication.Event{}) && e.groupRecords > 0 && e.extended() {
 		e.caughtUp = true
 	}
 }

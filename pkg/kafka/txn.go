@@ -49,7 +49,6 @@ type TxnProducer struct {
 	fenced     atomic.Pointer[error]
 	stored     uint64
 	found      bool
-	onCommit   atomic.Pointer[func()]
 	// pending is the outcome of a CommitTxn that run stopped waiting for
 	// (a failure it saw first); run waits for it before it returns.
 	pending chan error
@@ -193,17 +192,6 @@ func (t *TxnProducer) Commit(lsn uint64) {
 // Commits returns the channel of commit outcomes, one per Commit, in order.
 func (t *TxnProducer) Commits() <-chan CommitResult { return t.commits }
 
-// OnCommit sets f (nil: none) to be called, on the transaction goroutine,
-// after each commit's outcome is posted on Commits: a caller waiting on
-// something else (a network read) can be woken.
-func (t *TxnProducer) OnCommit(f func()) {
-	if f == nil {
-		t.onCommit.Store(nil)
-		return
-	}
-	t.onCommit.Store(&f)
-}
-
 // Close ends the transaction goroutine, aborting a transaction that is open
 // (its records were never to be seen), and then closes the producer as
 // [Producer.Close] does. When ctx ends first the connections are closed
@@ -274,9 +262,6 @@ func (t *TxnProducer) run() {
 			t.fail(failed)
 		}
 		t.commits <- CommitResult{LSN: it.lsn, Err: failed, Began: began, Took: time.Since(start)}
-		if f := t.onCommit.Load(); f != nil {
-			(*f)()
-		}
 	}
 	if t.pending != nil {
 		<-t.pending

@@ -64,9 +64,6 @@ type eosSession struct {
 	// commit took.
 	busy     bool
 	lastTook time.Duration
-	// caughtUp: during this group a Receive brought nothing: the backlog
-	// is read, so the group is no longer extended.
-	caughtUp bool
 	// broken: a PostgreSQL transaction is partly sent and will not be
 	// finished (the session ends): nothing more may be committed.
 	broken bool
@@ -90,9 +87,6 @@ type txnProducer interface {
 	// Fenced is the error with which Kafka refused the producer's epoch,
 	// if it met one; final once Close returned.
 	Fenced() error
-	// OnCommit sets a function called, from another goroutine, after each
-	// commit outcome is posted.
-	OnCommit(func())
 }
 
 func newEOSSession(s *session, p txnProducer, start checkpoint.LSN) *eosSession {
@@ -197,42 +191,24 @@ func (e *eosSession) due() (time.Time, bool) {
 // is acknowledged the backlog is read, and the group is committed at once.
 func (e *eosSession) extended() bool {
 	s := e.s
-	return !e.caughtUp && s.tr.InFlight() > 0 && (e.busy || !s.lastCommit.IsZero() && s.clock.Now().Sub(s.lastCommit) >= catchUpBehind)
+	return s.tr.InFlight() > 0 && (e.busy || !s.lastCommit.IsZero() && s.clock.Now().Sub(s.lastCommit) >= catchUpBehind)
 }
 
 // catchUpBehind: transactions that committed this long ago are a backlog.
 const catchUpBehind = 500 * time.Millisecond
 
-// probe is when a Receive must end while a group is extended: when the
-// group would be due without the extension, and at least probeWait from
-// now. A Receive that then brings nothing says the backlog is read
-// (received), and the group is committed at once instead of at the end
-// of its extension.
-func (e *eosSession) probe() (time.Time, bool) {
+// recheck says when to look again whether a commit is due: the acks that
+// end an extended group do not end a Receive, so while a group is extended
+// the loop looks every busyRecheck.
+func (e *eosSession) recheck() (time.Time, bool) {
 	if e == nil || e.groupRecords == 0 || !e.extended() {
 		return time.Time{}, false
 	}
-	return later(e.groupStart.Add(max(e.cfg.TransactionInterval, 0)), e.s.clock.Now().Add(probeWait)), true
+	return e.s.clock.Now().Add(busyRecheck), true
 }
 
-// probeWait is how long a Receive waits for more of a backlog while a group
-// is extended.
-const probeWait = 2 * time.Millisecond
-
-// received notes what a Receive returned: nothing, while a group is
-// extended, means the walsender has nothing more to send.
-func (e *eosSession) received(ev replication.Event) {
-	if e != nil && ev == (replication.Event{}) && e.groupRecords > 0 && e.extended() {
-		e.caughtUp = true
-	}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
+// busyRecheck is how often recheck looks.
+const busyRecheck = 20 * time.Millisecond
 
 // busyCommitFactor: while throughput-bound, a Kafka transaction stays open
 // this many times as long as the last commit took.
@@ -280,15 +256,11 @@ func (e *eosSession) step() {
 	if now := s.clock.Now(); now.Before(at) && !s.stopping && !(s.capLifted && e.groupRecords == 0) {
 		return
 	}
-	if ce := s.log.Check(zap.DebugLevel, "kafka transaction commit requested"); ce != nil {
-		ce.Write(zap.Stringer("lsn", e.lastEnd), zap.Int("records", e.groupRecords), zap.Int("in_flight", s.tr.InFlight()),
-			zap.Bool("busy", e.busy), zap.Duration("late", s.clock.Now().Sub(at)))
-	}
 	e.prod.Commit(uint64(e.lastEnd))
 	e.requested = e.lastEnd
 	e.outstanding++
 	e.groupRecords = 0
-	e.busy, e.caughtUp = false, false
+	e.busy = false
 }
 
 // result handles a commit's outcome.
@@ -409,10 +381,6 @@ func (s *session) startEOS(p txnProducer, stored checkpoint.LSN) {
 	pos := max(stored, s.start.Slot.ConfirmedFlushLSN)
 	s.tr = checkpoint.New(pos)
 	s.eos = newEOSSession(s, p, pos)
-	// A commit's outcome ends a Receive: the next commit, and the slot's
-	// confirmation, wait for it, and the walsender may have nothing to
-	// send (the end of a backlog).
-	p.OnCommit(s.st.Wake)
 }
 
 // skipping says the open transaction is one Kafka has already.

@@ -231,18 +231,13 @@ func (s *session) loop() error {
 			}
 			continue
 		}
-		until := s.waitDeadline()
-		if t, ok := s.eos.probe(); ok && t.Before(until) {
-			until = t
-		}
-		ev, err := s.st.Receive(s.recvCtx, until)
+		ev, err := s.st.Receive(s.recvCtx, s.waitDeadline())
 		if err != nil {
 			if s.forced() {
 				return errForced
 			}
 			return err
 		}
-		s.eos.received(ev)
 		if ev.WALStart > s.received {
 			s.received = ev.WALStart
 		}
@@ -291,6 +286,9 @@ func (s *session) waitDeadline() time.Time {
 		d = s.drainBy()
 	}
 	if t, ok := s.eos.due(); ok && t.Before(d) {
+		d = t
+	}
+	if t, ok := s.eos.recheck(); ok && t.Before(d) {
 		d = t
 	}
 	return d

@@ -106,7 +106,6 @@ func (p *simTxnProducer) Commit(lsn uint64) {
 func (p *simTxnProducer) Commits() <-chan kafka.CommitResult { return p.commits }
 func (p *simTxnProducer) Stored() (uint64, bool)             { return uint64(p.stored), p.found }
 func (p *simTxnProducer) Fenced() error                      { return nil }
-func (p *simTxnProducer) OnCommit(func())                    {}
 
 // answer answers the oldest commit once its records are all answered.
 func (p *simTxnProducer) answer() bool {

@@ -404,8 +404,10 @@ func (h *harness) tailWith(ctx context.Context, topics []string, o kafkatest.Tai
 	var once sync.Once
 	o.Started = func() { once.Do(func() { close(t.started) }) }
 	go func() {
-		defer close(t.done)
+		// started closes after done when the consumer fails to start, so
+		// that ended reports the failure to whoever waited for started.
 		defer o.Started()
+		defer close(t.done)
 		t.err = kafkatest.TailWith(cctx, h.kcfg, topics, o, func(r kafkatest.Record) bool {
 			fn(r)
 			return true

@@ -171,7 +171,6 @@ type TailOptions struct {
 
 // TailWith is Tail with options.
 func TailWith(ctx context.Context, cfg kafka.Config, topics []string, o TailOptions, fn func(Record) bool) error {
-	iso := o.Isolation
 	from := sarama.OffsetOldest
 	if o.Newest {
 		from = sarama.OffsetNewest
@@ -181,7 +180,7 @@ func TailWith(ctx context.Context, cfg kafka.Config, topics []string, o TailOpti
 	if err != nil {
 		return err
 	}
-	sc.Consumer.IsolationLevel = iso
+	sc.Consumer.IsolationLevel = o.Isolation
 	sc.Consumer.Return.Errors = false
 	consumer, err := sarama.NewConsumer(cfg.Brokers, sc)
 	if err != nil {

@@ -59,6 +59,12 @@ test-pg-go:
 	fi; \
 	echo "integration tests run on PostgreSQL $$PGOUTBOX_TEST_PG_MAJOR: $$(wc -l <"$$marker")"
 
+# NORACE_TESTS run without the race detector, after the -race run: they
+# drive sarama's transactional producer into a state where sarama races with
+# itself (see pkg/kafka/txn_fenced_norace_test.go); NORACE_COUNT is how many.
+NORACE_TESTS := ^TestFencedProducerClosesPromptlyAndSaysFenced$$
+NORACE_COUNT := 1
+
 ## test-go: run the tests against the environment in the current shell; fails if no integration test ran
 test-go:
 	@marker=$$(mktemp "$${TMPDIR:-/tmp}/pgoutbox-integration.XXXXXX"); \
@@ -68,7 +74,13 @@ test-go:
 	if [[ ! -s $$marker ]]; then \
 		echo "integration tests did not run" >&2; exit 1; \
 	fi; \
-	echo "integration tests run: $$(wc -l <"$$marker")"
+	echo "integration tests run: $$(wc -l <"$$marker")"; \
+	rc=0; out=$$(PGOUTBOX_REQUIRE_INTEGRATION=1 $(GO) test -count=1 -timeout 5m -v -run '$(NORACE_TESTS)' ./pkg/kafka/ 2>&1) || rc=$$?; \
+	echo "$$out" | grep -E '^(--- |ok|FAIL|panic)' || true; \
+	if [[ $$rc -ne 0 ]]; then echo "$$out" | tail -50 >&2; exit $$rc; fi; \
+	if [[ $$(echo "$$out" | grep -c '^--- PASS') -ne $(NORACE_COUNT) ]]; then \
+		echo "the tests without the race detector did not all run" >&2; exit 1; \
+	fi
 
 ## test-faults: the full fault suite (30 relay SIGKILLs, Kafka killed and paused, PostgreSQL restarts,
 ## Kafka unreachable for 2 minutes, a 200,000-row transaction, SIGTERM; Kafka frozen 90 s and 2 minutes

@@ -182,7 +182,7 @@ func setValue(f reflect.Value, text string) error {
 	case f.Type() == durationType:
 		d, err := time.ParseDuration(text)
 		if err != nil {
-			return fmt.Errorf("want a duration such as 500ms or 10s: %w", err)
+			return fmt.Errorf("want a duration such as 500ms or 10s (-1ms where a negative value turns the option off): %w", err)
 		}
 		f.SetInt(int64(d))
 	case f.Kind() == reflect.String:

@@ -157,3 +157,37 @@ func TestMigratePrintsTheSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushTriggersTurnOffAsDocumented: the README turns kafka's flush
+// triggers off with -1ms for flush.frequency and -1 for the counts; that
+// must load from a file and from the environment and pass validation (the
+// README said -1 for all three, which no duration parser accepts).
+func TestFlushTriggersTurnOffAsDocumented(t *testing.T) {
+	path := writeFile(t, "kafka:\n  flush.frequency: -1ms\n  flush.messages: -1\n  flush.bytes: -1\n")
+	env := []string{"PGOUTBOX_KAFKA_FLUSH_FREQUENCY=-1ms", "PGOUTBOX_KAFKA_FLUSH_MESSAGES=-1", "PGOUTBOX_KAFKA_FLUSH_BYTES=-1"}
+	for _, src := range []struct {
+		name string
+		path string
+		env  []string
+	}{{"file", path, nil}, {"environment", "", env}} {
+		cfg, err := loadConfig(src.path, src.env)
+		if err != nil {
+			t.Fatalf("%s: %v", src.name, err)
+		}
+		k := cfg.Kafka
+		if k.FlushFrequency >= 0 || k.FlushMessages != -1 || k.FlushBytes != -1 {
+			t.Fatalf("%s: flush settings %v / %d / %d, want all negative", src.name, k.FlushFrequency, k.FlushMessages, k.FlushBytes)
+		}
+		if err := k.ValidateExplicit(); err != nil {
+			t.Fatalf("%s: %v", src.name, err)
+		}
+		k.Brokers = []string{"127.0.0.1:9092"}
+		if err := k.Validate(); err != nil {
+			t.Fatalf("%s: %v", src.name, err)
+		}
+	}
+	_, err := loadConfig("", []string{"PGOUTBOX_KAFKA_FLUSH_FREQUENCY=-1"})
+	if err == nil || !strings.Contains(err.Error(), "-1ms") {
+		t.Fatalf("a bare -1 for a duration: want an error that suggests -1ms, got %v", err)
+	}
+}

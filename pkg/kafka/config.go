@@ -504,7 +504,7 @@ func (c *Config) ValidateExplicit() error {
 		{"max.message.bytes", c.MaxMessageBytes == 0, "use 1 to " + fmt.Sprint(sarama.MaxRequestSize-1)},
 		{"flush.bytes", c.FlushBytes == 0, "use -1 to turn the trigger off"},
 		{"flush.messages", c.FlushMessages == 0, "use -1 to turn the trigger off"},
-		{"flush.frequency", c.FlushFrequency == 0, "use -1 to turn the timer off"},
+		{"flush.frequency", c.FlushFrequency == 0, "use -1ms to turn the timer off"},
 		{"retry.max", c.RetryMax == 0, "the idempotent producer needs at least 1"},
 		{"retry.buffer.bytes", c.RetryBufferBytes == 0, "use a positive size"},
 		{"dial.timeout", c.DialTimeout == 0, "use a positive duration"},

@@ -72,7 +72,9 @@ fi
 # Build while nothing else runs yet.
 log "building bin/pgoutbox and the benchmark"
 mkdir -p bin
-"$GO" build -o bin/pgoutbox ./cmd/pgoutbox
+# pgoutbox is built as the Dockerfile ships it: a static binary without
+# symbol tables (a cgo build maps libc as well: about 1.3 MB more RSS).
+CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o bin/pgoutbox ./cmd/pgoutbox
 "$GO" build -o "$WORK/pgoutbox-bench" ./cmd/pgoutbox-bench
 
 log "starting PostgreSQL and Kafka in $ENV_DIR"

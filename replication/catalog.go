@@ -54,6 +54,13 @@ type TableInfo struct {
 	// ordinary table), with the few facts that can keep their rows out of
 	// the WAL.
 	Partitions []PartitionInfo
+	// Inheritors are the tables that inherit from it at any level by table
+	// inheritance (INHERITS), not as partitions, as schema.table. PostgreSQL
+	// decodes their rows under their own names, whatever the publication
+	// says of the parent: a publication created FOR TABLE the parent takes
+	// in the children of that moment only, and nothing maps them back to
+	// the outbox table.
+	Inheritors []string
 }
 
 // PartitionInfo is one partition of a partitioned outbox table.
@@ -94,7 +101,8 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot F
 
 // catalogTableSQL reads one table by schema and name: its OID, kind and
 // persistence, whether the publication carries it and filters it, and its
-// partitions as a text array of "oid:kind:persistence:schema.name".
+// partitions as a text array of "oid:kind:persistence:schema.name", and the
+// tables that inherit from it without being partitions.
 const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	($3::oid <> 0 AND (p.puballtables
 		OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
@@ -103,7 +111,13 @@ const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid AND r.prattrs IS NOT NULL),
 	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':' || pn.nspname || '.' || pc.relname
 		FROM pg_partition_tree(c.oid) t JOIN pg_class pc ON pc.oid = t.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace
-		WHERE t.relid <> c.oid ORDER BY t.relid)
+		WHERE t.relid <> c.oid ORDER BY t.relid),
+	ARRAY(WITH RECURSIVE d(oid) AS (
+			SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = c.oid
+			UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid)
+		SELECT dn.nspname || '.' || dc.relname FROM d JOIN pg_class dc ON dc.oid = d.oid
+		JOIN pg_namespace dn ON dn.oid = dc.relnamespace
+		WHERE NOT dc.relispartition ORDER BY 1)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_publication p ON p.oid = $3::oid
 	WHERE n.nspname = $1 AND c.relname = $2`
@@ -137,7 +151,7 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 		var kind, persistence string
 		var parts []string
 		err := tx.QueryRow(ctx, catalogTableSQL, schema, table, c.Publication).Scan(
-			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &parts)
+			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &parts, &t.Inheritors)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -201,6 +215,10 @@ func (c *Catalog) Problems(cfg Config) []string {
 		if t.ColumnList {
 			out = append(out, fmt.Sprintf("publication %q publishes only some columns of %s: ALTER PUBLICATION %s SET TABLE %s without a column list",
 				cfg.Publication, t.Name, pub, quoteTable(t.Name)))
+		}
+		for _, h := range t.Inheritors {
+			out = append(out, fmt.Sprintf("table %s inherits from outbox table %s by table inheritance (INHERITS, not as a partition), so PostgreSQL decodes the rows inserted into it as %s's, not the outbox's, and a publication of %s takes in only the children it had when it was made; events inserted into %s would be missed: insert into %s itself, or partition it declaratively (PARTITION BY) and attach such tables as partitions",
+				h, t.Name, h, t.Name, h, t.Name))
 		}
 		for _, p := range t.Partitions {
 			switch {

@@ -28,6 +28,11 @@ func TestCatalogProblemsNameWhatKeepsInsertsOut(t *testing.T) {
 			t.Partitions = []PartitionInfo{{OID: 11, Name: "public.outbox_remote", Kind: 'f', Persistence: 'p'}}
 			return t
 		}()}}, "is a foreign table"},
+		{"inheriting table", Catalog{Publication: 1, Insert: true, Tables: []TableInfo{func() TableInfo {
+			t := ok
+			t.Inheritors = []string{"public.outbox_2026"}
+			return t
+		}()}}, "table public.outbox_2026 inherits from outbox table public.outbox"},
 	}
 	for _, c := range cases {
 		got := strings.Join(c.cat.Problems(cfg), "; ")

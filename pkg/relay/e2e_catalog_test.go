@@ -212,6 +212,11 @@ func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
 		{"table dropped from the publication", "ALTER PUBLICATION $PUB DROP TABLE outbox", "does not include table public.outbox", false},
 		{"publication dropped and created again", "DROP PUBLICATION $PUB; CREATE PUBLICATION $PUB FOR TABLE outbox WITH (publish = 'insert')", "publication", false},
 		{"table dropped and created again while stopped", recreate + "; ALTER PUBLICATION $PUB ADD TABLE outbox", "since pgoutbox last streamed", true},
+		// Table inheritance: the child's rows are decoded under its own
+		// name, and a publication takes in only the children it was made
+		// with (inserts into this one would pass unseen).
+		{"table inheriting from the outbox created", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", false},
+		{"table inheriting from the outbox created while stopped", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, env, 1)

@@ -16,6 +16,11 @@ import (
 // position may be lost, so the relay will not create a new slot by itself.
 var ErrSlotVanished = errors.New("replication: the slot pgoutbox used before is gone")
 
+// ErrSlotAdvanced is wrapped by the error of a slot found past where
+// pgoutbox's last session on it stopped: someone else moved it while
+// pgoutbox was stopped, and the events in between were skipped.
+var ErrSlotAdvanced = errors.New("replication: the slot was moved on while pgoutbox was stopped")
+
 // DefaultStateTable is the table that keeps the relay's history, one row per
 // slot.
 const DefaultStateTable = "public.pgoutbox_state"
@@ -55,6 +60,13 @@ type State struct {
 	// created again (recorded by migrate --accept-catalog), by the table's
 	// name: rows of the old table may still be in the WAL to read.
 	RetiredOIDs map[uint32]string
+	// StoppedLSN is, once a session has ended, the furthest position its
+	// process may have confirmed to the slot (0 while a session runs, or
+	// when the end was not recorded). The slot moves only when a client
+	// confirms, so a slot found past it at the next start was moved by
+	// someone else while pgoutbox was stopped (pg_replication_slot_advance,
+	// another client on the slot): the events in between were skipped.
+	StoppedLSN LSN
 }
 
 // ServerIdentity is what identifies the server and its history.
@@ -95,16 +107,21 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	publication_oid    oid,
 	table_oids         jsonb,
 	publication_name   text,
-	retired_oids       jsonb
+	retired_oids       jsonb,
+	stopped_lsn        pg_lsn
 )`
 
-// StateTableDDL returns the statement that creates the state table.
+// stateAddStoppedDDL adds stopped_lsn to a state table made before it.
+const stateAddStoppedDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn pg_lsn`
+
+// StateTableDDL returns the statements that create the state table, or
+// bring one made by an earlier version up to date.
 func StateTableDDL(table string) (string, error) {
 	q, err := qualifiedIdent(table)
 	if err != nil {
 		return "", fmt.Errorf("replication: state.table: %w", err)
 	}
-	return fmt.Sprintf(stateDDL, q), nil
+	return fmt.Sprintf(stateDDL, q) + ";\n" + fmt.Sprintf(stateAddStoppedDDL, q), nil
 }
 
 // EnsureStateTable creates the state table unless it exists. A role that may
@@ -115,6 +132,21 @@ func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 		return fmt.Errorf("replication: look up state table %s: %w", table, err)
 	}
 	if exists {
+		// A table made by an earlier version lacks stopped_lsn: add it when
+		// this role may (it owns the table), or go on without the check
+		// it serves (pgoutbox migrate adds it).
+		var has bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
+			AND attname = 'stopped_lsn' AND NOT attisdropped)`, quoteTable(table)).Scan(&has); err != nil {
+			return fmt.Errorf("replication: look up state table %s: %w", table, err)
+		}
+		if !has {
+			q, err := qualifiedIdent(table)
+			if err != nil {
+				return err
+			}
+			_, _ = conn.Exec(ctx, fmt.Sprintf(stateAddStoppedDDL, q))
+		}
 		return nil
 	}
 	ddl, err := StateTableDDL(table)
@@ -141,11 +173,14 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	var createdAt *time.Time
 	var confirmed string
 	var pubOID *uint32
+	var stopped *string
+	// stopped_lsn through to_jsonb: a table made before it has no such
+	// column, and reads as never stopped.
 	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
 		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids,
-		coalesce(publication_name, ''), retired_oids FROM `+q+` WHERE slot_name = $1`, slot).Scan(
+		coalesce(publication_name, ''), retired_oids, to_jsonb(st) ->> 'stopped_lsn' FROM `+q+` AS st WHERE slot_name = $1`, slot).Scan(
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
-		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs)
+		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs, &stopped)
 	if pubOID != nil {
 		s.PublicationOID = *pubOID
 	}
@@ -166,8 +201,24 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	if s.ConfirmedLSN, err = parseLSN(confirmed); err != nil {
 		return s, false, err
 	}
+	if stopped != nil {
+		if s.StoppedLSN, err = parseLSN(*stopped); err != nil {
+			return s, false, err
+		}
+	}
 	return s, true, nil
 }
+
+// writeStateSQL upserts a state row; its verbs fill in stopped_lsn's
+// column, value and update, or nothing for a table made before it.
+const writeStateSQL = `INSERT INTO %[1]s (slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn,
+		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids, publication_name, retired_oids%[2]s)
+		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13, $14, $15%[3]s)
+		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = EXCLUDED.system_identifier, database = EXCLUDED.database,
+		timeline = EXCLUDED.timeline, slot_created_at = EXCLUDED.slot_created_at, slot_created_lsn = EXCLUDED.slot_created_lsn,
+		confirmed_lsn = EXCLUDED.confirmed_lsn, confirmed_at = EXCLUDED.confirmed_at, instance = EXCLUDED.instance,
+		session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note, publication_oid = EXCLUDED.publication_oid,
+		table_oids = EXCLUDED.table_oids, publication_name = EXCLUDED.publication_name, retired_oids = EXCLUDED.retired_oids%[4]s`
 
 // WriteState inserts or replaces the state row of s.Slot.
 func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) error {
@@ -186,16 +237,18 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 	if s.PublicationOID != 0 {
 		pubOID = &s.PublicationOID
 	}
-	_, err = conn.Exec(ctx, `INSERT INTO `+q+` (slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn,
-		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids, publication_name, retired_oids)
-		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13, $14, $15)
-		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = EXCLUDED.system_identifier, database = EXCLUDED.database,
-		timeline = EXCLUDED.timeline, slot_created_at = EXCLUDED.slot_created_at, slot_created_lsn = EXCLUDED.slot_created_lsn,
-		confirmed_lsn = EXCLUDED.confirmed_lsn, confirmed_at = EXCLUDED.confirmed_at, instance = EXCLUDED.instance,
-		session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note, publication_oid = EXCLUDED.publication_oid,
-		table_oids = EXCLUDED.table_oids, publication_name = EXCLUDED.publication_name, retired_oids = EXCLUDED.retired_oids`,
-		s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
-		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs)
+	var stopped *string
+	if s.StoppedLSN != 0 {
+		l := s.StoppedLSN.String()
+		stopped = &l
+	}
+	args := []any{s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped}
+	_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, ", stopped_lsn", ", $16::pg_lsn", ", stopped_lsn = EXCLUDED.stopped_lsn"), args...)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column: a table made before stopped_lsn
+		_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, "", "", ""), args[:15]...)
+	}
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" {
@@ -217,6 +270,25 @@ func RecordConfirmed(ctx context.Context, conn *pgx.Conn, table, slot, instance 
 		WHERE slot_name = $1 AND instance = $2 AND confirmed_lsn < $3::pg_lsn`, slot, instance, lsn.String())
 	if err != nil {
 		return fmt.Errorf("replication: record confirmed position of slot %q in %s: %w", slot, table, err)
+	}
+	return nil
+}
+
+// RecordStopped records where a session of instance stopped: the furthest
+// position its process may have confirmed to the slot. A state table made
+// before stopped_lsn keeps no such record.
+func RecordStopped(ctx context.Context, conn *pgx.Conn, table, slot, instance string, lsn LSN) error {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `UPDATE `+q+` SET stopped_lsn = $3::pg_lsn WHERE slot_name = $1 AND instance = $2`, slot, instance, lsn.String())
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42703" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("replication: record where the session on slot %q stopped in %s: %w", slot, table, err)
 	}
 	return nil
 }

@@ -340,3 +340,80 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 	waitAll(t, c, w2, time.Minute)
 	third.terminate(t, time.Minute)
 }
+
+// TestSlotAdvancedWhileStoppedIsFatal: a slot moved on while pgoutbox was
+// stopped (pg_replication_slot_advance to free WAL, another client
+// streaming from it) has skipped the events in between. A session that
+// stops records the furthest position its process may have confirmed; the
+// next start finds the slot past it and stops, naming the slot and how to
+// go on deliberately. A plain stop and start is not mistaken for it.
+func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	c := env.NewConsumer(t, f.topics)
+	stopped := func() (lsn string, ok bool) {
+		t.Helper()
+		var s *string
+		if err := f.checkDB.QueryRow(ctx, "SELECT stopped_lsn::text FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s == nil {
+			return "", false
+		}
+		return *s, true
+	}
+	run := func(name string, seed uint64, n int) {
+		t.Helper()
+		w := outboxtest.NewWriter(f.conn, "outbox", f.shape, seed)
+		p := startBinary(t, f, name)
+		for range n {
+			if err := w.Txn(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitAll(t, c, w, time.Minute)
+		if _, ok := stopped(); ok {
+			t.Fatal("stopped_lsn is set while a session runs")
+		}
+		p.terminate(t, time.Minute)
+		at, ok := stopped()
+		if !ok {
+			t.Fatal("the stop is not recorded")
+		}
+		atLSN, err := parseLSN(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if confirmed, _ := f.slotState(t); confirmed > atLSN || confirmed == 0 {
+			t.Fatalf("slot at %s, the recorded stop %s: the record must be at or past the slot", confirmed, at)
+		}
+	}
+	run("first.log", 31, 10)
+	run("second.log", 32, 5) // a stop and a start: nothing moved the slot
+
+	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 33)
+	for range 5 {
+		if err := lost.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	third := startBinaryWith(t, f, "third.log")
+	if code := third.wait(t, time.Minute); code == 0 {
+		t.Fatal("exit 0 with the slot moved on while pgoutbox was stopped")
+	}
+	last := lastLine(t, third)
+	for _, want := range []string{f.slot, "was advanced while pgoutbox was stopped", "SET stopped_lsn = NULL"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("last line %q lacks %q", last, want)
+		}
+	}
+	// The deliberate way on: clear the record, as the error says.
+	if _, err := f.checkDB.Exec(ctx, "UPDATE pgoutbox_state SET stopped_lsn = NULL WHERE slot_name = $1", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	run("fourth.log", 34, 5)
+}

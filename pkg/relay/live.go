@@ -366,11 +366,16 @@ func (w *liveWatcher) Confirmed(lsn, eventCommit checkpoint.LSN) {
 	w.mu.Unlock()
 }
 
-func (w *liveWatcher) Stop(ctx context.Context) {
+func (w *liveWatcher) Stop(ctx context.Context, sent checkpoint.LSN) {
 	w.cancel()
 	<-w.stopped
+	// A check or record the cancel interrupted closed the connection (pgx
+	// closes it when a query's context ends): the final records need a new
+	// one.
+	w.dropClosed()
 	if w.conn != nil || w.cfg.StateTable != "" {
 		w.record(ctx, true)
+		w.recordStopped(ctx, sent)
 	}
 	if w.conn != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -436,6 +441,34 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 	return res
 }
 
+// dropClosed forgets a connection that pgx has closed.
+func (w *liveWatcher) dropClosed() {
+	if w.conn != nil && w.conn.IsClosed() {
+		w.conn = nil
+	}
+}
+
+// recordStopped records in the state table where the session stopped.
+func (w *liveWatcher) recordStopped(ctx context.Context, sent checkpoint.LSN) {
+	if w.cfg.StateTable == "" || w.instance == "" || sent == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
+	defer cancel()
+	w.dropClosed()
+	if w.conn == nil {
+		conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
+		if err != nil {
+			w.log.Debug("record where the session stopped", zap.Error(err))
+			return
+		}
+		w.conn = conn
+	}
+	if err := replication.RecordStopped(cctx, w.conn, w.cfg.StateTable, w.cfg.Slot, w.instance, sent); err != nil {
+		w.log.Warn("record where the session stopped in the state table", zap.Error(err))
+	}
+}
+
 // record writes the confirmed position to the state table when due (or,
 // final, whenever it moved).
 func (w *liveWatcher) record(ctx context.Context, final bool) {
@@ -453,6 +486,7 @@ func (w *liveWatcher) record(ctx context.Context, final bool) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
+	w.dropClosed()
 	if w.conn == nil {
 		conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
 		if err != nil {
@@ -462,6 +496,11 @@ func (w *liveWatcher) record(ctx context.Context, final bool) {
 		w.conn = conn
 	}
 	if err := replication.RecordConfirmed(cctx, w.conn, w.cfg.StateTable, w.cfg.Slot, w.instance, confirmed); err != nil {
+		if ctx.Err() != nil {
+			// Stopping: Stop records the final position on a new connection.
+			w.log.Debug("record the confirmed position in the state table", zap.Error(err))
+			return
+		}
 		w.log.Warn("record the confirmed position in the state table", zap.Error(err))
 		return
 	}

@@ -66,8 +66,10 @@ type catalogWatcher interface {
 	// of the last transaction that carried events, for the state record.
 	Confirmed(lsn, eventCommit checkpoint.LSN)
 	// Stop ends the watcher and waits for it; it records the final
-	// confirmed position first when it can within ctx.
-	Stop(ctx context.Context)
+	// confirmed position first when it can within ctx, and sent as where
+	// the session stopped: the furthest position the process may have
+	// confirmed to the slot.
+	Stop(ctx context.Context, sent checkpoint.LSN)
 }
 
 type catalogResult struct {

@@ -1000,7 +1000,7 @@ func (s *session) finish(cause error) {
 	s.r.closeProducer(s.ctx, s.prod, s.stopBy)
 	s.topics.checker.Stop()
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(2*time.Second))
-	s.watcher.Stop(wctx)
+	s.watcher.Stop(wctx, s.r.history.lastConfirmed)
 	cancel()
 	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.sentConfirmed), zap.NamedError("cause", cause))
 }

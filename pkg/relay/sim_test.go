@@ -960,7 +960,7 @@ type simWatcher struct {
 func (c *simWatcher) Check()                                   { c.asked = true }
 func (c *simWatcher) Results() <-chan catalogResult            { return c.results }
 func (c *simWatcher) Confirmed(checkpoint.LSN, checkpoint.LSN) {}
-func (c *simWatcher) Stop(context.Context)                     {}
+func (c *simWatcher) Stop(context.Context, checkpoint.LSN)     {}
 
 func (c *simWatcher) answer() bool {
 	w := c.w

@@ -29,7 +29,7 @@ test-deploy:
 # and the tests it runs there: the delivery test, the fast fault suite, the
 # version-specific tests, and the code that reads pg_replication_slots.
 VERSIONS ?= 16 17 18
-PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestCatalogChangesStopTheRelayLoudly|TestPartitionedOutboxLosesNothing|TestSimulatedRelayKeepsItsInvariants|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot|TestFailoverSlotSurvivesAPromotion|TestSlotDroppedWhileStoppedIsNotReplacedSilently)$$
+PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestCatalogChangesStopTheRelayLoudly|TestPartitionedOutboxLosesNothing|TestSimulatedRelayKeepsItsInvariants|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot|TestFailoverSlotSurvivesAPromotion|TestSlotDroppedWhileStoppedIsNotReplacedSilently|TestSlotAdvancedWhileStoppedIsFatal)$$
 PG_TESTS_CMD := ^(TestStatus|TestValidate)
 PG_TESTS_METRICS := ^(TestMetricsFollowARealRelay|TestPollerReportsALostSlotAsNotReady)$$
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 // count runs a count query on the fixture's database.
@@ -15,6 +16,35 @@ func (f *fixture) count(t *testing.T, sql string, args ...any) int {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
+}
+
+// waitHorizon waits until every transaction that began before it has ended,
+// in the whole cluster: a cleanup mark covers the transactions that ended
+// before the oldest one still running anywhere (its snapshot's xmin), and
+// the other packages' tests run transactions of their own on the same
+// server, so without the wait a mark may cover none of the rows written
+// just before it.
+func (f *fixture) waitHorizon(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var xid string
+	if err := f.conn.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var past bool
+		if err := f.conn.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8", xid).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a transaction older than xid %s still runs after a minute", xid)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server's horizon, bounded by the deadline
+	}
 }
 
 // TestPollSourceMigrateStatusValidateAndCleanup takes an outbox table of
@@ -113,6 +143,7 @@ func TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed(t *testing.T) {
 	}
 	cleanup := func(want string) {
 		t.Helper()
+		f.waitHorizon(t)
 		r := invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)
 		if r.code != exitOK || !strings.Contains(r.stdout, want) {
 			t.Fatalf("cleanup: want exit 0 and %q:\n%s", want, r)

@@ -448,6 +448,22 @@ func (w *liveWatcher) dropClosed() {
 	}
 }
 
+// connected makes sure the watcher has an open connection for a state
+// record, connecting within ctx; what says what the record was for.
+func (w *liveWatcher) connected(ctx context.Context, what string) bool {
+	w.dropClosed()
+	if w.conn != nil {
+		return true
+	}
+	conn, err := replication.ConnectSQL(ctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
+	if err != nil {
+		w.log.Debug(what, zap.Error(err))
+		return false
+	}
+	w.conn = conn
+	return true
+}
+
 // recordStopped records in the state table where the session stopped.
 func (w *liveWatcher) recordStopped(ctx context.Context, sent checkpoint.LSN) {
 	if w.cfg.StateTable == "" || w.instance == "" || sent == 0 {
@@ -455,14 +471,8 @@ func (w *liveWatcher) recordStopped(ctx context.Context, sent checkpoint.LSN) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
-	w.dropClosed()
-	if w.conn == nil {
-		conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
-		if err != nil {
-			w.log.Debug("record where the session stopped", zap.Error(err))
-			return
-		}
-		w.conn = conn
+	if !w.connected(cctx, "record where the session stopped") {
+		return
 	}
 	if err := replication.RecordStopped(cctx, w.conn, w.cfg.StateTable, w.cfg.Slot, w.instance, sent); err != nil {
 		w.log.Warn("record where the session stopped in the state table", zap.Error(err))
@@ -486,14 +496,8 @@ func (w *liveWatcher) record(ctx context.Context, final bool) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
-	w.dropClosed()
-	if w.conn == nil {
-		conn, err := replication.ConnectSQL(cctx, w.cfg, "pgoutbox-catalog", catalogTimeout)
-		if err != nil {
-			w.log.Debug("record the confirmed position", zap.Error(err))
-			return
-		}
-		w.conn = conn
+	if !w.connected(cctx, "record the confirmed position") {
+		return
 	}
 	if err := replication.RecordConfirmed(cctx, w.conn, w.cfg.StateTable, w.cfg.Slot, w.instance, confirmed); err != nil {
 		if ctx.Err() != nil {

@@ -245,8 +245,7 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 	args := []any{s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
 		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped}
 	_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, ", stopped_lsn", ", $16::pg_lsn", ", stopped_lsn = EXCLUDED.stopped_lsn"), args...)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column: a table made before stopped_lsn
+	if undefinedColumn(err) { // a table made before stopped_lsn
 		_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, "", "", ""), args[:15]...)
 	}
 	if err != nil {
@@ -283,14 +282,20 @@ func RecordStopped(ctx context.Context, conn *pgx.Conn, table, slot, instance st
 		return err
 	}
 	_, err = conn.Exec(ctx, `UPDATE `+q+` SET stopped_lsn = $3::pg_lsn WHERE slot_name = $1 AND instance = $2`, slot, instance, lsn.String())
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42703" {
+	if undefinedColumn(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("replication: record where the session on slot %q stopped in %s: %w", slot, table, err)
 	}
 	return nil
+}
+
+// undefinedColumn says err is PostgreSQL's undefined_column (42703): here,
+// a state table made before stopped_lsn.
+func undefinedColumn(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42703"
 }
 
 // DeleteState removes the state row of slot (when the slot is dropped on

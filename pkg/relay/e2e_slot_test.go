@@ -270,6 +270,22 @@ func lastLine(t *testing.T, p *process) string {
 	return lines[len(lines)-1]
 }
 
+// startRefused starts the binary, which must exit non-zero (why says on
+// what) with a last log line that holds every one of wants.
+func startRefused(t *testing.T, f *fixture, logName, why string, wants ...string) {
+	t.Helper()
+	p := startBinaryWith(t, f, logName)
+	if code := p.wait(t, time.Minute); code == 0 {
+		t.Fatal("exit 0 " + why)
+	}
+	last := lastLine(t, p)
+	for _, want := range wants {
+		if !strings.Contains(last, want) {
+			t.Errorf("last line %q lacks %q", last, want)
+		}
+	}
+}
+
 // TestSlotDroppedWhileStoppedIsNotReplacedSilently: a slot dropped while
 // pgoutbox was stopped (a DBA cleaning up inactive slots; every failover
 // before PostgreSQL 17) is found out at the next start from the state
@@ -297,16 +313,7 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	second := startBinaryWith(t, f, "second.log")
-	if code := second.wait(t, time.Minute); code == 0 {
-		t.Fatal("exit 0 with the slot gone")
-	}
-	last := lastLine(t, second)
-	for _, want := range []string{f.slot, "does not exist, but pgoutbox used it", "migrate --recreate-slot"} {
-		if !strings.Contains(last, want) {
-			t.Errorf("last line %q lacks %q", last, want)
-		}
-	}
+	startRefused(t, f, "second.log", "with the slot gone", f.slot, "does not exist, but pgoutbox used it", "migrate --recreate-slot")
 	if _, active := f.slotState(t); active {
 		t.Fatal("a slot is active")
 	}
@@ -401,16 +408,7 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
 		t.Fatal(err)
 	}
-	third := startBinaryWith(t, f, "third.log")
-	if code := third.wait(t, time.Minute); code == 0 {
-		t.Fatal("exit 0 with the slot moved on while pgoutbox was stopped")
-	}
-	last := lastLine(t, third)
-	for _, want := range []string{f.slot, "was advanced while pgoutbox was stopped", "SET stopped_lsn = NULL"} {
-		if !strings.Contains(last, want) {
-			t.Errorf("last line %q lacks %q", last, want)
-		}
-	}
+	startRefused(t, f, "third.log", "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while pgoutbox was stopped", "SET stopped_lsn = NULL")
 	// The deliberate way on: clear the record, as the error says.
 	if _, err := f.checkDB.Exec(ctx, "UPDATE pgoutbox_state SET stopped_lsn = NULL WHERE slot_name = $1", f.slot); err != nil {
 		t.Fatal(err)

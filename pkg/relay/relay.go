@@ -8,7 +8,6 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -466,10 +465,9 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		// The slot moves only when a client confirms, and the session that
 		// stopped last recorded the furthest its process may have confirmed.
 		// (Within one process the history below knows more.)
-		lit := "'" + strings.ReplaceAll(pcfg.Slot, "'", "''") + "'"
 		return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while pgoutbox was stopped (pg_replication_slot_advance, or another client streamed from it), and the events committed in between were skipped; investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
 			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, start.State.Instance,
-			start.State.SessionStartedAt.UTC().Format(time.RFC3339), pcfg.StateTable, lit)}
+			start.State.SessionStartedAt.UTC().Format(time.RFC3339), pcfg.StateTable, quoteLiteral(pcfg.Slot))}
 	}
 	if !r.history.slotSeen || r.history.othersHeld || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {
 		return nil

@@ -390,6 +390,10 @@ func backoff(base, max time.Duration) func(retries, maxRetries int) time.Duratio
 	}
 }
 
+// saramaChannelBuffer is sarama's ChannelBufferSize (sarama's own default):
+// see sarama().
+const saramaChannelBuffer = 256
+
 // sarama builds the sarama configuration from a defaulted, valid Config.
 func (c *Config) sarama() (*sarama.Config, error) {
 	version, err := c.kafkaVersion()
@@ -446,11 +450,15 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	// records fit (sarama raises anything below 4096 to 4096); the slack
 	// covers sarama's own marker messages, which share the buffer.
 	p.Retry.MaxBufferLength = 2 * c.AckBuffer
-	// Input (and sarama's internal channels) hold as many records as the
-	// caller may have unacknowledged, so Send never blocks: a caller that
-	// blocked in Send while Kafka is down could not answer PostgreSQL, whose
-	// wal_sender_timeout would then end the replication connection.
-	sc.ChannelBufferSize = c.AckBuffer
+	// sarama gives every channel it makes this capacity: its input and
+	// outputs, and one input per topic and one per partition it has
+	// produced to. Those are buffers of pointers that the garbage collector
+	// scans in every cycle, allocated once per topic and partition, so they
+	// stay small; Send never waits for them, as the Producer's own queue
+	// (AckBuffer records) stands in front of sarama's input. With AckBuffer
+	// here, a thousand topics of three partitions held 256 MB of buffers,
+	// and the collector spent half the CPU scanning them.
+	sc.ChannelBufferSize = saramaChannelBuffer
 	p.Retry.MaxBufferBytes = c.RetryBufferBytes
 	if c.ExactlyOnce && c.TransactionalID != "" {
 		// Retrying a record for longer than the transaction may stay

@@ -17,25 +17,33 @@
 //
 // [Producer.Send] turns a record into a sarama message (one allocation: the
 // message carries the caller's ref and event ID back in its Metadata) and
-// hands it to sarama. Every Send yields exactly one [Ack] on
+// queues it for sarama. Every Send yields exactly one [Ack] on
 // [Producer.Acks], success or failure.
 //
-// # The goroutine
+// # The goroutines
 //
-// The Producer owns one goroutine, started by New: it reads sarama's
-// Successes and Errors channels (sarama deadlocks if either is left
-// unread) and turns each message into an Ack on the Acks channel. It returns
-// after sarama closes both channels, closing Acks as it goes. [Producer.Close]
+// The Producer owns two goroutines, started by New:
+//
+//   - the pump takes the records Send queued and hands them to sarama's
+//     input, in order. The queue holds Config.AckBuffer records, so Send never
+//     waits; the pump does when sarama's channels are full, as when a
+//     partition's broker stops answering. sarama's channels stay small (256):
+//     it makes one per topic and one per partition, and the garbage collector
+//     scans each in every cycle.
+//   - the drain reads sarama's Successes and Errors channels (sarama
+//     deadlocks if either is left unread) and turns each message into an Ack
+//     on the Acks channel. It returns after sarama closes both channels,
+//     closing Acks as it goes.
+//
+// [Producer.Close] closes the queue; the pump hands sarama what is left and
 // calls sarama's AsyncClose, which lets every in-flight record finish
-// (including its retries), waits for the goroutine to return and then closes
-// the connections; the acks it delivered stay readable.
+// (including its retries). Close waits for both goroutines to return and
+// then closes the connections; the acks delivered stay readable.
 //
 // The Acks channel is buffered with capacity Config.AckBuffer, and the
 // caller must never have more records sent and unacknowledged than that. The
-// goroutine can then always deliver an ack without waiting for the caller,
-// so sarama is always drained even while the caller is blocked in Send
-// (sarama's input is unbuffered: Send waits for sarama, and sarama would
-// wait for the drain if the drain waited for the caller).
+// drain can then always deliver an ack without waiting for the caller, so
+// sarama is always drained, and the queue always has room for a Send.
 //
 // # Errors stop the relay
 //

@@ -82,8 +82,9 @@ func (e *ProduceError) Unwrap() error { return e.Err }
 // Concurrency: Send and Close are meant for one goroutine (the one that
 // owns the stream of records; records sent from several goroutines have no
 // defined order). Acks and Partitions may be used from any goroutine. The
-// Producer owns one goroutine, which drains sarama's Successes and Errors
-// into Acks; Close waits for it.
+// Producer owns two goroutines: the pump, which hands queued records to
+// sarama in Send's order, and the drain, which moves sarama's Successes and
+// Errors into Acks; Close waits for both.
 //
 // The caller must never have more than AckBuffer records sent whose acks it
 // has not read; see Config.AckBuffer.
@@ -92,7 +93,12 @@ type Producer struct {
 	client sarama.Client
 	ap     sarama.AsyncProducer
 	acks   chan Ack
-	done   chan struct{} // closed when the drain goroutine has returned
+	// queue holds the records Send took and the pump has not handed to
+	// sarama yet. Its capacity is AckBuffer, so Send never waits for
+	// sarama, whose own channels are small (saramaChannelBuffer).
+	queue  chan *sarama.ProducerMessage
+	pumped chan struct{} // closed when the pump has returned
+	done   chan struct{} // closed when the drain (and so the pump) has returned
 	closed atomic.Bool
 	cfg    Config
 }
@@ -154,9 +160,12 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 		client: client,
 		ap:     ap,
 		acks:   make(chan Ack, cfg.AckBuffer),
+		queue:  make(chan *sarama.ProducerMessage, cfg.AckBuffer),
+		pumped: make(chan struct{}),
 		done:   make(chan struct{}),
 		cfg:    cfg,
 	}
+	go p.pump()
 	go p.drain()
 	log.Info("kafka producer started",
 		zap.Strings("brokers", cfg.Brokers),
@@ -257,8 +266,22 @@ func (p *Producer) Send(rec *router.Record, m Meta) {
 		panic("kafka: Send called after Close")
 	}
 	if pm := p.message(rec, m); pm != nil {
-		p.ap.Input() <- pm
+		p.queue <- pm
 	}
+}
+
+// pump is the goroutine that hands Send's records to sarama, in order. It
+// is the one that waits when sarama's channels are full (a partition whose
+// broker does not answer fills them), so that Send does not. When Close has
+// closed the queue and every record in it went to sarama, it tells sarama to
+// finish (AsyncClose).
+func (p *Producer) pump() {
+	defer close(p.pumped)
+	in := p.ap.Input()
+	for pm := range p.queue {
+		in <- pm
+	}
+	p.ap.AsyncClose()
 }
 
 // message makes the sarama message of rec, the one step of Send that
@@ -288,8 +311,9 @@ func (p *Producer) Acks() <-chan Ack { return p.acks }
 // have sent and not yet received the ack of.
 func (p *Producer) AckBuffer() int { return cap(p.acks) }
 
-// Close stops the producer: it closes sarama's input, waits until every
-// record sent before has been acknowledged or has failed (sarama still
+// Close stops the producer: it lets the pump hand sarama the records still
+// queued and close sarama's input, waits until every record sent before
+// has been acknowledged or has failed (sarama still
 // retries in-flight records, so this can take as long as the retries),
 // delivers those acks, closes Acks and closes the connections. Acks left in
 // the channel stay readable after Close returns.
@@ -306,7 +330,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	p.ap.AsyncClose()
+	close(p.queue)
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -322,7 +346,8 @@ func (p *Producer) Close(ctx context.Context) error {
 
 // forceClose is the way out of a Close whose context ended: it logs why,
 // closes the connections under sarama, which fails what still waits for
-// them, and waits CloseGrace for done to close. It returns ErrCloseTimeout
+// them (and so frees a pump waiting for sarama's input), and waits
+// CloseGrace for done to close. It returns ErrCloseTimeout
 // if done stays open.
 func (p *Producer) forceClose(done <-chan struct{}, why string) error {
 	p.log.Warn(why)
@@ -362,13 +387,15 @@ func (e *RecordTooLargeError) Error() string {
 	return fmt.Sprintf("kafka: record of %d bytes for topic %q is larger than %s (%d): it can never be produced", e.Size, e.Topic, e.Option, e.Limit)
 }
 
-// drain is the Producer's one goroutine. It moves every success and error
-// from sarama to Acks until sarama closes both channels (after AsyncClose has
-// finished every in-flight record), then closes Acks. It never blocks as long
-// as the caller respects AckBuffer; if it did, sarama would stop too.
+// drain moves every success and error from sarama to Acks until sarama
+// closes both channels (after the pump's AsyncClose has finished every
+// in-flight record), then closes Acks. It never blocks as long as the caller
+// respects AckBuffer; if it did, sarama would stop too.
 func (p *Producer) drain() {
 	defer close(p.done)
 	defer close(p.acks)
+	// sarama closes its channels only after the pump's last step.
+	defer func() { <-p.pumped }()
 	successes, errs := p.ap.Successes(), p.ap.Errors()
 	failed := 0
 	for successes != nil || errs != nil {

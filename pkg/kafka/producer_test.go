@@ -528,3 +528,51 @@ func TestSilentBrokerIsNamedAsSuch(t *testing.T) {
 		}
 	}
 }
+
+// TestSendNeverWaitsForABrokerThatHoldsItsAnswer: sarama's channels hold 256
+// records each; the producer's queue holds AckBuffer. While the broker
+// holds its answer to the first produce request, AckBuffer records of
+// 20 KB (a partition's batch is at most 1 MB, so sarama's channels fill
+// after about 900) are sent without Send waiting, and once the broker
+// answers every one is acknowledged once, in order. A real broker cannot
+// be made to hold one answer on demand; kfake can.
+func TestSendNeverWaitsForABrokerThatHoldsItsAnswer(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 1})
+	release := make(chan struct{})
+	held := false
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !held {
+			held = true
+			c.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	cfg := testConfig(c.ListenAddrs())
+	cfg.AckBuffer = 2000
+	cfg.ReadTimeout = time.Minute
+	p := newTestProducer(t, cfg)
+	value := strings.Repeat("v", 20<<10)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		rec := &router.Record{Topic: "orders", Key: []byte("k"), Value: []byte(value), Partition: -1}
+		for i := range cfg.AckBuffer {
+			rec.EventID = fmt.Appendf(nil, "ev-%d", i)
+			p.Send(rec, Meta{Ref: uint64(i)})
+		}
+	}()
+	select {
+	case <-sent:
+	case <-time.After(20 * time.Second):
+		close(release)
+		<-sent
+		t.Fatalf("Send waited for the broker's answer")
+	}
+	close(release)
+	for i, a := range waitAcks(t, p, cfg.AckBuffer, time.Minute) {
+		if a.Err != nil || a.Ref != uint64(i) {
+			t.Fatalf("ack %d: %+v, want ref %d acked", i, a, i)
+		}
+	}
+}

@@ -214,6 +214,15 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 	if total < 30*time.Second {
 		t.Errorf("default retries back off for %v in total, less than a 30 s outage", total)
 	}
+	// The README's advice for many topics (retry.max 250, backoff cap 4 s)
+	// rides out about as long an outage as the defaults.
+	var tuned time.Duration
+	for r := 1; r <= 250; r++ {
+		tuned += backoff(DefaultRetryBackoff, 4*time.Second)(r, 250)
+	}
+	if d := tuned - total; d < -time.Minute || d > time.Minute {
+		t.Errorf("retry.max 250 with a 4 s cap backs off for %v, the defaults for %v", tuned, total)
+	}
 	if got := backoff(0, 0)(5, 10); got != 0 {
 		t.Errorf("zero backoff = %v", got)
 	}

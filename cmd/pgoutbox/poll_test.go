@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
 
 // count runs a count query on the fixture's database.
@@ -31,20 +33,13 @@ func (f *fixture) waitHorizon(t *testing.T) {
 	if err := f.conn.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
 		var past bool
 		if err := f.conn.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8", xid).Scan(&past); err != nil {
 			t.Fatal(err)
 		}
-		if past {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a transaction older than xid %s still runs after a minute", xid)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the server's horizon, bounded by the deadline
-	}
+		return past, "a transaction older than xid " + xid + " still runs"
+	})
 }
 
 // TestPollSourceMigrateStatusValidateAndCleanup takes an outbox table of

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -111,6 +112,23 @@ func (e *Env) CreateTopicWith(t testing.TB, name string, spec TopicSpec) {
 		for _, p := range parts {
 			if _, err := client.GetOffset(name, p, sarama.OffsetNewest); err != nil {
 				return false, fmt.Sprintf("topic %s partition %d: end offset: %v", name, p, err)
+			}
+		}
+		// Every broker must know the topic too: a request about it
+		// (DescribeConfigs, metadata) may go to any broker, and one that
+		// has not applied the new metadata yet answers
+		// UNKNOWN_TOPIC_OR_PARTITION.
+		for _, b := range client.Brokers() {
+			if err := b.Open(client.Config()); err != nil && !errors.Is(err, sarama.ErrAlreadyConnected) {
+				return false, fmt.Sprintf("topic %s: connect to broker %s: %v", name, b.Addr(), err)
+			}
+			req := sarama.NewMetadataRequest(client.Config().Version, []string{name})
+			md, err := b.GetMetadata(req)
+			if err != nil {
+				return false, fmt.Sprintf("topic %s: metadata from broker %s: %v", name, b.Addr(), err)
+			}
+			if len(md.Topics) != 1 || md.Topics[0].Err != sarama.ErrNoError || len(md.Topics[0].Partitions) != partitions {
+				return false, fmt.Sprintf("topic %s: broker %s does not know it yet", name, b.Addr())
 			}
 		}
 		return true, ""

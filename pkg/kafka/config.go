@@ -390,6 +390,10 @@ func backoff(base, max time.Duration) func(retries, maxRetries int) time.Duratio
 	}
 }
 
+// initProducerIDRetries is how often sarama's idempotent producer retries
+// InitProducerId before it gives up (see sarama()).
+const initProducerIDRetries = 8
+
 // saramaChannelBuffer is sarama's ChannelBufferSize (sarama's own default):
 // see sarama().
 const saramaChannelBuffer = 256
@@ -460,6 +464,14 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	// and the collector spent half the CPU scanning them.
 	sc.ChannelBufferSize = saramaChannelBuffer
 	p.Retry.MaxBufferBytes = c.RetryBufferBytes
+	// InitProducerId (at the start, and to bump the epoch after a
+	// sequence error) retries with the records' backoff, a few times:
+	// about sarama's own 5 s with the defaults. New starts sarama's
+	// producer again for as long as its context lasts, which sarama's loop
+	// does not honour.
+	p.Transaction.Retry.Max = initProducerIDRetries
+	p.Transaction.Retry.Backoff = c.RetryBackoff
+	p.Transaction.Retry.BackoffFunc = backoff(c.RetryBackoff, c.RetryBackoffMax)
 	if c.ExactlyOnce && c.TransactionalID != "" {
 		// Retrying a record for longer than the transaction may stay
 		// open is useless: the coordinator aborts it at the timeout. And

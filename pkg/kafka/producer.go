@@ -136,10 +136,12 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	// The idempotent producer asks for a producer ID as it starts, with
 	// retries; closing the client when ctx ends cuts that short.
 	stop := context.AfterFunc(ctx, func() { _ = client.Close() })
-	ap, err := sarama.NewAsyncProducerFromClient(client)
+	ap, err := startAsync(ctx, client, &cfg, log)
 	if !stop() {
 		if err == nil {
 			_ = ap.Close()
+		} else if retriableInit(err) {
+			return nil, fmt.Errorf("kafka: start producer on brokers %s: %w; the last answer was: %w", strings.Join(cfg.Brokers, ","), context.Cause(ctx), err)
 		}
 		return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), context.Cause(ctx))
 	}
@@ -173,6 +175,66 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 		zap.String("compression", cfg.Compression),
 		zap.Int("ack_buffer", cfg.AckBuffer))
 	return p, nil
+}
+
+// startAsync starts sarama's producer, which asks for a producer ID as it
+// starts, and starts it again, until ctx ends, while the answer is one that
+// passes: a KRaft broker answers COORDINATOR_LOAD_IN_PROGRESS until the
+// controller has granted it a block of producer IDs, which waits for a new
+// controller when the old one died, and sarama gives up after
+// initProducerIDRetries tries. A test that started pgoutbox with a broker
+// just killed exited so at start-up.
+func startAsync(ctx context.Context, client sarama.Client, cfg *Config, log *zap.Logger) (sarama.AsyncProducer, error) {
+	var warned time.Time
+	var last error // the last answer that passes
+	for {
+		ap, err := sarama.NewAsyncProducerFromClient(client)
+		if err != nil && last != nil && ctx.Err() != nil {
+			// ctx closed the client under sarama: what it says then
+			// is of that, not of the cluster.
+			return nil, last
+		}
+		if err == nil || !retriableInit(err) || ctx.Err() != nil {
+			if err == nil && !warned.IsZero() {
+				log.Info("the Kafka cluster gave the producer its ID", zap.Strings("brokers", cfg.Brokers))
+			}
+			return ap, err
+		}
+		last = err
+		if now := time.Now(); now.Sub(warned) >= initWarnEvery {
+			log.Warn("the Kafka cluster cannot give the producer an ID yet; asking again until it can",
+				zap.Strings("brokers", cfg.Brokers), zap.Error(err))
+			warned = now
+		}
+		t := time.NewTimer(cfg.RetryBackoffMax)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// initWarnEvery is how often startAsync repeats its warning.
+const initWarnEvery = 30 * time.Second
+
+// retriableInit reports whether a failed start of sarama's producer may
+// succeed when tried again: the answers to InitProducerId that say the
+// broker or coordinator is not ready yet, or is busy.
+func retriableInit(err error) bool {
+	var ke sarama.KError
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke {
+	case sarama.ErrOffsetsLoadInProgress, sarama.ErrConsumerCoordinatorNotAvailable,
+		sarama.ErrNotCoordinatorForConsumer, sarama.ErrConcurrentTransactions,
+		sarama.ErrRequestTimedOut, sarama.ErrNotEnoughReplicas, sarama.ErrNotController,
+		sarama.ErrNetworkException, sarama.ErrLeaderNotAvailable, sarama.ErrKafkaStorageError:
+		return true
+	}
+	return false
 }
 
 // probe dials the seed brokers one after another (and exchanges ApiVersions

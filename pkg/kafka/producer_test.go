@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +23,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -575,4 +579,88 @@ func TestSendNeverWaitsForABrokerThatHoldsItsAnswer(t *testing.T) {
 			t.Fatalf("ack %d: %+v, want ref %d acked", i, a, i)
 		}
 	}
+}
+
+// TestNewWaitsForTheClusterToGiveAProducerID: a KRaft broker answers
+// InitProducerId with COORDINATOR_LOAD_IN_PROGRESS until the controller
+// granted it a block of IDs, which after a controller's death takes longer
+// than sarama's own retries (pgoutbox exited at start-up so in a test that
+// killed a broker). kfake gives those answers here, as a real broker cannot
+// on demand: New must ride them out and deliver, log that it waits, and,
+// when they never end, fail once its context ends with both the cause and
+// the last answer.
+func TestNewWaitsForTheClusterToGiveAProducerID(t *testing.T) {
+	const refusals = 3*initProducerIDRetries + 5 // more than one start of sarama's producer can take
+	loading := func(c *kfake.Cluster, n *atomic.Int32, limit int32) {
+		c.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			if n.Add(1) > limit {
+				return nil, nil, false
+			}
+			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+			return resp, nil, true
+		})
+	}
+
+	t.Run("rides out", func(t *testing.T) {
+		c := newCluster(t, map[string]int32{"orders": 1})
+		var asked atomic.Int32
+		loading(c, &asked, refusals)
+		core, logs := observer.New(zap.InfoLevel)
+		cfg := testConfig(c.ListenAddrs())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p, err := New(ctx, cfg, zap.New(core))
+		if err != nil {
+			t.Fatalf("New: %v (InitProducerId asked %d times)", err, asked.Load())
+		}
+		defer p.Close(context.Background())
+		if n := asked.Load(); n <= refusals {
+			t.Fatalf("InitProducerId asked %d times, want more than the %d refusals", n, refusals)
+		}
+		if logs.FilterMessageSnippet("cannot give the producer an ID yet").Len() == 0 {
+			t.Errorf("no warning that the producer waits for its ID: %v", logs.All())
+		}
+		p.Send(&router.Record{Topic: "orders", Key: []byte("k"), Value: []byte("v"), EventID: []byte("e"), Partition: -1}, Meta{Ref: 7})
+		if a := waitAcks(t, p, 1, 30*time.Second)[0]; a.Err != nil || a.Ref != 7 {
+			t.Fatalf("ack %+v, want ref 7 acknowledged", a)
+		}
+	})
+
+	t.Run("until the context ends", func(t *testing.T) {
+		c := newCluster(t, map[string]int32{"orders": 1})
+		var asked atomic.Int32
+		loading(c, &asked, math.MaxInt32)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		begun := time.Now()
+		_, err := New(ctx, testConfig(c.ListenAddrs()), zaptest.NewLogger(t))
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sarama.ErrOffsetsLoadInProgress) {
+			t.Fatalf("New: %v, want the deadline and COORDINATOR_LOAD_IN_PROGRESS", err)
+		}
+		if took := time.Since(begun); took > 10*time.Second {
+			t.Errorf("New returned %s after a 2 s deadline", took.Round(time.Millisecond))
+		}
+	})
+
+	t.Run("a refusal that stays ends it at once", func(t *testing.T) {
+		c := newCluster(t, map[string]int32{"orders": 1})
+		c.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+			resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+			return resp, nil, true
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		begun := time.Now()
+		_, err := New(ctx, testConfig(c.ListenAddrs()), zaptest.NewLogger(t))
+		if !errors.Is(err, sarama.ErrClusterAuthorizationFailed) {
+			t.Fatalf("New: %v, want CLUSTER_AUTHORIZATION_FAILED", err)
+		}
+		if took := time.Since(begun); took > 10*time.Second {
+			t.Errorf("New took %s to give up on a refusal that stays", took.Round(time.Millisecond))
+		}
+	})
 }

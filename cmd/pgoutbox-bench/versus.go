@@ -15,7 +15,7 @@ import (
 // VersusResult is the side-by-side benchmark against Debezium: the same
 // backlogs drained by pg_recvlogical, Debezium and pgoutbox, each from its
 // own slot copied at one LSN, and the latency of the same events through
-// Debezium and pgoutbox running at once.
+// Debezium and pgoutbox running at once, and of each running alone.
 type VersusResult struct {
 	Runs int `json:"runs"`
 	// Debezium and KafkaConnect are the versions of their jars;
@@ -120,15 +120,31 @@ func (h *harness) versus(ctx context.Context, res *Results) []error {
 		if run%2 == 1 {
 			settings[0], settings[1] = settings[1], settings[0]
 		}
+		// Both at once in each setting, then each alone with the short
+		// poll interval (Debezium's defaults wait up to 500 ms a poll,
+		// alone or not).
+		type latencyRun struct {
+			s     dbzSetting
+			alone bool
+		}
+		var runs []latencyRun
 		for _, s := range settings {
+			runs = append(runs, latencyRun{s, false})
+		}
+		runs = append(runs, latencyRun{h.debeziumSettings()[1], true})
+		for _, lr := range runs {
 			if ctx.Err() != nil {
 				return append(failed, ctx.Err())
 			}
-			l, err := h.versusLatency(ctx, run, s)
+			what := lr.s.name
+			if lr.alone {
+				what += ", each alone"
+			}
+			l, err := h.versusLatency(ctx, run, lr.s, lr.alone)
 			if err != nil {
 				l.Error = err.Error()
-				h.logf("debezium latency, run %d, %s: FAILED: %v", run+1, s.name, err)
-				failed = append(failed, fmt.Errorf("debezium latency, run %d, %s: %w", run+1, s.name, err))
+				h.logf("debezium latency, run %d, %s: FAILED: %v", run+1, what, err)
+				failed = append(failed, fmt.Errorf("debezium latency, run %d, %s: %w", run+1, what, err))
 			}
 			v.Latency = append(v.Latency, l)
 		}

@@ -140,7 +140,8 @@ bench-smoke:
 
 ## bench-debezium: side by side with Debezium 3.6.1 on Kafka Connect 4.1.1 (fetched with Maven): the same
 ## backlogs drained by pg_recvlogical, Debezium and pgoutbox, latency at 1,000 events/s beside Debezium at its
-## defaults and with poll.interval.ms=10, two runs in alternating order (about 20 minutes), into bench-results/debezium/
+## defaults and with poll.interval.ms=10 (both at once, and with the short poll each alone), two runs in alternating
+## order (about 20 minutes), into bench-results/debezium/
 bench-debezium:
 	bash scripts/bench.sh --scenarios debezium --out bench-results/debezium $(BENCHFLAGS)
 

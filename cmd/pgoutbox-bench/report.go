@@ -129,7 +129,7 @@ func targets(r *Results) []Target {
 				worst = max(worst, l.Pgoutbox.CPUSecondsPer100k)
 				how := "beside Debezium"
 				if l.Alone {
-					how = "the Debezium run alone"
+					how = "alone, in the Debezium scenario"
 				}
 				each = append(each, fmt.Sprintf("%s (%s), run %d: %.1f s (Debezium %.1f s)", how, l.Setting, l.Run, l.Pgoutbox.CPUSecondsPer100k, l.Debezium.CPUSecondsPer100k))
 			}
@@ -239,7 +239,11 @@ func summaryVersus(p func(string, ...any), v *VersusResult) {
 				f1(l.Pgoutbox.CPUSecondsPer100k), f1(l.Debezium.CPUSecondsPer100k), mb(l.Pgoutbox.PeakRSSBytes), mb(l.Debezium.PeakRSSBytes), busy)
 		}
 		for _, l := range v.Latency {
-			p("\n- run %d, %s: pgoutbox %s; Debezium %s%s", l.Run, l.Setting, l.Pgoutbox.KeptUpReason, l.Debezium.KeptUpReason, errorNote(l.Error))
+			how := "at once"
+			if l.Alone {
+				how = "alone"
+			}
+			p("\n- run %d, %s, %s: pgoutbox %s; Debezium %s%s", l.Run, l.Setting, how, l.Pgoutbox.KeptUpReason, l.Debezium.KeptUpReason, errorNote(l.Error))
 		}
 		p("\n")
 	}

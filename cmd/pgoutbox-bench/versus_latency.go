@@ -29,18 +29,9 @@ type VersusLatency struct {
 	Alone   bool   `json:"alone"`
 	// Order is the order the systems ran in, alone.
 	Order []string `json:"order,omitempty"`
-	// DurationSeconds is how long the measured writing ran, after
-	// SettleEvents written at the same rate and not counted.
-	DurationSeconds float64 `json:"duration_s"`
-	SettleEvents    int64   `json:"settle_events_committed"`
-	Committed       int64   `json:"events_committed"`
-	AchievedRate    float64 `json:"achieved_rate"`
-	WriteErrors     int64   `json:"write_errors"`
-	// MachineCPUBusy is the share of all CPUs' time that was busy while
-	// the measured writes ran; HarnessCPUSeconds the harness's CPU time
-	// then (writers and consumer).
-	MachineCPUBusy    float64 `json:"machine_cpu_busy"`
-	HarnessCPUSeconds float64 `json:"harness_cpu_s"`
+	// LatencyPhase is the measured writing, at once (alone: zero, and
+	// each system's Phase).
+	LatencyPhase
 
 	Pgoutbox SystemLatency `json:"pgoutbox"`
 	Debezium SystemLatency `json:"debezium"`
@@ -83,11 +74,16 @@ type SystemLatency struct {
 
 // LatencyPhase is one measured writing of a latency run.
 type LatencyPhase struct {
-	DurationSeconds   float64 `json:"duration_s"`
-	SettleEvents      int64   `json:"settle_events_committed"`
-	Committed         int64   `json:"events_committed"`
-	AchievedRate      float64 `json:"achieved_rate"`
-	WriteErrors       int64   `json:"write_errors"`
+	// DurationSeconds is how long the measured writing ran, after
+	// SettleEvents written at the same rate and not counted.
+	DurationSeconds float64 `json:"duration_s"`
+	SettleEvents    int64   `json:"settle_events_committed"`
+	Committed       int64   `json:"events_committed"`
+	AchievedRate    float64 `json:"achieved_rate"`
+	WriteErrors     int64   `json:"write_errors"`
+	// MachineCPUBusy is the share of all CPUs' time that was busy while
+	// the measured writes ran; HarnessCPUSeconds the harness's CPU time
+	// then (writers and consumer).
 	MachineCPUBusy    float64 `json:"machine_cpu_busy"`
 	HarnessCPUSeconds float64 `json:"harness_cpu_s"`
 }
@@ -184,8 +180,7 @@ func (h *harness) versusLatency(ctx context.Context, run int, s dbzSetting, alon
 		h.logf("debezium latency, run %d: Debezium with %s beside pgoutbox, %d events/s for %s", run+1, s.name, rate, o.Duration)
 		// Debezium first: it takes seconds to start.
 		ph, err := h.latencyPhase(ctx, rate, aggType, dbz, pgo)
-		res.DurationSeconds, res.SettleEvents, res.Committed, res.WriteErrors, res.AchievedRate = ph.DurationSeconds, ph.SettleEvents, ph.Committed, ph.WriteErrors, ph.AchievedRate
-		res.MachineCPUBusy, res.HarnessCPUSeconds = ph.MachineCPUBusy, ph.HarnessCPUSeconds
+		res.LatencyPhase = ph
 		if err != nil {
 			return res, err
 		}

@@ -189,16 +189,18 @@ func startAsync(ctx context.Context, client sarama.Client, cfg *Config, log *zap
 	var last error // the last answer that passes
 	for {
 		ap, err := sarama.NewAsyncProducerFromClient(client)
-		if err != nil && last != nil && ctx.Err() != nil {
+		switch {
+		case err == nil:
+			if !warned.IsZero() {
+				log.Info("the Kafka cluster gave the producer its ID", zap.Strings("brokers", cfg.Brokers))
+			}
+			return ap, nil
+		case ctx.Err() != nil && last != nil:
 			// ctx closed the client under sarama: what it says then
 			// is of that, not of the cluster.
 			return nil, last
-		}
-		if err == nil || !retriableInit(err) || ctx.Err() != nil {
-			if err == nil && !warned.IsZero() {
-				log.Info("the Kafka cluster gave the producer its ID", zap.Strings("brokers", cfg.Brokers))
-			}
-			return ap, err
+		case ctx.Err() != nil || !retriableInit(err):
+			return nil, err
 		}
 		last = err
 		if now := time.Now(); now.Sub(warned) >= initWarnEvery {

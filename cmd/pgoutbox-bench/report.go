@@ -218,9 +218,9 @@ func summaryVersus(p func(string, ...any), v *VersusResult) {
 		p("| run | Debezium | how | events | pgoutbox p50 / p99 / p99.9 / max | Debezium p50 / p99 / p99.9 / max | p99 pgoutbox / Debezium | CPU s per 100k: pgoutbox / Debezium | peak RSS MB: pgoutbox / Debezium | machine busy |\n")
 		p("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range v.Latency {
-			how := "at once"
+			how := l.how()
 			if l.Alone {
-				how = "alone: " + strings.Join(l.Order, ", then ")
+				how += ": " + strings.Join(l.Order, ", then ")
 			}
 			if l.Error != "" && (l.Pgoutbox.Received == 0 || l.Debezium.Received == 0) {
 				p("| %d | %s | %s | failed: %s |||||||\n", l.Run, l.Setting, how, oneLine(l.Error))
@@ -231,19 +231,16 @@ func summaryVersus(p func(string, ...any), v *VersusResult) {
 			}
 			events, busy := thousands(l.Committed), fmt.Sprintf("%.0f%%", l.MachineCPUBusy*100)
 			if l.Alone {
-				events = thousands(l.committed(&l.Pgoutbox)) + " / " + thousands(l.committed(&l.Debezium))
-				busy = fmt.Sprintf("%.0f%% / %.0f%%", l.machineBusy(&l.Pgoutbox)*100, l.machineBusy(&l.Debezium)*100)
+				pgo, dbz := l.phase(&l.Pgoutbox), l.phase(&l.Debezium)
+				events = thousands(pgo.Committed) + " / " + thousands(dbz.Committed)
+				busy = fmt.Sprintf("%.0f%% / %.0f%%", pgo.MachineCPUBusy*100, dbz.MachineCPUBusy*100)
 			}
 			p("| %d | %s | %s | %s | %s | %s | %.2f | %s / %s | %s / %s | %s |\n", l.Run, l.Setting, how, events,
 				q(l.Pgoutbox.LatencyMs), q(l.Debezium.LatencyMs), l.P99Ratio,
 				f1(l.Pgoutbox.CPUSecondsPer100k), f1(l.Debezium.CPUSecondsPer100k), mb(l.Pgoutbox.PeakRSSBytes), mb(l.Debezium.PeakRSSBytes), busy)
 		}
 		for _, l := range v.Latency {
-			how := "at once"
-			if l.Alone {
-				how = "alone"
-			}
-			p("\n- run %d, %s, %s: pgoutbox %s; Debezium %s%s", l.Run, l.Setting, how, l.Pgoutbox.KeptUpReason, l.Debezium.KeptUpReason, errorNote(l.Error))
+			p("\n- run %d, %s, %s: pgoutbox %s; Debezium %s%s", l.Run, l.Setting, l.how(), l.Pgoutbox.KeptUpReason, l.Debezium.KeptUpReason, errorNote(l.Error))
 		}
 		p("\n")
 	}

@@ -127,12 +127,13 @@ func (h *harness) versus(ctx context.Context, res *Results) []error {
 			s     dbzSetting
 			alone bool
 		}
-		var runs []latencyRun
+		var latencies []latencyRun
 		for _, s := range settings {
-			runs = append(runs, latencyRun{s, false})
+			latencies = append(latencies, latencyRun{s, false})
 		}
-		runs = append(runs, latencyRun{h.debeziumSettings()[1], true})
-		for _, lr := range runs {
+		shortPoll := h.debeziumSettings()[1]
+		latencies = append(latencies, latencyRun{shortPoll, true})
+		for _, lr := range latencies {
 			if ctx.Err() != nil {
 				return append(failed, ctx.Err())
 			}

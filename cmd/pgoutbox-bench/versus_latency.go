@@ -88,20 +88,21 @@ type LatencyPhase struct {
 	HarnessCPUSeconds float64 `json:"harness_cpu_s"`
 }
 
-// committed is the number of events the system's numbers count.
-func (l *VersusLatency) committed(s *SystemLatency) int64 {
+// phase is the writing the system's numbers come from: its own when it
+// ran alone, otherwise the run's.
+func (l *VersusLatency) phase(s *SystemLatency) LatencyPhase {
 	if s.Phase != nil {
-		return s.Phase.Committed
+		return *s.Phase
 	}
-	return l.Committed
+	return l.LatencyPhase
 }
 
-// machineBusy is the machine's busy share while the system was measured.
-func (l *VersusLatency) machineBusy(s *SystemLatency) float64 {
-	if s.Phase != nil {
-		return s.Phase.MachineCPUBusy
+// how says how the systems ran: "at once" or "alone".
+func (l *VersusLatency) how() string {
+	if l.Alone {
+		return "alone"
 	}
-	return l.MachineCPUBusy
+	return "at once"
 }
 
 // dbzSetting is one Debezium configuration of the latency runs.
@@ -233,17 +234,19 @@ func (h *harness) latencyPhase(ctx context.Context, rate int, aggType string, sy
 		samplers[i] = startWalsenderSampler(h.dsn, sys.slot)
 		defer samplers[i].stop()
 	}
-	procs := make([]proc, len(systems))
+	// procs are the systems' processes; watched holds the same, as the
+	// procs that warmUp and waitReceived take.
+	procs, watched := make([]latencyProc, len(systems)), make([]proc, len(systems))
 	for i, sys := range systems {
 		p, err := sys.start()
 		if err != nil {
 			return lp, err
 		}
 		defer p.stop(time.Minute)
-		procs[i] = p
+		procs[i], watched[i] = p, p
 	}
 	for i, sys := range systems {
-		p := procs[i].(latencyProc)
+		p := procs[i]
 		if err := h.waitSlotActive(ctx, p, sys.slot, sys.within); err != nil {
 			if sys.failed != nil {
 				if f := sys.failed(p); f != "" {
@@ -268,7 +271,7 @@ func (h *harness) latencyPhase(ctx context.Context, rate int, aggType string, sy
 	tail := h.tail(ctx, topics, func(r kafkatest.Record) { byTopic[r.Topic].add(r.Value, r.Timestamp, time.Now()) })
 	defer tail.close()
 	pad := h.pad()
-	if err := h.warmUp(ctx, procs, rcs, outboxTable, aggType, pad, tail, versusStartTimeout); err != nil {
+	if err := h.warmUp(ctx, watched, rcs, outboxTable, aggType, pad, tail, versusStartTimeout); err != nil {
 		return lp, err
 	}
 	for i, sys := range systems {
@@ -312,7 +315,7 @@ func (h *harness) latencyPhase(ctx context.Context, rate int, aggType string, sy
 	}
 	lp.MachineCPUBusy = m0.machine.busyUntil(m1.machine)
 	lp.HarnessCPUSeconds = m1.self - m0.self
-	if err := h.waitReceived(ctx, procs, rcs, ph.total, ph.end.Add(o.DrainTimeout)); err != nil {
+	if err := h.waitReceived(ctx, watched, rcs, ph.total, ph.end.Add(o.DrainTimeout)); err != nil {
 		return lp, err
 	}
 	peaks := make([]ProcStats, len(systems))
@@ -326,7 +329,7 @@ func (h *harness) latencyPhase(ctx context.Context, rate int, aggType string, sy
 	}
 	var stopErr error
 	for _, p := range procs {
-		stopErr = errors.Join(stopErr, p.(latencyProc).stop(time.Minute))
+		stopErr = errors.Join(stopErr, p.stop(time.Minute))
 	}
 	if stopErr != nil {
 		return lp, stopErr

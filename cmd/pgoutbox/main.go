@@ -50,6 +50,7 @@ var version = ""
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "run" {
+		keepSysmonAwake()
 		tuneRuntime()
 	}
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
@@ -407,7 +408,8 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	log.Info("pgoutbox starting", zap.String("version", buildVersion()), zap.String("slot", cfg.Postgres.Slot),
-		zap.String("publication", cfg.Postgres.Publication), zap.Strings("tables", cfg.Postgres.Tables), zap.Strings("brokers", cfg.Kafka.Brokers))
+		zap.String("publication", cfg.Postgres.Publication), zap.Strings("tables", cfg.Postgres.Tables), zap.Strings("brokers", cfg.Kafka.Brokers),
+		zap.String("sysmon", sysmonState(environ)))
 	err = r.Run(ctx)
 	// Stop and wait for the poller and the server before the last lines, so
 	// the one-line reason is the last thing written to stderr.

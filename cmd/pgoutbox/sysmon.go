@@ -12,7 +12,7 @@ import (
 // short sleeps and a timed futex sleep, four context switches. Measured at
 // 1,000 events/s on this project's 2-core VM they were two thirds of the
 // process's context switches and about 40% of its CPU (DESIGN.md,
-// "The runtime's monitor thread"; go.dev/issue/18236).
+// "The runtime's monitor thread kept awake"; go.dev/issue/18236).
 //
 // The runtime has no setting for sysmon, but it never deep-sleeps while
 // GODEBUG's schedtrace is set, and then it backs off to its longest period

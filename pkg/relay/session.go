@@ -102,6 +102,8 @@ type session struct {
 
 	stopping bool
 	stopBy   time.Time // the end of the whole stop's budget
+	// stopSeen: a wait returned for the stop request.
+	stopSeen bool
 	// ending: the final status is sent; the helpers' results no longer
 	// wake the stream (a Wake would cut EndStream's wait for the server).
 	ending atomic.Bool
@@ -300,7 +302,7 @@ func (s *session) wait(deadline time.Time) error {
 	t := s.clock.NewTimer(deadline.Sub(s.clock.Now()))
 	defer t.Stop()
 	var stop <-chan struct{}
-	if !s.stopping {
+	if !s.stopping && !s.stopSeen {
 		stop = s.ctx.Done()
 	}
 	select {
@@ -317,6 +319,9 @@ func (s *session) wait(deadline time.Time) error {
 		return s.catalog(res)
 	case <-t.C():
 	case <-stop:
+		// Once: the loop's top turns it into stopping, and finish's drain,
+		// which has no top, would otherwise wake here at once every time.
+		s.stopSeen = true
 	case <-s.r.force:
 	}
 	return nil

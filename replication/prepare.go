@@ -109,6 +109,14 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	if err != nil {
 		return st, err
 	}
+	if cfg.StateTable != "" && st.HadState && st.State.StoppedLSN != 0 {
+		// The fence read again after the slot: a session still running
+		// raises it before it confirms, so a fence read before the slot
+		// could trail what that session confirmed in between.
+		if st.State.StoppedLSN, err = readFence(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
+			return st, err
+		}
+	}
 	if cfg.StateTable != "" && (st.Created || !st.HadState) {
 		s := State{Slot: cfg.Slot, SystemIdentifier: st.Identity.SystemIdentifier, Database: st.Identity.Database,
 			Timeline: st.Identity.Timeline, ConfirmedLSN: st.Slot.ConfirmedFlushLSN, ConfirmedAt: time.Now(),

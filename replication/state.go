@@ -60,12 +60,17 @@ type State struct {
 	// created again (recorded by migrate --accept-catalog), by the table's
 	// name: rows of the old table may still be in the WAL to read.
 	RetiredOIDs map[uint32]string
-	// StoppedLSN is, once a session has ended, the furthest position its
-	// process may have confirmed to the slot (0 while a session runs, or
-	// when the end was not recorded). The slot moves only when a client
-	// confirms, so a slot found past it at the next start was moved by
-	// someone else while pgoutbox was stopped (pg_replication_slot_advance,
-	// another client on the slot): the events in between were skipped.
+	// StoppedLSN is the fence: the furthest position the process of the
+	// last session may have confirmed to the slot (0 when none was
+	// recorded: a state table or a version from before the fence). A
+	// session records it ahead of what it confirms (RaiseFence) and lowers
+	// it to what it last confirmed when it stops, so it holds after a
+	// SIGKILL too. The slot moves only when a client confirms, so a slot
+	// found past it at the next start was moved by someone else while
+	// pgoutbox was stopped (pg_replication_slot_advance, another client on
+	// the slot): the events in between were skipped. The one exception is
+	// the server's shutdown, which waits for the end of its WAL to be
+	// confirmed and refuses the connection the fence is written on.
 	StoppedLSN LSN
 }
 
@@ -76,16 +81,27 @@ type ServerIdentity struct {
 	Timeline         int32
 	// VersionNum is server_version_num (170002 for 17.2).
 	VersionNum int
+	// StartedAt is pg_postmaster_start_time(), and CheckpointLSN the
+	// position of the latest checkpoint record (pg_control_checkpoint()):
+	// together they tell whether a slot found past the recorded fence may
+	// have been moved by the server's own shutdown (see RaiseFence).
+	StartedAt     time.Time
+	CheckpointLSN LSN
 }
 
 // ReadServerIdentity reads the system identifier, database and timeline.
 func ReadServerIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error) {
 	var id ServerIdentity
+	var ckpt string
 	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(), c.timeline_id,
-		current_setting('server_version_num')::int
-		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline, &id.VersionNum)
+		current_setting('server_version_num')::int, pg_postmaster_start_time(), c.checkpoint_lsn::text
+		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline, &id.VersionNum,
+		&id.StartedAt, &ckpt)
 	if err != nil {
 		return id, fmt.Errorf("replication: read the server's system identifier: %w", err)
+	}
+	if id.CheckpointLSN, err = parseLSN(ckpt); err != nil {
+		return id, err
 	}
 	return id, nil
 }
@@ -290,6 +306,54 @@ func RecordStopped(ctx context.Context, conn *pgx.Conn, table, slot, instance st
 	}
 	return nil
 }
+
+// RaiseFence moves slot's fence (stopped_lsn) forward to lsn, never back,
+// if instance still owns the row, and returns the fence the row now holds.
+// ErrFenceLost means the row is another instance's, or gone: nothing past
+// the old fence may be confirmed. ok is false on a state table made before
+// stopped_lsn, which keeps no fence.
+func RaiseFence(ctx context.Context, conn *pgx.Conn, table, slot, instance string, lsn LSN) (fence LSN, ok bool, err error) {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return 0, false, err
+	}
+	var got string
+	err = conn.QueryRow(ctx, `UPDATE `+q+` SET stopped_lsn = greatest(coalesce(stopped_lsn, $3::pg_lsn), $3::pg_lsn)
+		WHERE slot_name = $1 AND instance = $2 RETURNING stopped_lsn::text`, slot, instance, lsn.String()).Scan(&got)
+	switch {
+	case undefinedColumn(err):
+		return 0, false, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, true, fmt.Errorf("%w: slot %q in %s", ErrFenceLost, slot, table)
+	case err != nil:
+		return 0, true, fmt.Errorf("replication: record how far slot %q may be confirmed in %s: %w", slot, table, err)
+	}
+	fence, err = parseLSN(got)
+	return fence, true, err
+}
+
+// readFence reads slot's fence (stopped_lsn) alone; 0 when none.
+func readFence(ctx context.Context, conn *pgx.Conn, table, slot string) (LSN, error) {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return 0, err
+	}
+	var got *string
+	err = conn.QueryRow(ctx, `SELECT stopped_lsn::text FROM `+q+` WHERE slot_name = $1`, slot).Scan(&got)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || undefinedColumn(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("replication: read the fence of slot %q from %s: %w", slot, table, err)
+	case got == nil:
+		return 0, nil
+	}
+	return parseLSN(*got)
+}
+
+// ErrFenceLost: the state row no longer names this instance, so the fence
+// cannot be raised.
+var ErrFenceLost = errors.New("replication: the state row is no longer this instance's")
 
 // undefinedColumn says err is PostgreSQL's undefined_column (42703): here,
 // a state table made before stopped_lsn.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
@@ -350,27 +351,42 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 
 // TestSlotAdvancedWhileStoppedIsFatal: a slot moved on while pgoutbox was
 // stopped (pg_replication_slot_advance to free WAL, another client
-// streaming from it) has skipped the events in between. A session that
-// stops records the furthest position its process may have confirmed; the
-// next start finds the slot past it and stops, naming the slot and how to
-// go on deliberately. A plain stop and start is not mistaken for it.
+// streaming from it) has skipped the events in between. A session keeps a
+// fence in the state row ahead of what it confirms, and lowers it to what
+// it confirmed when it stops; the next start finds the slot past it and
+// stops, naming the slot and how to go on deliberately. That holds after a
+// SIGKILL too, and neither a plain stop and start nor a SIGKILL and start is
+// mistaken for it.
 func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	c := env.NewConsumer(t, f.topics)
-	stopped := func() (lsn string, ok bool) {
+	fence := func() checkpoint.LSN {
 		t.Helper()
 		var s *string
 		if err := f.checkDB.QueryRow(ctx, "SELECT stopped_lsn::text FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
 		if s == nil {
-			return "", false
+			t.Fatal("stopped_lsn is NULL: no fence is recorded")
 		}
-		return *s, true
+		lsn, err := parseLSN(*s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lsn
 	}
-	run := func(name string, seed uint64, n int) {
+	// fenced: the slot read first, the fence after it: a fence raised
+	// before each confirmation is at or past the slot at any moment.
+	fenced := func(when string) {
+		t.Helper()
+		confirmed, _ := f.slotState(t)
+		if at := fence(); confirmed > at || confirmed == 0 {
+			t.Fatalf("%s: slot at %s, the fence at %s: the fence must be at or past the slot", when, confirmed, at)
+		}
+	}
+	run := func(name string, seed uint64, n int, kill bool) {
 		t.Helper()
 		w := outboxtest.NewWriter(f.conn, "outbox", f.shape, seed)
 		p := startBinary(t, f, name)
@@ -379,39 +395,60 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitAll(t, c, w, time.Minute)
-		if _, ok := stopped(); ok {
-			t.Fatal("stopped_lsn is set while a session runs")
+		var endText string
+		if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endText); err != nil {
+			t.Fatal(err)
 		}
-		p.terminate(t, time.Minute)
-		at, ok := stopped()
-		if !ok {
-			t.Fatal("the stop is not recorded")
-		}
-		atLSN, err := parseLSN(at)
+		end, err := parseLSN(endText)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if confirmed, _ := f.slotState(t); confirmed > atLSN || confirmed == 0 {
-			t.Fatalf("slot at %s, the recorded stop %s: the record must be at or past the slot", confirmed, at)
+		waitAll(t, c, w, time.Minute)
+		fenced("while the session runs")
+		if !kill {
+			p.terminate(t, time.Minute)
+			fenced("after a stop")
+			return
 		}
+		// Confirmed past the events, so their fence was raised: the crash
+		// below is after pgoutbox confirmed, not before.
+		testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+			confirmed, _ := f.slotState(t)
+			return confirmed >= end, fmt.Sprintf("slot at %s, not yet past the events at %s", confirmed, end)
+		})
+		fenced("before the SIGKILL")
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, 30*time.Second)
+		testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+			_, active := f.slotState(t)
+			return !active, "the killed process's walsender still holds the slot"
+		})
+		fenced("after the SIGKILL")
 	}
-	run("first.log", 31, 10)
-	run("second.log", 32, 5) // a stop and a start: nothing moved the slot
-
-	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 33)
-	for range 5 {
-		if err := lost.Txn(ctx); err != nil {
+	advance := func(name string, seed uint64) {
+		t.Helper()
+		lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, seed)
+		for range 5 {
+			if err := lost.Txn(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
+			t.Fatal(err)
+		}
+		startRefused(t, f, name, "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while pgoutbox was stopped", "SET stopped_lsn = NULL")
+		// The deliberate way on: clear the record, as the error says.
+		if _, err := f.checkDB.Exec(ctx, "UPDATE pgoutbox_state SET stopped_lsn = NULL WHERE slot_name = $1", f.slot); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
-		t.Fatal(err)
-	}
-	startRefused(t, f, "third.log", "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while pgoutbox was stopped", "SET stopped_lsn = NULL")
-	// The deliberate way on: clear the record, as the error says.
-	if _, err := f.checkDB.Exec(ctx, "UPDATE pgoutbox_state SET stopped_lsn = NULL WHERE slot_name = $1", f.slot); err != nil {
-		t.Fatal(err)
-	}
-	run("fourth.log", 34, 5)
+	run("first.log", 31, 10, false)
+	run("second.log", 32, 5, false) // a stop and a start: nothing moved the slot
+	advance("third.log", 33)
+	run("fourth.log", 34, 5, true)
+	run("fifth.log", 35, 5, true) // a SIGKILL and a start: nothing moved the slot
+	advance("sixth.log", 36)
+	run("seventh.log", 37, 5, false)
 }

@@ -346,9 +346,14 @@ type liveWatcher struct {
 	confirmed   checkpoint.LSN
 	eventCommit checkpoint.LSN
 
+	fenceWant checkpoint.LSN
+
 	recorded      checkpoint.LSN // what the state row says
 	recordedEvent checkpoint.LSN
 	recordedAt    time.Time
+	fence         checkpoint.LSN // the fence the state row holds
+	fenceOff      bool
+	fenceFailed   int
 }
 
 func (w *liveWatcher) Check() {
@@ -364,6 +369,13 @@ func (w *liveWatcher) Confirmed(lsn, eventCommit checkpoint.LSN) {
 	w.mu.Lock()
 	w.confirmed, w.eventCommit = max(w.confirmed, lsn), max(w.eventCommit, eventCommit)
 	w.mu.Unlock()
+}
+
+func (w *liveWatcher) RaiseFence(lsn checkpoint.LSN) {
+	w.mu.Lock()
+	w.fenceWant = max(w.fenceWant, lsn)
+	w.mu.Unlock()
+	w.Check()
 }
 
 func (w *liveWatcher) Stop(ctx context.Context, sent checkpoint.LSN) {
@@ -427,7 +439,9 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 		}
 		cat, err := replication.ReadCatalog(cctx, w.conn, w.cfg)
 		if err == nil {
-			return catalogResult{Catalog: cat}
+			res := catalogResult{Catalog: cat}
+			w.raiseFence(cctx, &res)
+			return res
 		}
 		cc, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = w.conn.Close(cc)
@@ -439,6 +453,40 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 		}
 	}
 	return res
+}
+
+// raiseFence raises the state row's fence when the session asked for more
+// than it holds, to the check's WAL position at least: everything the
+// session has received so far. It runs after the catalog check on the same
+// connection, so the session learns both from one result.
+func (w *liveWatcher) raiseFence(ctx context.Context, res *catalogResult) {
+	w.mu.Lock()
+	want := w.fenceWant
+	w.mu.Unlock()
+	if w.fenceOff || w.cfg.StateTable == "" || w.instance == "" || want <= w.fence {
+		return
+	}
+	fence, ok, err := replication.RaiseFence(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot, w.instance, max(want, res.Catalog.CheckedAt))
+	switch {
+	case !ok:
+		w.fenceOff = true
+		res.FenceOff = true
+		w.log.Warn("the state table has no stopped_lsn column (made by an earlier version, and this role may not add it): a slot moved while pgoutbox is stopped after a crash goes unnoticed; run `pgoutbox migrate` to add it",
+			zap.String("state_table", w.cfg.StateTable))
+	case err != nil:
+		w.fenceFailed++
+		if w.fenceFailed == 3 || w.fenceFailed%60 == 0 || errors.Is(err, replication.ErrFenceLost) {
+			w.log.Warn("cannot record how far the slot may be confirmed; the slot is not confirmed past the last record until it can be",
+				zap.Stringer("fence", w.fence), zap.Int("failed", w.fenceFailed), zap.Error(err))
+		}
+	default:
+		if w.fenceFailed >= 3 {
+			w.log.Info("recording how far the slot may be confirmed works again", zap.Int("failed", w.fenceFailed))
+		}
+		w.fenceFailed = 0
+		w.fence = fence
+		res.Fence = fence
+	}
 }
 
 // dropClosed forgets a connection that pgx has closed.

@@ -65,6 +65,10 @@ type catalogWatcher interface {
 	// Confirmed tells the watcher what the slot was last told, and the end
 	// of the last transaction that carried events, for the state record.
 	Confirmed(lsn, eventCommit checkpoint.LSN)
+	// RaiseFence asks the next check to record, in the state table, that
+	// the session may confirm up to at least lsn (the fence); it never
+	// blocks. The check's result carries the fence the row then holds.
+	RaiseFence(lsn checkpoint.LSN)
 	// Stop ends the watcher and waits for it; it records the final
 	// confirmed position first when it can within ctx, and sent as where
 	// the session stopped: the furthest position the process may have
@@ -78,6 +82,12 @@ type catalogResult struct {
 	// ShuttingDown says the server refused the check because it is
 	// shutting down.
 	ShuttingDown bool
+	// Fence, when not 0, is the fence the state row holds after this
+	// check raised it: the session may confirm up to it. FenceOff says the
+	// state table keeps no fence (one made before stopped_lsn): the
+	// session confirms without one.
+	Fence    checkpoint.LSN
+	FenceOff bool
 }
 
 // clock is time for the loop: the real one, or the tests' fake.

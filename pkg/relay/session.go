@@ -87,6 +87,18 @@ type session struct {
 	lastCheckAsk  time.Time
 	catalogFailed int
 
+	// fence is how far the state row says this session may confirm
+	// (stopped_lsn): nothing past it is confirmed until the watcher has
+	// raised it, so that after a crash a slot found past the row was moved
+	// by someone else. fenceOn: there is a state table that keeps it.
+	fence        checkpoint.LSN
+	fenceOn      bool
+	lastFenceAsk time.Time
+	// tailRaised: the fence was raised once for the WAL without events
+	// that followed the last raise; the tail that raise wrote itself is
+	// left until more comes.
+	tailRaised bool
+
 	// latest is the catalog of the last check that passed.
 	latest replication.Catalog
 
@@ -149,6 +161,8 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		walEnd:        start.Slot.ConfirmedFlushLSN,
 		verified:      max(start.Catalog.CheckedAt, start.Slot.ConfirmedFlushLSN),
 		serverWAL:     start.Catalog.CheckedAt,
+		fence:         start.Slot.ConfirmedFlushLSN,
+		fenceOn:       r.cfg.Postgres.StateTable != "",
 	}
 	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
 	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, s.wake)
@@ -373,10 +387,64 @@ func (s *session) drain() error {
 // what Kafka committed).
 func (s *session) confirmable() checkpoint.LSN {
 	c := s.eos.cap(s.tr.Confirmed())
+	if s.capLifted {
+		return c
+	}
+	limit := s.verified
+	if s.fenceOn {
+		limit = min(limit, s.fence)
+	}
+	if c > limit {
+		c = max(limit, s.sentConfirmed)
+	}
+	return c
+}
+
+// unfenced is confirmable without the fence: how far a raise should take it.
+func (s *session) unfenced() checkpoint.LSN {
+	c := s.eos.cap(s.tr.Confirmed())
 	if !s.capLifted && c > s.verified {
 		c = max(s.verified, s.sentConfirmed)
 	}
 	return c
+}
+
+// Raising the fence writes WAL, which moves the end again: raised on every
+// keepalive, an idle relay would write the state row forever. So it is
+// raised for events past it, for fenceSlack of other WAL, and once for the
+// tail of other WAL when fenceTailAfter has passed since the last raise.
+// What that raise wrote itself (a row update: a few hundred bytes, 8 KB
+// with a full-page image), and other WAL after it short of fenceSlack, stay
+// unconfirmed until more comes: one raise never writes enough to call for
+// the next.
+const (
+	fenceSlack     = 64 << 10
+	fenceTailAfter = time.Second
+)
+
+// fenceDue says the fence holds back a confirmation worth raising it for:
+// events (the stop waits for these), fenceSlack of other WAL, or (tail) a
+// tail of other WAL not raised for yet, which requestCheck raises only
+// fenceTailAfter after the last raise. It reads no clock: it runs on every
+// acknowledgement.
+func (s *session) fenceDue() (due, tail bool) {
+	if !s.fenceOn || s.capLifted || s.tr.Confirmed() <= s.fence {
+		return false, false
+	}
+	c := s.unfenced()
+	switch {
+	case c <= s.fence:
+		return false, false
+	case s.eventCommit > s.fence || c-s.fence >= fenceSlack:
+		return true, false
+	}
+	return !s.tailRaised, !s.tailRaised
+}
+
+// fenceHolds says the fence holds back events the stop should wait for.
+func (s *session) fenceHolds() bool {
+	due, tail := s.fenceDue()
+	return due && !tail && s.eventCommit > s.fence
 }
 
 // catalog handles a catalog check.
@@ -406,6 +474,10 @@ func (s *session) catalog(res catalogResult) error {
 	}
 	s.verified = max(s.verified, res.Catalog.CheckedAt)
 	s.serverWAL = max(s.serverWAL, res.Catalog.CheckedAt)
+	s.fence = max(s.fence, res.Fence)
+	if res.FenceOff {
+		s.fenceOn = false
+	}
 	s.latest = res.Catalog
 	if s.pendingRel != nil {
 		s.classifyPending()
@@ -414,12 +486,30 @@ func (s *session) catalog(res catalogResult) error {
 }
 
 // requestCheck asks the watcher for a check when the confirmable position
-// lags behind what the tracker could confirm (at most every confirmEvery).
+// lags behind what the tracker could confirm, or for a raise of the fence
+// when fenceDue (each at most every confirmEvery). The clock is read only
+// when one is due.
 func (s *session) requestCheck() {
-	if s.tr.Confirmed() <= s.verified || s.capLifted {
+	due, tail := s.fenceDue()
+	check := !s.capLifted && s.tr.Confirmed() > s.verified
+	if !due && !check {
 		return
 	}
-	if now := s.clock.Now(); now.Sub(s.lastCheckAsk) >= confirmEvery {
+	now := s.clock.Now()
+	if due {
+		gap := confirmEvery
+		if tail {
+			gap = fenceTailAfter
+		}
+		if now.Sub(s.lastFenceAsk) >= gap {
+			// A raise is a check too: it reads the catalog in the same
+			// round trip.
+			s.lastFenceAsk, s.lastCheckAsk, s.tailRaised = now, now, tail
+			s.watcher.RaiseFence(s.unfenced())
+			return
+		}
+	}
+	if check && now.Sub(s.lastCheckAsk) >= confirmEvery {
 		s.lastCheckAsk = now
 		s.watcher.Check()
 	}
@@ -439,6 +529,9 @@ func (s *session) ack(a kafka.Ack) error {
 	}
 	now := s.clock.Now()
 	s.r.obs.Acked(a.Topic, a.Bytes, now.Sub(time.Unix(0, a.Stamp)), now.Sub(a.Sent))
+	if due, tail := s.fenceDue(); due && !tail {
+		s.requestCheck()
+	}
 	return nil
 }
 
@@ -949,7 +1042,7 @@ func (s *session) finish(cause error) {
 	verify := !errors.Is(cause, replication.ErrCatalogChanged)
 	s.eos.end(cause)
 	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) || isFatal {
-		for (s.tr.InFlight() > 0 || (verify && s.tr.Confirmed() > s.verified && !s.capLifted) || s.eos.pending()) && !s.tr.Failed() &&
+		for (s.tr.InFlight() > 0 || (verify && (s.tr.Confirmed() > s.verified && !s.capLifted || s.fenceHolds())) || s.eos.pending()) && !s.tr.Failed() &&
 			s.clock.Now().Before(s.drainBy()) && !s.forced() {
 			if s.tr.InFlight() == 0 {
 				s.requestCheck()

@@ -148,6 +148,7 @@ type simWorld struct {
 	wal     []simEntry
 	// server side
 	confirmed  checkpoint.LSN // the slot's confirmed_flush_lsn
+	fence      checkpoint.LSN // the state row's stopped_lsn
 	catChange  checkpoint.LSN // WAL position where the catalog changes (0: never)
 	missing    string         // a topic that never exists (0: none)
 	failAfter  bool           // records may fail after their retries
@@ -425,7 +426,7 @@ func (w *simWorld) undelivered(f checkpoint.LSN) string {
 func (w *simWorld) act(deadline time.Time, inReceive bool, t *simTimer) (ev replication.Event, drop bool) {
 	w.steps++
 	if w.steps > 200_000 {
-		w.fail("no end after %d steps", w.steps)
+		w.fail("no end after %d steps (confirmed %s, fence %s, end %s, faulty %v)", w.steps, w.confirmed, w.fence, w.end(), w.faulty)
 		w.requestStop()
 		w.forceStop()
 		if t != nil {
@@ -533,9 +534,13 @@ func (w *simWorld) requestStop() {
 	}
 }
 
-// caughtUp: everything is sent, acknowledged and confirmed.
+// caughtUp: everything is sent, acknowledged and confirmed; all but a tail
+// shorter than fenceSlack whose events are all delivered (none, or ones a
+// resend found in Kafka), which the fence may hold back (raising it would
+// write WAL of its own).
 func (w *simWorld) caughtUp() bool {
-	return w.stream != nil && w.stream.pos >= len(w.stream.entries) && w.confirmed >= w.end() && !w.faulty
+	return w.stream != nil && w.stream.pos >= len(w.stream.entries) && !w.faulty &&
+		(w.confirmed >= w.end() || (w.end()-w.confirmed < fenceSlack && w.undelivered(w.end()+1) == ""))
 }
 
 // checkStatusInterval is invariant 2.
@@ -673,6 +678,8 @@ func (b *simBackend) StartTopicChecker(cfg kafka.Config, wake func()) topicCheck
 func (b *simBackend) StartCatalogWatcher(cfg replication.Config, instance string, wake func()) catalogWatcher {
 	c := &simWatcher{w: b.w, results: make(chan catalogResult, 4)}
 	b.w.watcher = c
+	// The session's state row, written at its start, fences it at the slot.
+	b.w.fence = max(b.w.confirmed, simSlotStart)
 	return c
 }
 
@@ -803,6 +810,9 @@ func (s *simStream) SendStatus(ctx context.Context, confirmed checkpoint.LSN, re
 	}
 	if w.eos && confirmed > max(w.stored, simSlotStart) {
 		w.fail("invariant E3: status update confirms %s, past %s, the position Kafka committed", confirmed, w.stored)
+	}
+	if confirmed > max(w.fence, simSlotStart) {
+		w.fail("invariant F1: status update confirms %s, past %s, the fence the state row holds (a crash now would leave a slot the next start takes for moved by someone else)", confirmed, w.fence)
 	}
 	if w.catChange > 1 && confirmed > w.catChange {
 		w.fail("invariant 6: status update confirms %s, past %s where the catalog changed", confirmed, w.catChange)
@@ -952,12 +962,15 @@ func (c *simChecker) answer() bool {
 // outbox table has another OID.
 type simWatcher struct {
 	w       *simWorld
+	want    checkpoint.LSN // the fence the session asked for
+	granted checkpoint.LSN // the fence the last raise recorded
 	asked   bool
 	last    time.Time
 	results chan catalogResult
 }
 
 func (c *simWatcher) Check()                                   { c.asked = true }
+func (c *simWatcher) RaiseFence(lsn checkpoint.LSN)            { c.want, c.asked = max(c.want, lsn), true }
 func (c *simWatcher) Results() <-chan catalogResult            { return c.results }
 func (c *simWatcher) Confirmed(checkpoint.LSN, checkpoint.LSN) {}
 func (c *simWatcher) Stop(context.Context, checkpoint.LSN)     {}
@@ -984,7 +997,15 @@ func (c *simWatcher) answer() bool {
 		cat.Tables[0].OID = 1002
 		cat.CheckedAt = at
 	}
-	c.results <- catalogResult{Catalog: cat}
+	res := catalogResult{Catalog: cat}
+	if c.want > c.granted {
+		// Raised in the check's round trip, to its WAL position at least.
+		w.fence = max(w.fence, c.want, at)
+		c.granted = w.fence
+		res.Fence = w.fence
+		w.logf("fence raised to %s", w.fence)
+	}
+	c.results <- res
 	return true
 }
 

@@ -270,14 +270,7 @@ func TestServerShutdownPastTheFenceIsNotMistakenForAnAdvance(t *testing.T) {
 	env.PGCtl(t, "start", "-w", "-t", "60")
 	f.reconnect(t)
 	confirmed, _ := f.slotState(t)
-	var fenceText string
-	if err := f.checkDB.QueryRow(ctx, "SELECT stopped_lsn::text FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&fenceText); err != nil {
-		t.Fatal(err)
-	}
-	fence, err := parseLSN(fenceText)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fence := f.fence(t)
 	var ckptText string
 	var version int
 	if err := f.checkDB.QueryRow(ctx, "SELECT checkpoint_lsn::text, current_setting('server_version_num')::int FROM pg_control_checkpoint()").Scan(&ckptText, &version); err != nil {

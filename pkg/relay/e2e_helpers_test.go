@@ -110,6 +110,23 @@ func (f *fixture) slotState(t testing.TB) (confirmed checkpoint.LSN, active bool
 	return confirmed, active
 }
 
+// fence reads the state row's fence (stopped_lsn); NULL fails the test.
+func (f *fixture) fence(t testing.TB) checkpoint.LSN {
+	t.Helper()
+	var s *string
+	if err := f.checkDB.QueryRow(context.Background(), "SELECT stopped_lsn::text FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	if s == nil {
+		t.Fatal("stopped_lsn is NULL: no fence is recorded")
+	}
+	lsn, err := parseLSN(*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
 // waitStreaming waits until a walsender streams from the slot, so that what
 // the test writes next is after the slot's consistent point. A slot being
 // created is active too — held by the creating backend while it waits for

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
@@ -362,27 +361,12 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	c := env.NewConsumer(t, f.topics)
-	fence := func() checkpoint.LSN {
-		t.Helper()
-		var s *string
-		if err := f.checkDB.QueryRow(ctx, "SELECT stopped_lsn::text FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		if s == nil {
-			t.Fatal("stopped_lsn is NULL: no fence is recorded")
-		}
-		lsn, err := parseLSN(*s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lsn
-	}
 	// fenced: the slot read first, the fence after it: a fence raised
 	// before each confirmation is at or past the slot at any moment.
 	fenced := func(when string) {
 		t.Helper()
 		confirmed, _ := f.slotState(t)
-		if at := fence(); confirmed > at || confirmed == 0 {
+		if at := f.fence(t); confirmed > at || confirmed == 0 {
 			t.Fatalf("%s: slot at %s, the fence at %s: the fence must be at or past the slot", when, confirmed, at)
 		}
 	}

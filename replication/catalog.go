@@ -21,7 +21,10 @@ var ErrCatalogChanged = errors.New("replication: the publication or an outbox ta
 // starts and then every few seconds, and compares: any change that can keep
 // an insert out of the stream (the publication dropped or recreated, a table
 // dropped, recreated, renamed or removed from the publication, inserts no
-// longer published, a row filter or column list added) stops it.
+// longer published, a row filter or column list added) stops it, and so
+// does one that leaves no trace in the catalog's state but may have done so
+// for a while (a table taken out of the publication and put back, the
+// publication's options changed and changed back).
 type Catalog struct {
 	// CheckedAt is the server's WAL position read before the catalog: every
 	// DDL committed before it is reflected here.
@@ -31,7 +34,13 @@ type Catalog struct {
 	AllTables   bool
 	Insert      bool
 	ViaRoot     bool // publish_via_partition_root
-	Tables      []TableInfo
+	// PublicationXmin is the transaction that last wrote the publication's
+	// catalog row (pg_publication.xmin): every ALTER PUBLICATION ... SET
+	// (publish = ..., ...) writes it, and nothing else pgoutbox meets does
+	// (adding or dropping other tables writes other rows). Inserts
+	// unpublished for a while and published again leave no other trace.
+	PublicationXmin uint32
+	Tables          []TableInfo
 }
 
 // TableInfo describes one configured outbox table in a Catalog.
@@ -50,6 +59,13 @@ type TableInfo struct {
 	// RowFilter and ColumnList say the publication filters the table's
 	// rows or columns (PostgreSQL 15+), which keeps events out silently.
 	RowFilter, ColumnList bool
+	// Membership identifies what makes the publication carry the table:
+	// the OID of its pg_publication_rel row and of its schema's
+	// pg_publication_namespace row (0 where there is none). A table taken
+	// out of the publication and put back, or given another row filter or
+	// column list, has a new row and so a new OID: the inserts committed
+	// while it was out were never decoded, and nothing else tells.
+	Membership Membership
 	// Partitions are the table's partitions at every level (none for an
 	// ordinary table), with the few facts that can keep their rows out of
 	// the WAL.
@@ -69,6 +85,24 @@ type PartitionInfo struct {
 	Name        string // schema.table
 	Kind        byte   // 'r', 'p' or 'f' (a foreign table: its rows are not in this WAL)
 	Persistence byte
+	// RowFilter and ColumnList say the publication lists the partition
+	// itself with a row filter or a column list: without
+	// publish_via_partition_root, pgoutput applies the partition's own.
+	RowFilter, ColumnList bool
+}
+
+// Membership is a table's pg_publication_rel and pg_publication_namespace
+// row OIDs in a publication (see TableInfo.Membership).
+type Membership struct {
+	Rel, Schema uint32
+}
+
+// Kept says the table stayed in the publication from was to m without a
+// break: by the same row of pg_publication_rel, or of its schema in
+// pg_publication_namespace. A publication FOR ALL TABLES has no such rows
+// (it is the same publication throughout, which Changes checks).
+func (m Membership) Kept(was Membership) bool {
+	return was.Rel != 0 && was.Rel == m.Rel || was.Schema != 0 && was.Schema == m.Schema
 }
 
 // Table returns the configured table named name, if any.
@@ -97,19 +131,26 @@ func (c *Catalog) Root(oid uint32) (string, bool) {
 	return "", false
 }
 
-const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1`
+const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, xmin::text::bigint FROM pg_publication WHERE pubname = $1`
 
 // catalogTableSQL reads one table by schema and name: its OID, kind and
-// persistence, whether the publication carries it and filters it, and its
-// partitions as a text array of "oid:kind:persistence:schema.name", and the
-// tables that inherit from it without being partitions.
+// persistence, whether the publication carries it and filters it, the OIDs
+// of its membership rows, its partitions as a text array of
+// "oid:kind:persistence:filtered:schema.name" (filtered: "r" for a row
+// filter, "c" for a column list of the partition's own), and the tables
+// that inherit from it without being partitions.
 const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	($3::oid <> 0 AND (p.puballtables
 		OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
 		OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace))),
 	EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid AND r.prqual IS NOT NULL),
 	EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid AND r.prattrs IS NOT NULL),
-	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':' || pn.nspname || '.' || pc.relname
+	coalesce((SELECT r.oid FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid), 0),
+	coalesce((SELECT pn.oid FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace), 0),
+	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':'
+			|| coalesce((SELECT CASE WHEN r.prqual IS NOT NULL THEN 'r' ELSE '' END || CASE WHEN r.prattrs IS NOT NULL THEN 'c' ELSE '' END
+				FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = t.relid), '')
+			|| ':' || pn.nspname || '.' || pc.relname
 		FROM pg_partition_tree(c.oid) t JOIN pg_class pc ON pc.oid = t.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace
 		WHERE t.relid <> c.oid ORDER BY t.relid),
 	ARRAY(WITH RECURSIVE d(oid) AS (
@@ -141,7 +182,9 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 		return c, fmt.Errorf("replication: read the catalog: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	err = tx.QueryRow(ctx, catalogPublicationSQL, cfg.Publication).Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot)
+	var xmin int64
+	err = tx.QueryRow(ctx, catalogPublicationSQL, cfg.Publication).Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot, &xmin)
+	c.PublicationXmin = uint32(xmin)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return c, fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
 	}
@@ -151,7 +194,7 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 		var kind, persistence string
 		var parts []string
 		err := tx.QueryRow(ctx, catalogTableSQL, schema, table, c.Publication).Scan(
-			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &parts, &t.Inheritors)
+			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -172,15 +215,16 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 }
 
 func parsePartition(s string) (PartitionInfo, error) {
-	f := strings.SplitN(s, ":", 4)
-	if len(f) != 4 || len(f[1]) != 1 || len(f[2]) != 1 {
+	f := strings.SplitN(s, ":", 5)
+	if len(f) != 5 || len(f[1]) != 1 || len(f[2]) != 1 {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition row %q", s)
 	}
 	var oid uint32
 	if _, err := fmt.Sscan(f[0], &oid); err != nil {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition OID in %q", s)
 	}
-	return PartitionInfo{OID: oid, Kind: f[1][0], Persistence: f[2][0], Name: f[3]}, nil
+	return PartitionInfo{OID: oid, Kind: f[1][0], Persistence: f[2][0], Name: f[4],
+		RowFilter: strings.Contains(f[3], "r"), ColumnList: strings.Contains(f[3], "c")}, nil
 }
 
 // Problems lists what, in this catalog alone, keeps inserts into an outbox
@@ -228,6 +272,15 @@ func (c *Catalog) Problems(cfg Config) []string {
 				out = append(out, fmt.Sprintf("partition %s of outbox table %s is %s: its rows are never written to the WAL: ALTER TABLE %s SET LOGGED",
 					p.Name, t.Name, persistenceName(p.Persistence), quoteTable(p.Name)))
 			}
+			// Through the root, PostgreSQL applies the root's filters.
+			if !c.ViaRoot && p.RowFilter {
+				out = append(out, fmt.Sprintf("publication %q has a row filter (WHERE) on partition %s of outbox table %s, which applies without publish_via_partition_root: rows it filters out are never sent, so events would be lost silently: ALTER PUBLICATION %s DROP TABLE %s",
+					cfg.Publication, p.Name, t.Name, pub, quoteTable(p.Name)))
+			}
+			if !c.ViaRoot && p.ColumnList {
+				out = append(out, fmt.Sprintf("publication %q publishes only some columns of partition %s of outbox table %s: ALTER PUBLICATION %s DROP TABLE %s",
+					cfg.Publication, p.Name, t.Name, pub, quoteTable(p.Name)))
+			}
 		}
 	}
 	return out
@@ -259,6 +312,9 @@ func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
 	if now.ViaRoot != c.ViaRoot && c.Partitioned() {
 		out = append(out, fmt.Sprintf("publication %q changed publish_via_partition_root from %v to %v: partitions' changes now report under other names", cfg.Publication, c.ViaRoot, now.ViaRoot))
 	}
+	if now.Publication == c.Publication {
+		out = append(out, now.alteredPublication(c.PublicationXmin, "the session started", cfg)...)
+	}
 	for _, t := range c.Tables {
 		n, _ := now.Table(t.Name)
 		switch {
@@ -266,6 +322,8 @@ func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
 			out = append(out, fmt.Sprintf("outbox table %s was dropped or renamed", t.Name))
 		case n.OID != t.OID:
 			out = append(out, fmt.Sprintf("outbox table %s was dropped and created again (OID %d, now %d): the new table's rows are not in the stream", t.Name, t.OID, n.OID))
+		case now.Publication == c.Publication:
+			out = append(out, now.leftPublication(t.Name, t.Membership, n.Membership, "the session started", cfg)...)
 		}
 	}
 	for _, p := range now.Problems(cfg) {
@@ -274,6 +332,30 @@ func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
 		}
 	}
 	return out
+}
+
+// alteredPublication describes the publication's catalog row written since
+// (xmin, read when the session started or recorded in the state table):
+// none when it is the same, or when nothing was recorded.
+func (c *Catalog) alteredPublication(was uint32, since string, cfg Config) []string {
+	if was == 0 || c.PublicationXmin == 0 || was == c.PublicationXmin {
+		return nil
+	}
+	return []string{fmt.Sprintf("publication %q was altered since %s (ALTER PUBLICATION ... SET: its catalog row was written by transaction %d, before by %d): if it did not publish inserts for a while, the events committed then were never decoded, and no trace of that remains",
+		cfg.Publication, since, c.PublicationXmin, was)}
+}
+
+// leftPublication describes a table whose membership in the publication
+// (was, now) did not last throughout: it was taken out and put back, or its
+// row filter or column list changed. A publication FOR ALL TABLES, or
+// nothing recorded, tells nothing.
+func (c *Catalog) leftPublication(table string, was, now Membership, since string, cfg Config) []string {
+	// Out now is a problem of its own (Problems): not in the publication.
+	if c.AllTables || was == (Membership{}) || now == (Membership{}) || now.Kept(was) {
+		return nil
+	}
+	return []string{fmt.Sprintf("outbox table %s was taken out of publication %q and put back since %s, or its row filter or column list changed (pg_publication_rel row %d, now %d; schema's pg_publication_namespace row %d, now %d): inserts committed while it was out were never decoded, and no trace of that remains",
+		table, cfg.Publication, since, was.Rel, now.Rel, was.Schema, now.Schema)}
 }
 
 func persistenceName(p byte) string {

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -71,5 +72,94 @@ func TestCatalogChangesTellARecreatedTableAndPublication(t *testing.T) {
 	}
 	if r, ok := attached.Root(20); !ok || r != "public.outbox" {
 		t.Errorf("Root(partition) = %q, %v", r, ok)
+	}
+}
+
+// TestCatalogChangesTellWhatLeftNoTrace: a table taken out of the
+// publication and put back (a new membership row), and the publication's
+// options changed and changed back (its row written), look the same as
+// before in every other column; both are changes, at a running check and
+// against the state row at the next start. A membership kept by either of
+// its rows, an added schema membership, and a publication FOR ALL TABLES
+// are not.
+func TestCatalogChangesTellWhatLeftNoTrace(t *testing.T) {
+	cfg := DefaultConfig()
+	table := TableInfo{Name: "public.outbox", OID: 10, Kind: 'r', Persistence: 'p', Published: true, Membership: Membership{Rel: 100}}
+	start := Catalog{Publication: 1, Insert: true, PublicationXmin: 500, Tables: []TableInfo{table}}
+	with := func(f func(c *Catalog)) Catalog {
+		c := start
+		c.Tables = slices.Clone(start.Tables)
+		f(&c)
+		return c
+	}
+	var recorded State
+	recorded.SetCatalog(&start)
+	cases := []struct {
+		name string
+		now  Catalog
+		want string // "" for no change
+	}{
+		{"same", start, ""},
+		{"put back", with(func(c *Catalog) { c.Tables[0].Membership.Rel = 101 }), "was taken out of publication \"pgoutbox\" and put back"},
+		{"kept by its schema", with(func(c *Catalog) {
+			c.Tables[0].Membership = Membership{Rel: 101, Schema: 200}
+		}), "was taken out of publication"},
+		{"schema added beside", with(func(c *Catalog) { c.Tables[0].Membership.Schema = 200 }), ""},
+		{"options altered", with(func(c *Catalog) { c.PublicationXmin = 501 }), "publication \"pgoutbox\" was altered"},
+	}
+	for _, c := range cases {
+		for _, way := range []struct {
+			name string
+			got  []string
+		}{
+			{"running", start.Changes(&c.now, cfg)},
+			{"at start", recorded.ChangesSince(&c.now, cfg)},
+		} {
+			got := strings.Join(way.got, "; ")
+			if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+				t.Errorf("%s, %s: changes %q, want one saying %q", c.name, way.name, got, c.want)
+			}
+		}
+	}
+	// Kept by the schema's row while the table's own went and came back.
+	bySchema := with(func(c *Catalog) { c.Tables[0].Membership = Membership{Rel: 100, Schema: 200} })
+	back := with(func(c *Catalog) { c.Tables[0].Membership = Membership{Rel: 101, Schema: 200} })
+	if ch := bySchema.Changes(&back, cfg); len(ch) != 0 {
+		t.Errorf("a table kept in by its schema reported as %q", ch)
+	}
+	// FOR ALL TABLES has no membership rows; nothing recorded tells nothing.
+	all := Catalog{Publication: 1, Insert: true, AllTables: true, PublicationXmin: 500, Tables: []TableInfo{{Name: "public.outbox", OID: 10, Kind: 'r', Persistence: 'p', Published: true}}}
+	if ch := all.Changes(&all, cfg); len(ch) != 0 {
+		t.Errorf("FOR ALL TABLES reported as %q", ch)
+	}
+	old := State{PublicationOID: 1, TableOIDs: map[string]uint32{"public.outbox": 10}}
+	if ch := old.ChangesSince(&cases[1].now, cfg); len(ch) != 0 {
+		t.Errorf("a state row without membership reported %q", ch)
+	}
+}
+
+// TestCatalogProblemsNameAPartitionsOwnFilter: without
+// publish_via_partition_root, pgoutput applies a partition's own row filter
+// or column list; through the root it does not.
+func TestCatalogProblemsNameAPartitionsOwnFilter(t *testing.T) {
+	cfg := DefaultConfig()
+	cat := Catalog{Publication: 1, Insert: true, Tables: []TableInfo{{Name: "public.outbox", OID: 10, Kind: 'p', Persistence: 'p', Published: true,
+		Partitions: []PartitionInfo{{OID: 11, Name: "public.outbox_1", Kind: 'r', Persistence: 'p', RowFilter: true, ColumnList: true}}}}}
+	got := strings.Join(cat.Problems(cfg), "; ")
+	for _, want := range []string{"row filter (WHERE) on partition public.outbox_1", "only some columns of partition public.outbox_1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems %q lack %q", got, want)
+		}
+	}
+	cat.ViaRoot = true
+	if p := cat.Problems(cfg); len(p) != 0 {
+		t.Errorf("through the root: problems %q", p)
+	}
+	p, err := parsePartition("11:r:p:rc:public.outbox_1")
+	if err != nil || !p.RowFilter || !p.ColumnList || p.Name != "public.outbox_1" || p.OID != 11 {
+		t.Errorf("parsePartition: %+v, %v", p, err)
+	}
+	if p, err := parsePartition("12:r:p::s.a:b"); err != nil || p.RowFilter || p.ColumnList || p.Name != "s.a:b" {
+		t.Errorf("parsePartition of a name with a colon: %+v, %v", p, err)
 	}
 }

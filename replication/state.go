@@ -56,6 +56,14 @@ type State struct {
 	// Publication is the publication's name (for the guard of migrate
 	// --guard, which sees only names once a publication is dropped).
 	Publication string
+	// PublicationXmin and Membership are the publication's catalog row
+	// and the outbox tables' membership rows the last session streamed
+	// with (see Catalog): a table taken out of the publication and put
+	// back, or inserts unpublished for a while, while pgoutbox was stopped,
+	// are found out at the next start. Zero and nil when none were
+	// recorded (a version from before them).
+	PublicationXmin uint32
+	Membership      map[string]Membership
 	// RetiredOIDs are the OIDs of outbox tables that were dropped and
 	// created again (recorded by migrate --accept-catalog), by the table's
 	// name: rows of the old table may still be in the WAL to read.
@@ -124,11 +132,20 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	table_oids         jsonb,
 	publication_name   text,
 	retired_oids       jsonb,
-	stopped_lsn        pg_lsn
+	stopped_lsn        pg_lsn,
+	membership         jsonb
 )`
 
-// stateAddStoppedDDL adds stopped_lsn to a state table made before it.
-const stateAddStoppedDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn pg_lsn`
+// stateAddColumnsDDL adds the columns of later versions to a state table
+// made before them.
+const stateAddColumnsDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn pg_lsn, ADD COLUMN IF NOT EXISTS membership jsonb`
+
+// membershipRecord is the membership column: what State.PublicationXmin and
+// State.Membership hold.
+type membershipRecord struct {
+	PublicationXmin uint32                `json:"publication_xmin"`
+	Tables          map[string]Membership `json:"tables"`
+}
 
 // StateTableDDL returns the statements that create the state table, or
 // bring one made by an earlier version up to date.
@@ -137,7 +154,7 @@ func StateTableDDL(table string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("replication: state.table: %w", err)
 	}
-	return fmt.Sprintf(stateDDL, q) + ";\n" + fmt.Sprintf(stateAddStoppedDDL, q), nil
+	return fmt.Sprintf(stateDDL, q) + ";\n" + fmt.Sprintf(stateAddColumnsDDL, q), nil
 }
 
 // EnsureStateTable creates the state table unless it exists. A role that may
@@ -148,20 +165,20 @@ func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 		return fmt.Errorf("replication: look up state table %s: %w", table, err)
 	}
 	if exists {
-		// A table made by an earlier version lacks stopped_lsn: add it when
-		// this role may (it owns the table), or go on without the check
-		// it serves (pgoutbox migrate adds it).
-		var has bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
-			AND attname = 'stopped_lsn' AND NOT attisdropped)`, quoteTable(table)).Scan(&has); err != nil {
+		// A table made by an earlier version lacks stopped_lsn or
+		// membership: add them when this role may (it owns the table), or
+		// go on without the checks they serve (pgoutbox migrate adds them).
+		var has int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
+			AND attname IN ('stopped_lsn', 'membership') AND NOT attisdropped`, quoteTable(table)).Scan(&has); err != nil {
 			return fmt.Errorf("replication: look up state table %s: %w", table, err)
 		}
-		if !has {
+		if has < 2 {
 			q, err := qualifiedIdent(table)
 			if err != nil {
 				return err
 			}
-			_, _ = conn.Exec(ctx, fmt.Sprintf(stateAddStoppedDDL, q))
+			_, _ = conn.Exec(ctx, fmt.Sprintf(stateAddColumnsDDL, q))
 		}
 		return nil
 	}
@@ -190,13 +207,19 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	var confirmed string
 	var pubOID *uint32
 	var stopped *string
-	// stopped_lsn through to_jsonb: a table made before it has no such
-	// column, and reads as never stopped.
+	var membership *membershipRecord
+	// stopped_lsn and membership through to_jsonb: a table made before
+	// them has no such columns, and reads as never stopped and with no
+	// membership recorded.
 	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
 		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids,
-		coalesce(publication_name, ''), retired_oids, to_jsonb(st) ->> 'stopped_lsn' FROM `+q+` AS st WHERE slot_name = $1`, slot).Scan(
+		coalesce(publication_name, ''), retired_oids, to_jsonb(st) ->> 'stopped_lsn', to_jsonb(st) -> 'membership'
+		FROM `+q+` AS st WHERE slot_name = $1`, slot).Scan(
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
-		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs, &stopped)
+		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs, &stopped, &membership)
+	if membership != nil {
+		s.PublicationXmin, s.Membership = membership.PublicationXmin, membership.Tables
+	}
 	if pubOID != nil {
 		s.PublicationOID = *pubOID
 	}
@@ -225,8 +248,9 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	return s, true, nil
 }
 
-// writeStateSQL upserts a state row; its verbs fill in stopped_lsn's
-// column, value and update, or nothing for a table made before it.
+// writeStateSQL upserts a state row; its verbs fill in the later columns'
+// names, values and updates (stateLater), or fewer for a table made before
+// them.
 const writeStateSQL = `INSERT INTO %[1]s (slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn,
 		confirmed_lsn, confirmed_at, instance, session_started_at, note, publication_oid, table_oids, publication_name, retired_oids%[2]s)
 		VALUES ($1, $2, $3, $4, $5, $6::pg_lsn, $7::pg_lsn, $8, $9, $10, $11, $12, $13, $14, $15%[3]s)
@@ -258,11 +282,26 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 		l := s.StoppedLSN.String()
 		stopped = &l
 	}
+	var membership *membershipRecord
+	if s.Membership != nil {
+		membership = &membershipRecord{PublicationXmin: s.PublicationXmin, Tables: s.Membership}
+	}
 	args := []any{s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
-		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped}
-	_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, ", stopped_lsn", ", $16::pg_lsn", ", stopped_lsn = EXCLUDED.stopped_lsn"), args...)
-	if undefinedColumn(err) { // a table made before stopped_lsn
-		_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, "", "", ""), args[:15]...)
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped, membership}
+	// The later columns, newest last: a table made before one of them
+	// (whose owner did not let this role add it) is written without it and
+	// those after it.
+	for n := len(stateLater); ; n-- {
+		var cols, vals, sets string
+		for i, c := range stateLater[:n] {
+			cols += ", " + c.name
+			vals += fmt.Sprintf(", $%d%s", 16+i, c.cast)
+			sets += ", " + c.name + " = EXCLUDED." + c.name
+		}
+		_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, cols, vals, sets), args[:15+n]...)
+		if n == 0 || !undefinedColumn(err) {
+			break
+		}
 	}
 	if err != nil {
 		var pe *pgconn.PgError
@@ -272,6 +311,13 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 		return fmt.Errorf("replication: write state of slot %q to %s: %w", s.Slot, table, err)
 	}
 	return nil
+}
+
+// stateLater are the state table's columns added after its first version,
+// in the order they were added.
+var stateLater = []struct{ name, cast string }{
+	{"stopped_lsn", "::pg_lsn"},
+	{"membership", ""},
 }
 
 // RecordConfirmed moves the recorded confirmed position of slot forward to
@@ -392,13 +438,17 @@ func qualifiedIdent(name string) (string, error) {
 	return quoteIdent(schema) + "." + quoteIdent(table), nil
 }
 
-// CatalogOIDs returns the OIDs to record for c.
-func CatalogOIDs(c *Catalog) (uint32, map[string]uint32) {
-	m := make(map[string]uint32, len(c.Tables))
+// SetCatalog records in s the catalog c a session streams with: the
+// publication's and tables' OIDs, the publication's row version and the
+// tables' membership.
+func (s *State) SetCatalog(c *Catalog) {
+	s.PublicationOID, s.PublicationXmin = c.Publication, c.PublicationXmin
+	s.TableOIDs = make(map[string]uint32, len(c.Tables))
+	s.Membership = make(map[string]Membership, len(c.Tables))
 	for _, t := range c.Tables {
-		m[t.Name] = t.OID
+		s.TableOIDs[t.Name] = t.OID
+		s.Membership[t.Name] = t.Membership
 	}
-	return c.Publication, m
 }
 
 // ChangesSince describes how c differs from the OIDs the last session
@@ -412,9 +462,17 @@ func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
 		out = append(out, fmt.Sprintf("publication %q was dropped and created again since pgoutbox last streamed (OID %d, now %d): PostgreSQL may have skipped the changes committed in between",
 			cfg.Publication, s.PublicationOID, c.Publication))
 	}
+	const since = "pgoutbox last streamed"
+	if s.PublicationOID == c.Publication {
+		out = append(out, c.alteredPublication(s.PublicationXmin, since, cfg)...)
+	}
 	for _, t := range c.Tables {
-		if was, ok := s.TableOIDs[t.Name]; ok && was != t.OID {
-			out = append(out, fmt.Sprintf("outbox table %s was dropped and created again since pgoutbox last streamed (OID %d, now %d): rows written before it was in the publication were not in the stream", t.Name, was, t.OID))
+		was, ok := s.TableOIDs[t.Name]
+		switch {
+		case ok && was != t.OID:
+			out = append(out, fmt.Sprintf("outbox table %s was dropped and created again since %s (OID %d, now %d): rows written before it was in the publication were not in the stream", t.Name, since, was, t.OID))
+		case ok && s.PublicationOID == c.Publication:
+			out = append(out, c.leftPublication(t.Name, s.Membership[t.Name], t.Membership, since, cfg)...)
 		}
 	}
 	return out

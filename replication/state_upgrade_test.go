@@ -2,66 +2,94 @@ package replication_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
-// TestStateTableOfAnEarlierVersion: a state table made before stopped_lsn
-// keeps working (writes and reads go on without the column, and where the
-// session stopped is not recorded), and EnsureStateTable adds the column
-// for a role that owns the table; from then on the stop is kept, and a
-// session's own record clears it.
+// TestStateTableOfAnEarlierVersion: a state table made before stopped_lsn,
+// or before membership, keeps working (writes and reads go on without the
+// missing columns, and what they keep is not recorded), and
+// EnsureStateTable adds them for a role that owns the table; from then on
+// the stop and the membership are kept, and a session's own record clears
+// the stop.
 func TestStateTableOfAnEarlierVersion(t *testing.T) {
 	env := testenv.Require(t)
 	conn := connectStats(t, env.NewDatabase(t))
 	ctx := context.Background()
-	const table = "public.state_old"
-	ddl, err := replication.StateTableDDL(table)
+	ddl, err := replication.StateTableDDL("public.state_x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	create, _, ok := strings.Cut(ddl, ";")
-	old := strings.Replace(create, ",\n\tstopped_lsn        pg_lsn", "", 1)
-	if !ok || old == create {
+	const stoppedCol, membershipCol = ",\n\tstopped_lsn        pg_lsn", ",\n\tmembership         jsonb"
+	if !ok || !strings.Contains(create, stoppedCol) || !strings.Contains(create, membershipCol) {
 		t.Fatalf("unexpected DDL %q", ddl)
 	}
-	if _, err := conn.Exec(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	st := replication.State{Slot: "s1", SystemIdentifier: "1", Database: "db", Timeline: 1, ConfirmedLSN: 0x100,
-		ConfirmedAt: time.Now(), Instance: "a", SessionStartedAt: time.Now(), StoppedLSN: 0x200}
-	if err := replication.WriteState(ctx, conn, table, st); err != nil {
-		t.Fatalf("write to the old table: %v", err)
-	}
-	if err := replication.RecordStopped(ctx, conn, table, "s1", "a", 0x300); err != nil {
-		t.Fatalf("record the stop in the old table: %v", err)
-	}
-	got, had, err := replication.ReadState(ctx, conn, table, "s1")
-	if err != nil || !had || got.StoppedLSN != 0 || got.ConfirmedLSN != 0x100 {
-		t.Fatalf("read the old table: %+v %v %v, want the row without a stop", got, had, err)
-	}
+	for i, c := range []struct {
+		name     string
+		drop     []string
+		hasFence bool
+	}{
+		{"before stopped_lsn", []string{stoppedCol, membershipCol}, false},
+		{"before membership", []string{membershipCol}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			table := fmt.Sprintf("public.state_old%d", i)
+			old := strings.Replace(create, `"state_x"`, fmt.Sprintf(`"state_old%d"`, i), 1)
+			for _, col := range c.drop {
+				old = strings.Replace(old, col, "", 1)
+			}
+			if _, err := conn.Exec(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+			st := replication.State{Slot: "s1", SystemIdentifier: "1", Database: "db", Timeline: 1, ConfirmedLSN: 0x100,
+				ConfirmedAt: time.Now(), Instance: "a", SessionStartedAt: time.Now(), StoppedLSN: 0x200,
+				PublicationOID: 7, PublicationXmin: 900, TableOIDs: map[string]uint32{"public.outbox": 8},
+				Membership: map[string]replication.Membership{"public.outbox": {Rel: 9}}}
+			if err := replication.WriteState(ctx, conn, table, st); err != nil {
+				t.Fatalf("write to the old table: %v", err)
+			}
+			if err := replication.RecordStopped(ctx, conn, table, "s1", "a", 0x300); err != nil {
+				t.Fatalf("record the stop in the old table: %v", err)
+			}
+			got, had, err := replication.ReadState(ctx, conn, table, "s1")
+			wantStop := checkpoint.LSN(0)
+			if c.hasFence {
+				wantStop = 0x300
+			}
+			if err != nil || !had || got.StoppedLSN != wantStop || got.ConfirmedLSN != 0x100 || got.Membership != nil || got.PublicationXmin != 0 || got.TableOIDs["public.outbox"] != 8 {
+				t.Fatalf("read the old table: %+v %v %v, want the row without membership, stopped at %s", got, had, err, wantStop)
+			}
 
-	if err := replication.EnsureStateTable(ctx, conn, table); err != nil {
-		t.Fatal(err)
-	}
-	if err := replication.RecordStopped(ctx, conn, table, "s1", "a", 0x300); err != nil {
-		t.Fatal(err)
-	}
-	if err := replication.RecordStopped(ctx, conn, table, "s1", "b", 0x400); err != nil { // not b's row
-		t.Fatal(err)
-	}
-	if got, _, err = replication.ReadState(ctx, conn, table, "s1"); err != nil || got.StoppedLSN != 0x300 {
-		t.Fatalf("after the upgrade: stopped %s (%v), want 0/300", got.StoppedLSN, err)
-	}
-	st.StoppedLSN = 0 // a new session
-	if err := replication.WriteState(ctx, conn, table, st); err != nil {
-		t.Fatal(err)
-	}
-	if got, _, err = replication.ReadState(ctx, conn, table, "s1"); err != nil || got.StoppedLSN != 0 {
-		t.Fatalf("a session's record: stopped %s (%v), want none", got.StoppedLSN, err)
+			if err := replication.EnsureStateTable(ctx, conn, table); err != nil {
+				t.Fatal(err)
+			}
+			if err := replication.WriteState(ctx, conn, table, st); err != nil {
+				t.Fatal(err)
+			}
+			if err := replication.RecordStopped(ctx, conn, table, "s1", "a", 0x300); err != nil {
+				t.Fatal(err)
+			}
+			if err := replication.RecordStopped(ctx, conn, table, "s1", "b", 0x400); err != nil { // not b's row
+				t.Fatal(err)
+			}
+			got, _, err = replication.ReadState(ctx, conn, table, "s1")
+			if err != nil || got.StoppedLSN != 0x300 || got.PublicationXmin != 900 || got.Membership["public.outbox"] != (replication.Membership{Rel: 9}) {
+				t.Fatalf("after the upgrade: %+v (%v), want stopped at 0/300 and the membership", got, err)
+			}
+			st.StoppedLSN = 0 // a new session
+			if err := replication.WriteState(ctx, conn, table, st); err != nil {
+				t.Fatal(err)
+			}
+			if got, _, err = replication.ReadState(ctx, conn, table, "s1"); err != nil || got.StoppedLSN != 0 {
+				t.Fatalf("a session's record: stopped %s (%v), want none", got.StoppedLSN, err)
+			}
+		})
 	}
 }

@@ -601,7 +601,7 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 			st.RetiredOIDs[was] = t.Name
 		}
 	}
-	st.PublicationOID, st.TableOIDs = replication.CatalogOIDs(&cat)
+	st.SetCatalog(&cat)
 	st.Publication = pcfg.Publication
 	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
 	return replication.WriteState(ctx, conn, pcfg.StateTable, st)

@@ -222,6 +222,11 @@ func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
 		// with (inserts into this one would pass unseen).
 		{"table inheriting from the outbox created", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", false},
 		{"table inheriting from the outbox created while stopped", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", true},
+		// Changes undone before a check: the catalog looks as before, but
+		// the event written in between (at |) was never decoded.
+		{"table taken out of the publication and put back", "ALTER PUBLICATION $PUB DROP TABLE outbox | ALTER PUBLICATION $PUB ADD TABLE outbox", "was taken out of publication", false},
+		{"table taken out of the publication and put back while stopped", "ALTER PUBLICATION $PUB DROP TABLE outbox | ALTER PUBLICATION $PUB ADD TABLE outbox", "was taken out of publication", true},
+		{"inserts unpublished and published again while stopped", "ALTER PUBLICATION $PUB SET (publish = 'update') | ALTER PUBLICATION $PUB SET (publish = 'insert')", "was altered since pgoutbox last streamed", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, env, 1)
@@ -235,8 +240,31 @@ func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
 					t.Fatalf("Run: %v", err)
 				}
 			}
-			f.exec(t, strings.ReplaceAll(c.ddl, "$PUB", f.pub))
-			after := f.walLSN(t)
+			ddl := strings.ReplaceAll(c.ddl, "$PUB", f.pub)
+			steps := strings.Split(ddl, "|")
+			var after checkpoint.LSN
+			switch {
+			case len(steps) == 1:
+				f.exec(t, ddl)
+				after = f.walLSN(t)
+			case !c.restart:
+				// One transaction, so that no check can see the table out,
+				// with an event (never decoded) in the middle.
+				f.exec(t, strings.Join(steps, fmt.Sprintf(`; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+					VALUES ('00000000-0000-4000-8000-000900000000', '%s', 'k', 'T', '{}'); `, f.shape.AggregateTypes[0])))
+				after = f.walLSN(t)
+			default:
+				for i, step := range steps {
+					if i > 0 {
+						f.insertEvents(t, "0009", 1, nil)
+					}
+					f.exec(t, step)
+					if i == 0 {
+						// The slot stays where the stop left it, before this.
+						after = f.walLSN(t)
+					}
+				}
+			}
 			// Writes after the change, and other WAL for idle keepalives to
 			// report, which must not be confirmed either.
 			f.insertEvents(t, "0002", 5, nil)

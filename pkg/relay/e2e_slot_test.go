@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -435,4 +436,52 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	run("fifth.log", 35, 5, true) // a SIGKILL and a start: nothing moved the slot
 	advance("sixth.log", 36)
 	run("seventh.log", 37, 5, false)
+}
+
+// TestAcceptCatalogRecordsAMembershipPutBack: the outbox table taken out of
+// the publication and put back while pgoutbox was stopped left the catalog
+// as it was, but the event written in between was never decoded; the next
+// start refuses, naming it, until `migrate --accept-catalog` records the
+// new membership, and then streaming goes on with the events written after.
+func TestAcceptCatalogRecordsAMembershipPutBack(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 23)
+	c := env.NewConsumer(t, f.topics)
+	p := startBinary(t, f, "first.log")
+	for i := 0; i < 5; i++ {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+	p.terminate(t, time.Minute)
+	pub := pgx.Identifier{f.pub}.Sanitize()
+	if _, err := f.checkDB.Exec(ctx, "ALTER PUBLICATION "+pub+" DROP TABLE outbox"); err != nil {
+		t.Fatal(err)
+	}
+	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 24)
+	if err := lost.Txn(ctx); err != nil { // never decoded
+		t.Fatal(err)
+	}
+	if _, err := f.checkDB.Exec(ctx, "ALTER PUBLICATION "+pub+" ADD TABLE outbox"); err != nil {
+		t.Fatal(err)
+	}
+	startRefused(t, f, "second.log", "with the table taken out of the publication and put back", "was taken out of publication", "migrate --accept-catalog")
+
+	cmd := exec.Command(pgoutboxBinary(t), "migrate", "--accept-catalog")
+	cmd.Env = f.environ()
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted: outbox table public.outbox was taken out of publication") {
+		t.Fatalf("migrate --accept-catalog: %v\n%s", err, out)
+	}
+	third := startBinary(t, f, "third.log")
+	w2 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 25)
+	for i := 0; i < 5; i++ {
+		if err := w2.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w2, time.Minute)
+	third.terminate(t, time.Minute)
 }

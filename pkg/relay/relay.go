@@ -548,7 +548,7 @@ func sessionState(start replication.Start, publication, instance string, now tim
 		s.ConfirmedLSN = start.Slot.ConfirmedFlushLSN
 	}
 	s.ConfirmedAt = now
-	s.PublicationOID, s.TableOIDs = replication.CatalogOIDs(&start.Catalog)
+	s.SetCatalog(&start.Catalog)
 	s.Publication = publication
 	s.Instance = instance
 	s.SessionStartedAt = now

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -10,10 +11,12 @@ import (
 // PeekInserted reads the slot's pending changes up to upto without
 // consuming them (pg_logical_slot_peek_binary_changes, pgoutput protocol
 // v1 with the publication) and returns the text of column for every row
-// inserted into table (schema.table) by a transaction committed after the
-// slot's confirmed position and at or before upto: the inserts the slot
-// has not relayed. q runs the query: a connection, or a transaction whose
-// snapshot the caller wants it in.
+// inserted into table (schema.table), or into any of its partitions (a
+// publication without publish_via_partition_root reports them under their
+// own names), by a transaction committed after the slot's confirmed
+// position and at or before upto: the inserts the slot has not relayed. q
+// runs the query: a connection, or a transaction whose snapshot the caller
+// wants it in.
 //
 // The slot must not be in use: a walsender holding it makes the peek fail.
 func PeekInserted(ctx context.Context, q interface {
@@ -21,6 +24,21 @@ func PeekInserted(ctx context.Context, q interface {
 }, slot, publication, table, column string, upto LSN) ([]string, error) {
 	if err := ValidateSlotName(slot); err != nil {
 		return nil, err
+	}
+	// The table and its partitions at every level, by OID: the WAL names
+	// each row's own relation.
+	// (pg_partition_tree has no rows for a table that is not partitioned.)
+	tr, err := q.Query(ctx, `SELECT to_regclass($1)::oid WHERE to_regclass($1) IS NOT NULL
+		UNION SELECT relid::oid FROM pg_partition_tree(to_regclass($1))`, quoteTable(table))
+	if err != nil {
+		return nil, fmt.Errorf("replication: partitions of %s: %w", table, err)
+	}
+	ids, err := pgx.CollectRows(tr, pgx.RowTo[uint32])
+	if err != nil {
+		return nil, fmt.Errorf("replication: partitions of %s: %w", table, err)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("replication: peek at slot %q: table %s does not exist", slot, table)
 	}
 	rows, err := q.Query(ctx, "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL, 'proto_version', '1', 'publication_names', $3)",
 		slot, upto.String(), quoteIdent(publication))
@@ -42,7 +60,7 @@ func PeekInserted(ctx context.Context, q interface {
 			return nil, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
 		}
 		c, ok := v.(*Change)
-		if !ok || c.Op != OpInsert || c.Rel.Table != table {
+		if !ok || c.Op != OpInsert || !slices.Contains(ids, c.Rel.ID) {
 			continue
 		}
 		if c.Rel != rel {
@@ -53,7 +71,7 @@ func PeekInserted(ctx context.Context, q interface {
 				}
 			}
 			if at < 0 {
-				return nil, fmt.Errorf("replication: peek at slot %q: table %s has no column %q", slot, table, column)
+				return nil, fmt.Errorf("replication: peek at slot %q: table %s has no column %q", slot, c.Rel.Table, column)
 			}
 		}
 		if at < len(c.Values) && c.Values[at] != nil {

@@ -2,7 +2,10 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,4 +153,68 @@ func TestCutoverFromWALToPollDeliversEachEventOnce(t *testing.T) {
 	}
 	t.Logf("%d events written before the poll source started, %d in all", written, w.Events())
 	exactlyOnce(t, c, f, w)
+}
+
+// TestHandoverKeepsThePendingInsertsOfPartitions: poll.handover.slot marks
+// published only the rows the slot relayed, found as those its pending
+// inserts do not name. With a publication that reports each partition under
+// its own name (no publish_via_partition_root, as Debezium's and many
+// hand-made ones), the pending inserts are the partitions', and they must
+// still count as the table's: else every row the WAL relay had not relayed
+// yet would be marked published and never reach Kafka. And a publication
+// that cannot show the pending inserts (here: none of that name, which
+// PostgreSQL 18 only warns about) stops the handover loudly.
+func TestHandoverKeepsThePendingInsertsOfPartitions(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "DROP TABLE outbox")
+	// The poll columns by hand: before PostgreSQL 17 a partitioned table
+	// has no identity column (pgoutbox migrate's seq), a sequence does.
+	f.exec(t, "CREATE SEQUENCE outbox_seq")
+	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now(),
+		seq bigint NOT NULL DEFAULT nextval('outbox_seq'), published_at timestamptz, attempts integer NOT NULL DEFAULT 0, last_error text,
+		PRIMARY KEY (id)) PARTITION BY HASH (id)`)
+	f.exec(t, "CREATE TABLE outbox_h0 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 0)")
+	f.exec(t, "CREATE TABLE outbox_h1 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 1)")
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox WITH (publish = 'insert')")
+	c := env.NewConsumer(t, f.topics[:1])
+	p := runInProcess(t, f.config())
+	f.waitStreaming(t)
+	want := f.insertEvents(t, "0001", 6, nil)
+	c.WaitFor(t, len(want), time.Minute)
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// Written while no relay runs: pending in the slot, unpublished.
+	pending := f.insertEvents(t, "0002", 6, nil)
+	want = append(want, pending...)
+
+	wrong := f.pollConfig()
+	wrong.Poll.HandoverSlot = f.slot
+	wrong.Postgres.Publication = f.pub + "_none"
+	bad := runInProcess(t, wrong)
+	err := bad.exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "cannot show them all") || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("handover through a missing publication: %v, want a fatal error saying so", err)
+	}
+	if n := f.unpublished(t); n != len(want) {
+		t.Fatalf("%d rows unpublished after the refused handover, want all %d: it marked some", n, len(want))
+	}
+
+	pcfg := f.pollConfig()
+	pcfg.Poll.HandoverSlot = f.slot
+	stop := runRelay(t, pcfg)
+	msgs := c.WaitFor(t, len(want), time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	if got := receivedIDs(msgs); !slices.Equal(got, want) {
+		t.Fatalf("received %d distinct events %v, want %d: the pending inserts of the partitions were marked published", len(got), got, len(want))
+	}
+	if confirmed, _ := f.slotState(t); confirmed != 0 {
+		t.Fatalf("the WAL source's slot is still there (confirmed %s)", confirmed)
+	}
 }

@@ -52,6 +52,21 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	if st.Active {
 		return fmt.Errorf("%w: a WAL relay still streams from slot %q (walsender PID %d); stop it (SIGTERM), and this relay takes over", errWaitingForOthers, slot, st.ActivePID)
 	}
+	// The peek sees the pending inserts only through a publication that
+	// carries every one of them: through any other (missing, which
+	// PostgreSQL 18 only warns about; without the table; not publishing
+	// inserts; filtering rows) it names fewer, and every row it does not
+	// name would be marked published without ever being relayed.
+	pcfg := r.cfg.Postgres
+	pcfg.Tables = []string{t.Name}
+	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
+	if err != nil {
+		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
+	}
+	if p := cat.Problems(pcfg); len(p) > 0 {
+		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q reads its pending inserts through publication %q (postgres.publication.name: set it to the WAL relay's), which cannot show them all, so rows it relayed cannot be told from rows it did not: %w",
+			slot, pcfg.Publication, &replication.CatalogError{Publication: pcfg.Publication, Problems: p, Err: replication.ErrCatalogUnusable})}
+	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)

@@ -136,6 +136,14 @@ func readConnector(path string) (map[string]string, error) {
 	return out, nil
 }
 
+// Debezium's PostgreSQL connector's defaults for the keys a connector JSON
+// may leave out (publication.autocreate.mode aside: see applyConnector).
+const (
+	debeziumSlot         = "debezium"
+	debeziumPublication  = "dbz_publication"
+	debeziumSnapshotMode = "initial"
+)
+
 // applyConnector sets cfg from a connector configuration. It returns the
 // keys it ignored (for one warning) or an error naming every key it cannot
 // honour.
@@ -165,14 +173,20 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	if v, ok := get("plugin.name"); ok && v != "pgoutput" {
 		refuse("plugin.name", "pgoutbox streams with pgoutput only; create a pgoutput slot (plugin.name=pgoutput)")
 	}
-	if v, ok := get("snapshot.mode"); ok {
-		switch v {
-		case "no_data", "never":
-		case "initial": // the rows already in the outbox tables, then the stream
-			cfg.Snapshot.Mode = relay.SnapshotInitial
-		default:
-			refuse("snapshot.mode", "pgoutbox publishes the outbox tables' rows once when it creates the slot (initial) or not at all (no_data); use one of those")
-		}
+	// Keys the JSON leaves out mean Debezium's defaults, as on a Connect
+	// worker: the slot and publication named so are the ones Debezium
+	// streamed from, and taking pgoutbox's own names instead would create a
+	// new slot and skip the events still pending in Debezium's.
+	v, ok := get("snapshot.mode")
+	if !ok {
+		v = debeziumSnapshotMode
+	}
+	switch v {
+	case "no_data", "never":
+	case "initial": // the rows already in the outbox tables, then the stream
+		cfg.Snapshot.Mode = relay.SnapshotInitial
+	default:
+		refuse("snapshot.mode", "pgoutbox publishes the outbox tables' rows once when it creates the slot (initial) or not at all (no_data); use one of those")
 	}
 	if v, ok := get("slot.drop.on.stop"); ok && strings.EqualFold(v, "true") {
 		refuse("slot.drop.on.stop", "dropping the slot on stop loses every event written while pgoutbox is down")
@@ -212,9 +226,11 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		cfg.Postgres.DSN = u.String()
 	}
 
+	cfg.Postgres.Slot = debeziumSlot
 	if v, ok := get("slot.name"); ok {
 		cfg.Postgres.Slot = v
 	}
+	cfg.Postgres.Publication = debeziumPublication
 	if v, ok := get("publication.name"); ok {
 		cfg.Postgres.Publication = v
 	}

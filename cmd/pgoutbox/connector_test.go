@@ -136,6 +136,36 @@ func TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot(t *testing.T) {
 	}
 }
 
+// TestConnectorWithoutSlotOrPublicationMeansDebeziumsDefaults: a connector
+// JSON that leaves out slot.name, publication.name and snapshot.mode means
+// what it means to Debezium ("debezium", "dbz_publication", "initial"):
+// with pgoutbox's own names, a migration would create a new slot and skip
+// the events pending in Debezium's. The environment still overrides them.
+func TestConnectorWithoutSlotOrPublicationMeansDebeziumsDefaults(t *testing.T) {
+	conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter}
+	cfg := defaultFileConfig()
+	cfg.Postgres.Slot, cfg.Postgres.Publication = "from_the_file", "from_the_file"
+	if _, err := applyConnector(&cfg, conn); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Postgres.Slot != "debezium" || cfg.Postgres.Publication != "dbz_publication" || cfg.Snapshot.Mode != "initial" {
+		t.Fatalf("slot %q, publication %q, snapshot.mode %q; want Debezium's defaults", cfg.Postgres.Slot, cfg.Postgres.Publication, cfg.Snapshot.Mode)
+	}
+	p := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(p, []byte(`{"connector.class": "`+postgresConnector+`", "transforms": "r", "transforms.r.type": "`+eventRouter+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newFlags("run", &bytes.Buffer{}, "")
+	c.connector = p
+	got, err := c.load(nil, []string{"PGOUTBOX_POSTGRES_SLOT_NAME=from_env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Postgres.Slot != "from_env" || got.Postgres.Publication != "dbz_publication" {
+		t.Fatalf("with the environment: slot %q, publication %q", got.Postgres.Slot, got.Postgres.Publication)
+	}
+}
+
 // TestConvertAndRunAgreeOnEveryConnector feeds the same connector
 // configurations to `convert` and to `run --connector`: convert accepts
 // exactly those that run accepts (run then fails to reach the database on

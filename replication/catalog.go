@@ -238,6 +238,16 @@ func (c *Catalog) Problems(cfg Config) []string {
 	if !c.Insert {
 		out = append(out, fmt.Sprintf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", cfg.Publication, pub))
 	}
+	if c.AllTables && !c.ViaRoot && c.Partitioned() {
+		// Rows of a partition then arrive under the partition's own name,
+		// and in a stream of every table a partition the catalog no longer
+		// lists (detached or dropped before pgoutbox read its rows, as
+		// while it is behind) cannot be told from any other table: its
+		// events would be skipped without a word. (A publication FOR TABLE
+		// carries no other tables, so there such a row stops pgoutbox.)
+		out = append(out, fmt.Sprintf("publication %q is FOR ALL TABLES and reports the changes of partitions under their own names (publish_via_partition_root is off), so the rows of a partition of an outbox table detached or dropped before pgoutbox read them could not be told from another table's and would be skipped: ALTER PUBLICATION %s SET (publish_via_partition_root = true) while pgoutbox is stopped and caught up, then pgoutbox migrate --accept-catalog",
+			cfg.Publication, pub))
+	}
 	for _, t := range c.Tables {
 		switch {
 		case t.OID == 0:

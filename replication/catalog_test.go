@@ -29,6 +29,16 @@ func TestCatalogProblemsNameWhatKeepsInsertsOut(t *testing.T) {
 			t.Partitions = []PartitionInfo{{OID: 11, Name: "public.outbox_remote", Kind: 'f', Persistence: 'p'}}
 			return t
 		}()}}, "is a foreign table"},
+		{"all tables, partitions by their own names", Catalog{Publication: 1, Insert: true, AllTables: true, Tables: []TableInfo{func() TableInfo {
+			t := ok
+			t.Kind = 'p'
+			return t
+		}()}}, "is FOR ALL TABLES and reports the changes of partitions under their own names"},
+		{"all tables, partitions through the root", Catalog{Publication: 1, Insert: true, AllTables: true, ViaRoot: true, Tables: []TableInfo{func() TableInfo {
+			t := ok
+			t.Kind = 'p'
+			return t
+		}()}}, ""},
 		{"inheriting table", Catalog{Publication: 1, Insert: true, Tables: []TableInfo{func() TableInfo {
 			t := ok
 			t.Inheritors = []string{"public.outbox_2026"}

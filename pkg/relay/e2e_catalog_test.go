@@ -203,6 +203,41 @@ func TestPartitionedOutboxLosesNothing(t *testing.T) {
 // of the stream stops the relay within seconds, with an error naming what
 // changed, and the slot is not confirmed past the change: the events
 // written since are still to be relayed (from the table).
+// TestAllTablesPublicationNeedsPartitionsThroughTheRoot: a publication FOR
+// ALL TABLES that reports partitions under their own names (Debezium's
+// dbz_publication as it creates it) is refused at start, naming the fix:
+// in a stream of every table, the rows of a partition detached before
+// pgoutbox read them could not be told from another table's. With
+// publish_via_partition_root on, the same outbox streams.
+func TestAllTablesPublicationNeedsPartitionsThroughTheRoot(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "DROP TABLE outbox")
+	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY HASH (id)`)
+	f.exec(t, "CREATE TABLE outbox_h0 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 0)")
+	f.exec(t, "CREATE TABLE outbox_h1 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 1)")
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR ALL TABLES WITH (publish = 'insert')")
+	err := runInProcess(t, f.config()).exited(t, time.Minute)
+	if !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), "is FOR ALL TABLES and reports the changes of partitions under their own names") ||
+		!strings.Contains(err.Error(), "publish_via_partition_root = true") {
+		t.Fatalf("want a refusal naming the fix, got %v", err)
+	}
+	f.exec(t, "ALTER PUBLICATION "+f.pub+" SET (publish_via_partition_root = true)")
+	consumer := env.NewConsumer(t, f.topics[:1])
+	p := runInProcess(t, f.config())
+	f.waitStreaming(t)
+	want := f.insertEvents(t, "0001", 8, nil)
+	msgs := consumer.WaitFor(t, len(want), time.Minute)
+	slices.Sort(want)
+	if got := receivedIDs(msgs); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
 	env := testenv.Require(t)
 	recreate := `DROP TABLE outbox; CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,

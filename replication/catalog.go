@@ -140,16 +140,11 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // filter, "c" for a column list of the partition's own), and the tables
 // that inherit from it without being partitions.
 const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
-	($3::oid <> 0 AND (p.puballtables
-		OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
-		OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace))),
-	EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid AND r.prqual IS NOT NULL),
-	EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid AND r.prattrs IS NOT NULL),
-	coalesce((SELECT r.oid FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid), 0),
-	coalesce((SELECT pn.oid FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace), 0),
+	($3::oid <> 0 AND (p.puballtables OR r.oid IS NOT NULL OR pns.oid IS NOT NULL)),
+	r.prqual IS NOT NULL, r.prattrs IS NOT NULL, coalesce(r.oid, 0), coalesce(pns.oid, 0),
 	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':'
-			|| coalesce((SELECT CASE WHEN r.prqual IS NOT NULL THEN 'r' ELSE '' END || CASE WHEN r.prattrs IS NOT NULL THEN 'c' ELSE '' END
-				FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = t.relid), '')
+			|| coalesce((SELECT CASE WHEN pr.prqual IS NOT NULL THEN 'r' ELSE '' END || CASE WHEN pr.prattrs IS NOT NULL THEN 'c' ELSE '' END
+				FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = t.relid), '')
 			|| ':' || pn.nspname || '.' || pc.relname
 		FROM pg_partition_tree(c.oid) t JOIN pg_class pc ON pc.oid = t.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace
 		WHERE t.relid <> c.oid ORDER BY t.relid),
@@ -161,6 +156,10 @@ const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 		WHERE NOT dc.relispartition ORDER BY 1)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_publication p ON p.oid = $3::oid
+	-- At most one row each: they are unique by publication and table, and
+	-- by publication and schema.
+	LEFT JOIN pg_publication_rel r ON r.prpubid = p.oid AND r.prrelid = c.oid
+	LEFT JOIN pg_publication_namespace pns ON pns.pnpubid = p.oid AND pns.pnnspid = c.relnamespace
 	WHERE n.nspname = $1 AND c.relname = $2`
 
 // ReadCatalog reads the publication and every configured table in one

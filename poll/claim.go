@@ -29,6 +29,7 @@ type Row struct {
 	Key    []byte
 	Names  []string
 	Types  []uint32
+	Mods   []int32 // type modifiers, as a router.Row's
 	Values [][]byte
 }
 
@@ -52,6 +53,7 @@ type Claimer struct {
 	onPublish string
 	names     []string
 	types     []uint32
+	mods      []int32
 	arena     arena
 	rels      map[string]string
 }
@@ -130,9 +132,9 @@ func (b *Batch) read(rows pgx.Rows) error {
 	}
 	cols := fds[3:] // after the relation, the ctid and created_at
 	if len(c.names) != len(cols) || !sameNames(c.names, cols) {
-		c.names, c.types = make([]string, len(cols)), make([]uint32, len(cols))
+		c.names, c.types, c.mods = make([]string, len(cols)), make([]uint32, len(cols)), make([]int32, len(cols))
 		for i, f := range cols {
-			c.names[i], c.types[i] = f.Name, f.DataTypeOID
+			c.names[i], c.types[i], c.mods[i] = f.Name, f.DataTypeOID, f.TypeModifier
 		}
 	}
 	seqAt, attAt, keyAt := -1, -1, -1
@@ -152,7 +154,7 @@ func (b *Batch) read(rows pgx.Rows) error {
 	c.arena.reset()
 	for rows.Next() {
 		raw := rows.RawValues()
-		r := Row{Rel: c.relName(raw[0]), CTID: string(raw[1]), Names: c.names, Types: c.types, Values: make([][]byte, len(cols))}
+		r := Row{Rel: c.relName(raw[0]), CTID: string(raw[1]), Names: c.names, Types: c.types, Mods: c.mods, Values: make([][]byte, len(cols))}
 		if w, err := strconv.ParseInt(string(raw[2]), 10, 64); err == nil {
 			r.Written = w
 		}

@@ -371,14 +371,24 @@
 // value.converter, as in Kafka Connect. For the usual header columns (uuid
 // id, varchar type) raw and SimpleHeaderConverter give the same bytes.
 //
-// Types Debezium gives logical types whose encoding depends on connector
-// options pgoutbox does not emulate (decimal.handling.mode,
-// time.precision.mode, binary.handling.mode, ...) are written as in the
-// raw envelope: numeric as a JSON number of its text (Debezium's default
-// writes a base64 decimal), dates, times and timestamps as strings of
-// their PostgreSQL text (Debezium writes epoch numbers or ISO-8601
-// strings), arrays as strings of their PostgreSQL text (Debezium writes
-// JSON arrays).
+// Through the Kafka Connect converters (StringConverter, JsonConverter,
+// SimpleHeaderConverter), numeric, date, time, timestamp, timestamptz and
+// interval columns are the Connect values Debezium makes of them at its
+// default handling modes (decimal.handling.mode=precise,
+// time.precision.mode=adaptive, interval.handling.mode=numeric; the
+// connector import refuses other values): a numeric(p,s) is a Decimal
+// (JsonConverter: the base64 of its unscaled two's-complement bytes;
+// StringConverter and SimpleHeaderConverter: Java's BigDecimal.toString,
+// 1.000E-7 for 0.0000001000), a numeric without a precision a
+// VariableScaleDecimal ({"scale":1,"value":"ew=="}; under StringConverter,
+// whose Java toString holds an object address, an error), a date the days
+// since 1970-01-01, a time(p) or timestamp(p) milliseconds for p <= 3 and
+// microseconds otherwise (since midnight or the epoch), a timestamptz(p)
+// the instant in UTC as ISO-8601 text with exactly p digits of fraction
+// (6 without a precision), an interval its microseconds with a month of
+// 365.25/12 days. money, timetz and arrays, whose Connect values pgoutbox
+// does not reproduce, are an error (a poison row). pkg/conformance holds
+// these against the real Debezium.
 //
 // # Column types
 //
@@ -391,10 +401,13 @@
 //	bytea                  decoded bytes            decoded bytes     "base64"           "base64"
 //	int2, int4, int8, oid  decimal text             decimal text      number             number
 //	float4, float8         PostgreSQL text          Java text         Java number        number
-//	numeric                PostgreSQL text          text              number             number
+//	numeric                PostgreSQL text          Java BigDecimal   "base64" / struct  number
 //	boolean                t or f                   true or false     true or false      true or false
-//	timestamp(tz), date    PostgreSQL ISO text      text              "text"             "text"
-//	arrays, others         PostgreSQL text          text              "text"             "text"
+//	date, time, timestamp  PostgreSQL ISO text      epoch number      epoch number       "text"
+//	timestamptz            PostgreSQL ISO text      ISO-8601 UTC      "ISO-8601 UTC"     "text"
+//	interval               PostgreSQL text          microseconds      microseconds       "text"
+//	money, timetz, arrays  PostgreSQL text          error             error              "text"
+//	others (enum, inet...) PostgreSQL text          text              "text"             "text"
 //	NULL                   no key, empty value      Kafka null        null (4 bytes)     null
 //
 // (In the JSON encodings NaN and infinite floats and numerics are strings.

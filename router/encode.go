@@ -19,11 +19,11 @@ import (
 // value as UTF-8, and a null value as a null (Kafka null) record value or
 // key.
 //
-// Other types (numeric, dates and times, arrays, ...) get logical types in
-// Debezium whose encoding depends on connector options pgoutbox does not
-// have (decimal.handling.mode, time.precision.mode, ...); pgoutbox writes
-// them as for its own envelope: numeric as a JSON number of its text,
-// everything else as a string of its PostgreSQL text.
+// Numeric, date, time, timestamp, timestamptz and interval get Debezium's
+// logical types (logical.go), at the connector's default handling modes;
+// money, timetz and arrays are an error. Other types are written as for
+// pgoutbox's own envelope, a string of their PostgreSQL text, which is
+// what Debezium makes of the text-like ones (enums, citext, inet, ...).
 
 var (
 	// Shared read-only values; the capacity is the length so that an append
@@ -33,11 +33,18 @@ var (
 	textFalse = []byte("false")[:5:5]
 )
 
-// appendConnectJSON appends column value v of type oid as JsonConverter
-// writes the Connect value Debezium makes of it (see the file comment).
-func appendConnectJSON(dst []byte, oid uint32, v []byte) ([]byte, error) {
+// appendConnectJSON appends column value v of type oid and type modifier
+// mod as JsonConverter writes the Connect value Debezium makes of it (see
+// the file comment).
+func appendConnectJSON(dst []byte, oid uint32, mod int32, v []byte) ([]byte, error) {
 	if v == nil {
 		return append(dst, "null"...), nil
+	}
+	if c, err := logicalValue(oid, mod, v); err != nil || c.kind != cvText {
+		if err != nil {
+			return dst, err
+		}
+		return c.appendJSON(dst), nil
 	}
 	switch oid {
 	case oidJSON, oidJSONB:
@@ -54,14 +61,21 @@ func appendConnectJSON(dst []byte, oid uint32, v []byte) ([]byte, error) {
 	return appendJSONValueAs(dst, oid, v, appendJacksonString)
 }
 
-// connectText returns column value v of type oid as StringConverter writes
-// the Connect value Debezium makes of it: Java's toString() in UTF-8.
-// Booleans become true or false and floats Java's decimal form; bytea, whose
+// connectText returns column value v of type oid and type modifier mod as
+// StringConverter writes the Connect value Debezium makes of it: Java's
+// toString() in UTF-8. Booleans become true or false, floats Java's decimal
+// form and logical types their Connect value's text; bytea, whose
 // toString() in Java is an object address, is written as its bytes; other
 // types as their text (aliased).
-func connectText(oid uint32, v []byte) ([]byte, error) {
+func connectText(oid uint32, mod int32, v []byte) ([]byte, error) {
 	if v == nil {
 		return nil, nil
+	}
+	if c, err := logicalValue(oid, mod, v); err != nil || c.kind != cvText {
+		if err != nil {
+			return nil, err
+		}
+		return c.text(false)
 	}
 	switch oid {
 	case oidBool:
@@ -81,19 +95,29 @@ func connectText(oid uint32, v []byte) ([]byte, error) {
 	return v, nil
 }
 
-// headerText returns column value v of type oid as Kafka Connect's
-// SimpleHeaderConverter writes the Connect value Debezium makes of it:
-// Java's text of it, as StringConverter, except that bytes are written in
-// base64.
-func headerText(oid uint32, v []byte) ([]byte, error) {
-	if oid == oidBytea && v != nil {
+// headerText returns column value v of type oid and type modifier mod as
+// Kafka Connect's SimpleHeaderConverter writes the Connect value Debezium
+// makes of it: Java's text of it, as StringConverter, except that bytes are
+// written in base64 (an empty bytea as an empty header, not a null one) and
+// a struct as JSON.
+func headerText(oid uint32, mod int32, v []byte) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	switch c, err := logicalValue(oid, mod, v); {
+	case err != nil:
+		return nil, err
+	case c.kind != cvText:
+		return c.text(true)
+	}
+	if oid == oidBytea {
 		b, err := decodeBytea(v)
 		if err != nil {
 			return nil, err
 		}
-		return base64.StdEncoding.AppendEncode(nil, b), nil
+		return base64.StdEncoding.AppendEncode(make([]byte, 0, base64.StdEncoding.EncodedLen(len(b))), b), nil
 	}
-	return connectText(oid, v)
+	return connectText(oid, -1, v)
 }
 
 func floatBits(oid uint32) int {

@@ -81,24 +81,28 @@ func TestConnectJSONValue(t *testing.T) {
 		{oidFloat8, "NaN", `"NaN"`},
 		{oidFloat8, "-Infinity", `"-Infinity"`},
 		{oidFloat4, "0.1", `0.1`},
-		{oidNumeric, "12.50", `12.50`},
-		{oidNumeric, "NaN", `"NaN"`},
+		{oidNumeric, "12.50", `{"scale":1,"value":"fQ=="}`}, // VariableScaleDecimal (no precision)
 		{oidBytea, `\x0102ff`, `"AQL/"`},
-		{oidTimestampTZ, "2024-01-02 03:04:05+00", `"2024-01-02 03:04:05+00"`},
-		{1007, "{1,2,3}", `"{1,2,3}"`},
+		{oidTimestampTZ, "2024-01-02 03:04:05+00", `"2024-01-02T03:04:05.000000Z"`},
+		{869, "10.0.0.1", `"10.0.0.1"`}, // inet: a string in Debezium
 		{25, nil, `null`},
 	} {
 		var v []byte
 		if s, ok := c.in.(string); ok {
 			v = []byte(s)
 		}
-		got, err := appendConnectJSON(nil, c.oid, v)
+		got, err := appendConnectJSON(nil, c.oid, -1, v)
 		if err != nil || string(got) != c.want {
 			t.Errorf("appendConnectJSON(%d, %q) = %s, %v; want %s", c.oid, c.in, got, err, c.want)
 		}
 	}
-	if _, err := appendConnectJSON(nil, oidBytea, []byte(`\x0`)); err == nil {
-		t.Error("bad bytea accepted")
+	for _, bad := range []struct {
+		oid uint32
+		v   string
+	}{{oidBytea, `\x0`}, {oidNumeric, "NaN"}, {1007, "{1,2,3}"}} {
+		if got, err := appendConnectJSON(nil, bad.oid, -1, []byte(bad.v)); err == nil {
+			t.Errorf("appendConnectJSON(%d, %q) = %s, want an error", bad.oid, bad.v, got)
+		}
 	}
 }
 
@@ -116,7 +120,7 @@ func TestConnectText(t *testing.T) {
 		{oidFloat8, "1.5e+20", "1.5E20"},
 		{oidFloat8, "Infinity", "Infinity"},
 		{oidFloat4, "1e+10", "1.0E10"},
-		{oidNumeric, "12.50", "12.50"},
+		{oidNumeric, "12.50", nil}, // a Java object address: an error
 		{oidBytea, `\x0102`, "\x01\x02"},
 		{25, "", ""},
 		{25, nil, nil},
@@ -125,7 +129,13 @@ func TestConnectText(t *testing.T) {
 		if s, ok := c.in.(string); ok {
 			v = []byte(s)
 		}
-		got, err := connectText(c.oid, v)
+		got, err := connectText(c.oid, -1, v)
+		if c.oid == oidNumeric {
+			if err == nil {
+				t.Errorf("connectText(numeric without a precision) = %q, want an error", got)
+			}
+			continue
+		}
 		if err != nil {
 			t.Errorf("connectText(%d, %q): %v", c.oid, c.in, err)
 			continue

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -240,36 +241,66 @@ func TestRouteTopics(t *testing.T) {
 // each encoding, and the column types usable for partitions and
 // timestamps.
 func TestRouteColumnTypes(t *testing.T) {
+	// Through Kafka Connect's converters a numeric, date, time or
+	// timestamp column is the Connect value Debezium makes of it, held
+	// against the real Debezium by pkg/conformance (typed-placements);
+	// money, timetz, arrays and a numeric without a precision under
+	// StringConverter (a Java object address) are bad values.
+	const bad = "\x00bad"
 	payloads := []struct {
 		name  string
 		oid   uint32
+		mod   int32 // type modifier; 0 is none
 		value string
-		raw   string // raw and StringConverter
-		json  string // JsonConverter
+		raw   string // raw and StringConverter ("\x00bad": StringConverter fails)
+		json  string // JsonConverter ("\x00bad": it fails)
+		str   string // StringConverter, where not raw
 	}{
-		{"uuid", 2950, eventID, eventID, `"` + eventID + `"`},
-		{"text", 25, "hello", "hello", `"hello"`},
-		{"varchar", 1043, `{"total":12}`, `{"total":12}`, `"{\"total\":12}"`},
-		{"json", 114, `{"total": 12,  "x": [1]}`, `{"total": 12,  "x": [1]}`, `"{\"total\": 12,  \"x\": [1]}"`},
-		{"jsonb", 3802, `{"total": 12}`, `{"total": 12}`, `"{\"total\": 12}"`},
-		{"bytea", 17, `\x00017b`, "\x00\x01{", `"AAF7"`},
-		{"int4", 23, "12", "12", "12"},
-		{"numeric", 1700, "12.50", "12.50", "12.50"},
-		{"bool", 16, "t", "t", "true"},
-		{"int4_array", 1007, "{1,2}", "{1,2}", `"{1,2}"`},
-		{"timestamptz", 1184, "2024-01-02 03:04:05.5+01", "2024-01-02 03:04:05.5+01", `"2024-01-02 03:04:05.5+01"`},
+		{"uuid", 2950, 0, eventID, eventID, `"` + eventID + `"`, ""},
+		{"text", 25, 0, "hello", "hello", `"hello"`, ""},
+		{"varchar", 1043, 0, `{"total":12}`, `{"total":12}`, `"{\"total\":12}"`, ""},
+		{"json", 114, 0, `{"total": 12,  "x": [1]}`, `{"total": 12,  "x": [1]}`, `"{\"total\": 12,  \"x\": [1]}"`, ""},
+		{"jsonb", 3802, 0, `{"total": 12}`, `{"total": 12}`, `"{\"total\": 12}"`, ""},
+		{"bytea", 17, 0, `\x00017b`, "\x00\x01{", `"AAF7"`, ""},
+		{"int4", 23, 0, "12", "12", "12", ""},
+		{"numeric", 1700, 0, "12.50", "12.50", `{"scale":1,"value":"fQ=="}`, bad},
+		{"numeric_12_2", 1700, 12<<16 | 2 + 4, "12.50", "12.50", `"BOI="`, "12.50"},
+		{"bool", 16, 0, "t", "t", "true", "true"},
+		{"int4_array", 1007, 0, "{1,2}", "{1,2}", bad, bad},
+		{"timestamptz", 1184, 0, "2024-01-02 03:04:05.5+01", "2024-01-02 03:04:05.5+01", `"2024-01-02T02:04:05.500000Z"`, "2024-01-02T02:04:05.500000Z"},
+		{"timestamp_3", 1114, 3, "2024-01-02 03:04:05.5", "2024-01-02 03:04:05.5", "1704164645500", "1704164645500"},
+		{"date", 1082, 0, "2024-01-02", "2024-01-02", "19724", "19724"},
+		{"interval", 1186, 0, "1 day 02:03:04", "1 day 02:03:04", "93784000000", "93784000000"},
+		{"money", 790, 0, "$1.00", "$1.00", bad, bad},
 	}
 	var cases []routeCase
 	for _, p := range payloads {
-		row := func() *Row { return outbox(set("payload", p.oid, p.value)) }
+		row := func() *Row {
+			r := outbox(set("payload", p.oid, p.value))
+			if p.mod != 0 {
+				r.Mods = make([]int32, len(r.Names))
+				for i := range r.Mods {
+					r.Mods[i] = -1
+				}
+				r.Mods[slices.Index(r.Names, "payload")] = p.mod
+			}
+			return r
+		}
+		want := func(name string, o Options, v string) routeCase {
+			c := routeCase{name: "types_" + p.name + "_payload_" + name, opts: o, row: row(), wantAction: Emit, wantValue: str(v)}
+			if v == bad {
+				c.wantAction, c.wantErr, c.wantColumn, c.wantValue = Emit, ErrBadValue, "payload", nil
+			}
+			return c
+		}
 		stringWant := p.raw
-		if p.oid == 16 {
-			stringWant = "true" // Java's Boolean.toString
+		if p.str != "" {
+			stringWant = p.str
 		}
 		cases = append(cases,
-			routeCase{name: "types_" + p.name + "_payload_raw", opts: DefaultOptions(), row: row(), wantAction: Emit, wantValue: str(p.raw)},
-			routeCase{name: "types_" + p.name + "_payload_string_converter", opts: opts(t, optValueConverter, stringConv), row: row(), wantAction: Emit, wantValue: str(stringWant)},
-			routeCase{name: "types_" + p.name + "_payload_json_converter", opts: jsonValue(t), row: row(), wantAction: Emit, wantValue: str(p.json)},
+			want("raw", DefaultOptions(), p.raw),
+			want("string_converter", opts(t, optValueConverter, stringConv), stringWant),
+			want("json_converter", jsonValue(t), p.json),
 		)
 	}
 	for _, c := range []struct {

@@ -40,10 +40,15 @@ func (o Op) String() string {
 // A caller that passes the same Names slice (or an equal one) for every row
 // of a table lets the Router reuse its column lookup.
 type Row struct {
-	Table  string // schema-qualified table, e.g. "public.outbox"
-	Op     Op
-	Names  []string
-	Types  []uint32 // PostgreSQL type OIDs (25 text, 2950 uuid, 3802 jsonb, 17 bytea, ...)
+	Table string // schema-qualified table, e.g. "public.outbox"
+	Op    Op
+	Names []string
+	Types []uint32 // PostgreSQL type OIDs (25 text, 2950 uuid, 3802 jsonb, 17 bytea, ...)
+	// Mods are the columns' type modifiers (atttypmod: the precision of
+	// timestamp(3), the precision and scale of numeric(12,2)); -1 is none.
+	// They decide the Kafka Connect value Debezium makes of a numeric,
+	// time or timestamp column. nil or short: none.
+	Mods   []int32
 	Values [][]byte
 }
 
@@ -474,7 +479,7 @@ func (r *Router) convert(row *Row, rec *Record, i int, conv converter) ([]byte, 
 		if conv == convHeader {
 			text = headerText
 		}
-		b, err := text(typeOf(row, i), row.Values[i])
+		b, err := text(typeOf(row, i), modOf(row, i), row.Values[i])
 		if err != nil {
 			return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
 		}
@@ -484,7 +489,7 @@ func (r *Router) convert(row *Row, rec *Record, i int, conv converter) ([]byte, 
 		if v == nil {
 			return nullJSON, nil
 		}
-		b, err := appendConnectJSON(make([]byte, 0, len(v)+2+escapeGrowth(v)), typeOf(row, i), v)
+		b, err := appendConnectJSON(make([]byte, 0, len(v)+2+escapeGrowth(v)), typeOf(row, i), modOf(row, i), v)
 		if err != nil {
 			return nil, rowErr(row, rec, row.Names[i], ErrBadValue, err.Error())
 		}
@@ -596,9 +601,13 @@ func (r *Router) envelope(row *Row, rec *Record, lay *layout, expanded []byte) (
 			size += 8 + len(f.jacksonKey) + len(row.Values[lay.extras[i]])
 		}
 	}
-	appendValue := appendJSONValue
+	appendValue := func(dst []byte, row *Row, i int) ([]byte, error) {
+		return appendJSONValue(dst, typeOf(row, i), row.Values[i])
+	}
 	if r.cfg.valueConv == convJSON {
-		appendValue = appendConnectJSON
+		appendValue = func(dst []byte, row *Row, i int) ([]byte, error) {
+			return appendConnectJSON(dst, typeOf(row, i), modOf(row, i), row.Values[i])
+		}
 	}
 	b := make([]byte, 0, size)
 	b = append(b, `{"payload":`...)
@@ -606,7 +615,7 @@ func (r *Router) envelope(row *Row, rec *Record, lay *layout, expanded []byte) (
 		b = append(b, expanded...)
 	} else {
 		var err error
-		if b, err = appendValue(b, typeOf(row, lay.payload), row.Values[lay.payload]); err != nil {
+		if b, err = appendValue(b, row, lay.payload); err != nil {
 			return nil, rowErr(row, rec, r.cfg.payloadCol, ErrBadValue, err.Error())
 		}
 	}
@@ -622,7 +631,7 @@ func (r *Router) envelope(row *Row, rec *Record, lay *layout, expanded []byte) (
 			b = append(b, f.jsonKey...)
 		}
 		var err error
-		if b, err = appendValue(b, typeOf(row, idx), row.Values[idx]); err != nil {
+		if b, err = appendValue(b, row, idx); err != nil {
 			return nil, rowErr(row, rec, f.column, ErrBadValue, err.Error())
 		}
 	}
@@ -650,6 +659,14 @@ func typeOf(row *Row, i int) uint32 {
 		return row.Types[i]
 	}
 	return 0
+}
+
+// modOf returns column i's type modifier, -1 when there is none.
+func modOf(row *Row, i int) int32 {
+	if i < len(row.Mods) {
+		return row.Mods[i]
+	}
+	return -1
 }
 
 // rowErr builds a *RowError, copying the event id out of the row.

@@ -41,9 +41,7 @@ var connectorIgnored = map[string]string{
 	"heartbeat.action.query":                    "pgoutbox confirms idle keepalives, so the slot advances without writes to the database",
 	"schema.include.list":                       "the tables come from table.include.list",
 	"include.schema.changes":                    "no schema change events are produced",
-	"decimal.handling.mode":                     "outbox values are routed as their PostgreSQL text",
-	"time.precision.mode":                       "outbox values are routed as their PostgreSQL text",
-	"binary.handling.mode":                      "bytea payloads are routed as raw bytes",
+	"money.fraction.digits":                     "a money column routed through a Kafka Connect converter is refused as a poison row",
 	"max.batch.size":                            "batching is set by kafka.flush.*",
 	"max.queue.size":                            "in-flight caps are relay.max.inflight.*",
 	"max.queue.size.in.bytes":                   "in-flight caps are relay.max.inflight.*",
@@ -67,6 +65,21 @@ var connectorIgnored = map[string]string{
 	"signal.data.collection":                    "",
 	"message.key.columns":                       "the key comes from table.field.event.key",
 	"transforms.outbox.predicate":               "",
+}
+
+// connectorValueModes are the connector keys that change the Kafka Connect
+// value Debezium makes of a column, with the one value pgoutbox reproduces
+// (Debezium's default, which the conformance suite holds it to). Another
+// value would change the bytes of numeric, time, interval or bytea columns
+// routed through a Connect converter.
+var connectorValueModes = map[string]string{
+	"decimal.handling.mode":           "precise",
+	"time.precision.mode":             "adaptive",
+	"interval.handling.mode":          "numeric",
+	"binary.handling.mode":            "bytes",
+	"key.converter.decimal.format":    "BASE64",
+	"value.converter.decimal.format":  "BASE64",
+	"header.converter.decimal.format": "BASE64",
 }
 
 // routerIgnored are EventRouter options without effect in pgoutbox.
@@ -187,6 +200,11 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		cfg.Snapshot.Mode = relay.SnapshotInitial
 	default:
 		refuse("snapshot.mode", "pgoutbox publishes the outbox tables' rows once when it creates the slot (initial) or not at all (no_data); use one of those")
+	}
+	for k, want := range connectorValueModes {
+		if v, ok := get(k); ok && !strings.EqualFold(strings.TrimSpace(v), want) {
+			refuse(k, fmt.Sprintf("pgoutbox reproduces Debezium's values of numeric, date and time, interval and bytea columns at %s=%s (Debezium's default) only", k, want))
+		}
 	}
 	if v, ok := get("slot.drop.on.stop"); ok && strings.EqualFold(v, "true") {
 		refuse("slot.drop.on.stop", "dropping the slot on stop loses every event written while pgoutbox is down")

@@ -60,6 +60,24 @@ func TestConnectorImportRefusesWhatItCannotHonour(t *testing.T) {
 		"transaction topic":   {"provide.transaction.metadata", "true", "transaction metadata"},
 		"wrong connector":     {"connector.class", "io.debezium.connector.mysql.MySqlConnector", "connector.class"},
 		"bad autocreate mode": {"publication.autocreate.mode", "sometimes", "publication.autocreate.mode"},
+		// Value modes other than Debezium's defaults change the bytes of
+		// typed columns, which pgoutbox reproduces at the defaults only.
+		"decimals as strings":   {"decimal.handling.mode", "string", "decimal.handling.mode=precise"},
+		"times as connect":      {"time.precision.mode", "connect", "time.precision.mode=adaptive"},
+		"intervals as ISO":      {"interval.handling.mode", "string", "interval.handling.mode=numeric"},
+		"bytes as hex":          {"binary.handling.mode", "hex", "binary.handling.mode=bytes"},
+		"JSON decimals numeric": {"value.converter.decimal.format", "NUMERIC", "value.converter.decimal.format=BASE64"},
+	}
+	// The defaults, given, are accepted.
+	for k, v := range connectorValueModes {
+		conn := map[string]string{k: strings.ToLower(v)}
+		for bk, bv := range base {
+			conn[bk] = bv
+		}
+		cfg := defaultFileConfig()
+		if _, err := applyConnector(&cfg, conn); err != nil {
+			t.Errorf("%s=%s (the default) refused: %v", k, v, err)
+		}
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

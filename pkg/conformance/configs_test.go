@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 )
 
 const (
@@ -64,9 +65,34 @@ func confCases() []confCase {
 		{name: "json-headers", conn: map[string]string{
 			"header.converter": jsonConverter, "header.converter.schemas.enable": "false",
 			"transforms.outbox.table.fields.additional.placement": "type:header:eventType,flag:header,part:header"}},
+		// Columns of every common type placed into headers (Kafka Connect's
+		// SimpleHeaderConverter, a connector JSON's default) and into the
+		// envelope (JsonConverter), at Debezium's default handling modes.
+		{name: "typed-placements", conn: map[string]string{
+			"transforms.outbox.table.fields.additional.placement": typedPlacements("header", "") + "," + typedPlacements("envelope", "")}},
+		// Typed keys: a timestamp under JsonConverter, a numeric(p,s)
+		// under StringConverter (NULL in most rows: a null key).
+		{name: "typed-json-key", conn: map[string]string{
+			"key.converter": jsonConverter, "key.converter.schemas.enable": "false",
+			"transforms.outbox.table.field.event.key": "at"}},
+		{name: "typed-string-key", conn: map[string]string{
+			"transforms.outbox.table.field.event.key": "tiny"}},
+		{name: "typed-json-headers", conn: map[string]string{
+			"header.converter": jsonConverter, "header.converter.schemas.enable": "false",
+			"transforms.outbox.table.fields.additional.placement": typedPlacements("header", "")}},
 		{name: "config-providers", providers: true},
 		{name: "null-id", null: true},
 	}
+}
+
+// typedPlacements places every typed column at placement, under its own
+// name with suffix.
+func typedPlacements(placement, suffix string) string {
+	var out []string
+	for _, c := range typedColumns {
+		out = append(out, c+":"+placement+":"+c+suffix)
+	}
+	return strings.Join(out, ",")
 }
 
 // connector is the connector JSON pgoutbox runs (what a user POSTs to Kafka

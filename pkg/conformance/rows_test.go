@@ -29,7 +29,25 @@ CREATE TABLE conf_outbox (
 	part int4,
 	flag boolean,
 	version int4,
-	tracingspancontext text
+	tracingspancontext text,
+	-- Typed columns, placed into headers and the envelope by the typed
+	-- configurations (NULL in most rows).
+	amount numeric(12,2),
+	amount_any numeric,
+	tiny numeric(20,10),
+	created timestamptz,
+	created3 timestamptz(3),
+	created0 timestamptz(0),
+	at timestamp,
+	at3 timestamp(3),
+	day date,
+	tod time,
+	tod3 time(3),
+	dur interval,
+	blob bytea,
+	big int8,
+	ratio float8,
+	uid uuid
 );
 CREATE TABLE conf_outbox_text (LIKE conf_outbox INCLUDING DEFAULTS INCLUDING IDENTITY);
 ALTER TABLE conf_outbox_text ADD PRIMARY KEY (seq);
@@ -204,6 +222,31 @@ func newWorkload(tok string) *workload {
 		w.ev(m, set("aggregatetype", "Payment"+tok), set("type", "PaymentPaid"+tok)),
 		w.ev(m, set("type", "misc-thing"+tok)), w.ev(x, set("type", "Misc.other"+tok)))
 
+	// Typed values, for the configurations that place the typed columns
+	// (all NULL in the other rows): edges of each type's conversion.
+	typed := func(vals map[string]string) func(row) {
+		return func(r row) {
+			for c, v := range vals {
+				r[c] = v
+			}
+		}
+	}
+	w.add("typed values",
+		w.ev(m, typed(map[string]string{"amount": "12.30", "amount_any": "12.3", "tiny": "0.0000001", "created": "2024-01-02 03:04:05.1+00",
+			"created3": "2024-01-02 03:04:05.123456+00", "created0": "2024-01-02 03:04:05.6+00", "tod3": "03:04:05.123",
+			"at": "2024-01-02 03:04:05.123456", "at3": "2024-01-02 03:04:05.123", "day": "2024-01-02", "tod": "03:04:05.123456",
+			"dur": "1 day 02:03:04", "blob": `\x01fbff`, "big": "9223372036854775807", "ratio": "0.1", "uid": "406c07f3-26f2-4b0c-9a3a-4d6a5a1c0e01"})),
+		w.ev(m, typed(map[string]string{"amount": "-0.01", "amount_any": "0.0000001", "tiny": "-1234567890.0123456789", "created": "1999-12-31 23:59:59.999999-08",
+			"created3": "1960-01-01 00:00:00+00", "created0": "infinity", "tod3": "23:59:59.999",
+			"at": "1960-06-01 12:00:00.5", "at3": "1969-12-31 23:59:59.999", "day": "1960-01-01", "tod": "23:59:59",
+			"dur": "1 year 2 mons 3 days 04:05:06.789", "blob": `\x`, "big": "-1", "ratio": "1e-7"})),
+		w.ev(m, typed(map[string]string{"amount": "0", "amount_any": "100000000000000000000", "tiny": "0", "created": "1960-01-01 00:00:00+00",
+			"created3": "2024-01-02 03:04:05+05:30", "created0": "1970-01-01 00:00:00+00", "tod3": "00:00:00",
+			"at": "1970-01-01 00:00:00", "at3": "2024-01-02 03:04:05", "day": "1970-01-01", "tod": "00:00:00",
+			"dur": "-01:00:00", "big": "0", "ratio": "12345678.9"})),
+		w.ev(x, typed(map[string]string{"amount": "9999999999.99", "amount_any": "-5", "tiny": "12.5", "created": "2024-06-30 12:00:00+02",
+			"at": "2024-06-30 12:00:00", "dur": "00:00:00.000001", "ratio": "-2.5"})))
+
 	// Payloads that expansion may fail on, last.
 	w.add("expansion edge: integer beyond 64 bits", w.ev(m, payload(`{"big": 18446744073709551616}`)))
 	w.add("expansion edge: top-level array of objects", w.ev(m, payload(`[{"a": 1}, {"b": 2}]`)))
@@ -212,6 +255,16 @@ func newWorkload(tok string) *workload {
 	w.sentinel = w.ev(m, set("aggregateid", "sentinel"), set("aggregatetype", "Sentinel"+tok), set("type", "SentinelCreated"+tok), payload(`{"end": true}`))
 	w.add("sentinel", w.sentinel)
 	return w
+}
+
+// typedColumns are the typed columns of the outbox tables, in the order of
+// schemaSQL; typeOf gives each one's type for the cast of its text.
+var typedColumns = []string{"amount", "amount_any", "tiny", "created", "created3", "created0", "at", "at3", "day", "tod", "tod3", "dur", "blob", "big", "ratio", "uid"}
+
+func typeOf(col string) string {
+	return map[string]string{"amount": "numeric(12,2)", "amount_any": "numeric", "tiny": "numeric(20,10)", "created": "timestamptz",
+		"created3": "timestamptz(3)", "created0": "timestamptz(0)", "at": "timestamp", "at3": "timestamp(3)", "day": "date", "tod": "time",
+		"tod3": "time(3)", "dur": "interval", "blob": "bytea", "big": "int8", "ratio": "float8", "uid": "uuid"}[col]
 }
 
 // nullWorkload is the rows of the NULL-event-id configuration.
@@ -264,6 +317,7 @@ func (w *workload) write(t testing.TB, conn *pgx.Conn) {
 		}
 		for _, r := range tx.rows {
 			cols := []string{"id", "aggregatetype", "aggregateid", "type", "payload", "ts", "part", "flag", "version", "tracingspancontext"}
+			cols = append(cols, typedColumns...)
 			var args []any
 			var ph []string
 			for i, c := range cols {
@@ -272,7 +326,12 @@ func (w *workload) write(t testing.TB, conn *pgx.Conn) {
 					v = nil
 				}
 				args = append(args, v)
-				ph = append(ph, fmt.Sprintf("$%d", i+1))
+				if i >= len(cols)-len(typedColumns) {
+					// Given as text, cast by the server.
+					ph = append(ph, fmt.Sprintf("$%d::text::%s", i+1, typeOf(c)))
+				} else {
+					ph = append(ph, fmt.Sprintf("$%d", i+1))
+				}
 			}
 			sql := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", r["table"], strings.Join(cols, ", "), strings.Join(ph, ", "))
 			if _, err := pt.Exec(ctx, sql, args...); err != nil {

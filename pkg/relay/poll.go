@@ -361,7 +361,7 @@ func (s *pollSession) process(b *poll.Batch) error {
 			break
 		}
 		rows = append(rows, pubRow{
-			row:   router.Row{Table: pr.table.Name, Op: router.OpInsert, Names: row.Names, Types: row.Types, Values: row.Values},
+			row:   router.Row{Table: pr.table.Name, Op: router.OpInsert, Names: row.Names, Types: row.Types, Mods: row.Mods, Values: row.Values},
 			key:   row.Key,
 			stamp: row.Written * 1000,
 			where: fmt.Sprintf("row seq %d of %s", row.Seq, pr.table.Name),

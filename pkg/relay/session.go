@@ -892,10 +892,10 @@ func (s *session) change(c *replication.Change) error {
 		if c.Op == replication.OpDelete {
 			values = c.Old
 		}
-		row := router.Row{Table: c.Rel.Table, Names: c.Rel.Columns, Types: c.Rel.Types, Values: values}
+		row := router.Row{Table: c.Rel.Table, Names: c.Rel.Columns, Types: c.Rel.Types, Mods: c.Rel.Modifiers, Values: values}
 		return s.poisonRow(c.Op.String(), c.Rel.Table, &row, nil, nil, c.Chunk, errors.New(cls.unexpected))
 	}
-	row := router.Row{Table: cls.table, Op: c.Op, Names: c.Rel.Columns, Types: c.Rel.Types, Values: c.Values}
+	row := router.Row{Table: cls.table, Op: c.Op, Names: c.Rel.Columns, Types: c.Rel.Types, Mods: c.Rel.Modifiers, Values: c.Values}
 	if c.Op == replication.OpDelete {
 		row.Values = c.Old
 	}

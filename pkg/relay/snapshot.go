@@ -242,9 +242,9 @@ func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, k
 	}
 	defer res.Close()
 	fds := res.FieldDescriptions()
-	names, types := make([]string, len(fds)), make([]uint32, len(fds))
+	names, types, mods := make([]string, len(fds)), make([]uint32, len(fds)), make([]int32, len(fds))
 	for i, f := range fds {
-		names[i], types[i] = f.Name, f.DataTypeOID
+		names[i], types[i], mods[i] = f.Name, f.DataTypeOID, f.TypeModifier
 	}
 	var out []pubRow
 	for res.Next() {
@@ -255,7 +255,7 @@ func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, k
 				vals[i] = append([]byte{}, v...)
 			}
 		}
-		p := pubRow{row: router.Row{Table: table, Op: router.OpInsert, Names: names, Types: types, Values: vals}}
+		p := pubRow{row: router.Row{Table: table, Op: router.OpInsert, Names: names, Types: types, Mods: mods, Values: vals}}
 		if keyAt >= 0 && keyAt < len(vals) {
 			p.key = vals[keyAt]
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
 
 // record is a Kafka record as fetched, with what the consumer API hides:
@@ -60,11 +62,18 @@ func offsets(t testing.TB, brokers []string, topics []string) map[string]int64 {
 			continue
 		}
 		for _, p := range parts {
-			off, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-			if err != nil {
-				t.Fatalf("high-water mark of %s/%d: %v", topic, p, err)
-			}
-			out[fmt.Sprintf("%s/%d", topic, p)] = off
+			// A topic Debezium or pgoutbox has just created may have no
+			// leader the client knows yet (NOT_LEADER_OR_FOLLOWER, once in
+			// CI): ask again with fresh metadata.
+			testenv.Eventually(t, 30*time.Second, 200*time.Millisecond, func() (bool, string) {
+				off, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+				if err != nil {
+					_ = client.RefreshMetadata(topic)
+					return false, fmt.Sprintf("high-water mark of %s/%d: %v", topic, p, err)
+				}
+				out[fmt.Sprintf("%s/%d", topic, p)] = off
+				return true, ""
+			})
 		}
 	}
 	return out

@@ -47,7 +47,10 @@ CREATE TABLE conf_outbox (
 	blob bytea,
 	big int8,
 	ratio float8,
-	uid uuid
+	uid uuid,
+	-- A column with a default, NULL in every row (JsonConverter's
+	-- replace.null.with.default).
+	note text DEFAULT 'the default'
 );
 CREATE TABLE conf_outbox_text (LIKE conf_outbox INCLUDING DEFAULTS INCLUDING IDENTITY);
 ALTER TABLE conf_outbox_text ADD PRIMARY KEY (seq);
@@ -259,12 +262,12 @@ func newWorkload(tok string) *workload {
 
 // typedColumns are the typed columns of the outbox tables, in the order of
 // schemaSQL; typeOf gives each one's type for the cast of its text.
-var typedColumns = []string{"amount", "amount_any", "tiny", "created", "created3", "created0", "at", "at3", "day", "tod", "tod3", "dur", "blob", "big", "ratio", "uid"}
+var typedColumns = []string{"amount", "amount_any", "tiny", "created", "created3", "created0", "at", "at3", "day", "tod", "tod3", "dur", "blob", "big", "ratio", "uid", "note"}
 
 func typeOf(col string) string {
 	return map[string]string{"amount": "numeric(12,2)", "amount_any": "numeric", "tiny": "numeric(20,10)", "created": "timestamptz",
 		"created3": "timestamptz(3)", "created0": "timestamptz(0)", "at": "timestamp", "at3": "timestamp(3)", "day": "date", "tod": "time",
-		"tod3": "time(3)", "dur": "interval", "blob": "bytea", "big": "int8", "ratio": "float8", "uid": "uuid"}[col]
+		"tod3": "time(3)", "dur": "interval", "blob": "bytea", "big": "int8", "ratio": "float8", "uid": "uuid", "note": "text"}[col]
 }
 
 // nullWorkload is the rows of the NULL-event-id configuration.

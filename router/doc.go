@@ -63,8 +63,8 @@
 // the record key (with the default key.converter=raw; see key.converter
 // for the Kafka Connect encodings). A NULL value, or a row without the column, gives a record
 // without a key (the producer's partitioner then spreads such records).
-// Debezium would fall back to the outbox row's primary key instead, which
-// pgoutbox does not have at this stage.
+// Debezium 3.6 gives a NULL value a null key too, and stops its task on a
+// row without the column (Struct.get of an unknown field).
 //
 // table.field.event.type (default "type"): accepted for compatibility; it
 // has no effect by itself. To emit the event type, name its column in

@@ -316,9 +316,8 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 		rec.Topic = topic
 	}
 
-	// Key. Debezium falls back to the source record's key (the outbox
-	// table's primary key) when the key column is absent or NULL; pgoutbox
-	// has no such key and sends none.
+	// Key. A NULL key column gives no key, as in Debezium 3.6; without the
+	// column (where Debezium's task stops) there is none either.
 	if lay.key >= 0 {
 		k, err := r.convert(row, rec, lay.key, cfg.keyConv)
 		if err != nil {

@@ -287,6 +287,21 @@ func startRefused(t *testing.T, f *fixture, logName, why string, wants ...string
 	}
 }
 
+// relayed starts the binary (its log logName), writes n transactions with
+// the writer of seed, waits until c has them all and stops it.
+func relayed(t *testing.T, f *fixture, c *testenv.Consumer, logName string, seed uint64, n int) {
+	t.Helper()
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, seed)
+	p := startBinary(t, f, logName)
+	for range n {
+		if err := w.Txn(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+	p.terminate(t, time.Minute)
+}
+
 // TestSlotDroppedWhileStoppedIsNotReplacedSilently: a slot dropped while
 // pgoutbox was stopped (a DBA cleaning up inactive slots; every failover
 // before PostgreSQL 17) is found out at the next start from the state
@@ -296,21 +311,14 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
-	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 21)
 	c := env.NewConsumer(t, f.topics)
-	p := startBinary(t, f, "first.log")
-	for i := 0; i < 10; i++ {
-		if err := w.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitAll(t, c, w, time.Minute)
-	p.terminate(t, time.Minute)
+	relayed(t, f, c, "first.log", 21, 10)
 	if _, err := f.checkDB.Exec(ctx, "SELECT pg_drop_replication_slot($1)", f.slot); err != nil {
 		t.Fatal(err)
 	}
+	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 28)
 	for i := 0; i < 5; i++ { // events the dropped slot would have carried
-		if err := w.Txn(ctx); err != nil {
+		if err := lost.Txn(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -338,15 +346,7 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 	if err := f.checkDB.QueryRow(ctx, "SELECT note FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&note); err != nil || !strings.Contains(note, "recreated") {
 		t.Fatalf("state note %q (%v): the recreation is not recorded", note, err)
 	}
-	third := startBinary(t, f, "third.log")
-	w2 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 22)
-	for i := 0; i < 10; i++ {
-		if err := w2.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitAll(t, c, w2, time.Minute)
-	third.terminate(t, time.Minute)
+	relayed(t, f, c, "third.log", 22, 10)
 }
 
 // TestSlotAdvancedWhileStoppedIsFatal: a slot moved on while pgoutbox was
@@ -444,16 +444,8 @@ func TestAcceptCatalogRecordsAMembershipPutBack(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
-	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 23)
 	c := env.NewConsumer(t, f.topics)
-	p := startBinary(t, f, "first.log")
-	for i := 0; i < 5; i++ {
-		if err := w.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitAll(t, c, w, time.Minute)
-	p.terminate(t, time.Minute)
+	relayed(t, f, c, "first.log", 23, 5)
 	pub := pgx.Identifier{f.pub}.Sanitize()
 	if _, err := f.checkDB.Exec(ctx, "ALTER PUBLICATION "+pub+" DROP TABLE outbox"); err != nil {
 		t.Fatal(err)
@@ -472,13 +464,5 @@ func TestAcceptCatalogRecordsAMembershipPutBack(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted: outbox table public.outbox was taken out of publication") {
 		t.Fatalf("migrate --accept-catalog: %v\n%s", err, out)
 	}
-	third := startBinary(t, f, "third.log")
-	w2 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 25)
-	for i := 0; i < 5; i++ {
-		if err := w2.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitAll(t, c, w2, time.Minute)
-	third.terminate(t, time.Minute)
+	relayed(t, f, c, "third.log", 25, 5)
 }

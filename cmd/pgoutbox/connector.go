@@ -98,6 +98,15 @@ var connectorRefused = map[string]string{
 	"snapshot.select.statement.overrides": "pgoutbox takes no snapshots",
 }
 
+// connectorRefusedPrefixes are families of keys pgoutbox cannot honour:
+// they change column values, and ignored they would put into Kafka what the
+// user meant to mask or cut.
+var connectorRefusedPrefixes = map[string]string{
+	"column.mask.":     "pgoutbox does not mask column values: the unmasked value would reach Kafka",
+	"column.truncate.": "pgoutbox does not truncate column values: the whole value would reach Kafka",
+	"converters":       "Debezium's custom converters are Java code pgoutbox cannot run",
+}
+
 // connectorConfig is the configuration file's connector section: what a
 // Kafka Connect worker would have told the connector.
 type connectorConfig struct {
@@ -409,6 +418,14 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		if _, ok := conn[k]; ok && !used[k] {
 			used[k] = true
 			refuse(k, why)
+		}
+	}
+	for k := range conn {
+		for prefix, why := range connectorRefusedPrefixes {
+			if strings.HasPrefix(k, prefix) && !used[k] {
+				used[k] = true
+				refuse(k, why)
+			}
 		}
 	}
 	for k := range given {

@@ -67,6 +67,12 @@ func TestConnectorImportRefusesWhatItCannotHonour(t *testing.T) {
 		"intervals as ISO":      {"interval.handling.mode", "string", "interval.handling.mode=numeric"},
 		"bytes as hex":          {"binary.handling.mode", "hex", "binary.handling.mode=bytes"},
 		"JSON decimals numeric": {"value.converter.decimal.format", "NUMERIC", "value.converter.decimal.format=BASE64"},
+		// Masking and truncation ignored would send what was meant to be
+		// hidden.
+		"masked column":     {"column.mask.with.12.chars", "public.outbox.payload", "does not mask"},
+		"hashed column":     {"column.mask.hash.SHA-256.with.salt.x", "public.outbox.aggregateid", "does not mask"},
+		"truncated column":  {"column.truncate.to.20.chars", "public.outbox.payload", "does not truncate"},
+		"custom converters": {"converters", "isbn", "Java code"},
 	}
 	// The defaults, given, are accepted.
 	for k, v := range connectorValueModes {

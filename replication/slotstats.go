@@ -77,6 +77,11 @@ func ConnectSQL(ctx context.Context, cfg Config, applicationName string, timeout
 	if pcfg.RuntimeParams["application_name"] == "" && applicationName != "" {
 		pcfg.RuntimeParams["application_name"] = applicationName
 	}
+	// A query on a table whose row-level security applies to the role
+	// fails instead of returning only the rows the policies allow: rows
+	// hidden from the poll source or the initial snapshot would pass
+	// unseen (see ErrRowSecurity).
+	pcfg.RuntimeParams["row_security"] = "off"
 	conn, err := pgx.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		return nil, newConnectError(&pcfg.Config, false, err)

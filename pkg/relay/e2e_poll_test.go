@@ -2,14 +2,20 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // TestPollDeliversEveryCommittedEventWithFourInstances runs four relays on
@@ -254,5 +260,80 @@ func TestPollPartitionedTablePublishesEachRowOnce(t *testing.T) {
 	exactlyOnce(t, c, f, w)
 	if n := f.unpublished(t); n != 0 {
 		t.Fatalf("%d rows unpublished", n)
+	}
+}
+
+// TestPollRefusesATableWhoseRowSecurityHidesRows: logical decoding ignores
+// row-level security, queries do not: a poll relay (or an initial
+// snapshot) whose role is subject to the outbox table's policies would
+// never see the rows they hide, and say nothing. It stops, naming the
+// table, the role and the fix; once the role is no longer subject to them
+// (here: the owner, without FORCE ROW LEVEL SECURITY), every row arrives,
+// the ones the policy hides too.
+func TestPollRefusesATableWhoseRowSecurityHidesRows(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	role := "rls_" + f.slot
+	f.exec(t, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOBYPASSRLS")
+	t.Cleanup(func() {
+		_, _ = f.checkDB.Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role)
+	})
+	f.exec(t, "ALTER TABLE outbox OWNER TO "+role)
+	f.exec(t, "ALTER TABLE outbox ENABLE ROW LEVEL SECURITY")
+	f.exec(t, "ALTER TABLE outbox FORCE ROW LEVEL SECURITY")
+	f.exec(t, "CREATE POLICY shown ON outbox USING (aggregateid <> 'hidden')")
+	insert := `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'T', '{}')`
+	var want []string
+	for i := range 6 {
+		id := outboxtest.NewID()
+		key := "shown"
+		if i%2 == 0 {
+			key = "hidden"
+		}
+		f.exec(t, insert, id, f.slot, key)
+		want = append(want, id)
+	}
+	cfg := f.pollConfig()
+	u, err := url.Parse(cfg.Postgres.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	cfg.Postgres.DSN = u.String()
+	refused := func(cfg relay.Config) {
+		t.Helper()
+		err := runInProcess(t, cfg).exited(t, time.Minute)
+		var fe *relay.FatalError
+		if !errors.As(err, &fe) || !errors.Is(err, replication.ErrRowSecurity) || !strings.Contains(err.Error(), role) || !strings.Contains(err.Error(), "BYPASSRLS") {
+			t.Fatalf("want a fatal row-security error naming the role and the fix, got %v", err)
+		}
+	}
+	refused(cfg)
+	// The WAL source's initial snapshot reads the table the same way.
+	f.exec(t, "ALTER ROLE "+role+" REPLICATION")
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox WITH (publish = 'insert')")
+	snap := f.config()
+	snap.Postgres.DSN, snap.Postgres.StateTable = cfg.Postgres.DSN, ""
+	snap.Snapshot.Mode = relay.SnapshotInitial
+	refused(snap)
+	if confirmed, _ := f.slotState(t); confirmed != 0 {
+		t.Fatalf("the refused snapshot left a slot (confirmed %s)", confirmed)
+	}
+	if n := f.unpublished(t); n != len(want) {
+		t.Fatalf("%d rows unpublished after the refusal, want all %d", n, len(want))
+	}
+
+	f.exec(t, "ALTER TABLE outbox NO FORCE ROW LEVEL SECURITY")
+	c := env.NewConsumer(t, []string{topic})
+	p := runInProcess(t, cfg)
+	msgs := c.WaitFor(t, len(want), time.Minute)
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	if got := receivedIDs(msgs); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want every row %v", got, want)
 	}
 }

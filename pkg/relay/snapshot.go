@@ -86,6 +86,14 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 	case !pc.CreateSlot:
 		return &FatalError{Err: err}
 	}
+	for _, table := range pc.QualifiedTables() {
+		if err := replication.CheckRowSecurity(ctx, conn, table); err != nil {
+			if errors.Is(err, replication.ErrRowSecurity) {
+				return &FatalError{Err: err}
+			}
+			return err
+		}
+	}
 	if r.cfg.Snapshot.Rows == SnapshotRowsUnpublished {
 		if err := r.keepPollRelaysOut(ctx, conn); err != nil {
 			return err

@@ -8,7 +8,10 @@ import (
 )
 
 // MarkRelayed marks as published, in tx, every unpublished row of t that
-// tx sees, except those whose id column (as text) is in notRelayed: the
+// tx sees, except those whose id column's text is in notRelayed (its
+// output function's text, as pgoutput sends it: a char(n) keeps its
+// padding, an inet has no /32, where a cast to text would differ), and
+// those without an id (which stay unpublished, as before): the
 // handover from a WAL-source relay, whose slot relayed every row committed
 // before its confirmed position, and whose pending changes name the rows it
 // did not (replication.PeekInserted, read up to a position past every
@@ -19,8 +22,9 @@ func MarkRelayed(ctx context.Context, tx pgx.Tx, t *Table, notRelayed []string) 
 	if notRelayed == nil {
 		notRelayed = []string{}
 	}
-	tag, err := tx.Exec(ctx, "UPDATE "+t.quoted+" SET "+ColumnPublishedAt+" = now() WHERE "+ColumnPublishedAt+" IS NULL AND NOT ("+
-		pgx.Identifier{t.IDColumn}.Sanitize()+"::text = ANY($1::text[]))", notRelayed)
+	id := pgx.Identifier{t.IDColumn}.Sanitize()
+	tag, err := tx.Exec(ctx, "UPDATE "+t.quoted+" SET "+ColumnPublishedAt+" = now() WHERE "+ColumnPublishedAt+" IS NULL AND "+
+		id+" IS NOT NULL AND NOT (format('%s', "+id+") = ANY($1::text[]))", notRelayed)
 	if err != nil {
 		return 0, fmt.Errorf("poll: mark the rows the slot relayed in %s: %w", t.Name, err)
 	}

@@ -173,3 +173,22 @@ func TestCatalogProblemsNameAPartitionsOwnFilter(t *testing.T) {
 		t.Errorf("parsePartition of a name with a colon: %+v, %v", p, err)
 	}
 }
+
+// TestTimelineEndReadsAHistoryFile: a timeline history file lists where
+// each earlier timeline ended; a timeline not in it is not found.
+func TestTimelineEndReadsAHistoryFile(t *testing.T) {
+	content := []byte("1\t0/3000000\tno recovery target specified\n\n2\t0/5A00B28\tbefore 2026-12-03 10:00:00+00\n")
+	for _, c := range []struct {
+		tli   int32
+		want  LSN
+		found bool
+	}{{1, 0x3000000, true}, {2, 0x5A00B28, true}, {3, 0, false}} {
+		got, ok, err := timelineEnd(content, c.tli)
+		if err != nil || ok != c.found || got != c.want {
+			t.Errorf("timeline %d: %s, %v, %v; want %s, %v", c.tli, got, ok, err, c.want, c.found)
+		}
+	}
+	if _, _, err := timelineEnd([]byte("x\t0/1\tbad\n"), 1); err == nil {
+		t.Error("a bad line accepted")
+	}
+}

@@ -49,6 +49,19 @@ type Start struct {
 	HadState bool
 	// Created says that Prepare created the slot.
 	Created bool
+	// Fork is where the timeline the state table recorded (the last
+	// session's) ended in the history of the server's timeline, when they
+	// differ (TimelineChanged): past it, the WAL the last session read is
+	// not this server's. ForkKnown is false when the recorded timeline is
+	// not in that history at all.
+	Fork      LSN
+	ForkKnown bool
+}
+
+// TimelineChanged says the server is on another timeline than the one the
+// state table recorded for the last session (a promotion or a restore).
+func (s *Start) TimelineChanged() bool {
+	return s.HadState && s.State.Timeline != 0 && s.Identity.Timeline != s.State.Timeline
 }
 
 // Prepare checks the server and makes sure the publication and slot exist,
@@ -103,6 +116,11 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		if changes := st.State.ChangesSince(&st.Catalog, cfg); len(changes) > 0 {
 			changes = append(changes, "find and relay what is missing (rows still in the outbox table can be read from it), then run `pgoutbox migrate --accept-catalog` to record the new one")
 			return st, &CatalogError{Publication: cfg.Publication, Problems: changes, Err: ErrCatalogChanged}
+		}
+		if st.TimelineChanged() {
+			if st.Fork, st.ForkKnown, err = TimelineFork(ctx, cfg, st.State.Timeline, st.Identity.Timeline); err != nil {
+				return st, err
+			}
 		}
 	}
 	st.Slot, st.Created, err = ensureSlot(ctx, conn, cfg, st, log)

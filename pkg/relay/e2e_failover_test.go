@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -238,5 +239,14 @@ func failover(t *testing.T, env *testenv.Env, withFailover bool) {
 	}
 	if out, _ := os.ReadFile(logPath); !strings.Contains(string(out), "replication started") {
 		t.Fatal("no session started")
+	}
+	// The instance that took over after the promotion read where the old
+	// timeline ended from the new primary's history (TIMELINE_HISTORY):
+	// exactly-once relies on it.
+	forked := regexp.MustCompile(`"msg":"PostgreSQL changed timeline[^\n]*"recorded_timeline":1,"timeline":2,"fork_lsn":"[0-9A-F]+/[0-9A-F]+"`)
+	primaryOut, _ := os.ReadFile(logPath)
+	standbyOut, _ := os.ReadFile(standbyLog)
+	if !forked.Match(primaryOut) && !forked.Match(standbyOut) {
+		t.Fatal("no instance logged the timeline change with where the old timeline ended")
 	}
 }

@@ -410,6 +410,12 @@ func (s *session) skipped(ev replication.Event) error {
 	return nil
 }
 
+// ErrTimelineForked is wrapped by the error of an exactly-once start whose
+// stored position lies past the point where the server's timeline left
+// the one the last session read: the transactions committed there since
+// are not the ones in Kafka.
+var ErrTimelineForked = errors.New("relay: the server's timeline forked before the position Kafka holds")
+
 // startTransactional starts the session's transactional producer: it makes
 // sure the offsets topic exists (once per process), derives the
 // transactional id from the slot when none is configured, fences every
@@ -445,6 +451,18 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 		r.closeProducer(context.WithoutCancel(ctx), p, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
 		return nil, &FatalError{Err: fmt.Errorf("relay: slot %q is confirmed at %s, past %s, the position the offsets topic %q holds for it (transactional id %q): the slot was moved on without Kafka (pgoutbox ran without kafka.exactly.once, another consumer used the slot, or it was dropped and recreated), so the events in between may be missing from Kafka or in it twice; investigate, then remove the slot's record (key %q) from the offsets topic to start exactly-once from the slot's position",
 			start.Slot.Name, slot, checkpoint.LSN(stored), kcfg.OffsetsTopic, kcfg.TransactionalID, id.Key())}
+	}
+	if ok && checkpoint.LSN(stored) > slot && start.TimelineChanged() && (!start.ForkKnown || checkpoint.LSN(stored) > start.Fork) {
+		// Exactly-once skips every transaction that commits before the
+		// stored position, as one Kafka has. Across a fork below it, the
+		// transactions this timeline commits there are new ones.
+		r.closeProducer(context.WithoutCancel(ctx), p, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+		fork := "a point not in the server's history"
+		if start.ForkKnown {
+			fork = start.Fork.String()
+		}
+		return nil, &FatalError{Err: fmt.Errorf("%w: PostgreSQL moved from timeline %d to %d (a promotion or a restore), leaving the old one at %s, before %s, the position the offsets topic %q holds for slot %q: the transactions the new timeline commits in between are not the ones in Kafka, and exactly-once would skip them; to resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
+			ErrTimelineForked, start.State.Timeline, start.Identity.Timeline, fork, checkpoint.LSN(stored), kcfg.OffsetsTopic, start.Slot.Name, slot, id.Key())}
 	}
 	if ok {
 		r.log.Info("exactly-once: Kafka holds the slot's transactions up to the stored position; those at or below it are skipped",

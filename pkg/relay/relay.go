@@ -461,9 +461,13 @@ func (r *Relay) checkHistory(start replication.Start) error {
 			zap.Stringer("recorded_confirmed_lsn", start.State.ConfirmedLSN), zap.Int32("timeline", start.Identity.Timeline),
 			zap.Uint64("bytes", uint64(start.State.ConfirmedLSN-slot.ConfirmedFlushLSN)))
 	}
-	if start.HadState && start.State.Timeline != 0 && start.Identity.Timeline != start.State.Timeline {
+	if start.TimelineChanged() {
+		fork := "unknown: the recorded timeline is not in the server's history"
+		if start.ForkKnown {
+			fork = start.Fork.String()
+		}
 		r.log.Warn("PostgreSQL changed timeline since pgoutbox last recorded the slot (a promotion or a restore)",
-			zap.Int32("recorded_timeline", start.State.Timeline), zap.Int32("timeline", start.Identity.Timeline))
+			zap.Int32("recorded_timeline", start.State.Timeline), zap.Int32("timeline", start.Identity.Timeline), zap.String("fork_lsn", fork))
 	}
 	if !r.history.slotSeen && start.HadState && start.State.StoppedLSN != 0 && slot.ConfirmedFlushLSN > start.State.StoppedLSN {
 		// The slot moves only when a client confirms, and the last session

@@ -101,7 +101,13 @@ type ServerIdentity struct {
 func ReadServerIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error) {
 	var id ServerIdentity
 	var ckpt string
-	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(), c.timeline_id,
+	// The timeline is the current WAL file's: pg_control_checkpoint()'s is
+	// the latest checkpoint's, which after a promotion stays the old one
+	// until the new timeline's first checkpoint (a standby has no WAL
+	// position of its own: its checkpoint's it is).
+	err := conn.QueryRow(ctx, `SELECT s.system_identifier::text, current_database(),
+		CASE WHEN pg_is_in_recovery() THEN c.timeline_id
+			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
 		current_setting('server_version_num')::int, pg_postmaster_start_time(), c.checkpoint_lsn::text
 		FROM pg_control_system() s, pg_control_checkpoint() c`).Scan(&id.SystemIdentifier, &id.Database, &id.Timeline, &id.VersionNum,
 		&id.StartedAt, &ckpt)

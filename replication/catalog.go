@@ -40,7 +40,11 @@ type Catalog struct {
 	// (adding or dropping other tables writes other rows). Inserts
 	// unpublished for a while and published again leave no other trace.
 	PublicationXmin uint32
-	Tables          []TableInfo
+	// GeneratedColumns: the publication sends stored generated columns
+	// (PostgreSQL 18's publish_generated_columns = stored); before 18,
+	// logical decoding never sends them.
+	GeneratedColumns bool
+	Tables           []TableInfo
 }
 
 // TableInfo describes one configured outbox table in a Catalog.
@@ -70,6 +74,11 @@ type TableInfo struct {
 	// ordinary table), with the few facts that can keep their rows out of
 	// the WAL.
 	Partitions []PartitionInfo
+	// Columns are the table's columns, and Generated those of them that
+	// are generated (their values are computed, and logical decoding
+	// sends them only where GeneratedColumns allows stored ones).
+	Columns   []string
+	Generated map[string]byte
 	// Inheritors are the tables that inherit from it at any level by table
 	// inheritance (INHERITS), not as partitions, as schema.table. PostgreSQL
 	// decodes their rows under their own names, whatever the publication
@@ -131,7 +140,9 @@ func (c *Catalog) Root(oid uint32) (string, bool) {
 	return "", false
 }
 
-const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, xmin::text::bigint FROM pg_publication WHERE pubname = $1`
+const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, xmin::text::bigint,
+	coalesce(to_jsonb(p) ->> 'pubgencols', 'n') IN ('s', 'true')
+	FROM pg_publication p WHERE pubname = $1`
 
 // catalogTableSQL reads one table by schema and name: its OID, kind and
 // persistence, whether the publication carries it and filters it, the OIDs
@@ -153,7 +164,9 @@ const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 			UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid)
 		SELECT dn.nspname || '.' || dc.relname FROM d JOIN pg_class dc ON dc.oid = d.oid
 		JOIN pg_namespace dn ON dn.oid = dc.relnamespace
-		WHERE NOT dc.relispartition ORDER BY 1)
+		WHERE NOT dc.relispartition ORDER BY 1),
+	ARRAY(SELECT a.attgenerated::text || ':' || a.attname FROM pg_attribute a
+		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_publication p ON p.oid = $3::oid
 	-- At most one row each: they are unique by publication and table, and
@@ -182,7 +195,7 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
 	var xmin int64
-	err = tx.QueryRow(ctx, catalogPublicationSQL, cfg.Publication).Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot, &xmin)
+	err = tx.QueryRow(ctx, catalogPublicationSQL, cfg.Publication).Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot, &xmin, &c.GeneratedColumns)
 	c.PublicationXmin = uint32(xmin)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return c, fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
@@ -191,15 +204,25 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 		schema, table, _ := splitTable(name)
 		t := TableInfo{Name: name}
 		var kind, persistence string
-		var parts []string
+		var parts, cols []string
 		err := tx.QueryRow(ctx, catalogTableSQL, schema, table, c.Publication).Scan(
-			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors)
+			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &cols)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return c, fmt.Errorf("replication: read table %s: %w", name, err)
 		default:
 			t.Kind, t.Persistence = kind[0], persistence[0]
+			for _, col := range cols {
+				gen, name, _ := strings.Cut(col, ":")
+				t.Columns = append(t.Columns, name)
+				if gen != "" {
+					if t.Generated == nil {
+						t.Generated = map[string]byte{}
+					}
+					t.Generated[name] = gen[0]
+				}
+			}
 			for _, p := range parts {
 				pi, err := parsePartition(p)
 				if err != nil {
@@ -293,6 +316,22 @@ func (c *Catalog) Problems(cfg Config) []string {
 		}
 	}
 	return out
+}
+
+// SentColumn says whether logical decoding sends column col of table t: it
+// exists and is not generated, or is a stored generated one the
+// publication sends (PostgreSQL 18). why says what is wrong otherwise.
+func (c *Catalog) SentColumn(t TableInfo, col string) (ok bool, why string) {
+	if !slices.Contains(t.Columns, col) {
+		return false, fmt.Sprintf("is not a column of outbox table %s", t.Name)
+	}
+	switch g := t.Generated[col]; {
+	case g == 0:
+		return true, ""
+	case g == 's' && c.GeneratedColumns:
+		return true, ""
+	}
+	return false, fmt.Sprintf("is a generated column of outbox table %s, whose values logical decoding does not send (PostgreSQL 18 sends stored ones with the publication's publish_generated_columns = stored)", t.Name)
 }
 
 // Partitioned reports whether any configured table is partitioned.

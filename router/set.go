@@ -87,3 +87,14 @@ func (s *Set) For(table string) *Router {
 	}
 	return s.def
 }
+
+// EventColumns returns the columns the Router reads every event's id, key,
+// payload and routing value from (table.field.event.id, .key, .payload,
+// route.by.field); route is empty with a fixed topic, which reads none.
+func (r *Router) EventColumns() (id, key, payload, route string) {
+	route = r.cfg.routeCol
+	if r.cfg.fixedTopic != "" {
+		route = ""
+	}
+	return r.cfg.idCol, r.cfg.keyCol, r.cfg.payloadCol, route
+}

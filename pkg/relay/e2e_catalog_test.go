@@ -238,6 +238,43 @@ func TestAllTablesPublicationNeedsPartitionsThroughTheRoot(t *testing.T) {
 	}
 }
 
+// TestEventColumnsLogicalDecodingOmitsAreRefused: a key column that is
+// not in the table, or that is generated (logical decoding never sends
+// generated columns before PostgreSQL 18, and then only stored ones with
+// publish_generated_columns), would give every record no key, so their
+// order per key would be lost without a word; an id or payload column so
+// would make every row poison. Each is refused at start, naming the
+// option and the column.
+func TestEventColumnsLogicalDecodingOmitsAreRefused(t *testing.T) {
+	env := testenv.Require(t)
+	for _, c := range []struct {
+		name, ddl string
+		set       func(*relay.Config)
+		want      string
+	}{
+		{"generated key", `ALTER TABLE outbox DROP COLUMN aggregateid, ADD COLUMN aggregateid text GENERATED ALWAYS AS (payload->>'order') STORED`,
+			func(*relay.Config) {}, `table.field.event.key "aggregateid" is a generated column of outbox table public.outbox`},
+		{"key column not in the table", "", func(c *relay.Config) { c.Router.EventKeyField = "order_id" },
+			`table.field.event.key "order_id" is not a column of outbox table public.outbox`},
+		{"payload column not in the table", "", func(c *relay.Config) { c.Router.EventPayloadField = "body" },
+			`table.field.event.payload "body" is not a column of outbox table public.outbox`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, env, 1)
+			if c.ddl != "" {
+				f.exec(t, c.ddl)
+			}
+			cfg := f.config()
+			c.set(&cfg)
+			err := runInProcess(t, cfg).exited(t, time.Minute)
+			var fe *relay.FatalError
+			if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want a fatal refusal saying %q, got %v", c.want, err)
+			}
+		})
+	}
+}
+
 func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
 	env := testenv.Require(t)
 	recreate := `DROP TABLE outbox; CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,

@@ -360,6 +360,9 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if err := r.checkHistory(start); err != nil {
 		return false, err
 	}
+	if err := r.checkColumns(&start.Catalog); err != nil {
+		return false, err
+	}
 
 	if err := r.checkDeadLetterTopic(ctx); err != nil {
 		return false, err
@@ -509,6 +512,37 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		return nil
 	}
 	return &FatalError{Err: fmt.Errorf("relay: slot %q is at %s, past %s, the furthest pgoutbox confirmed, and no other pgoutbox instance recorded a session on it: it was advanced, or dropped and recreated, by someone else, and the events in between were skipped; investigate before restarting", pcfg.Slot, slot.ConfirmedFlushLSN, r.history.lastConfirmed)}
+}
+
+// checkColumns makes sure logical decoding sends every outbox table's
+// event columns: a column missing from the stream (not in the table, or a
+// generated one, which decoding leaves out) made every row of a missing
+// id, payload or routing column poison, and of a missing key column a
+// record without a key, its order per key lost without a word (Debezium's
+// task stops on such a row).
+func (r *Relay) checkColumns(cat *replication.Catalog) error {
+	var problems []string
+	for _, t := range cat.Tables {
+		if t.OID == 0 || t.Columns == nil { // no table, or its columns not read
+			continue
+		}
+		id, key, payload, route := r.router.For(t.Name).EventColumns()
+		for _, c := range []struct{ opt, col string }{
+			{"table.field.event.id", id}, {"table.field.event.key", key},
+			{"table.field.event.payload", payload}, {"route.by.field", route},
+		} {
+			if c.col == "" {
+				continue
+			}
+			if ok, why := cat.SentColumn(t, c.col); !ok {
+				problems = append(problems, fmt.Sprintf("%s %q %s", c.opt, c.col, why))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return &FatalError{Err: &replication.CatalogError{Publication: r.cfg.Postgres.Publication, Problems: problems, Err: replication.ErrCatalogUnusable}}
+	}
+	return nil
 }
 
 // checkDeadLetterTopic makes sure, before the first stream, that the

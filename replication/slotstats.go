@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // SlotStats is what a slot costs the server: how much WAL it holds back and
@@ -80,8 +81,17 @@ func ConnectSQL(ctx context.Context, cfg Config, applicationName string, timeout
 	// A query on a table whose row-level security applies to the role
 	// fails instead of returning only the rows the policies allow: rows
 	// hidden from the poll source or the initial snapshot would pass
-	// unseen (see ErrRowSecurity).
-	pcfg.RuntimeParams["row_security"] = "off"
+	// unseen (see ErrRowSecurity). Set after connecting, not as a startup
+	// parameter, which connection poolers (PgBouncer) refuse.
+	after := pcfg.AfterConnect
+	pcfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		return c.Exec(ctx, "SET row_security = off").Close()
+	}
 	conn, err := pgx.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		return nil, newConnectError(&pcfg.Config, false, err)

@@ -163,3 +163,19 @@ func TestLimitUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestSQLConnectionsRunWithoutRowSecurity: every SQL connection sets
+// row_security off once connected (not as a startup parameter, which
+// PgBouncer refuses), so that a query row-level security would filter
+// fails instead.
+func TestSQLConnectionsRunWithoutRowSecurity(t *testing.T) {
+	env := testenv.Require(t)
+	conn := connectStats(t, env.NewDatabase(t))
+	var v string
+	if err := conn.QueryRow(context.Background(), "SHOW row_security").Scan(&v); err != nil || v != "off" {
+		t.Fatalf("row_security = %q (%v), want off", v, err)
+	}
+	if got := conn.Config().RuntimeParams["row_security"]; got != "" {
+		t.Fatalf("row_security sent as a startup parameter (%q)", got)
+	}
+}

@@ -256,6 +256,13 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	cfg.Postgres.Slot = debeziumSlot
 	if v, ok := get("slot.name"); ok {
 		cfg.Postgres.Slot = v
+	} else {
+		// Debezium's default names the slot Debezium streamed from: one
+		// that does not exist is not created under it, or a JSON that
+		// relied on pgoutbox's own default (a slot named pgoutbox) would
+		// move to a new slot without a word, skipping what is pending in
+		// the old one. Set slot.name to create one.
+		cfg.Postgres.CreateSlot = false
 	}
 	cfg.Postgres.Publication = debeziumPublication
 	if v, ok := get("publication.name"); ok {

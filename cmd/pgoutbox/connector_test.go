@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,6 +175,17 @@ func TestConnectorWithoutSlotOrPublicationMeansDebeziumsDefaults(t *testing.T) {
 	}
 	if cfg.Postgres.Slot != "debezium" || cfg.Postgres.Publication != "dbz_publication" || cfg.Snapshot.Mode != "initial" {
 		t.Fatalf("slot %q, publication %q, snapshot.mode %q; want Debezium's defaults", cfg.Postgres.Slot, cfg.Postgres.Publication, cfg.Snapshot.Mode)
+	}
+	// Debezium's slot is used, never made: a deployment that relied on
+	// pgoutbox's own default would otherwise move to a new slot silently.
+	if cfg.Postgres.CreateSlot {
+		t.Fatal("a slot named by Debezium's default would be created")
+	}
+	named := map[string]string{"slot.name": "orders"}
+	maps.Copy(named, conn)
+	cfg = defaultFileConfig()
+	if _, err := applyConnector(&cfg, named); err != nil || cfg.Postgres.Slot != "orders" || !cfg.Postgres.CreateSlot {
+		t.Fatalf("with slot.name: slot %q, create %v (%v); want it created when missing", cfg.Postgres.Slot, cfg.Postgres.CreateSlot, err)
 	}
 	p := filepath.Join(t.TempDir(), "c.json")
 	if err := os.WriteFile(p, []byte(`{"connector.class": "`+postgresConnector+`", "transforms": "r", "transforms.r.type": "`+eventRouter+`"}`), 0o600); err != nil {

@@ -22,9 +22,10 @@ var ErrCatalogChanged = errors.New("replication: the publication or an outbox ta
 // an insert out of the stream (the publication dropped or recreated, a table
 // dropped, recreated, renamed or removed from the publication, inserts no
 // longer published, a row filter or column list added) stops it, and so
-// does one that leaves no trace in the catalog's state but may have done so
-// for a while (a table taken out of the publication and put back, the
-// publication's options changed and changed back).
+// does one that leaves no trace in the catalog's state but did so for a
+// while (a table taken out of the publication and put back); one that may
+// have (the publication's row written: its options changed and changed
+// back, or only its owner) is warned of.
 type Catalog struct {
 	// CheckedAt is the server's WAL position read before the catalog: every
 	// DDL committed before it is reflected here.
@@ -35,10 +36,10 @@ type Catalog struct {
 	Insert      bool
 	ViaRoot     bool // publish_via_partition_root
 	// PublicationXmin is the transaction that last wrote the publication's
-	// catalog row (pg_publication.xmin): every ALTER PUBLICATION ... SET
-	// (publish = ..., ...) writes it, and nothing else pgoutbox meets does
-	// (adding or dropping other tables writes other rows). Inserts
-	// unpublished for a while and published again leave no other trace.
+	// catalog row (pg_publication.xmin): ALTER PUBLICATION ... SET, OWNER
+	// TO and RENAME write it (adding or dropping tables writes other rows).
+	// Inserts unpublished for a while and published again leave no other
+	// trace, so a new one is warned of (Altered).
 	PublicationXmin uint32
 	// GeneratedColumns: the publication sends stored generated columns
 	// (PostgreSQL 18's publish_generated_columns = stored); before 18,
@@ -267,7 +268,7 @@ func (c *Catalog) Problems(cfg Config) []string {
 		// while it is behind) cannot be told from any other table: its
 		// events would be skipped without a word. (A publication FOR TABLE
 		// carries no other tables, so there such a row stops pgoutbox.)
-		out = append(out, fmt.Sprintf("publication %q is FOR ALL TABLES and reports the changes of partitions under their own names (publish_via_partition_root is off), so the rows of a partition of an outbox table detached or dropped before pgoutbox read them could not be told from another table's and would be skipped: ALTER PUBLICATION %s SET (publish_via_partition_root = true) while pgoutbox is stopped and caught up, then pgoutbox migrate --accept-catalog",
+		out = append(out, fmt.Sprintf("publication %q is FOR ALL TABLES and reports the changes of partitions under their own names (publish_via_partition_root is off), so the rows of a partition of an outbox table detached or dropped before pgoutbox read them could not be told from another table's and would be skipped: ALTER PUBLICATION %s SET (publish_via_partition_root = true) while pgoutbox is stopped and caught up",
 			cfg.Publication, pub))
 	}
 	for _, t := range c.Tables {
@@ -360,9 +361,6 @@ func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
 	if now.ViaRoot != c.ViaRoot && c.Partitioned() {
 		out = append(out, fmt.Sprintf("publication %q changed publish_via_partition_root from %v to %v: partitions' changes now report under other names", cfg.Publication, c.ViaRoot, now.ViaRoot))
 	}
-	if now.Publication == c.Publication {
-		out = append(out, now.alteredPublication(c.PublicationXmin, "the session started", cfg)...)
-	}
 	for _, t := range c.Tables {
 		n, _ := now.Table(t.Name)
 		switch {
@@ -382,15 +380,20 @@ func (c *Catalog) Changes(now *Catalog, cfg Config) []string {
 	return out
 }
 
-// alteredPublication describes the publication's catalog row written since
-// (xmin, read when the session started or recorded in the state table):
-// none when it is the same, or when nothing was recorded.
-func (c *Catalog) alteredPublication(was uint32, since string, cfg Config) []string {
+// Altered describes the publication's catalog row written since (xmin,
+// read when the session started or recorded in the state table), or ""
+// when it is the same or nothing was recorded. It is a warning, not a
+// change that stops the relay: the row is written by ALTER PUBLICATION ...
+// SET (publish = ...) and back, which can have kept inserts out for a
+// while without a trace, but also by OWNER TO, REASSIGN OWNED, a RENAME
+// and back, and by a SET that changes nothing (as tools that reconcile
+// publications run), which cannot.
+func (c *Catalog) Altered(was uint32, since string, cfg Config) string {
 	if was == 0 || c.PublicationXmin == 0 || was == c.PublicationXmin {
-		return nil
+		return ""
 	}
-	return []string{fmt.Sprintf("publication %q was altered since %s (ALTER PUBLICATION ... SET: its catalog row was written by transaction %d, before by %d): if it did not publish inserts for a while, the events committed then were never decoded, and no trace of that remains",
-		cfg.Publication, since, c.PublicationXmin, was)}
+	return fmt.Sprintf("publication %q was altered since %s (its catalog row was written by transaction %d, before by %d: ALTER PUBLICATION ... SET, OWNER TO, RENAME): if it stopped publishing inserts for a while (publish = 'update' and back), the events committed then were never decoded, and no trace of that remains; compare the outbox with Kafka over that time",
+		cfg.Publication, since, c.PublicationXmin, was)
 }
 
 // leftPublication describes a table whose membership in the publication

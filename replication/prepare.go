@@ -99,7 +99,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		return st, &CatalogError{Publication: cfg.Publication, Problems: p, Err: ErrCatalogUnusable}
 	}
 	if st.Catalog.Partitioned() && !st.Catalog.ViaRoot {
-		log.Warn("the publication reports changes under each partition's name (publish_via_partition_root is off); pgoutbox maps them to their outbox table, but a partition created and dropped while pgoutbox is stopped cannot be mapped: turn it on while pgoutbox is stopped and caught up, then record the change with pgoutbox migrate --accept-catalog",
+		log.Warn("the publication reports changes under each partition's name (publish_via_partition_root is off); pgoutbox maps them to their outbox table, but a partition created and dropped while pgoutbox is stopped cannot be mapped: turn it on while pgoutbox is stopped and caught up",
 			zap.String("publication", cfg.Publication),
 			zap.String("fix", fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", quoteIdent(cfg.Publication))))
 	}

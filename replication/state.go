@@ -469,9 +469,6 @@ func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
 			cfg.Publication, s.PublicationOID, c.Publication))
 	}
 	const since = "pgoutbox last streamed"
-	if s.PublicationOID == c.Publication {
-		out = append(out, c.alteredPublication(s.PublicationXmin, since, cfg)...)
-	}
 	for _, t := range c.Tables {
 		was, ok := s.TableOIDs[t.Name]
 		switch {

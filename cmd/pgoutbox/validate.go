@@ -475,7 +475,7 @@ func checkPublication(f pgFacts, rc replication.Config) []checkResult {
 			out = append(out, pass(name, fmt.Sprintf("published; partitioned (%d partitions), and publish_via_partition_root is on: changes are reported under %s", len(t.Partitions), t.Name)))
 		case t.Kind == 'p':
 			out = append(out, warn(name, fmt.Sprintf("published; partitioned (%d partitions), with publish_via_partition_root off: changes are reported under each partition's name, which pgoutbox maps to %s while the partition exists; one created and dropped while pgoutbox is stopped cannot be mapped", len(t.Partitions), t.Name),
-				fmt.Sprintf("while pgoutbox is stopped and caught up: ALTER PUBLICATION %s SET (publish_via_partition_root = true); then pgoutbox migrate --accept-catalog", pubSQL)))
+				fmt.Sprintf("while pgoutbox is stopped and caught up: ALTER PUBLICATION %s SET (publish_via_partition_root = true);", pubSQL)))
 		default:
 			out = append(out, pass(name, "published"))
 		}

@@ -464,6 +464,11 @@ func (r *Relay) checkHistory(start replication.Start) error {
 			zap.Stringer("recorded_confirmed_lsn", start.State.ConfirmedLSN), zap.Int32("timeline", start.Identity.Timeline),
 			zap.Uint64("bytes", uint64(start.State.ConfirmedLSN-slot.ConfirmedFlushLSN)))
 	}
+	if start.HadState && start.State.PublicationOID == start.Catalog.Publication {
+		if w := start.Catalog.Altered(start.State.PublicationXmin, "pgoutbox last streamed", pcfg); w != "" {
+			r.log.Warn(w, zap.String("publication", pcfg.Publication))
+		}
+	}
 	if start.TimelineChanged() {
 		fork := "unknown: the recorded timeline is not in the server's history"
 		if start.ForkKnown {

@@ -101,6 +101,9 @@ type session struct {
 
 	// latest is the catalog of the last check that passed.
 	latest replication.Catalog
+	// warnedXmin is the publication row's xmin last warned of (the
+	// session start's at first).
+	warnedXmin uint32
 
 	// pendingRel is a relation the loop waits for the catalog to classify,
 	// with a check made at or after pendingAt.
@@ -163,6 +166,7 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		serverWAL:     start.Catalog.CheckedAt,
 		fence:         start.Slot.ConfirmedFlushLSN,
 		fenceOn:       r.cfg.Postgres.StateTable != "",
+		warnedXmin:    start.Catalog.PublicationXmin,
 	}
 	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
 	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, s.wake)
@@ -471,6 +475,12 @@ func (s *session) catalog(res catalogResult) error {
 	s.catalogFailed = 0
 	if changes := s.start.Catalog.Changes(&res.Catalog, cfg); len(changes) > 0 {
 		return &FatalError{Err: &replication.CatalogError{Publication: cfg.Publication, Problems: changes, Err: replication.ErrCatalogChanged}}
+	}
+	if res.Catalog.Publication == s.start.Catalog.Publication && res.Catalog.PublicationXmin != s.warnedXmin {
+		if w := res.Catalog.Altered(s.start.Catalog.PublicationXmin, "the session started", cfg); w != "" {
+			s.log.Warn(w, zap.String("publication", cfg.Publication))
+		}
+		s.warnedXmin = res.Catalog.PublicationXmin
 	}
 	s.verified = max(s.verified, res.Catalog.CheckedAt)
 	s.serverWAL = max(s.serverWAL, res.Catalog.CheckedAt)

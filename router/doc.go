@@ -62,7 +62,8 @@
 // table.field.event.key (default "aggregateid"): the column whose text is
 // the record key (with the default key.converter=raw; see key.converter
 // for the Kafka Connect encodings). A NULL value, or a row without the column, gives a record
-// without a key (the producer's partitioner then spreads such records).
+// without a key (the producer's partitioner then spreads such records); the
+// relay refuses at start an outbox table that lacks the column.
 // Debezium 3.6 gives a NULL value a null key too, and stops its task on a
 // row without the column (Struct.get of an unknown field).
 //

@@ -274,6 +274,18 @@ func TestEventColumnsLogicalDecodingOmitsAreRefused(t *testing.T) {
 			}
 		})
 	}
+	// The poll source reads the table with queries, which return generated
+	// columns too; a column not in the table is refused there as well.
+	t.Run("poll source, key column not in the table", func(t *testing.T) {
+		f := newPollFixture(t, env, 1)
+		cfg := f.pollConfig()
+		cfg.Router.EventKeyField = "order_id"
+		err := runInProcess(t, cfg).exited(t, time.Minute)
+		var fe *relay.FatalError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), `table.field.event.key "order_id" is not a column of outbox table public.outbox`) {
+			t.Fatalf("want a fatal refusal naming the key column, got %v", err)
+		}
+	})
 }
 
 // TestPublicationAlteredIsWarnedOf: the publication's catalog row written

@@ -171,6 +171,9 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		}
 		return false, err
 	}
+	if err := r.queriedColumnProblems(ctx, conn, t.Name); err != nil {
+		return false, err
+	}
 	if err := pr.handover(ctx, conn); err != nil {
 		return false, err
 	}

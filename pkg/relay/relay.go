@@ -8,13 +8,17 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -531,21 +535,46 @@ func (r *Relay) checkColumns(cat *replication.Catalog) error {
 		if t.OID == 0 || t.Columns == nil { // no table, or its columns not read
 			continue
 		}
-		id, key, payload, route := r.router.For(t.Name).EventColumns()
-		for _, c := range []struct{ opt, col string }{
-			{"table.field.event.id", id}, {"table.field.event.key", key},
-			{"table.field.event.payload", payload}, {"route.by.field", route},
-		} {
-			if c.col == "" {
-				continue
-			}
-			if ok, why := cat.SentColumn(t, c.col); !ok {
-				problems = append(problems, fmt.Sprintf("%s %q %s", c.opt, c.col, why))
-			}
-		}
+		problems = append(problems, r.eventColumnProblems(t.Name, func(col string) (bool, string) { return cat.SentColumn(t, col) })...)
 	}
 	if len(problems) > 0 {
 		return &FatalError{Err: &replication.CatalogError{Publication: r.cfg.Postgres.Publication, Problems: problems, Err: replication.ErrCatalogUnusable}}
+	}
+	return nil
+}
+
+// eventColumnProblems lists table's event columns (id, key, payload,
+// routing) that sent says the rows will not carry, with why.
+func (r *Relay) eventColumnProblems(table string, sent func(col string) (bool, string)) []string {
+	var problems []string
+	id, key, payload, route := r.router.For(table).EventColumns()
+	for _, c := range []struct{ opt, col string }{
+		{"table.field.event.id", id}, {"table.field.event.key", key},
+		{"table.field.event.payload", payload}, {"route.by.field", route},
+	} {
+		if c.col == "" {
+			continue
+		}
+		if ok, why := sent(c.col); !ok {
+			problems = append(problems, fmt.Sprintf("%s %q %s", c.opt, c.col, why))
+		}
+	}
+	return problems
+}
+
+// queriedColumnProblems is eventColumnProblems for a table read with
+// queries (the poll source, the initial snapshot), which return every
+// column, generated ones too.
+func (r *Relay) queriedColumnProblems(ctx context.Context, conn *pgx.Conn, table string) error {
+	cols, err := poll.Columns(ctx, conn, table)
+	if err != nil || len(cols) == 0 {
+		return err // a table that does not exist: its readers say so
+	}
+	problems := r.eventColumnProblems(table, func(col string) (bool, string) {
+		return slices.Contains(cols, col), "is not a column of outbox table " + table
+	})
+	if len(problems) > 0 {
+		return &FatalError{Err: fmt.Errorf("relay: %s: %s: its rows would be poison, or without a key (their order per key lost)", table, strings.Join(problems, "; "))}
 	}
 	return nil
 }

@@ -93,6 +93,9 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 			}
 			return err
 		}
+		if err := r.queriedColumnProblems(ctx, conn, table); err != nil {
+			return err
+		}
 	}
 	if r.cfg.Snapshot.Rows == SnapshotRowsUnpublished {
 		if err := r.keepPollRelaysOut(ctx, conn); err != nil {

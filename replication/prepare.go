@@ -118,8 +118,11 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			return st, &CatalogError{Publication: cfg.Publication, Problems: changes, Err: ErrCatalogChanged}
 		}
 		if st.TimelineChanged() {
+			// Unknown when the history cannot be read: only exactly-once
+			// depends on it, and refuses then.
 			if st.Fork, st.ForkKnown, err = TimelineFork(ctx, cfg, st.State.Timeline, st.Identity.Timeline); err != nil {
-				return st, err
+				log.Warn("cannot read the server's timeline history; where the recorded timeline ended is unknown", zap.Error(err))
+				st.Fork, st.ForkKnown = 0, false
 			}
 		}
 	}

@@ -184,7 +184,9 @@ func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 			if err != nil {
 				return err
 			}
-			_, _ = conn.Exec(ctx, fmt.Sprintf(stateAddColumnsDDL, q))
+			// Not behind a long transaction on the table: without the
+			// columns pgoutbox goes on, and adds them another time.
+			_, _ = conn.Exec(ctx, "SET LOCAL lock_timeout = '2s'; "+fmt.Sprintf(stateAddColumnsDDL, q))
 		}
 		return nil
 	}

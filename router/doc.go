@@ -387,7 +387,7 @@
 // microseconds otherwise (since midnight or the epoch), a timestamptz(p)
 // the instant in UTC as ISO-8601 text with exactly p digits of fraction
 // (6 without a precision), an interval its microseconds with a month of
-// 365.25/12 days. money, timetz and arrays, whose Connect values pgoutbox
+// 365.25/12 days. money, timetz, bit and arrays, whose Connect values pgoutbox
 // does not reproduce, are an error (a poison row). pkg/conformance holds
 // these against the real Debezium.
 //
@@ -407,7 +407,8 @@
 //	date, time, timestamp  PostgreSQL ISO text      epoch number      epoch number       "text"
 //	timestamptz            PostgreSQL ISO text      ISO-8601 UTC      "ISO-8601 UTC"     "text"
 //	interval               PostgreSQL text          microseconds      microseconds       "text"
-//	money, timetz, arrays  PostgreSQL text          error             error              "text"
+//	money, timetz, bit,    PostgreSQL text          error             error              "text"
+//	arrays
 //	others (enum, inet...) PostgreSQL text          text              "text"             "text"
 //	NULL                   no key, empty value      Kafka null        null (4 bytes)     null
 //

@@ -46,6 +46,8 @@ const (
 	oidTime     = 1083
 	oidInterval = 1186
 	oidTimeTZ   = 1266
+	oidBit      = 1560
+	oidVarbit   = 1562
 )
 
 // connectKind is the kind of a Connect value.
@@ -125,6 +127,8 @@ func logicalValue(oid uint32, mod int32, v []byte) (connectValue, error) {
 		return connectValue{}, fmt.Errorf("money: %w", errNotEmulated)
 	case oidTimeTZ:
 		return connectValue{}, fmt.Errorf("timetz: %w", errNotEmulated)
+	case oidBit, oidVarbit:
+		return connectValue{}, fmt.Errorf("bit: %w", errNotEmulated)
 	}
 	if arrayType(oid) {
 		return connectValue{}, fmt.Errorf("an array (type OID %d): %w", oid, errNotEmulated)
@@ -477,7 +481,15 @@ func intervalMicros(v []byte) (int64, error) {
 	// Java rounds it: no fused multiply-add).
 	daysTotal := float64(float64(years*12+months)*(365.25/12.0)) + float64(days)
 	secs := float64(float64(float64(float64(float64(daysTotal*24)+float64(hours))*60)+float64(minutes))*60) + sec
-	return int64(float64(secs * 1e6)), nil
+	us := float64(secs * 1e6)
+	// Java's (long) saturates where Go's conversion is undefined.
+	switch {
+	case us >= math.MaxInt64:
+		return math.MaxInt64, nil
+	case us <= math.MinInt64:
+		return math.MinInt64, nil
+	}
+	return int64(us), nil
 }
 
 func splitSpace(v []byte) [][]byte {

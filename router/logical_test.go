@@ -94,6 +94,7 @@ func TestTimesAsDebeziumMakesThem(t *testing.T) {
 		{oidInterval, -1, "-01:00:00", "-3600000000"},
 		{oidInterval, -1, "00:00:00.000001", "1"},
 		{oidInterval, -1, "-1 days +02:00:00", "-79200000000"},
+		{oidInterval, -1, "178000000 years", "9223372036854775807"}, // Java's (long) saturates
 	} {
 		got, err := appendConnectJSON(nil, c.oid, c.mod, []byte(c.in))
 		if err != nil || !bytes.Equal(got, []byte(c.want)) {
@@ -103,7 +104,7 @@ func TestTimesAsDebeziumMakesThem(t *testing.T) {
 	for _, bad := range []struct {
 		oid uint32
 		in  string
-	}{{oidInterval, "P1Y2M"}, {oidInterval, "@ 1 hour"}, {oidDate, "infinity"}, {oidTimestamp, "infinity"}, {oidMoney, "$1.00"}, {oidTimeTZ, "03:04:05+02"}, {1007, "{1,2}"}} {
+	}{{oidInterval, "P1Y2M"}, {oidInterval, "@ 1 hour"}, {oidDate, "infinity"}, {oidTimestamp, "infinity"}, {oidMoney, "$1.00"}, {oidTimeTZ, "03:04:05+02"}, {1007, "{1,2}"}, {oidBit, "101"}} {
 		if got, err := appendConnectJSON(nil, bad.oid, -1, []byte(bad.in)); err == nil {
 			t.Errorf("%d %q: %s, want an error", bad.oid, bad.in, got)
 		}

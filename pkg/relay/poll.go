@@ -165,13 +165,7 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		}
 		return false, err
 	}
-	if err := replication.CheckRowSecurity(ctx, conn, t.Name); err != nil {
-		if errors.Is(err, replication.ErrRowSecurity) {
-			return false, &FatalError{Err: err}
-		}
-		return false, err
-	}
-	if err := r.queriedColumnProblems(ctx, conn, t.Name); err != nil {
+	if err := r.checkQueriedTable(ctx, conn, t.Name); err != nil {
 		return false, err
 	}
 	if err := pr.handover(ctx, conn); err != nil {

@@ -562,10 +562,17 @@ func (r *Relay) eventColumnProblems(table string, sent func(col string) (bool, s
 	return problems
 }
 
-// queriedColumnProblems is eventColumnProblems for a table read with
-// queries (the poll source, the initial snapshot), which return every
-// column, generated ones too.
-func (r *Relay) queriedColumnProblems(ctx context.Context, conn *pgx.Conn, table string) error {
+// checkQueriedTable checks an outbox table that is read with queries (the
+// poll source, the initial snapshot): row-level security must not hide
+// rows from them, and the event columns must be there (queries return
+// generated ones too).
+func (r *Relay) checkQueriedTable(ctx context.Context, conn *pgx.Conn, table string) error {
+	if err := replication.CheckRowSecurity(ctx, conn, table); err != nil {
+		if errors.Is(err, replication.ErrRowSecurity) {
+			return &FatalError{Err: err}
+		}
+		return err
+	}
 	cols, err := poll.Columns(ctx, conn, table)
 	if err != nil || len(cols) == 0 {
 		return err // a table that does not exist: its readers say so

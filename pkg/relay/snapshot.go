@@ -87,13 +87,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 		return &FatalError{Err: err}
 	}
 	for _, table := range pc.QualifiedTables() {
-		if err := replication.CheckRowSecurity(ctx, conn, table); err != nil {
-			if errors.Is(err, replication.ErrRowSecurity) {
-				return &FatalError{Err: err}
-			}
-			return err
-		}
-		if err := r.queriedColumnProblems(ctx, conn, table); err != nil {
+		if err := r.checkQueriedTable(ctx, conn, table); err != nil {
 			return err
 		}
 	}

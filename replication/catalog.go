@@ -46,6 +46,61 @@ type Catalog struct {
 	// logical decoding never sends them.
 	GeneratedColumns bool
 	Tables           []TableInfo
+	// UserTypes are the types of the configured tables' columns that are
+	// not built in (OIDs from 16384 on), by OID.
+	UserTypes map[uint32]UserType
+}
+
+// UserType is a column type that is not built in. The stream names a
+// domain's column by the domain's OID, where a query's row description and
+// Debezium (through the JDBC driver's column metadata) name its base type:
+// the relay resolves it to read the column's value as its base type's.
+type UserType struct {
+	// Base is the domain's base type, through every level of domains; 0
+	// when the type is not a domain (an enum, an extension's type, ...).
+	Base uint32
+	// BaseMod is the type modifier the domain gives its base type
+	// (numeric(12,2)'s), -1 where it gives none.
+	BaseMod int32
+}
+
+// FirstUserOID is PostgreSQL's FirstNormalObjectId: objects with lower OIDs
+// are built in.
+const FirstUserOID = 16384
+
+// RouterTypes returns the column types and type modifiers a row of a table
+// with these column types is routed by: domains resolved to their base
+// types (a column's own modifier is -1 under a domain: the domain's
+// applies). known is false when a user type is not in c (a column added
+// since c was read).
+func (c *Catalog) RouterTypes(types []uint32, mods []int32) (rt []uint32, rm []int32, known bool) {
+	rt, rm, known = types, mods, true
+	cloned := false
+	for i, oid := range types {
+		if oid < FirstUserOID {
+			continue
+		}
+		ut, ok := c.UserTypes[oid]
+		if !ok {
+			known = false
+			continue
+		}
+		if ut.Base == 0 {
+			continue
+		}
+		if !cloned {
+			rt, rm, cloned = slices.Clone(types), make([]int32, len(types)), true
+			for j := range rm {
+				rm[j] = -1
+			}
+			copy(rm, mods)
+		}
+		rt[i] = ut.Base
+		if i >= len(mods) || mods[i] == -1 {
+			rm[i] = ut.BaseMod
+		}
+	}
+	return rt, rm, known
 }
 
 // TableInfo describes one configured outbox table in a Catalog.
@@ -149,8 +204,12 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // persistence, whether the publication carries it and filters it, the OIDs
 // of its membership rows, its partitions as a text array of
 // "oid:kind:persistence:filtered:schema.name" (filtered: "r" for a row
-// filter, "c" for a column list of the partition's own), and the tables
-// that inherit from it without being partitions.
+// filter, "c" for a column list of the partition's own), the tables that
+// inherit from it without being partitions, its columns as
+// "generated:name", and its columns' user types as "oid:base:modifier"
+// (base: the domain's base type through every level, the type itself when
+// it is not a domain; modifier: the last domain's). A partition's columns
+// have its table's types.
 const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	($3::oid <> 0 AND (p.puballtables OR r.oid IS NOT NULL OR pns.oid IS NOT NULL)),
 	r.prqual IS NOT NULL, r.prattrs IS NOT NULL, coalesce(r.oid, 0), coalesce(pns.oid, 0),
@@ -167,7 +226,14 @@ const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 		JOIN pg_namespace dn ON dn.oid = dc.relnamespace
 		WHERE NOT dc.relispartition ORDER BY 1),
 	ARRAY(SELECT a.attgenerated::text || ':' || a.attname FROM pg_attribute a
-		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
+	ARRAY(WITH RECURSIVE d(oid, base, mod) AS (
+			SELECT a.atttypid, a.atttypid, -1 FROM pg_attribute a
+			WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384
+			UNION
+			SELECT d.oid, t.typbasetype, t.typtypmod FROM d JOIN pg_type t ON t.oid = d.base AND t.typtype = 'd')
+		SELECT d.oid::text || ':' || d.base::text || ':' || d.mod FROM d JOIN pg_type t ON t.oid = d.base
+		WHERE t.typtype <> 'd' ORDER BY 1)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_publication p ON p.oid = $3::oid
 	-- At most one row each: they are unique by publication and table, and
@@ -205,9 +271,9 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 		schema, table, _ := splitTable(name)
 		t := TableInfo{Name: name}
 		var kind, persistence string
-		var parts, cols []string
+		var parts, cols, types []string
 		err := tx.QueryRow(ctx, catalogTableSQL, schema, table, c.Publication).Scan(
-			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &cols)
+			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &cols, &types)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -222,6 +288,21 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 						t.Generated = map[string]byte{}
 					}
 					t.Generated[name] = gen[0]
+				}
+			}
+			for _, ty := range types {
+				var oid, base uint32
+				var mod int32
+				if _, err := fmt.Sscanf(ty, "%d:%d:%d", &oid, &base, &mod); err != nil {
+					return c, fmt.Errorf("replication: column types of %s: unexpected row %q", name, ty)
+				}
+				if c.UserTypes == nil {
+					c.UserTypes = map[uint32]UserType{}
+				}
+				if base == oid {
+					c.UserTypes[oid] = UserType{BaseMod: -1}
+				} else {
+					c.UserTypes[oid] = UserType{Base: base, BaseMod: mod}
 				}
 			}
 			for _, p := range parts {

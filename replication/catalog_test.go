@@ -204,3 +204,25 @@ func TestTimelineEndReadsAHistoryFile(t *testing.T) {
 		t.Error("a bad line accepted")
 	}
 }
+
+func TestRouterTypesResolveDomainsAndTellUnknownTypes(t *testing.T) {
+	cat := Catalog{UserTypes: map[uint32]UserType{
+		16400: {Base: 1082, BaseMod: -1},      // a domain over date
+		16401: {Base: 1700, BaseMod: 1310734}, // a domain over numeric(20,10)
+		16402: {BaseMod: -1},                  // an enum
+	}}
+	types, mods := []uint32{25, 16400, 16401, 16402}, []int32{-1, -1, -1, -1}
+	rt, rm, known := cat.RouterTypes(types, mods)
+	if !known || !slices.Equal(rt, []uint32{25, 1082, 1700, 16402}) || !slices.Equal(rm, []int32{-1, -1, 1310734, -1}) {
+		t.Fatalf("got %v %v %v", rt, rm, known)
+	}
+	if types[1] != 16400 || mods[2] != -1 {
+		t.Fatal("the relation's own slices were changed")
+	}
+	if rt, _, known := cat.RouterTypes([]uint32{25, 23}, []int32{-1, -1}); !known || rt[1] != 23 {
+		t.Fatal("built-in types are known")
+	}
+	if _, _, known := cat.RouterTypes([]uint32{25, 16500}, []int32{-1, -1}); known {
+		t.Fatal("a type the catalog does not have is not known")
+	}
+}

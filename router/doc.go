@@ -388,8 +388,11 @@
 // the instant in UTC as ISO-8601 text with exactly p digits of fraction
 // (6 without a precision), an interval its microseconds with a month of
 // 365.25/12 days. money, timetz, bit and arrays, whose Connect values pgoutbox
-// does not reproduce, are an error (a poison row). pkg/conformance holds
-// these against the real Debezium.
+// does not reproduce, are an error (a poison row). A domain is its base
+// type with the domain's precision (Row.Types names the base type: the
+// relay resolves the domains the stream names, and a query's row
+// description names the base type already). pkg/conformance holds these
+// against the real Debezium.
 //
 // # Column types
 //

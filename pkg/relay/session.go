@@ -106,8 +106,10 @@ type session struct {
 	warnedXmin uint32
 
 	// pendingRel is a relation the loop waits for the catalog to classify,
-	// with a check made at or after pendingAt.
+	// with a check made at or after pendingAt. pendingCls is its class
+	// when only its column types were unknown.
 	pendingRel *replication.Relation
+	pendingCls *relClass
 	pendingAt  checkpoint.LSN
 	pendingBy  time.Time
 
@@ -143,7 +145,12 @@ type session struct {
 // relClass is what a relation of the stream is to the relay.
 type relClass struct {
 	table string // the configured outbox table it is, or is a partition of
-	other bool   // another table of a FOR ALL TABLES publication: skipped
+	// types and mods are the columns' types and type modifiers its rows
+	// are routed by: the relation's, with domains resolved to their base
+	// types (nil: the relation's own).
+	types []uint32
+	mods  []int32
+	other bool // another table of a FOR ALL TABLES publication: skipped
 	// unexpected explains a relation that is neither: its changes are
 	// poison.
 	unexpected string
@@ -815,7 +822,14 @@ func (s *session) emitMessage(m *replication.Message) error {
 
 // relation classifies a relation the stream announced.
 func (s *session) relation(rel *replication.Relation) {
-	if c, ok := s.classify(rel, &s.start.Catalog, false); ok {
+	c, ok := s.classify(rel, &s.start.Catalog, false)
+	if ok && c.table != "" && !c.resolve(rel, &s.start.Catalog, false) && !c.resolve(rel, &s.latest, false) {
+		// A column of a type added since the session started (a domain
+		// would be read as the wrong type): as below.
+		s.pendingCls = &c
+		ok = false
+	}
+	if ok {
 		s.rels[rel] = c
 		return
 	}
@@ -825,6 +839,20 @@ func (s *session) relation(rel *replication.Relation) {
 	// partition yet).
 	s.pendingRel, s.pendingAt, s.pendingBy = rel, s.commit, s.clock.Now().Add(relationWait)
 	s.watcher.Check()
+}
+
+// resolve sets c's router types from cat, and says whether cat knew every
+// user type of rel's columns; final says cat is the last word (a type it
+// does not know is read as it is).
+func (c *relClass) resolve(rel *replication.Relation, cat *replication.Catalog, final bool) bool {
+	types, mods, known := cat.RouterTypes(rel.Types, rel.Modifiers)
+	if !known && !final {
+		return false
+	}
+	if len(types) > 0 && &types[0] != &rel.Types[0] {
+		c.types, c.mods = types, mods
+	}
+	return true
 }
 
 // classify says what rel is, by its OID, from cat. final says cat is the
@@ -869,17 +897,29 @@ func (s *session) classifyPending() {
 		s.watcher.Check()
 		return
 	}
-	c, _ := s.classify(s.pendingRel, &s.latest, true)
+	var c relClass
+	if s.pendingCls != nil {
+		c = *s.pendingCls
+	} else {
+		c, _ = s.classify(s.pendingRel, &s.latest, true)
+	}
+	if c.table != "" {
+		c.resolve(s.pendingRel, &s.latest, true)
+	}
 	s.rels[s.pendingRel] = c
-	s.pendingRel = nil
+	s.pendingRel, s.pendingCls = nil, nil
 }
 
 // unclassified ends the wait for a relation the catalog did not classify:
 // a session restart when the catalog could not be read, else fatal.
 func (s *session) unclassified() error {
 	rel := s.pendingRel
-	err := fmt.Errorf("relay: the stream carries table %s (OID %d), and no catalog check within %s said whether it is a partition of an outbox table; nothing at or after it was confirmed",
-		rel.Table, rel.ID, relationWait)
+	what := "whether it is a partition of an outbox table"
+	if s.pendingCls != nil {
+		what = "what the types of its columns are (a domain is routed as its base type)"
+	}
+	err := fmt.Errorf("relay: the stream carries table %s (OID %d), and no catalog check within %s said %s; nothing at or after it was confirmed",
+		rel.Table, rel.ID, relationWait, what)
 	if s.catalogFailed > 0 {
 		return err
 	}
@@ -906,6 +946,9 @@ func (s *session) change(c *replication.Change) error {
 		return s.poisonRow(c.Op.String(), c.Rel.Table, &row, nil, nil, c.Chunk, errors.New(cls.unexpected))
 	}
 	row := router.Row{Table: cls.table, Op: c.Op, Names: c.Rel.Columns, Types: c.Rel.Types, Mods: c.Rel.Modifiers, Values: c.Values}
+	if cls.types != nil {
+		row.Types, row.Mods = cls.types, cls.mods
+	}
 	if c.Op == replication.OpDelete {
 		row.Values = c.Old
 	}

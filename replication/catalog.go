@@ -71,11 +71,11 @@ const FirstUserOID = 16384
 // RouterTypes returns the column types and type modifiers a row of a table
 // with these column types is routed by: domains resolved to their base
 // types (a column's own modifier is -1 under a domain: the domain's
-// applies). known is false when a user type is not in c (a column added
-// since c was read).
+// applies). rt and rm are nil when no column is of a domain: the row is
+// routed by types and mods. known is false when a user type is not in c (a
+// column added since c was read).
 func (c *Catalog) RouterTypes(types []uint32, mods []int32) (rt []uint32, rm []int32, known bool) {
-	rt, rm, known = types, mods, true
-	cloned := false
+	known = true
 	for i, oid := range types {
 		if oid < FirstUserOID {
 			continue
@@ -88,8 +88,8 @@ func (c *Catalog) RouterTypes(types []uint32, mods []int32) (rt []uint32, rm []i
 		if ut.Base == 0 {
 			continue
 		}
-		if !cloned {
-			rt, rm, cloned = slices.Clone(types), make([]int32, len(types)), true
+		if rt == nil {
+			rt, rm = slices.Clone(types), make([]int32, len(types))
 			for j := range rm {
 				rm[j] = -1
 			}

@@ -219,8 +219,8 @@ func TestRouterTypesResolveDomainsAndTellUnknownTypes(t *testing.T) {
 	if types[1] != 16400 || mods[2] != -1 {
 		t.Fatal("the relation's own slices were changed")
 	}
-	if rt, _, known := cat.RouterTypes([]uint32{25, 23}, []int32{-1, -1}); !known || rt[1] != 23 {
-		t.Fatal("built-in types are known")
+	if rt, rm, known := cat.RouterTypes([]uint32{25, 23, 16402}, []int32{-1, -1, -1}); !known || rt != nil || rm != nil {
+		t.Fatal("built-in types and an enum are known, and leave the row's own types as they are")
 	}
 	if _, _, known := cat.RouterTypes([]uint32{25, 16500}, []int32{-1, -1}); known {
 		t.Fatal("a type the catalog does not have is not known")

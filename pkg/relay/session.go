@@ -849,9 +849,7 @@ func (c *relClass) resolve(rel *replication.Relation, cat *replication.Catalog, 
 	if !known && !final {
 		return false
 	}
-	if len(types) > 0 && &types[0] != &rel.Types[0] {
-		c.types, c.mods = types, mods
-	}
+	c.types, c.mods = types, mods
 	return true
 }
 

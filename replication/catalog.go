@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/router"
 )
 
 // ErrCatalogChanged is wrapped by the error of a publication or outbox table
@@ -62,6 +64,92 @@ type UserType struct {
 	// BaseMod is the type modifier the domain gives its base type
 	// (numeric(12,2)'s), -1 where it gives none.
 	BaseMod int32
+	// NotReproduced says Debezium makes a Connect value of the type (or
+	// of the domain's base type) that pgoutbox does not reproduce: a user
+	// type other than an enum (whose value is its label) or citext (its
+	// text), such as an array of an enum, a composite, a range of a user
+	// type, hstore or PostGIS's geometry. The router makes a column of
+	// it placed through a Kafka Connect converter a poison row
+	// (router.NotReproducedType) instead of writing other bytes than
+	// Debezium's.
+	NotReproduced bool
+}
+
+// userTypesSQL is a query of the user types whose OIDs seed (a query of
+// one oid column) gives, one text row each, "oid:base:modifier:kind":
+// base is the domain's base type through every level, the type itself when
+// it is not a domain; modifier the last domain's (-1 when none); kind is
+// "r" when pgoutbox reproduces Debezium's Connect value of the base type
+// (a built-in type, where the router decides; an enum; citext, which
+// Debezium's connector takes as a string by its name, as pgoutbox does),
+// "n" when not.
+func userTypesSQL(seed string) string {
+	return `WITH RECURSIVE d(oid, base, mod) AS (
+			SELECT s.oid, s.oid, -1 FROM (` + seed + `) s(oid)
+			UNION
+			SELECT d.oid, t.typbasetype, t.typtypmod FROM d JOIN pg_type t ON t.oid = d.base AND t.typtype = 'd')
+		SELECT d.oid::text || ':' || d.base::text || ':' || d.mod || ':'
+			|| CASE WHEN d.base < 16384 OR t.typtype = 'e' OR (t.typtype = 'b' AND t.typname = 'citext') THEN 'r' ELSE 'n' END
+		FROM d JOIN pg_type t ON t.oid = d.base
+		WHERE t.typtype <> 'd' ORDER BY 1`
+}
+
+// parseUserTypes adds the rows of userTypesSQL to m.
+func parseUserTypes(rows []string, m map[uint32]UserType) error {
+	for _, ty := range rows {
+		var oid, base uint32
+		var mod int32
+		var kind string
+		if _, err := fmt.Sscanf(ty, "%d:%d:%d:%s", &oid, &base, &mod, &kind); err != nil || (kind != "r" && kind != "n") {
+			return fmt.Errorf("unexpected user type row %q", ty)
+		}
+		ut := UserType{Base: base, BaseMod: mod, NotReproduced: kind == "n"}
+		if base == oid {
+			ut.Base, ut.BaseMod = 0, -1
+		}
+		m[oid] = ut
+	}
+	return nil
+}
+
+// ReadUserTypes reads the user types among oids (those from FirstUserOID
+// on) that are not in m into m, which it makes when nil. The query paths
+// (the poll source, the snapshot) call it with a row description's types,
+// where a domain is already its base type but an enum or an array of one
+// is not told apart.
+func ReadUserTypes(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, oids []uint32, m map[uint32]UserType) (map[uint32]UserType, error) {
+	var missing []uint32
+	for _, oid := range oids {
+		if _, ok := m[oid]; oid >= FirstUserOID && !ok && !slices.Contains(missing, oid) {
+			missing = append(missing, oid)
+		}
+	}
+	if len(missing) == 0 {
+		return m, nil
+	}
+	rows, err := q.Query(ctx, userTypesSQL(`SELECT unnest($1::oid[])`), missing)
+	if err != nil {
+		return m, fmt.Errorf("read the column types %v: %w", missing, err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return m, fmt.Errorf("read the column types %v: %w", missing, err)
+	}
+	if m == nil {
+		m = map[uint32]UserType{}
+	}
+	if err := parseUserTypes(got, m); err != nil {
+		return m, err
+	}
+	for _, oid := range missing {
+		if _, ok := m[oid]; !ok {
+			// Dropped since the row was read: nothing tells what it was.
+			m[oid] = UserType{BaseMod: -1, NotReproduced: true}
+		}
+	}
+	return m, nil
 }
 
 // FirstUserOID is PostgreSQL's FirstNormalObjectId: objects with lower OIDs
@@ -73,19 +161,26 @@ const FirstUserOID = 16384
 // types (a column's own modifier is -1 under a domain: the domain's
 // applies). rt and rm are nil when no column is of a domain: the row is
 // routed by types and mods. known is false when a user type is not in c (a
-// column added since c was read).
+// column added since c was read). A type whose Connect value pgoutbox does
+// not reproduce (UserType.NotReproduced) becomes router.NotReproducedType.
 func (c *Catalog) RouterTypes(types []uint32, mods []int32) (rt []uint32, rm []int32, known bool) {
+	return RouterTypes(c.UserTypes, types, mods)
+}
+
+// RouterTypes is Catalog.RouterTypes over the user types in m; a type that
+// is NotReproduced becomes router.NotReproducedType.
+func RouterTypes(m map[uint32]UserType, types []uint32, mods []int32) (rt []uint32, rm []int32, known bool) {
 	known = true
 	for i, oid := range types {
 		if oid < FirstUserOID {
 			continue
 		}
-		ut, ok := c.UserTypes[oid]
+		ut, ok := m[oid]
 		if !ok {
 			known = false
 			continue
 		}
-		if ut.Base == 0 {
+		if ut.Base == 0 && !ut.NotReproduced {
 			continue
 		}
 		if rt == nil {
@@ -94,6 +189,10 @@ func (c *Catalog) RouterTypes(types []uint32, mods []int32) (rt []uint32, rm []i
 				rm[j] = -1
 			}
 			copy(rm, mods)
+		}
+		if ut.NotReproduced {
+			rt[i], rm[i] = router.NotReproducedType, -1
+			continue
 		}
 		rt[i] = ut.Base
 		if i >= len(mods) || mods[i] == -1 {
@@ -206,11 +305,9 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // "oid:kind:persistence:filtered:schema.name" (filtered: "r" for a row
 // filter, "c" for a column list of the partition's own), the tables that
 // inherit from it without being partitions, its columns as
-// "generated:name", and its columns' user types as "oid:base:modifier"
-// (base: the domain's base type through every level, the type itself when
-// it is not a domain; modifier: the last domain's). A partition's columns
-// have its table's types.
-const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
+// "generated:name", and its columns' user types as userTypesSQL gives
+// them. A partition's columns have its table's types.
+var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	($3::oid <> 0 AND (p.puballtables OR r.oid IS NOT NULL OR pns.oid IS NOT NULL)),
 	r.prqual IS NOT NULL, r.prattrs IS NOT NULL, coalesce(r.oid, 0), coalesce(pns.oid, 0),
 	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':'
@@ -227,13 +324,8 @@ const catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 		WHERE NOT dc.relispartition ORDER BY 1),
 	ARRAY(SELECT a.attgenerated::text || ':' || a.attname FROM pg_attribute a
 		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
-	ARRAY(WITH RECURSIVE d(oid, base, mod) AS (
-			SELECT a.atttypid, a.atttypid, -1 FROM pg_attribute a
-			WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384
-			UNION
-			SELECT d.oid, t.typbasetype, t.typtypmod FROM d JOIN pg_type t ON t.oid = d.base AND t.typtype = 'd')
-		SELECT d.oid::text || ':' || d.base::text || ':' || d.mod FROM d JOIN pg_type t ON t.oid = d.base
-		WHERE t.typtype <> 'd' ORDER BY 1)
+	ARRAY(` + userTypesSQL(`SELECT a.atttypid FROM pg_attribute a
+			WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384`) + `)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_publication p ON p.oid = $3::oid
 	-- At most one row each: they are unique by publication and table, and
@@ -290,20 +382,11 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 					t.Generated[name] = gen[0]
 				}
 			}
-			for _, ty := range types {
-				var oid, base uint32
-				var mod int32
-				if _, err := fmt.Sscanf(ty, "%d:%d:%d", &oid, &base, &mod); err != nil {
-					return c, fmt.Errorf("replication: column types of %s: unexpected row %q", name, ty)
-				}
-				if c.UserTypes == nil {
-					c.UserTypes = map[uint32]UserType{}
-				}
-				if base == oid {
-					c.UserTypes[oid] = UserType{BaseMod: -1}
-				} else {
-					c.UserTypes[oid] = UserType{Base: base, BaseMod: mod}
-				}
+			if c.UserTypes == nil && len(types) > 0 {
+				c.UserTypes = map[uint32]UserType{}
+			}
+			if err := parseUserTypes(types, c.UserTypes); err != nil {
+				return c, fmt.Errorf("replication: column types of %s: %w", name, err)
 			}
 			for _, p := range parts {
 				pi, err := parsePartition(p)

@@ -1,9 +1,12 @@
 package replication
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/pgoutbox/router"
 )
 
 func TestCatalogProblemsNameWhatKeepsInsertsOut(t *testing.T) {
@@ -224,5 +227,27 @@ func TestRouterTypesResolveDomainsAndTellUnknownTypes(t *testing.T) {
 	}
 	if _, _, known := cat.RouterTypes([]uint32{25, 16500}, []int32{-1, -1}); known {
 		t.Fatal("a type the catalog does not have is not known")
+	}
+	cat.UserTypes[16403] = UserType{BaseMod: -1, NotReproduced: true}              // an array of the enum
+	cat.UserTypes[16404] = UserType{Base: 16403, BaseMod: -1, NotReproduced: true} // a domain over it
+	rt, rm, known = cat.RouterTypes([]uint32{16403, 16402, 16404}, []int32{-1, -1, -1})
+	if !known || !slices.Equal(rt, []uint32{router.NotReproducedType, 16402, router.NotReproducedType}) || !slices.Equal(rm, []int32{-1, -1, -1}) {
+		t.Fatalf("types Debezium converts in its own way: got %v %v %v", rt, rm, known)
+	}
+}
+
+func TestParseUserTypesTellsWhatIsReproduced(t *testing.T) {
+	m := map[uint32]UserType{}
+	if err := parseUserTypes([]string{"16400:1082:-1:r", "16402:16402:-1:r", "16403:16403:-1:n", "16404:16403:-1:n"}, m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint32]UserType{16400: {Base: 1082, BaseMod: -1}, 16402: {BaseMod: -1}, 16403: {BaseMod: -1, NotReproduced: true}, 16404: {Base: 16403, BaseMod: -1, NotReproduced: true}}
+	if !maps.Equal(m, want) {
+		t.Fatalf("got %v, want %v", m, want)
+	}
+	for _, bad := range []string{"16400:1082:-1", "16400:1082:-1:x", "x"} {
+		if err := parseUserTypes([]string{bad}, m); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

@@ -35,8 +35,9 @@ import (
 //     does.
 //
 // The conformance suite (pkg/conformance) holds each against the real
-// Debezium. money, timetz and the built-in array types get Connect values
-// pgoutbox does not reproduce: placed through a Kafka Connect converter,
+// Debezium. money, timetz, the built-in array types and the user-defined
+// types other than enums and domains (see NotReproducedType) get Connect
+// values pgoutbox does not reproduce: placed through a Kafka Connect converter,
 // they are an error (a poison row) rather than other bytes than Debezium's.
 
 // PostgreSQL type OIDs of the logical types.
@@ -133,8 +134,21 @@ func logicalValue(oid uint32, mod int32, v []byte) (connectValue, error) {
 	if arrayType(oid) {
 		return connectValue{}, fmt.Errorf("an array (type OID %d): %w", oid, errNotEmulated)
 	}
+	if oid == NotReproducedType {
+		return connectValue{}, fmt.Errorf("a user-defined type (an array of an enum or a domain, a composite, a range or an extension's type such as hstore): %w", errNotEmulated)
+	}
 	return connectValue{}, nil
 }
+
+// NotReproducedType is the type a caller gives a column of a user-defined
+// type whose Connect value pgoutbox does not reproduce: an array of an enum
+// or a domain (Debezium makes a Connect array), a composite, a range or
+// multirange of a user type, or an extension's type such as hstore (JSON)
+// or PostGIS's geometry (a struct). Placed through a Kafka Connect
+// converter, such a column is an error (a poison row); through the raw
+// converter, its text as ever. It is the largest OID, which PostgreSQL
+// hands out last.
+const NotReproducedType uint32 = math.MaxUint32
 
 // arrayType reports whether oid is one of the built-in array types
 // (Debezium makes Connect arrays of them).

@@ -244,8 +244,9 @@ func TestRouteColumnTypes(t *testing.T) {
 	// Through Kafka Connect's converters a numeric, date, time or
 	// timestamp column is the Connect value Debezium makes of it, held
 	// against the real Debezium by pkg/conformance (typed-placements);
-	// money, timetz, arrays and a numeric without a precision under
-	// StringConverter (a Java object address) are bad values.
+	// money, timetz, arrays, user types other than enums and a numeric
+	// without a precision under StringConverter (a Java object address)
+	// are bad values.
 	const bad = "\x00bad"
 	payloads := []struct {
 		name  string
@@ -272,6 +273,9 @@ func TestRouteColumnTypes(t *testing.T) {
 		{"date", 1082, 0, "2024-01-02", "2024-01-02", "19724", "19724"},
 		{"interval", 1186, 0, "1 day 02:03:04", "1 day 02:03:04", "93784000000", "93784000000"},
 		{"money", 790, 0, "$1.00", "$1.00", bad, bad},
+		// An enum's array, hstore, a composite: the caller names them
+		// NotReproducedType.
+		{"user_type_not_reproduced", NotReproducedType, 0, "{happy,sad}", "{happy,sad}", bad, bad},
 	}
 	var cases []routeCase
 	for _, p := range payloads {

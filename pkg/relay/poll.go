@@ -150,6 +150,8 @@ type pollSession struct {
 	stopClean  func()
 	nextRebal  time.Time
 	lastReport time.Time
+	// userTypes are the user types of the claims' columns, read once.
+	userTypes map[uint32]replication.UserType
 }
 
 func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
@@ -350,6 +352,14 @@ func (s *pollSession) process(b *poll.Batch) error {
 	if len(b.Rows) == 0 {
 		return s.finishBatch(b, nil, nil, 0)
 	}
+	// Every row of a batch has the claim's row description.
+	ctx, cancel := s.op()
+	types, mods, err := queryRouterTypes(ctx, s.conn, &s.userTypes, b.Rows[0].Types, b.Rows[0].Mods)
+	cancel()
+	if err != nil {
+		s.abort(b)
+		return fmt.Errorf("relay: poll %s: %w", pr.table.Name, err)
+	}
 	rows := make([]pubRow, 0, len(b.Rows))
 	var bytes int64
 	for i := range b.Rows {
@@ -364,7 +374,7 @@ func (s *pollSession) process(b *poll.Batch) error {
 			break
 		}
 		rows = append(rows, pubRow{
-			row:   router.Row{Table: pr.table.Name, Op: router.OpInsert, Names: row.Names, Types: row.Types, Mods: row.Mods, Values: row.Values},
+			row:   router.Row{Table: pr.table.Name, Op: router.OpInsert, Names: row.Names, Types: types, Mods: mods, Values: row.Values},
 			key:   row.Key,
 			stamp: row.Written * 1000,
 			where: fmt.Sprintf("row seq %d of %s", row.Seq, pr.table.Name),

@@ -218,11 +218,12 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 	keyAt := slices.Index(cols, key)
 	fetch := "FETCH " + strconv.Itoa(r.cfg.Snapshot.BatchSize) + " FROM pgoutbox_snapshot"
 	total := 0
+	var userTypes map[uint32]replication.UserType
 	for {
 		if ctx.Err() != nil {
 			return total, nil
 		}
-		rows, err := r.fetchRows(ctx, tx, fetch, table, keyAt)
+		rows, err := r.fetchRows(ctx, tx, fetch, table, keyAt, &userTypes)
 		if err != nil {
 			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
 		}
@@ -239,8 +240,9 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 	}
 }
 
-// fetchRows reads the next rows of the cursor as router rows (text values).
-func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, keyAt int) ([]pubRow, error) {
+// fetchRows reads the next rows of the cursor as router rows (text values);
+// userTypes caches the user types of the row description.
+func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, keyAt int, userTypes *map[uint32]replication.UserType) ([]pubRow, error) {
 	res, err := tx.Query(ctx, fetch, pgx.QueryResultFormats{pgx.TextFormatCode})
 	if err != nil {
 		return nil, err
@@ -266,7 +268,37 @@ func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, k
 		}
 		out = append(out, p)
 	}
-	return out, res.Err()
+	res.Close()
+	if err := res.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	rt, rm, err := queryRouterTypes(ctx, tx, userTypes, types, mods)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].row.Types, out[i].row.Mods = rt, rm
+	}
+	return out, nil
+}
+
+// queryRouterTypes returns the types and type modifiers of a query's row
+// description (where a domain is already its base type) the router takes:
+// a user type whose Connect value pgoutbox does not reproduce becomes
+// router.NotReproducedType. It reads the user types it does not know
+// into *cache.
+func queryRouterTypes(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, cache *map[uint32]replication.UserType, types []uint32, mods []int32) ([]uint32, []int32, error) {
+	m, err := replication.ReadUserTypes(ctx, q, types, *cache)
+	*cache = m
+	if err != nil {
+		return nil, nil, err
+	}
+	if rt, rm, _ := replication.RouterTypes(m, types, mods); rt != nil {
+		return rt, rm, nil
+	}
+	return types, mods, nil
 }
 
 // publishSnapshotBatch publishes rows: poison follows relay.poison.policy

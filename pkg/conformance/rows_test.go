@@ -24,6 +24,8 @@ CREATE DOMAIN conf_ts3 AS timestamptz(3) CHECK (VALUE > '1900-01-01');
 CREATE DOMAIN conf_day AS date;
 CREATE DOMAIN conf_day2 AS conf_day;
 CREATE TYPE conf_mood AS ENUM ('happy', 'sad');
+-- citext, which Debezium's connector knows by its name and takes as text.
+CREATE EXTENSION IF NOT EXISTS citext;
 CREATE TABLE conf_outbox (
 	seq bigserial PRIMARY KEY,
 	id uuid,
@@ -58,6 +60,7 @@ CREATE TABLE conf_outbox (
 	d_created conf_ts3,
 	d_day conf_day2,
 	mood conf_mood,
+	email citext,
 	-- A column with a default, NULL in every row (JsonConverter's
 	-- replace.null.with.default).
 	note text DEFAULT 'the default'
@@ -249,12 +252,12 @@ func newWorkload(tok string) *workload {
 			"created3": "2024-01-02 03:04:05.123456+00", "created0": "2024-01-02 03:04:05.6+00", "tod3": "03:04:05.123",
 			"at": "2024-01-02 03:04:05.123456", "at3": "2024-01-02 03:04:05.123", "day": "2024-01-02", "tod": "03:04:05.123456",
 			"dur": "1 day 02:03:04", "blob": `\x01fbff`, "big": "9223372036854775807", "ratio": "0.1", "uid": "406c07f3-26f2-4b0c-9a3a-4d6a5a1c0e01",
-			"d_amount": "12.30", "d_created": "2024-01-02 03:04:05.123456+00", "d_day": "2024-01-02", "mood": "happy"})),
+			"d_amount": "12.30", "d_created": "2024-01-02 03:04:05.123456+00", "d_day": "2024-01-02", "mood": "happy", "email": "Ann@Example.COM"})),
 		w.ev(m, typed(map[string]string{"amount": "-0.01", "amount_any": "0.0000001", "tiny": "-1234567890.0123456789", "created": "1999-12-31 23:59:59.999999-08",
 			"created3": "1960-01-01 00:00:00+00", "created0": "infinity", "tod3": "23:59:59.999",
 			"at": "1960-06-01 12:00:00.5", "at3": "1969-12-31 23:59:59.999", "day": "1960-01-01", "tod": "23:59:59",
 			"dur": "1 year 2 mons 3 days 04:05:06.789", "blob": `\x`, "big": "-1", "ratio": "1e-7",
-			"d_amount": "-0.01", "d_created": "1999-12-31 23:59:59.9995-08", "d_day": "1960-01-01", "mood": "sad"})),
+			"d_amount": "-0.01", "d_created": "1999-12-31 23:59:59.9995-08", "d_day": "1960-01-01", "mood": "sad", "email": "zoë \\ \"q\" 😀"})),
 		w.ev(m, typed(map[string]string{"amount": "0", "amount_any": "100000000000000000000", "tiny": "0", "created": "1960-01-01 00:00:00+00",
 			"created3": "2024-01-02 03:04:05+05:30", "created0": "1970-01-01 00:00:00+00", "tod3": "00:00:00",
 			"at": "1970-01-01 00:00:00", "at3": "2024-01-02 03:04:05", "day": "1970-01-01", "tod": "00:00:00",
@@ -275,13 +278,13 @@ func newWorkload(tok string) *workload {
 // typedColumns are the typed columns of the outbox tables, in the order of
 // schemaSQL; typeOf gives each one's type for the cast of its text.
 var typedColumns = []string{"amount", "amount_any", "tiny", "created", "created3", "created0", "at", "at3", "day", "tod", "tod3", "dur", "blob", "big", "ratio", "uid",
-	"d_amount", "d_created", "d_day", "mood", "note"}
+	"d_amount", "d_created", "d_day", "mood", "email", "note"}
 
 func typeOf(col string) string {
 	return map[string]string{"amount": "numeric(12,2)", "amount_any": "numeric", "tiny": "numeric(20,10)", "created": "timestamptz",
 		"created3": "timestamptz(3)", "created0": "timestamptz(0)", "at": "timestamp", "at3": "timestamp(3)", "day": "date", "tod": "time",
 		"tod3": "time(3)", "dur": "interval", "blob": "bytea", "big": "int8", "ratio": "float8", "uid": "uuid",
-		"d_amount": "conf_amount", "d_created": "conf_ts3", "d_day": "conf_day2", "mood": "conf_mood", "note": "text"}[col]
+		"d_amount": "conf_amount", "d_created": "conf_ts3", "d_day": "conf_day2", "mood": "conf_mood", "email": "citext", "note": "text"}[col]
 }
 
 // nullWorkload is the rows of the NULL-event-id configuration.

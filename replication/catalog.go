@@ -66,8 +66,8 @@ type UserType struct {
 	BaseMod int32
 	// NotReproduced says Debezium makes a Connect value of the type (or
 	// of the domain's base type) that pgoutbox does not reproduce: a user
-	// type other than an enum (whose value is its label) or citext (its
-	// text), such as an array of an enum, a composite, a range of a user
+	// type other than an enum (whose value is its label), citext or ltree
+	// (their text), such as an array of an enum, a composite, a range of a user
 	// type, hstore or PostGIS's geometry. The router makes a column of
 	// it placed through a Kafka Connect converter a poison row
 	// (router.NotReproducedType) instead of writing other bytes than
@@ -80,8 +80,9 @@ type UserType struct {
 // base is the domain's base type through every level, the type itself when
 // it is not a domain; modifier the last domain's (-1 when none); kind is
 // "r" when pgoutbox reproduces Debezium's Connect value of the base type
-// (a built-in type, where the router decides; an enum; citext, which
-// Debezium's connector takes as a string by its name, as pgoutbox does),
+// (a built-in type, where the router decides; an enum; citext and ltree,
+// which Debezium's connector takes as strings by their names, as pgoutbox
+// does),
 // "n" when not.
 func userTypesSQL(seed string) string {
 	return `WITH RECURSIVE d(oid, base, mod) AS (
@@ -89,7 +90,7 @@ func userTypesSQL(seed string) string {
 			UNION
 			SELECT d.oid, t.typbasetype, t.typtypmod FROM d JOIN pg_type t ON t.oid = d.base AND t.typtype = 'd')
 		SELECT d.oid::text || ':' || d.base::text || ':' || d.mod || ':'
-			|| CASE WHEN d.base < 16384 OR t.typtype = 'e' OR (t.typtype = 'b' AND t.typname = 'citext') THEN 'r' ELSE 'n' END
+			|| CASE WHEN d.base < 16384 OR t.typtype = 'e' OR (t.typtype = 'b' AND t.typname IN ('citext', 'ltree')) THEN 'r' ELSE 'n' END
 		FROM d JOIN pg_type t ON t.oid = d.base
 		WHERE t.typtype <> 'd' ORDER BY 1`
 }

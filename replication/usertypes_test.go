@@ -14,21 +14,21 @@ import (
 // the catalog (the stream's RELATION names each column's own type) and by
 // the OIDs of a query's row description (where a domain is its base type
 // already). A domain at any depth resolves to its base type with the last
-// domain's modifier; an enum and citext are reproduced (the conformance
-// suite holds both against the real Debezium); an array of an enum, a
+// domain's modifier; an enum, citext and ltree are reproduced (the conformance
+// suite holds each against the real Debezium); an array of an enum, a
 // domain over one, an hstore, a composite and a range of a user type are
 // not; int4range is built in (the router decides).
 func TestUserTypesAreReadAsTheServerDefinesThem(t *testing.T) {
 	env := testenv.Require(t)
 	conn := connectStats(t, env.NewDatabase(t))
 	ctx := context.Background()
-	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS citext; CREATE EXTENSION IF NOT EXISTS hstore;
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS citext; CREATE EXTENSION IF NOT EXISTS hstore; CREATE EXTENSION IF NOT EXISTS ltree;
 		CREATE DOMAIN amount_d AS numeric(12,2); CREATE DOMAIN amount_dd AS amount_d;
 		CREATE TYPE mood_t AS ENUM ('a', 'b'); CREATE DOMAIN moods_d AS mood_t[];
 		CREATE TYPE pair_t AS (x int, y int); CREATE TYPE frange_t AS RANGE (subtype = float8);
 		CREATE PUBLICATION types_pub FOR ALL TABLES;
 		CREATE TABLE outbox (id uuid, n int4, r int4range, amt amount_dd, mood mood_t, email citext,
-			moods mood_t[], dmoods moods_d, tags hstore, pair pair_t, fr frange_t)`); err != nil {
+			moods mood_t[], dmoods moods_d, tags hstore, pair pair_t, fr frange_t, path ltree)`); err != nil {
 		t.Fatal(err)
 	}
 	oid := func(name string) uint32 {
@@ -42,6 +42,7 @@ func TestUserTypesAreReadAsTheServerDefinesThem(t *testing.T) {
 		oid("amount_dd"): {Base: 1700, BaseMod: 12<<16 | 2 + 4},
 		oid("mood_t"):    {BaseMod: -1},
 		oid("citext"):    {BaseMod: -1},
+		oid("ltree"):     {BaseMod: -1},
 		oid("mood_t[]"):  {BaseMod: -1, NotReproduced: true},
 		oid("moods_d"):   {Base: oid("mood_t[]"), BaseMod: -1, NotReproduced: true},
 		oid("hstore"):    {BaseMod: -1, NotReproduced: true},

@@ -387,8 +387,11 @@
 // microseconds otherwise (since midnight or the epoch), a timestamptz(p)
 // the instant in UTC as ISO-8601 text with exactly p digits of fraction
 // (6 without a precision), an interval its microseconds with a month of
-// 365.25/12 days. money, timetz, bit and arrays, whose Connect values pgoutbox
-// does not reproduce, are an error (a poison row). A domain is its base
+// 365.25/12 days. money, timetz, bit, arrays, name, point, the other
+// geometric types and every built-in type outside the suite's list (see
+// builtinReproduced), and the user types other than enums, citext, ltree
+// and domains (NotReproducedType), whose Connect values pgoutbox does not
+// reproduce, are an error (a poison row). A domain is its base
 // type with the domain's precision (Row.Types names the base type: the
 // relay resolves the domains the stream names, and a query's row
 // description names the base type already). pkg/conformance holds these
@@ -411,8 +414,10 @@
 //	timestamptz            PostgreSQL ISO text      ISO-8601 UTC      "ISO-8601 UTC"     "text"
 //	interval               PostgreSQL text          microseconds      microseconds       "text"
 //	money, timetz, bit,    PostgreSQL text          error             error              "text"
-//	arrays
-//	others (enum, inet...) PostgreSQL text          text              "text"             "text"
+//	arrays, name, point,
+//	geometric, other types
+//	text-like (enum, inet, PostgreSQL text          text              "text"             "text"
+//	citext, ranges, xml...)
 //	NULL                   no key, empty value      Kafka null        null (4 bytes)     null
 //
 // (In the JSON encodings NaN and infinite floats and numerics are strings.

@@ -21,7 +21,8 @@ import (
 //
 // Numeric, date, time, timestamp, timestamptz and interval get Debezium's
 // logical types (logical.go), at the connector's default handling modes;
-// money, timetz and arrays are an error. Other types are written as for
+// money, timetz, arrays and the types outside builtinReproduced (and
+// NotReproducedType) are an error. Other types are written as for
 // pgoutbox's own envelope, a string of their PostgreSQL text, which is
 // what Debezium makes of the text-like ones (enums, citext, inet, ...).
 

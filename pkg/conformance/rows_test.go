@@ -24,8 +24,10 @@ CREATE DOMAIN conf_ts3 AS timestamptz(3) CHECK (VALUE > '1900-01-01');
 CREATE DOMAIN conf_day AS date;
 CREATE DOMAIN conf_day2 AS conf_day;
 CREATE TYPE conf_mood AS ENUM ('happy', 'sad');
--- citext, which Debezium's connector knows by its name and takes as text.
+-- citext and ltree, which Debezium's connector knows by their names and
+-- takes as text.
 CREATE EXTENSION IF NOT EXISTS citext;
+CREATE EXTENSION IF NOT EXISTS ltree;
 CREATE TABLE conf_outbox (
 	seq bigserial PRIMARY KEY,
 	id uuid,
@@ -61,6 +63,29 @@ CREATE TABLE conf_outbox (
 	d_day conf_day2,
 	mood conf_mood,
 	email citext,
+	-- Types whose Connect value is their text (or a number: oid, int2,
+	-- float4), the same in Debezium as in pgoutbox.
+	o oid,
+	ip inet,
+	cidrc cidr,
+	mac macaddr,
+	m8 macaddr8,
+	tsv tsvector,
+	doc xml,
+	r4 int4range,
+	i8r int8range,
+	nr numrange,
+	dr daterange,
+	tsr tsrange,
+	rtz tstzrange,
+	ch char(5),
+	ch1 "char",
+	sm int2,
+	rl float4,
+	js json,
+	lt ltree,
+	vb varchar(10),
+	ts2 timestamptz(2),
 	-- A column with a default, NULL in every row (JsonConverter's
 	-- replace.null.with.default).
 	note text DEFAULT 'the default'
@@ -252,7 +277,8 @@ func newWorkload(tok string) *workload {
 			"created3": "2024-01-02 03:04:05.123456+00", "created0": "2024-01-02 03:04:05.6+00", "tod3": "03:04:05.123",
 			"at": "2024-01-02 03:04:05.123456", "at3": "2024-01-02 03:04:05.123", "day": "2024-01-02", "tod": "03:04:05.123456",
 			"dur": "1 day 02:03:04", "blob": `\x01fbff`, "big": "9223372036854775807", "ratio": "0.1", "uid": "406c07f3-26f2-4b0c-9a3a-4d6a5a1c0e01",
-			"d_amount": "12.30", "d_created": "2024-01-02 03:04:05.123456+00", "d_day": "2024-01-02", "mood": "happy", "email": "Ann@Example.COM"})),
+			"d_amount": "12.30", "d_created": "2024-01-02 03:04:05.123456+00", "d_day": "2024-01-02", "mood": "happy", "email": "Ann@Example.COM",
+			"o": `12345`, "ip": `192.168.0.1`, "cidrc": `10.0.0.0/8`, "mac": `08:00:2b:01:02:03`, "m8": `08:00:2b:01:02:03:04:05`, "tsv": `a fat cat`, "doc": `<a>x</a>`, "r4": `[1,5)`, "i8r": `[1,10]`, "nr": `(1.5,2.5]`, "dr": `[2024-01-01,2024-02-01)`, "tsr": `[2024-01-01 00:00,2024-01-02 00:00)`, "rtz": `[2024-01-01 00:00+00,2024-01-02 00:00+00)`, "ch": `ab`, "ch1": `x`, "sm": `-32768`, "rl": `1.5`, "js": `{"a": 1}`, "lt": `a.b.c`, "vb": `v`, "ts2": `2024-01-02 03:04:05.126+00`})),
 		w.ev(m, typed(map[string]string{"amount": "-0.01", "amount_any": "0.0000001", "tiny": "-1234567890.0123456789", "created": "1999-12-31 23:59:59.999999-08",
 			"created3": "1960-01-01 00:00:00+00", "created0": "infinity", "tod3": "23:59:59.999",
 			"at": "1960-06-01 12:00:00.5", "at3": "1969-12-31 23:59:59.999", "day": "1960-01-01", "tod": "23:59:59",
@@ -278,13 +304,15 @@ func newWorkload(tok string) *workload {
 // typedColumns are the typed columns of the outbox tables, in the order of
 // schemaSQL; typeOf gives each one's type for the cast of its text.
 var typedColumns = []string{"amount", "amount_any", "tiny", "created", "created3", "created0", "at", "at3", "day", "tod", "tod3", "dur", "blob", "big", "ratio", "uid",
-	"d_amount", "d_created", "d_day", "mood", "email", "note"}
+	"d_amount", "d_created", "d_day", "mood", "email",
+	"o", "ip", "cidrc", "mac", "m8", "tsv", "doc", "r4", "i8r", "nr", "dr", "tsr", "rtz", "ch", "ch1", "sm", "rl", "js", "lt", "vb", "ts2", "note"}
 
 func typeOf(col string) string {
 	return map[string]string{"amount": "numeric(12,2)", "amount_any": "numeric", "tiny": "numeric(20,10)", "created": "timestamptz",
 		"created3": "timestamptz(3)", "created0": "timestamptz(0)", "at": "timestamp", "at3": "timestamp(3)", "day": "date", "tod": "time",
 		"tod3": "time(3)", "dur": "interval", "blob": "bytea", "big": "int8", "ratio": "float8", "uid": "uuid",
-		"d_amount": "conf_amount", "d_created": "conf_ts3", "d_day": "conf_day2", "mood": "conf_mood", "email": "citext", "note": "text"}[col]
+		"d_amount": "conf_amount", "d_created": "conf_ts3", "d_day": "conf_day2", "mood": "conf_mood", "email": "citext",
+		"o": `oid`, "ip": `inet`, "cidrc": `cidr`, "mac": `macaddr`, "m8": `macaddr8`, "tsv": `tsvector`, "doc": `xml`, "r4": `int4range`, "i8r": `int8range`, "nr": `numrange`, "dr": `daterange`, "tsr": `tsrange`, "rtz": `tstzrange`, "ch": `char(5)`, "ch1": `"char"`, "sm": `int2`, "rl": `float4`, "js": `json`, "lt": `ltree`, "vb": `varchar(10)`, "ts2": `timestamptz(2)`, "note": "text"}[col]
 }
 
 // nullWorkload is the rows of the NULL-event-id configuration.

@@ -33,8 +33,12 @@ func TestClusterFaults(t *testing.T) {
 	t.Run("cluster-rolling-restart", func(t *testing.T) {
 		c := testenv.RequireClusterExclusive(t)
 		r := newFaultRun(t, c.Env, 31, every)
+		// make test stops one node (a leader moves, NOT_ENOUGH_REPLICAS
+		// while it is out, sequence numbers across the change); the full
+		// suite rolls through every node three times.
+		nodes := c.Nodes[:pick(1, len(c.Nodes))]
 		for round := 0; round < pick(1, 3); round++ {
-			for _, n := range c.Nodes {
+			for _, n := range nodes {
 				r.progress(pick(300, 1000))
 				t0 := time.Now()
 				c.Stop(t, n, "TERM")

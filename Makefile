@@ -31,7 +31,7 @@ test-deploy:
 # simulated harness: it needs no server, and test-go runs it once).
 VERSIONS ?= 16 17 18
 PG_TESTS_RELAY := ^(TestDeliversEveryCommittedEventInCommitOrderPerKey|TestCatalogChangesStopTheRelayLoudly|TestPartitionedOutboxLosesNothing|TestFaults|TestServerIsThePostgresVersionAsked|TestAbortedTransactionsDecodedLateAreSkipped|TestRelayStreamsFromAFailoverSlot|TestFailoverSlotSurvivesAPromotion|TestSlotDroppedWhileStoppedIsNotReplacedSilently|TestSlotAdvancedWhileStoppedIsFatal|TestServerShutdownPastTheFenceIsNotMistakenForAnAdvance|TestAcceptCatalogRecordsAMembershipPutBack|TestHandoverKeepsThePendingInsertsOfPartitions|TestAllTablesPublicationNeedsPartitionsThroughTheRoot|TestEventColumnsLogicalDecodingOmitsAreRefused)$$
-PG_TESTS_CMD := ^(TestStatus|TestValidate)
+PG_TESTS_CMD := ^(TestStatus|TestValidate|TestMigrateGuard)
 PG_TESTS_METRICS := ^(TestMetricsFollowARealRelay|TestPollerReportsALostSlotAsNotReady)$$
 
 ## test-pg: for each of VERSIONS (default "16 17 18"), a fresh PostgreSQL of that major version and Kafka,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -486,15 +487,20 @@ func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
 // GuardSQL returns the statements of migrate --guard: an event trigger
 // that refuses to drop a publication pgoutbox streams from, or to take an
 // outbox table out of it (DROP TABLE, ALTER PUBLICATION ... DROP TABLE,
-// DROP PUBLICATION), as recorded in the state table. A session that means
-// it sets pgoutbox.allow_outbox_ddl = on first.
+// DROP PUBLICATION), as recorded in the state table; and one that refuses
+// the changes that keep inserts from the stream for a while and leave no
+// trace once undone: an outbox table or a partition of it made unlogged
+// (SET UNLOGGED, an unlogged partition created or attached), a table made
+// to inherit from an outbox table, and the publication made to publish no
+// inserts. A session that means it sets pgoutbox.allow_outbox_ddl = on
+// first.
 func GuardSQL(stateTable string) ([]string, error) {
 	q, err := qualifiedIdent(stateTable)
 	if err != nil {
 		return nil, err
 	}
 	schema, _, _ := splitTable(stateTable)
-	fn := quoteIdent(schema) + ".pgoutbox_guard"
+	fn, fnDDL := quoteIdent(schema)+".pgoutbox_guard", quoteIdent(schema)+".pgoutbox_guard_ddl"
 	return []string{
 		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS event_trigger LANGUAGE plpgsql AS $pgoutbox_guard$
 DECLARE
@@ -516,5 +522,48 @@ END
 $pgoutbox_guard$`,
 		`DROP EVENT TRIGGER IF EXISTS pgoutbox_guard`,
 		`CREATE EVENT TRIGGER pgoutbox_guard ON sql_drop EXECUTE FUNCTION ` + fn + `()`,
+		// The changes that keep inserts out of the WAL or the stream for a
+		// while and leave no trace a catalog check could find afterwards.
+		// SECURITY DEFINER: it runs on every CREATE and ALTER TABLE of the
+		// database, by roles that may not read the state table.
+		`CREATE OR REPLACE FUNCTION ` + fnDDL + `() RETURNS event_trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $pgoutbox_guard$
+DECLARE
+	c record;
+	outbox oid[];
+	root oid;
+BEGIN
+	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on'
+		OR to_regclass(` + "'" + strings.ReplaceAll(q, "'", "''") + "'" + `) IS NULL
+	THEN
+		RETURN;
+	END IF;
+	SELECT coalesce(array_agg(DISTINCT v.value::oid), '{}') INTO outbox FROM ` + q + ` s, jsonb_each_text(s.table_oids) v;
+	FOR c IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
+		IF c.classid = 'pg_class'::regclass THEN
+			root := coalesce(pg_partition_root(c.objid), c.objid);
+			IF root = ANY (outbox) AND EXISTS (SELECT 1 FROM pg_class r
+				WHERE r.oid IN (SELECT t.relid FROM pg_partition_tree(root) t UNION SELECT root) AND r.relpersistence <> 'p')
+			THEN
+				RAISE EXCEPTION 'pgoutbox: % leaves part of outbox table % unlogged, which pgoutbox streams: the rows written to it would never reach the WAL, and no later check could tell', c.command_tag, root::regclass
+					USING HINT = 'keep outbox tables and their partitions logged; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
+			END IF;
+			IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
+				WHERE i.inhrelid = c.objid AND i.inhparent = ANY (outbox) AND NOT k.relispartition)
+			THEN
+				RAISE EXCEPTION 'pgoutbox: % makes % inherit from an outbox table pgoutbox streams: the rows written to it are not in the publication', c.command_tag, c.object_identity
+					USING HINT = 'write events into the outbox table itself or into a partition of it; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
+			END IF;
+		ELSIF c.classid = 'pg_publication'::regclass AND EXISTS (SELECT 1 FROM pg_publication p, ` + q + ` s
+			WHERE p.oid = c.objid AND p.pubname = s.publication_name AND NOT p.pubinsert)
+		THEN
+			RAISE EXCEPTION 'pgoutbox: % stops publication %, which pgoutbox streams, from publishing inserts: the events written meanwhile would never reach the stream, and no later check could tell', c.command_tag, c.object_identity
+				USING HINT = 'keep publish = ''insert'' in the publication; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
+		END IF;
+	END LOOP;
+END
+$pgoutbox_guard$`,
+		`DROP EVENT TRIGGER IF EXISTS pgoutbox_guard_ddl`,
+		`CREATE EVENT TRIGGER pgoutbox_guard_ddl ON ddl_command_end WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER PUBLICATION') EXECUTE FUNCTION ` + fnDDL + `()`,
 	}, nil
 }

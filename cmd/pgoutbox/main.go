@@ -461,7 +461,7 @@ func connectOrReport(ctx context.Context, pc replication.Config, app string, std
 func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("migrate", stderr, "Usage: pgoutbox migrate [flags]\n\nCreates the default outbox table (one per postgres.table.include.list entry), the\npublication, the state table and the slot if they do not exist. Safe to run again.\nWith relay.source=poll: creates (or completes) the poll table, its indexes and its\nnotification trigger instead.\n")
 	dry := c.fs.Bool("print", false, "print the SQL instead of applying it")
-	guard := c.fs.Bool("guard", false, "create an event trigger that refuses to drop the publication or take an outbox table out of it while pgoutbox streams (needs a superuser)")
+	guard := c.fs.Bool("guard", false, "create event triggers that refuse to drop the publication, take an outbox table out of it, make an outbox table or a partition of it unlogged, make a table inherit from one, or stop the publication from publishing inserts (needs a superuser)")
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
 	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
@@ -509,7 +509,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "pgoutbox: migrate --guard: %v\n", err)
 			return exitRuntime
 		}
-		fmt.Fprintln(stdout, "guard installed: dropping the publication or an outbox table from it is refused")
+		fmt.Fprintln(stdout, "guard installed: dropping the publication or an outbox table from it, making an outbox table or a partition unlogged, inheriting from an outbox table and publishing no inserts are refused")
 	}
 	if cfg.Kafka.ExactlyOnce && len(cfg.Kafka.Brokers) > 0 {
 		kctx, cancel := context.WithTimeout(ctx, 2*(cfg.Kafka.DialTimeout+cfg.Kafka.ReadTimeout))

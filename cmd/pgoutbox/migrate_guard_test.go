@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
 
 // TestMigrateGuardRefusesToDropWhatPgoutboxStreams: after `migrate --guard`,
@@ -32,4 +34,73 @@ func TestMigrateGuardRefusesToDropWhatPgoutboxStreams(t *testing.T) {
 	f.exec(t, "DROP TABLE public.scratch")
 	f.exec(t, "SET pgoutbox.allow_outbox_ddl = on")
 	f.exec(t, "ALTER PUBLICATION "+f.publication+" DROP TABLE public.outbox")
+}
+
+// TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream: after `migrate
+// --guard`, the changes that keep inserts from the stream for a while and
+// leave nothing a later catalog check could find, once undone, fail with
+// an error that says why. PostgreSQL itself refuses SET UNLOGGED on a
+// table named in a publication, not on one a FOR ALL TABLES publication
+// carries, nor on a partition; it lets a table inherit from an outbox
+// table, and a publication stop publishing inserts. Other tables' DDL and a
+// role that may not read the state table are not the guard's business.
+func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
+	t.Parallel()
+	refused := func(t *testing.T, f *fixture, want string, ddls ...string) {
+		t.Helper()
+		for _, ddl := range ddls {
+			_, err := f.conn.Exec(context.Background(), ddl)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%s: %v, want the guard's refusal (%q)", ddl, err, want)
+			}
+		}
+	}
+	guard := func(t *testing.T, f *fixture) {
+		t.Helper()
+		if r := invoke(cmdMigrate, []string{"--guard"}, f.environ(f.dsn)); r.code != exitOK || !strings.Contains(r.stdout, "guard installed") {
+			t.Fatalf("migrate --guard:\n%s", r)
+		}
+	}
+
+	t.Run("table", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		f.exec(t, "CREATE PUBLICATION "+f.publication+" FOR ALL TABLES")
+		guard(t, f)
+		refused(t, f, "unlogged", "ALTER TABLE public.outbox SET UNLOGGED")
+		refused(t, f, "inherit", "CREATE TABLE public.child () INHERITS (public.outbox)")
+		f.exec(t, "CREATE TABLE public.loose (LIKE public.outbox)")
+		refused(t, f, "inherit", "ALTER TABLE public.loose INHERIT public.outbox")
+		refused(t, f, "publishing inserts", "ALTER PUBLICATION "+f.publication+" SET (publish = 'update, delete')")
+		// What keeps every insert in the stream goes on.
+		f.exec(t, "ALTER TABLE public.outbox ADD COLUMN extra int")
+		f.exec(t, "ALTER PUBLICATION "+f.publication+" SET (publish = 'insert, update')")
+		f.exec(t, "ALTER TABLE public.loose SET UNLOGGED")
+		// A role that may not read the state table still runs its DDL.
+		role := strings.ToLower(testenv.UniqueName(t, "app"))
+		f.exec(t, "CREATE ROLE "+role)
+		f.exec(t, "GRANT CREATE ON SCHEMA public TO "+role)
+		f.exec(t, "SET ROLE "+role)
+		f.exec(t, "CREATE TABLE public.app_table (id int)")
+		f.exec(t, "ALTER TABLE public.app_table ADD COLUMN x int")
+		f.exec(t, "RESET ROLE")
+		f.exec(t, "SET pgoutbox.allow_outbox_ddl = on")
+		f.exec(t, "ALTER TABLE public.outbox SET UNLOGGED")
+	})
+
+	t.Run("partitioned table", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		f.exec(t, "DROP TABLE public.outbox")
+		f.exec(t, `CREATE TABLE public.outbox (id uuid, aggregatetype text NOT NULL, aggregateid text NOT NULL,
+			type text NOT NULL, payload jsonb, n int NOT NULL) PARTITION BY RANGE (n)`)
+		f.exec(t, "CREATE TABLE public.outbox_1 PARTITION OF public.outbox FOR VALUES FROM (0) TO (10)")
+		guard(t, f)
+		refused(t, f, "unlogged",
+			"ALTER TABLE public.outbox_1 SET UNLOGGED",
+			"CREATE UNLOGGED TABLE public.outbox_2 PARTITION OF public.outbox FOR VALUES FROM (10) TO (20)")
+		f.exec(t, "CREATE UNLOGGED TABLE public.outbox_3 (LIKE public.outbox)")
+		refused(t, f, "unlogged", "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_3 FOR VALUES FROM (20) TO (30)")
+		f.exec(t, "CREATE TABLE public.outbox_4 PARTITION OF public.outbox FOR VALUES FROM (30) TO (40)")
+	})
 }

@@ -140,12 +140,14 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	publication_name   text,
 	retired_oids       jsonb,
 	stopped_lsn        pg_lsn,
-	membership         jsonb
+	membership         jsonb,
+	cleanup_hold       text
 )`
 
 // stateAddColumnsDDL adds the columns of later versions to a state table
 // made before them.
-const stateAddColumnsDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn pg_lsn, ADD COLUMN IF NOT EXISTS membership jsonb`
+const stateAddColumnsDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn pg_lsn, ADD COLUMN IF NOT EXISTS membership jsonb,
+	ADD COLUMN IF NOT EXISTS cleanup_hold text`
 
 // membershipRecord is the membership column: what State.PublicationXmin and
 // State.Membership hold.
@@ -172,15 +174,15 @@ func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 		return fmt.Errorf("replication: look up state table %s: %w", table, err)
 	}
 	if exists {
-		// A table made by an earlier version lacks stopped_lsn or
-		// membership: add them when this role may (it owns the table), or
+		// A table made by an earlier version lacks stopped_lsn,
+		// membership or cleanup_hold: add them when this role may (it owns the table), or
 		// go on without the checks they serve (pgoutbox migrate adds them).
 		var has int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
-			AND attname IN ('stopped_lsn', 'membership') AND NOT attisdropped`, quoteTable(table)).Scan(&has); err != nil {
+			AND attname IN ('stopped_lsn', 'membership', 'cleanup_hold') AND NOT attisdropped`, quoteTable(table)).Scan(&has); err != nil {
 			return fmt.Errorf("replication: look up state table %s: %w", table, err)
 		}
-		if has < 2 {
+		if has < 3 {
 			q, err := qualifiedIdent(table)
 			if err != nil {
 				return err
@@ -426,6 +428,67 @@ func DeleteState(ctx context.Context, conn *pgx.Conn, table, slot string) error 
 	}
 	if _, err := conn.Exec(ctx, `DELETE FROM `+q+` WHERE slot_name = $1`, slot); err != nil {
 		return fmt.Errorf("replication: delete state of slot %q from %s: %w", slot, table, err)
+	}
+	return nil
+}
+
+// SetCleanupHold records in the state row of slot why pgoutbox cleanup must
+// delete nothing: after migrate --recreate-slot or --accept-catalog, events
+// committed in a gap were never relayed from the WAL, and cleanup, which
+// deletes by the slot's position, would delete their rows as relayed. The
+// relay's own writes of the row leave the hold as it is; cleanup
+// --release-hold clears it.
+func SetCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot, why string) error {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(stateAddColumnsDDL, q)); err != nil {
+		return fmt.Errorf("replication: add the cleanup hold to %s: %w", table, err)
+	}
+	tag, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = $2 WHERE slot_name = $1`, slot, why)
+	if err != nil {
+		return fmt.Errorf("replication: record the cleanup hold of slot %q in %s: %w", slot, table, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("replication: record the cleanup hold of slot %q in %s: no state row", slot, table)
+	}
+	return nil
+}
+
+// CleanupHold returns the cleanup hold of slot ("" when there is none, also
+// when the state table or its row or column does not exist).
+func CleanupHold(ctx context.Context, conn *pgx.Conn, table, slot string) (string, error) {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return "", err
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoteTable(table)).Scan(&exists); err != nil || !exists {
+		return "", err
+	}
+	var hold string
+	err = conn.QueryRow(ctx, `SELECT coalesce(to_jsonb(st) ->> 'cleanup_hold', '') FROM `+q+` AS st WHERE slot_name = $1`, slot).Scan(&hold)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("replication: read the cleanup hold of slot %q from %s: %w", slot, table, err)
+	}
+	return hold, nil
+}
+
+// ReleaseCleanupHold clears the cleanup hold of slot.
+func ReleaseCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot string) error {
+	if hold, err := CleanupHold(ctx, conn, table, slot); err != nil || hold == "" {
+		return err
+	}
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = NULL WHERE slot_name = $1`, slot); err != nil {
+		return fmt.Errorf("replication: release the cleanup hold of slot %q in %s: %w", slot, table, err)
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ them), for cron. It never deletes a row that may not have been relayed yet.
                      the first run deletes nothing, a run a retention later
                      deletes what was relayed before the first.
 
+After migrate --recreate-slot or --accept-catalog, the WAL source's
+cleanup is held (the slot's position says nothing of the events of the gap)
+and deletes nothing until --release-hold, once those events are relayed.
+
 The retention is poll.retention unless --retention is given (0s: everything
 relayed). Exit status 0, 1 when something failed, 2 for bad flags or
 settings, 3 when PostgreSQL cannot be reached.
@@ -40,6 +44,7 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("cleanup", stderr, cleanupHelp)
 	retention := c.fs.Duration("retention", 0, "delete rows relayed longer ago than this (default poll.retention)")
 	marks := c.fs.String("marks-table", poll.DefaultMarksTable, "the WAL source's cleanup marks (created when missing)")
+	release := c.fs.Bool("release-hold", false, "the WAL source: clear the hold migrate --recreate-slot or --accept-catalog recorded, once the events of the gap are relayed, and clean up")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
@@ -68,7 +73,7 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 	if isPoll(cfg) {
 		return cleanupPoll(ctx, conn, cfg, cl, keep, stdout, stderr)
 	}
-	return cleanupWAL(ctx, conn, cfg, cl, keep, *marks, stdout, stderr)
+	return cleanupWAL(ctx, conn, cfg, cl, keep, *marks, *release, stdout, stderr)
 }
 
 func cleanupPoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cleanup, keep time.Duration, stdout, stderr io.Writer) int {
@@ -90,11 +95,32 @@ func cleanupPoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cl
 	return exitOK
 }
 
-func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cleanup, keep time.Duration, marks string, stdout, stderr io.Writer) int {
+func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cleanup, keep time.Duration, marks string, release bool, stdout, stderr io.Writer) int {
 	pc := cfg.Postgres
 	if err := replication.ValidateSlotName(pc.Slot); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
+	}
+	// After a recreated slot or an accepted catalog, the slot's position
+	// says nothing of the rows of the gap: deleting by it would delete
+	// events that were never relayed.
+	if pc.StateTable != "" {
+		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+			return exitRuntime
+		}
+		switch {
+		case hold != "" && !release:
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s is held, so nothing was deleted: %s. Relay those events from the outbox table, then run pgoutbox cleanup --release-hold\n", pc.Slot, hold)
+			return exitRuntime
+		case hold != "":
+			if err := replication.ReleaseCleanupHold(ctx, conn, pc.StateTable, pc.Slot); err != nil {
+				fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+				return exitRuntime
+			}
+			fmt.Fprintf(stdout, "cleanup hold of slot %s released (%s)\n", pc.Slot, hold)
+		}
 	}
 	ddl, err := poll.MarksTableDDL(marks)
 	if err != nil {

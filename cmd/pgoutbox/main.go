@@ -604,7 +604,20 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	st.SetCatalog(&cat)
 	st.Publication = pcfg.Publication
 	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
-	return replication.WriteState(ctx, conn, pcfg.StateTable, st)
+	if err := replication.WriteState(ctx, conn, pcfg.StateTable, st); err != nil {
+		return err
+	}
+	return holdCleanup(ctx, conn, pcfg, stdout, st.Note+": events committed while the table or publication was changed may never have been relayed from the WAL")
+}
+
+// holdCleanup records a cleanup hold: pgoutbox cleanup deletes nothing until
+// cleanup --release-hold, once the events of the gap are relayed.
+func holdCleanup(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer, why string) error {
+	if err := replication.SetCleanupHold(ctx, conn, pcfg.StateTable, pcfg.Slot, why); err != nil {
+		return fmt.Errorf("%w; hold pgoutbox cleanup (and any job that deletes outbox rows) yourself until the events of the gap are relayed", err)
+	}
+	fmt.Fprintln(stdout, "pgoutbox cleanup is held until the events of the gap are relayed: relay them from the outbox table, then run pgoutbox cleanup --release-hold")
+	return nil
 }
 
 // recreateSlot is the deliberate recreation of a slot that vanished: it
@@ -650,5 +663,9 @@ func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, 
 		return err
 	}
 	fmt.Fprintf(stdout, "slot %s created again at %s and recorded\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
-	return nil
+	gap := fmt.Sprintf("before %s", start.Slot.ConfirmedFlushLSN)
+	if had {
+		gap = fmt.Sprintf("between %s and %s", st.ConfirmedLSN, start.Slot.ConfirmedFlushLSN)
+	}
+	return holdCleanup(ctx, conn, pcfg, stdout, note+": events committed "+gap+" were not relayed from the WAL")
 }

@@ -347,6 +347,39 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 		t.Fatalf("state note %q (%v): the recreation is not recorded", note, err)
 	}
 	relayed(t, f, c, "third.log", 22, 10)
+
+	// The new slot is past the lost events' commits: cleanup, which
+	// deletes by the slot's position, would delete their rows as relayed.
+	// It is held until released, and deletes nothing meanwhile.
+	countRows := func() int {
+		t.Helper()
+		var n int
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	rows := countRows()
+	cleanup := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"cleanup", "--retention", "0s"}, args...)...)
+		cmd.Env = f.environ()
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for range 2 {
+		if out, err := cleanup(); err == nil || !strings.Contains(out, "is held, so nothing was deleted") || !strings.Contains(out, "were not relayed from the WAL") {
+			t.Fatalf("cleanup after the recreation: %v\n%s", err, out)
+		}
+	}
+	if n := countRows(); n != rows {
+		t.Fatalf("%d outbox rows after the held cleanups, %d before", n, rows)
+	}
+	if out, err := cleanup("--release-hold"); err != nil || !strings.Contains(out, "released") {
+		t.Fatalf("cleanup --release-hold: %v\n%s", err, out)
+	}
+	if out, err := cleanup(); err != nil || strings.Contains(out, "held") {
+		t.Fatalf("cleanup after the release: %v\n%s", err, out)
+	}
 }
 
 // TestSlotAdvancedWhileStoppedIsFatal: a slot moved on while pgoutbox was
@@ -461,8 +494,17 @@ func TestAcceptCatalogRecordsAMembershipPutBack(t *testing.T) {
 
 	cmd := exec.Command(pgoutboxBinary(t), "migrate", "--accept-catalog")
 	cmd.Env = f.environ()
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted: outbox table public.outbox was taken out of publication") {
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted: outbox table public.outbox was taken out of publication") ||
+		!strings.Contains(string(out), "cleanup is held") {
 		t.Fatalf("migrate --accept-catalog: %v\n%s", err, out)
 	}
 	relayed(t, f, c, "third.log", 25, 5)
+	// The lost event's row is still in the table, behind the slot's
+	// position: cleanup is held, and the relay's own writes of the state
+	// row since have kept the hold.
+	cl := exec.Command(pgoutboxBinary(t), "cleanup", "--retention", "0s")
+	cl.Env = f.environ()
+	if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "is held, so nothing was deleted") {
+		t.Fatalf("cleanup after --accept-catalog: %v\n%s", err, out)
+	}
 }

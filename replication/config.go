@@ -61,6 +61,11 @@ type Config struct {
 	// StateTable is the schema-qualified table that keeps the relay's
 	// history of its slot (created when missing); empty keeps none.
 	StateTable string `yaml:"state.table"`
+	// RecreateVanishedSlot lets Prepare create the slot although the state
+	// table says it was used before, and record the catalog as it is now.
+	// Only pgoutbox migrate --recreate-slot sets it, after it has recorded
+	// the cleanup hold: it is never read from a configuration.
+	RecreateVanishedSlot bool `yaml:"-"`
 }
 
 // DefaultConfig returns the defaults: slot and publication named pgoutbox,

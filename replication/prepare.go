@@ -113,7 +113,13 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		if st.State, st.HadState, err = ReadState(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
 			return st, err
 		}
-		if changes := st.State.ChangesSince(&st.Catalog, cfg); len(changes) > 0 {
+		if changes := st.State.ChangesSince(&st.Catalog, cfg); len(changes) > 0 && !cfg.RecreateVanishedSlot {
+			// The slot has passed the events of the gap: cleanup, which
+			// deletes by its position, is held from now on, not only
+			// once someone runs migrate --accept-catalog.
+			if err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, CatalogChangedHold); err != nil {
+				log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events of the gap are relayed", zap.Error(err))
+			}
 			changes = append(changes, "find and relay what is missing (rows still in the outbox table can be read from it), then run `pgoutbox migrate --accept-catalog` to record the new one")
 			return st, &CatalogError{Publication: cfg.Publication, Problems: changes, Err: ErrCatalogChanged}
 		}
@@ -247,7 +253,7 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *
 	s, err := ReadSlot(ctx, conn, cfg.Slot)
 	if errors.Is(err, ErrSlotMissing) {
 		switch {
-		case st.HadState:
+		case st.HadState && !cfg.RecreateVanishedSlot:
 			return s, false, &VanishedError{Slot: cfg.Slot, State: st.State}
 		case !cfg.CreateSlot:
 			return s, false, fmt.Errorf("%w: %q; create it with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), or set slot.create=true", ErrSlotMissing, cfg.Slot, cfg.Slot)

@@ -432,21 +432,37 @@ func DeleteState(ctx context.Context, conn *pgx.Conn, table, slot string) error 
 	return nil
 }
 
+// CatalogChangedHold is the cleanup hold a start that finds the catalog
+// changed records (once, however often it is refused).
+const CatalogChangedHold = "pgoutbox found the outbox table or publication changed since it last streamed: events committed while it was changed may never have been relayed from the WAL"
+
 // SetCleanupHold records in the state row of slot why pgoutbox cleanup must
-// delete nothing: after migrate --recreate-slot or --accept-catalog, events
-// committed in a gap were never relayed from the WAL, and cleanup, which
-// deletes by the slot's position, would delete their rows as relayed. The
-// relay's own writes of the row leave the hold as it is; cleanup
-// --release-hold clears it.
+// delete nothing: after migrate --recreate-slot or --accept-catalog (or a
+// start that found the catalog changed), events committed in a gap were
+// never relayed from the WAL, and cleanup, which deletes by the slot's
+// position, would delete their rows as relayed. A hold not yet released is
+// kept and why is appended to it (unless it says so already). The relay's
+// own writes of the row leave the hold as it is; cleanup --release-hold
+// clears it.
 func SetCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot, why string) error {
 	q, err := qualifiedIdent(table)
 	if err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf(stateAddColumnsDDL, q)); err != nil {
-		return fmt.Errorf("replication: add the cleanup hold to %s: %w", table, err)
+	var has bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'cleanup_hold' AND NOT attisdropped)`, q).Scan(&has); err != nil {
+		return fmt.Errorf("replication: look up the cleanup hold of %s: %w", table, err)
 	}
-	tag, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = $2 WHERE slot_name = $1`, slot, why)
+	if !has {
+		if _, err := conn.Exec(ctx, fmt.Sprintf(stateAddColumnsDDL, q)); err != nil {
+			return fmt.Errorf("replication: add the cleanup hold to %s: %w", table, err)
+		}
+	}
+	tag, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = CASE
+		WHEN coalesce(cleanup_hold, '') = '' THEN $2
+		WHEN strpos(cleanup_hold, $2) > 0 THEN cleanup_hold
+		ELSE cleanup_hold || '; and ' || $2 END
+		WHERE slot_name = $1`, slot, why)
 	if err != nil {
 		return fmt.Errorf("replication: record the cleanup hold of slot %q in %s: %w", slot, table, err)
 	}

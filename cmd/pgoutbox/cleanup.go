@@ -32,7 +32,10 @@ them), for cron. It never deletes a row that may not have been relayed yet.
 
 After migrate --recreate-slot or --accept-catalog, the WAL source's
 cleanup is held (the slot's position says nothing of the events of the gap)
-and deletes nothing until --release-hold, once those events are relayed.
+and deletes nothing until --release-hold, once those events are relayed;
+a start that finds the outbox table or publication changed holds it too.
+Cleanup reads the hold from postgres.state.table: its role needs SELECT on
+that table (and UPDATE for --release-hold).
 
 The retention is poll.retention unless --retention is given (0s: everything
 relayed). Exit status 0, 1 when something failed, 2 for bad flags or
@@ -61,6 +64,10 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	if keep < 0 || (!given && keep == 0) {
 		fmt.Fprintln(stderr, "pgoutbox: configuration: no retention: poll.retention is 0 (keep published rows); pass --retention")
+		return exitConfig
+	}
+	if *release && isPoll(cfg) {
+		fmt.Fprintln(stderr, "pgoutbox: configuration: --release-hold: relay.source is poll, whose cleanup is never held (it deletes by published_at); the flag is for relay.source wal")
 		return exitConfig
 	}
 	ctx := context.Background()
@@ -101,24 +108,16 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
-	// After a recreated slot or an accepted catalog, the slot's position
-	// says nothing of the rows of the gap: deleting by it would delete
-	// events that were never relayed.
-	if pc.StateTable != "" {
+	if release && pc.StateTable != "" {
 		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)
+		if err == nil && hold != "" {
+			err = replication.ReleaseCleanupHold(ctx, conn, pc.StateTable, pc.Slot)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
 			return exitRuntime
 		}
-		switch {
-		case hold != "" && !release:
-			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s is held, so nothing was deleted: %s. Relay those events from the outbox table, then run pgoutbox cleanup --release-hold\n", pc.Slot, hold)
-			return exitRuntime
-		case hold != "":
-			if err := replication.ReleaseCleanupHold(ctx, conn, pc.StateTable, pc.Slot); err != nil {
-				fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
-				return exitRuntime
-			}
+		if hold != "" {
 			fmt.Fprintf(stdout, "cleanup hold of slot %s released (%s)\n", pc.Slot, hold)
 		}
 	}
@@ -139,6 +138,22 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
 		return exitRuntime
+	}
+	// After a recreated slot or an accepted catalog, the slot's position
+	// says nothing of the rows of the gap: deleting by it would delete
+	// events that were never relayed. The hold is read after the slot: a
+	// migrate --recreate-slot holds cleanup before it creates the slot, so
+	// a slot seen here is never newer than the hold read after it.
+	if pc.StateTable != "" {
+		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v; cleanup needs SELECT on %s to see whether it is held\n", err, pc.StateTable)
+			return exitRuntime
+		}
+		if hold != "" {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s is held, so nothing was deleted: %s. Relay those events from the outbox table, then run pgoutbox cleanup --release-hold\n", pc.Slot, hold)
+			return exitRuntime
+		}
 	}
 	failed := false
 	for _, table := range pc.QualifiedTables() {

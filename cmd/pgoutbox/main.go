@@ -604,10 +604,12 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	st.SetCatalog(&cat)
 	st.Publication = pcfg.Publication
 	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
-	if err := replication.WriteState(ctx, conn, pcfg.StateTable, st); err != nil {
+	// The hold first: once the new catalog is recorded, a start streams
+	// past the gap, and cleanup must already be held by then.
+	if err := holdCleanup(ctx, conn, pcfg, stdout, st.Note+": events committed while the table or publication was changed may never have been relayed from the WAL"); err != nil {
 		return err
 	}
-	return holdCleanup(ctx, conn, pcfg, stdout, st.Note+": events committed while the table or publication was changed may never have been relayed from the WAL")
+	return replication.WriteState(ctx, conn, pcfg.StateTable, st)
 }
 
 // holdCleanup records a cleanup hold: pgoutbox cleanup deletes nothing until
@@ -621,9 +623,11 @@ func holdCleanup(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, s
 }
 
 // recreateSlot is the deliberate recreation of a slot that vanished: it
-// refuses while the slot exists, and otherwise forgets the old slot in the
-// state table (with a note of what was lost) so that Prepare creates a new
-// one.
+// refuses while the slot exists. Otherwise it first holds cleanup in the
+// state row (writing a placeholder row when there is none), so that a
+// failure later leaves cleanup held rather than free to delete the rows of
+// the gap, and then lets Prepare create the slot and replace the row's
+// history (the hold, and any older hold not yet released, stay).
 func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
 	if pcfg.StateTable == "" {
 		return errors.New("postgres.state.table is empty: there is no history to correct; pgoutbox run creates a missing slot by itself")
@@ -633,39 +637,51 @@ func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, 
 	} else if !errors.Is(err, replication.ErrSlotMissing) {
 		return err
 	}
+	if err := replication.EnsureStateTable(ctx, conn, pcfg.StateTable); err != nil {
+		return err
+	}
 	st, had, err := replication.ReadState(ctx, conn, pcfg.StateTable, pcfg.Slot)
 	if err != nil {
 		return err
 	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	gap := "events committed before the new slot"
 	if had {
 		fmt.Fprintf(stdout, "the old slot was last recorded confirmed at %s (%s): events committed after that and before the new slot are not relayed\n",
 			st.ConfirmedLSN, st.ConfirmedAt.UTC().Format(time.RFC3339))
+		gap = fmt.Sprintf("events committed after %s (where the old slot was last recorded confirmed) and before the new slot", st.ConfirmedLSN)
+	} else {
+		id, err := replication.ReadServerIdentity(ctx, conn)
+		if err != nil {
+			return err
+		}
+		placeholder := replication.State{Slot: pcfg.Slot, SystemIdentifier: id.SystemIdentifier, Database: id.Database, Timeline: id.Timeline,
+			ConfirmedAt: time.Now(), SessionStartedAt: time.Now(), Publication: pcfg.Publication,
+			Note: "being recreated by pgoutbox migrate --recreate-slot at " + now}
+		if err := replication.WriteState(ctx, conn, pcfg.StateTable, placeholder); err != nil {
+			return err
+		}
 	}
-	if err := replication.DeleteState(ctx, conn, pcfg.StateTable, pcfg.Slot); err != nil {
+	note := "slot recreated by pgoutbox migrate --recreate-slot at " + now
+	if err := holdCleanup(ctx, conn, pcfg, stdout, note+": "+gap+" were not relayed from the WAL"); err != nil {
 		return err
 	}
-	pcfg.CreateSlot = true
+	pcfg.CreateSlot, pcfg.RecreateVanishedSlot = true, true
 	start, err := replication.Prepare(ctx, pcfg, zap.NewNop())
 	if err != nil {
 		return err
 	}
-	note := fmt.Sprintf("recreated by pgoutbox migrate --recreate-slot at %s", time.Now().UTC().Format(time.RFC3339))
-	if had {
-		note += fmt.Sprintf("; the old slot was last confirmed at %s", st.ConfirmedLSN)
-	}
-	start.State.Note = note
 	ns, _, err := replication.ReadState(ctx, conn, pcfg.StateTable, pcfg.Slot)
 	if err != nil {
 		return err
 	}
 	ns.Note = note
+	if had {
+		ns.Note += fmt.Sprintf("; the old slot was last confirmed at %s", st.ConfirmedLSN)
+	}
 	if err := replication.WriteState(ctx, conn, pcfg.StateTable, ns); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "slot %s created again at %s and recorded\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
-	gap := fmt.Sprintf("before %s", start.Slot.ConfirmedFlushLSN)
-	if had {
-		gap = fmt.Sprintf("between %s and %s", st.ConfirmedLSN, start.Slot.ConfirmedFlushLSN)
-	}
-	return holdCleanup(ctx, conn, pcfg, stdout, note+": events committed "+gap+" were not relayed from the WAL")
+	return nil
 }

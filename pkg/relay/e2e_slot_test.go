@@ -374,6 +374,28 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 	if n := countRows(); n != rows {
 		t.Fatalf("%d outbox rows after the held cleanups, %d before", n, rows)
 	}
+	// Lost again before the first gap was released: the second
+	// recreation keeps the first hold and adds its own gap to it.
+	first := f.cleanupHold(t)
+	var recorded string
+	if err := f.checkDB.QueryRow(ctx, "SELECT confirmed_lsn::text FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_drop_replication_slot($1)", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(bin, "migrate", "--recreate-slot")
+	cmd.Env = f.environ()
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "created again") {
+		t.Fatalf("second migrate --recreate-slot: %v\n%s", err, out)
+	}
+	if hold := f.cleanupHold(t); !strings.HasPrefix(hold, first) || strings.Count(hold, "were not relayed from the WAL") != 2 || !strings.Contains(hold, "after "+recorded+" ") {
+		t.Fatalf("cleanup hold after a second recreation %q; before it %q: the unreleased hold must be kept and the new gap added", hold, first)
+	}
+	relayed(t, f, c, "fourth.log", 29, 5)
+	if out, err := cleanup(); err == nil || !strings.Contains(out, "is held, so nothing was deleted") {
+		t.Fatalf("cleanup after the second recreation: %v\n%s", err, out)
+	}
 	if out, err := cleanup("--release-hold"); err != nil || !strings.Contains(out, "released") {
 		t.Fatalf("cleanup --release-hold: %v\n%s", err, out)
 	}
@@ -491,6 +513,11 @@ func TestAcceptCatalogRecordsAMembershipPutBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	startRefused(t, f, "second.log", "with the table taken out of the publication and put back", "was taken out of publication", "migrate --accept-catalog")
+	// The refused start held cleanup already: the slot is not past the
+	// gap yet, but nothing else records that it must not be trusted.
+	if hold := f.cleanupHold(t); !strings.Contains(hold, "changed since it last streamed") {
+		t.Fatalf("cleanup hold after the refused start %q: a start that finds the catalog changed must hold cleanup", hold)
+	}
 
 	cmd := exec.Command(pgoutboxBinary(t), "migrate", "--accept-catalog")
 	cmd.Env = f.environ()
@@ -507,4 +534,17 @@ func TestAcceptCatalogRecordsAMembershipPutBack(t *testing.T) {
 	if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "is held, so nothing was deleted") {
 		t.Fatalf("cleanup after --accept-catalog: %v\n%s", err, out)
 	}
+	if hold := f.cleanupHold(t); !strings.Contains(hold, "changed since it last streamed") || !strings.Contains(hold, "; and catalog accepted by pgoutbox migrate --accept-catalog") {
+		t.Fatalf("cleanup hold after --accept-catalog %q: both the refused start's hold and the acceptance's must be there", hold)
+	}
+}
+
+// cleanupHold reads the cleanup hold of the fixture's slot ("" for none).
+func (f *fixture) cleanupHold(t *testing.T) string {
+	t.Helper()
+	var hold string
+	if err := f.checkDB.QueryRow(context.Background(), "SELECT coalesce(to_jsonb(st) ->> 'cleanup_hold', '') FROM pgoutbox_state st WHERE slot_name = $1", f.slot).Scan(&hold); err != nil {
+		t.Fatal(err)
+	}
+	return hold
 }

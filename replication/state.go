@@ -578,14 +578,25 @@ func GuardSQL(stateTable string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.Contains(stateTable, "$") {
+		// The functions' bodies are dollar-quoted.
+		return nil, fmt.Errorf("replication: state.table %q: the guard cannot name a table with a $ in its name", stateTable)
+	}
+	lit := "'" + strings.ReplaceAll(q, "'", "''") + "'"
 	schema, _, _ := splitTable(stateTable)
 	fn, fnDDL := quoteIdent(schema)+".pgoutbox_guard", quoteIdent(schema)+".pgoutbox_guard_ddl"
 	return []string{
-		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS event_trigger LANGUAGE plpgsql AS $pgoutbox_guard$
+		// SECURITY DEFINER: it runs on every DROP of the database, by roles
+		// that may not read the state table; and it lets every DROP pass
+		// once the state table itself is gone.
+		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS event_trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $pgoutbox_guard$
 DECLARE
 	o record;
 BEGIN
-	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on' THEN
+	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on'
+		OR to_regclass(` + lit + `) IS NULL
+	THEN
 		RETURN;
 	END IF;
 	FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
@@ -613,7 +624,7 @@ DECLARE
 	root oid;
 BEGIN
 	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on'
-		OR to_regclass(` + "'" + strings.ReplaceAll(q, "'", "''") + "'" + `) IS NULL
+		OR to_regclass(` + lit + `) IS NULL
 	THEN
 		RETURN;
 	END IF;
@@ -626,6 +637,12 @@ BEGIN
 			THEN
 				RAISE EXCEPTION 'pgoutbox: % leaves part of outbox table % unlogged, which pgoutbox streams: the rows written to it would never reach the WAL, and no later check could tell', c.command_tag, root::regclass
 					USING HINT = 'keep outbox tables and their partitions logged; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
+			END IF;
+			IF root = ANY (outbox) AND EXISTS (SELECT 1 FROM pg_class r
+				WHERE r.oid IN (SELECT t.relid FROM pg_partition_tree(root) t) AND r.relkind = 'f')
+			THEN
+				RAISE EXCEPTION 'pgoutbox: % makes a foreign table part of outbox table %, which pgoutbox streams: the rows written to it are stored by another server and never reach this database''s WAL', c.command_tag, root::regclass
+					USING HINT = 'keep the partitions of outbox tables local tables; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
 			END IF;
 			IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
 				WHERE i.inhrelid = c.objid AND i.inhparent = ANY (outbox) AND NOT k.relispartition)
@@ -643,6 +660,6 @@ BEGIN
 END
 $pgoutbox_guard$`,
 		`DROP EVENT TRIGGER IF EXISTS pgoutbox_guard_ddl`,
-		`CREATE EVENT TRIGGER pgoutbox_guard_ddl ON ddl_command_end WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER PUBLICATION') EXECUTE FUNCTION ` + fnDDL + `()`,
+		`CREATE EVENT TRIGGER pgoutbox_guard_ddl ON ddl_command_end WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE', 'ALTER PUBLICATION') EXECUTE FUNCTION ` + fnDDL + `()`,
 	}, nil
 }

@@ -93,3 +93,14 @@ func TestStateTableOfAnEarlierVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardSQLRefusesADollarInTheStateTable: the guard's function bodies are
+// dollar-quoted, and the state table's name is written into them.
+func TestGuardSQLRefusesADollarInTheStateTable(t *testing.T) {
+	if _, err := replication.GuardSQL("public.a$pgoutbox_guard$b"); err == nil || !strings.Contains(err.Error(), "cannot name a table with a $") {
+		t.Fatalf("GuardSQL with a $ in the state table: %v, want a refusal", err)
+	}
+	if _, err := replication.GuardSQL("public.pgoutbox_state"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -83,9 +83,48 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		f.exec(t, "SET ROLE "+role)
 		f.exec(t, "CREATE TABLE public.app_table (id int)")
 		f.exec(t, "ALTER TABLE public.app_table ADD COLUMN x int")
+		f.exec(t, "DROP TABLE public.app_table")
+		f.exec(t, "RESET ROLE")
+		// Dropping a publication of its own makes the guard read the
+		// state table, which this role may not.
+		f.exec(t, "DO $$BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO "+role+"', current_database()); END$$")
+		f.exec(t, "SET ROLE "+role)
+		f.exec(t, "CREATE TABLE public.app_events (id int)")
+		f.exec(t, "CREATE PUBLICATION "+role+"_pub FOR TABLE public.app_events")
+		f.exec(t, "ALTER PUBLICATION "+role+"_pub DROP TABLE public.app_events")
+		f.exec(t, "DROP PUBLICATION "+role+"_pub")
 		f.exec(t, "RESET ROLE")
 		f.exec(t, "SET pgoutbox.allow_outbox_ddl = on")
 		f.exec(t, "ALTER TABLE public.outbox SET UNLOGGED")
+		// Once the state table is gone, the guards let everything pass.
+		f.exec(t, "RESET pgoutbox.allow_outbox_ddl")
+		f.exec(t, "DROP TABLE public.pgoutbox_state")
+		f.exec(t, "CREATE TABLE public.child () INHERITS (public.outbox)")
+		f.exec(t, "DROP TABLE public.child")
+		f.exec(t, "DROP PUBLICATION "+f.publication)
+	})
+
+	t.Run("foreign table", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		f.exec(t, "DROP TABLE public.outbox")
+		f.exec(t, `CREATE TABLE public.outbox (id uuid, aggregatetype text NOT NULL, aggregateid text NOT NULL,
+			type text NOT NULL, payload jsonb, n int NOT NULL) PARTITION BY RANGE (n)`)
+		f.exec(t, "CREATE TABLE public.outbox_1 PARTITION OF public.outbox FOR VALUES FROM (0) TO (10)")
+		// A wrapper without handler is enough: no extension, and the
+		// guard refuses before any row could be written.
+		wrapper := strings.ToLower(testenv.UniqueName(t, "fdw"))
+		f.exec(t, "CREATE FOREIGN DATA WRAPPER "+wrapper)
+		f.exec(t, "CREATE SERVER "+wrapper+"_server FOREIGN DATA WRAPPER "+wrapper)
+		t.Cleanup(func() {
+			_, _ = f.conn.Exec(context.Background(), "DROP FOREIGN DATA WRAPPER "+wrapper+" CASCADE")
+		})
+		guard(t, f)
+		refused(t, f, "makes a foreign table part of outbox table",
+			"CREATE FOREIGN TABLE public.outbox_2 PARTITION OF public.outbox FOR VALUES FROM (10) TO (20) SERVER "+wrapper+"_server")
+		f.exec(t, "CREATE FOREIGN TABLE public.remote (id uuid, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL, payload jsonb, n int NOT NULL) SERVER "+wrapper+"_server")
+		refused(t, f, "makes a foreign table part of outbox table", "ALTER TABLE public.outbox ATTACH PARTITION public.remote FOR VALUES FROM (20) TO (30)")
+		f.exec(t, "DROP TABLE public.outbox_1 CASCADE")
 	})
 
 	t.Run("partitioned table", func(t *testing.T) {

@@ -49,7 +49,8 @@ type Catalog struct {
 	GeneratedColumns bool
 	Tables           []TableInfo
 	// UserTypes are the types of the configured tables' columns that are
-	// not built in (OIDs from 16384 on), by OID.
+	// not built in (OIDs from 16384 on), and the domains among them (also
+	// information_schema's, which initdb makes), by OID.
 	UserTypes map[uint32]UserType
 }
 
@@ -160,29 +161,40 @@ const FirstUserOID = 16384
 // RouterTypes returns the column types and type modifiers a row of a table
 // with these column types is routed by: domains resolved to their base
 // types (a column's own modifier is -1 under a domain: the domain's
-// applies). rt and rm are nil when no column is of a domain: the row is
-// routed by types and mods. known is false when a user type is not in c (a
-// column added since c was read). A type whose Connect value pgoutbox does
-// not reproduce (UserType.NotReproduced) becomes router.NotReproducedType.
+// applies). rt and rm are nil when no column is of a type that is not
+// built in: the row is routed by types and mods. known is false when a
+// type that is not built in is not in c (a column added since c was read).
+// See the function RouterTypes for what each becomes.
 func (c *Catalog) RouterTypes(types []uint32, mods []int32) (rt []uint32, rm []int32, known bool) {
 	return RouterTypes(c.UserTypes, types, mods)
 }
 
-// RouterTypes is Catalog.RouterTypes over the user types in m; a type that
-// is NotReproduced becomes router.NotReproducedType.
+// firstInitdbOID is PostgreSQL's FirstGenbkiObjectId: every type below it is
+// built in with a fixed OID; from it up to FirstUserOID are the objects
+// initdb creates, such as information_schema's domains.
+const firstInitdbOID = 10000
+
+// RouterTypes is Catalog.RouterTypes over the user types in m. No type
+// from FirstUserOID on reaches the router: a domain becomes its base type,
+// an enum, citext or ltree (or a domain over one) text, and a type pgoutbox
+// does not reproduce (UserType.NotReproduced) or that m does not know
+// router.NotReproducedType, so that a row no catalog explained is refused,
+// never written as text. information_schema's domains are in m like the
+// user's (they have OIDs below FirstUserOID).
 func RouterTypes(m map[uint32]UserType, types []uint32, mods []int32) (rt []uint32, rm []int32, known bool) {
 	known = true
 	for i, oid := range types {
-		if oid < FirstUserOID {
-			continue
-		}
 		ut, ok := m[oid]
-		if !ok {
+		switch {
+		case !ok && oid < firstInitdbOID:
+			continue // built in
+		case !ok && oid < FirstUserOID:
+			// Made by initdb: a domain when the catalog did not list it.
 			known = false
 			continue
-		}
-		if ut.Base == 0 && !ut.NotReproduced {
-			continue
+		case !ok:
+			known = false
+			ut = UserType{BaseMod: -1, NotReproduced: true}
 		}
 		if rt == nil {
 			rt, rm = slices.Clone(types), make([]int32, len(types))
@@ -191,17 +203,24 @@ func RouterTypes(m map[uint32]UserType, types []uint32, mods []int32) (rt []uint
 			}
 			copy(rm, mods)
 		}
-		if ut.NotReproduced {
+		switch {
+		case ut.NotReproduced:
 			rt[i], rm[i] = router.NotReproducedType, -1
-			continue
-		}
-		rt[i] = ut.Base
-		if i >= len(mods) || mods[i] == -1 {
-			rm[i] = ut.BaseMod
+		case ut.Base == 0 || ut.Base >= FirstUserOID:
+			// An enum, citext or ltree, or a domain over one: its text.
+			rt[i], rm[i] = textOID, -1
+		default:
+			rt[i] = ut.Base
+			if i >= len(mods) || mods[i] == -1 {
+				rm[i] = ut.BaseMod
+			}
 		}
 	}
 	return rt, rm, known
 }
+
+// textOID is the type text.
+const textOID = 25
 
 // TableInfo describes one configured outbox table in a Catalog.
 type TableInfo struct {
@@ -326,7 +345,8 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	ARRAY(SELECT a.attgenerated::text || ':' || a.attname FROM pg_attribute a
 		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
 	ARRAY(` + userTypesSQL(`SELECT a.atttypid FROM pg_attribute a
-			WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384`) + `)
+			WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+				AND (a.atttypid >= 16384 OR EXISTS (SELECT 1 FROM pg_type dt WHERE dt.oid = a.atttypid AND dt.typtype = 'd'))`) + `)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_publication p ON p.oid = $3::oid
 	-- At most one row each: they are unique by publication and table, and

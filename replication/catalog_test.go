@@ -216,22 +216,36 @@ func TestRouterTypesResolveDomainsAndTellUnknownTypes(t *testing.T) {
 	}}
 	types, mods := []uint32{25, 16400, 16401, 16402}, []int32{-1, -1, -1, -1}
 	rt, rm, known := cat.RouterTypes(types, mods)
-	if !known || !slices.Equal(rt, []uint32{25, 1082, 1700, 16402}) || !slices.Equal(rm, []int32{-1, -1, 1310734, -1}) {
+	if !known || !slices.Equal(rt, []uint32{25, 1082, 1700, 25}) || !slices.Equal(rm, []int32{-1, -1, 1310734, -1}) {
 		t.Fatalf("got %v %v %v", rt, rm, known)
 	}
 	if types[1] != 16400 || mods[2] != -1 {
 		t.Fatal("the relation's own slices were changed")
 	}
-	if rt, rm, known := cat.RouterTypes([]uint32{25, 23, 16402}, []int32{-1, -1, -1}); !known || rt != nil || rm != nil {
-		t.Fatal("built-in types and an enum are known, and leave the row's own types as they are")
+	if rt, rm, known := cat.RouterTypes([]uint32{25, 23, 1700}, []int32{-1, -1, 5}); !known || rt != nil || rm != nil {
+		t.Fatal("built-in types are known, and leave the row's own types as they are")
 	}
-	if _, _, known := cat.RouterTypes([]uint32{25, 16500}, []int32{-1, -1}); known {
-		t.Fatal("a type the catalog does not have is not known")
+	// A type the catalog does not have: not known, and refused should the
+	// caller take it as the last word; never the user type's own OID, which
+	// the router would read as text (or, at the largest OID, as refused).
+	rt, _, known = cat.RouterTypes([]uint32{25, 16500, router.NotReproducedType}, []int32{-1, -1, -1})
+	if known || !slices.Equal(rt, []uint32{25, router.NotReproducedType, router.NotReproducedType}) {
+		t.Fatalf("types the catalog does not have: got %v %v", rt, known)
+	}
+	// Made by initdb (information_schema's domains): resolved when the
+	// catalog has them, not known when it does not.
+	cat.UserTypes[13010] = UserType{Base: 23, BaseMod: -1}
+	if rt, _, known := cat.RouterTypes([]uint32{13010}, []int32{-1}); !known || !slices.Equal(rt, []uint32{23}) {
+		t.Fatalf("an information_schema domain: got %v %v", rt, known)
+	}
+	if rt, _, known := cat.RouterTypes([]uint32{13020}, []int32{-1}); known || rt != nil {
+		t.Fatalf("an initdb type the catalog does not have: got %v %v", rt, known)
 	}
 	cat.UserTypes[16403] = UserType{BaseMod: -1, NotReproduced: true}              // an array of the enum
 	cat.UserTypes[16404] = UserType{Base: 16403, BaseMod: -1, NotReproduced: true} // a domain over it
-	rt, rm, known = cat.RouterTypes([]uint32{16403, 16402, 16404}, []int32{-1, -1, -1})
-	if !known || !slices.Equal(rt, []uint32{router.NotReproducedType, 16402, router.NotReproducedType}) || !slices.Equal(rm, []int32{-1, -1, -1}) {
+	cat.UserTypes[16405] = UserType{Base: 16402, BaseMod: -1}                      // a domain over the enum
+	rt, rm, known = cat.RouterTypes([]uint32{16403, 16402, 16404, 16405}, []int32{-1, -1, -1, -1})
+	if !known || !slices.Equal(rt, []uint32{router.NotReproducedType, 25, router.NotReproducedType, 25}) || !slices.Equal(rm, []int32{-1, -1, -1, -1}) {
 		t.Fatalf("types Debezium converts in its own way: got %v %v %v", rt, rm, known)
 	}
 }

@@ -191,8 +191,9 @@ func builtinName(oid uint32) string {
 // multirange of a user type, or an extension's type such as hstore (JSON)
 // or PostGIS's geometry (a struct). Placed through a Kafka Connect
 // converter, such a column is an error (a poison row); through the raw
-// converter, its text as ever. It is the largest OID, which PostgreSQL
-// hands out last.
+// converter, its text as ever. It is the largest OID; a real type of that
+// OID never reaches the router, since callers map every type that is not
+// built in to a built-in type or to this.
 const NotReproducedType uint32 = math.MaxUint32
 
 // arrayType reports whether oid is one of the built-in array types

@@ -842,8 +842,8 @@ func (s *session) relation(rel *replication.Relation) {
 }
 
 // resolve sets c's router types from cat, and says whether cat knew every
-// user type of rel's columns; final says cat is the last word (a type it
-// does not know is read as it is).
+// user type of rel's columns; final says cat is the last word (a column of
+// a type it does not know is then refused, as router.NotReproducedType).
 func (c *relClass) resolve(rel *replication.Relation, cat *replication.Catalog, final bool) bool {
 	types, mods, known := cat.RouterTypes(rel.Types, rel.Modifiers)
 	if !known && !final {

@@ -125,23 +125,33 @@ func logicalValue(oid uint32, mod int32, v []byte) (connectValue, error) {
 			return connectValue{}, err
 		}
 		return connectValue{kind: cvInt, n: us}, nil
+	}
+	return connectValue{}, ConnectTypeRefused(oid)
+}
+
+// ConnectTypeRefused says why a column of type oid (as its caller resolves
+// it: see NotReproducedType) is refused when written through a Kafka
+// Connect converter, or nil when pgoutbox writes Debezium's bytes of it.
+// Its refusal makes every row with a value in such a column a poison row.
+func ConnectTypeRefused(oid uint32) error {
+	switch oid {
 	case oidMoney:
-		return connectValue{}, fmt.Errorf("money: %w", errNotEmulated)
+		return fmt.Errorf("money: %w", errNotEmulated)
 	case oidTimeTZ:
-		return connectValue{}, fmt.Errorf("timetz: %w", errNotEmulated)
+		return fmt.Errorf("timetz: %w", errNotEmulated)
 	case oidBit, oidVarbit:
-		return connectValue{}, fmt.Errorf("bit: %w", errNotEmulated)
+		return fmt.Errorf("bit: %w", errNotEmulated)
 	}
 	if arrayType(oid) {
-		return connectValue{}, fmt.Errorf("an array (type OID %d): %w", oid, errNotEmulated)
+		return fmt.Errorf("an array (type OID %d): %w", oid, errNotEmulated)
 	}
 	switch {
 	case oid == NotReproducedType:
-		return connectValue{}, fmt.Errorf("a user-defined type (an array of an enum or a domain, a composite, a range or an extension's type such as hstore): %w", errNotEmulated)
+		return fmt.Errorf("a user-defined type (an array of an enum or a domain, a composite, a range or an extension's type such as hstore): %w", errNotEmulated)
 	case oid < firstUserOID && !builtinReproduced(oid):
-		return connectValue{}, fmt.Errorf("%s: %w", builtinName(oid), errNotEmulated)
+		return fmt.Errorf("%s: %w", builtinName(oid), errNotEmulated)
 	}
-	return connectValue{}, nil
+	return nil
 }
 
 // firstUserOID is PostgreSQL's FirstNormalObjectId: types with lower OIDs

@@ -98,3 +98,36 @@ func (r *Router) EventColumns() (id, key, payload, route string) {
 	}
 	return r.cfg.idCol, r.cfg.keyCol, r.cfg.payloadCol, route
 }
+
+// ConnectColumn is a column a Router writes through a Kafka Connect
+// converter, and where to.
+type ConnectColumn struct {
+	Column, Where string
+}
+
+// ConnectColumns returns the columns the Router writes through a Kafka
+// Connect converter (the key through key.converter, the payload and the
+// envelope placements through value.converter, the id and the header
+// placements through header.converter), whose types ConnectTypeRefused
+// judges. Columns written raw are not among them.
+func (r *Router) ConnectColumns() []ConnectColumn {
+	var out []ConnectColumn
+	if r.cfg.keyConv != convRaw {
+		out = append(out, ConnectColumn{r.cfg.keyCol, "the key (" + optKeyConverter + ")"})
+	}
+	if r.cfg.valueConv != convRaw {
+		out = append(out, ConnectColumn{r.cfg.payloadCol, "the value (" + optValueConverter + ")"})
+	}
+	if r.cfg.headerConv != convRaw {
+		out = append(out, ConnectColumn{r.cfg.idCol, "the id header (" + optHeaderConverter + ")"})
+	}
+	for _, f := range r.cfg.extras {
+		switch {
+		case f.place == placeHeader && r.cfg.headerConv != convRaw:
+			out = append(out, ConnectColumn{f.column, "header " + f.name + " (" + optHeaderConverter + ")"})
+		case f.place == placeEnvelope && r.cfg.valueConv == convJSON:
+			out = append(out, ConnectColumn{f.column, "envelope field " + f.name + " (" + optValueConverter + ")"})
+		}
+	}
+	return out
+}

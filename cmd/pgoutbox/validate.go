@@ -19,6 +19,7 @@ const validateHelp = `Usage: pgoutbox validate [--topics a,b] [flags]
 
 Checks everything pgoutbox run needs: the settings, PostgreSQL (reachable,
 wal_level, replication privilege, free slots and walsenders, outbox tables,
+the types of the columns written through a Kafka Connect converter,
 publication, slot) and Kafka (reachable, topics), and audits durability:
 for each topic checked (the dead-letter topic too), its replication factor,
 min.insync.replicas and unclean leader election; on PostgreSQL,
@@ -200,6 +201,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	v.report(checkServer(f))
 	if isPoll(cfg) { // the table instead of replication: poll.go
 		v.report(checkTables(f, cfg)...)
+		v.report(checkConnectTypes(ctx, conn, cfg)...)
 		validatePollSource(ctx, v, conn, f, cfg)
 		return
 	}
@@ -208,6 +210,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	v.report(checkSlotCapacity(f, rc))
 	v.report(checkWALSenders(f))
 	v.report(checkTables(f, cfg)...)
+	v.report(checkConnectTypes(ctx, conn, cfg)...)
 	// A name the configuration check refused is not checked again here:
 	// a fix quoting it would only repeat the mistake.
 	if err := replication.ValidatePublicationName(rc.Publication); err != nil {

@@ -602,3 +602,38 @@ func TestRunStartupErrorsSayWhatToCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateFailsOnColumnsOfTypesRefusedThroughAConnectConverter: a
+// column placed through a Kafka Connect converter whose type pgoutbox
+// refuses there (point, an array of an enum) is named, as a FAIL under
+// poison.policy=fail and a WARN under dead-letter; the types it writes as
+// Debezium does (an enum, a domain over numeric, information_schema's
+// domain over int4) are not.
+func TestValidateFailsOnColumnsOfTypesRefusedThroughAConnectConverter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ready(t)
+	// The fixture's database is its own.
+	f.exec(t, "CREATE TYPE mood_t AS ENUM ('a', 'b'); CREATE DOMAIN amt_d AS numeric(12,2)")
+	f.exec(t, "ALTER TABLE public.outbox ADD COLUMN pt point, ADD COLUMN moods mood_t[], ADD COLUMN m mood_t"+
+		", ADD COLUMN amt amt_d, ADD COLUMN card information_schema.cardinal_number")
+	settings := []string{
+		"PGOUTBOX_ROUTER_TABLE_FIELDS_ADDITIONAL_PLACEMENT=pt:envelope,moods:header,m:header,amt:envelope,card:envelope",
+		"PGOUTBOX_ROUTER_VALUE_CONVERTER=org.apache.kafka.connect.json.JsonConverter",
+		"PGOUTBOX_ROUTER_VALUE_CONVERTER_SCHEMAS_ENABLE=false",
+		"PGOUTBOX_ROUTER_HEADER_CONVERTER=org.apache.kafka.connect.storage.SimpleHeaderConverter",
+	}
+	r := invoke(cmdValidate, nil, f.environ(f.dsn, settings...))
+	if r.code != exitRuntime {
+		t.Fatalf("want exit 1:\n%s", r)
+	}
+	wantLine(t, r, `^FAIL types: public\.outbox: column pt goes into envelope field pt \(value\.converter\), but its type is refused there: point .*relay\.poison\.policy=fail stops the relay on the first$`)
+	wantLine(t, r, `^FAIL types: public\.outbox: column moods goes into header moods \(header\.converter\), but its type is refused there: a user-defined type`)
+	noLine(t, r, `column (m|amt|card|payload|id) goes into`)
+	r = invoke(cmdValidate, nil, f.environ(f.dsn, append(settings, "PGOUTBOX_RELAY_POISON_POLICY=dead-letter")...))
+	wantLine(t, r, `^WARN types: public\.outbox: column pt goes into envelope field pt .*, dead-lettered$`)
+	noLine(t, r, `^FAIL types`)
+	r = invoke(cmdValidate, nil, f.environ(f.dsn, "PGOUTBOX_ROUTER_TABLE_FIELDS_ADDITIONAL_PLACEMENT=m:envelope,amt:envelope,card:envelope",
+		"PGOUTBOX_ROUTER_VALUE_CONVERTER=org.apache.kafka.connect.json.JsonConverter", "PGOUTBOX_ROUTER_VALUE_CONVERTER_SCHEMAS_ENABLE=false"))
+	wantLine(t, r, `^PASS types: public\.outbox: every column written through a Kafka Connect converter`)
+}

@@ -6,25 +6,32 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 )
 
 // Profiling for performance work: PGOUTBOX_CPUPROFILE=file writes a CPU
 // profile of the whole run, PGOUTBOX_MEMPROFILE=file a heap profile (live
 // heap after a final GC, and allocations since the start: go tool pprof
-// -sample_index=alloc_objects) when `pgoutbox run` returns. Both are off
+// -sample_index=alloc_objects) when `pgoutbox run` returns, and
+// PGOUTBOX_TRACE=file an execution trace (go tool trace; -pprof=sync or
+// net tells where goroutines wait). All are off
 // unless set; they are development aids, not configuration. The benchmark
 // passes them with --pgoutbox-env.
 const (
 	envCPUProfile = "PGOUTBOX_CPUPROFILE"
 	envMemProfile = "PGOUTBOX_MEMPROFILE"
+	envTrace      = "PGOUTBOX_TRACE"
 )
 
 // startProfiles starts what environ asks for and returns the function that
 // finishes the profiles; errors go to stderr and leave the run alone.
 func startProfiles(environ []string, stderr io.Writer) (stop func()) {
-	var cpu, mem string
+	var cpu, mem, tr string
 	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, envTrace+"="); ok {
+			tr = v
+		}
 		if v, ok := strings.CutPrefix(kv, envCPUProfile+"="); ok {
 			cpu = v
 		}
@@ -44,7 +51,23 @@ func startProfiles(environ []string, stderr io.Writer) (stop func()) {
 			cpuFile = f
 		}
 	}
+	var traceFile *os.File
+	if tr != "" {
+		f, err := os.Create(tr)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: %s: %v\n", envTrace, err)
+		} else {
+			traceFile = f
+		}
+	}
 	return func() {
+		if traceFile != nil {
+			trace.Stop()
+			_ = traceFile.Close()
+		}
 		if cpuFile != nil {
 			pprof.StopCPUProfile()
 			_ = cpuFile.Close()

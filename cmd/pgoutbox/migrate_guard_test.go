@@ -62,6 +62,18 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		}
 	}
 
+	// partitioned is a fixture whose outbox table is partitioned by n, with
+	// one partition (outbox_1, n from 0 to 10).
+	partitioned := func(t *testing.T) *fixture {
+		t.Helper()
+		f := newFixture(t)
+		f.exec(t, "DROP TABLE public.outbox")
+		f.exec(t, `CREATE TABLE public.outbox (id uuid, aggregatetype text NOT NULL, aggregateid text NOT NULL,
+			type text NOT NULL, payload jsonb, n int NOT NULL) PARTITION BY RANGE (n)`)
+		f.exec(t, "CREATE TABLE public.outbox_1 PARTITION OF public.outbox FOR VALUES FROM (0) TO (10)")
+		return f
+	}
+
 	t.Run("table", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t)
@@ -106,11 +118,7 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 
 	t.Run("foreign table", func(t *testing.T) {
 		t.Parallel()
-		f := newFixture(t)
-		f.exec(t, "DROP TABLE public.outbox")
-		f.exec(t, `CREATE TABLE public.outbox (id uuid, aggregatetype text NOT NULL, aggregateid text NOT NULL,
-			type text NOT NULL, payload jsonb, n int NOT NULL) PARTITION BY RANGE (n)`)
-		f.exec(t, "CREATE TABLE public.outbox_1 PARTITION OF public.outbox FOR VALUES FROM (0) TO (10)")
+		f := partitioned(t)
 		// A wrapper without handler is enough: no extension, and the
 		// guard refuses before any row could be written.
 		wrapper := strings.ToLower(testenv.UniqueName(t, "fdw"))
@@ -129,11 +137,7 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 
 	t.Run("partitioned table", func(t *testing.T) {
 		t.Parallel()
-		f := newFixture(t)
-		f.exec(t, "DROP TABLE public.outbox")
-		f.exec(t, `CREATE TABLE public.outbox (id uuid, aggregatetype text NOT NULL, aggregateid text NOT NULL,
-			type text NOT NULL, payload jsonb, n int NOT NULL) PARTITION BY RANGE (n)`)
-		f.exec(t, "CREATE TABLE public.outbox_1 PARTITION OF public.outbox FOR VALUES FROM (0) TO (10)")
+		f := partitioned(t)
 		guard(t, f)
 		refused(t, f, "unlogged",
 			"ALTER TABLE public.outbox_1 SET UNLOGGED",

@@ -39,30 +39,26 @@ func startProfiles(environ []string, stderr io.Writer) (stop func()) {
 			mem = v
 		}
 	}
-	var cpuFile *os.File
-	if cpu != "" {
-		f, err := os.Create(cpu)
+	// start creates path and starts writing to it; nil when path is empty
+	// or that failed (said on stderr).
+	start := func(path, env string, begin func(io.Writer) error) *os.File {
+		if path == "" {
+			return nil
+		}
+		f, err := os.Create(path)
 		if err == nil {
-			err = pprof.StartCPUProfile(f)
+			if err = begin(f); err != nil {
+				_ = f.Close()
+			}
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: %s: %v\n", envCPUProfile, err)
-		} else {
-			cpuFile = f
+			fmt.Fprintf(stderr, "pgoutbox: %s: %v\n", env, err)
+			return nil
 		}
+		return f
 	}
-	var traceFile *os.File
-	if tr != "" {
-		f, err := os.Create(tr)
-		if err == nil {
-			err = trace.Start(f)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: %s: %v\n", envTrace, err)
-		} else {
-			traceFile = f
-		}
-	}
+	cpuFile := start(cpu, envCPUProfile, pprof.StartCPUProfile)
+	traceFile := start(tr, envTrace, trace.Start)
 	return func() {
 		if traceFile != nil {
 			trace.Stop()

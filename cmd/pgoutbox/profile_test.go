@@ -9,11 +9,11 @@ import (
 
 func TestProfilesAreWrittenWhenAskedFor(t *testing.T) {
 	dir := t.TempDir()
-	cpu, mem := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "mem.prof")
+	cpu, mem, tr := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "mem.prof"), filepath.Join(dir, "trace.out")
 	var stderr bytes.Buffer
-	stop := startProfiles([]string{"PATH=/bin", envCPUProfile + "=" + cpu, envMemProfile + "=" + mem}, &stderr)
+	stop := startProfiles([]string{"PATH=/bin", envCPUProfile + "=" + cpu, envMemProfile + "=" + mem, envTrace + "=" + tr}, &stderr)
 	stop()
-	for _, p := range []string{cpu, mem} {
+	for _, p := range []string{cpu, mem, tr} {
 		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v (stderr %q)", p, err, stderr.String())
 		}

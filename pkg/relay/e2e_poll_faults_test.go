@@ -119,7 +119,9 @@ func (g *pollGroup) terminate() {
 // explainDuplicates checks every duplicate the way the poll source allows
 // them: a row is delivered again only when the claim that first delivered
 // it did not commit, so its (final) published_at lies after a SIGKILL that
-// came after its first delivery. It returns how many duplicates there were.
+// came after its first delivery, or at most killedRequestLag before it (the
+// killed instance's last request, appended after its death). It returns
+// how many duplicates there were.
 func (g *pollGroup) explainDuplicates(msgs []outboxtest.Delivered) int {
 	t := g.t
 	byID := map[string][]outboxtest.Delivered{}
@@ -158,7 +160,13 @@ func (g *pollGroup) explainDuplicates(msgs []outboxtest.Delivered) int {
 		}
 		explained := false
 		for _, k := range g.kills {
-			if !k.Before(first[id].Add(-time.Millisecond)) && !published.Before(k.Add(-time.Millisecond)) {
+			// A killed instance's last produce request, already in its
+			// socket's send buffer, still reaches the broker and is appended
+			// after the kill (seen once: a batch of 16 rows appended after
+			// the rebalance that followed the kill, and after their final
+			// claim had begun): the first delivery may trail the kill. published_at is the final
+			// claim's transaction start, after the kill released the rows.
+			if !k.Before(first[id].Add(-killedRequestLag)) && !published.Before(k.Add(-time.Millisecond)) {
 				explained = true
 			}
 		}
@@ -172,6 +180,10 @@ func (g *pollGroup) explainDuplicates(msgs []outboxtest.Delivered) int {
 	}
 	return sumDups(byID)
 }
+
+// killedRequestLag bounds how long after a SIGKILL the killed instance's
+// last produce request can still be appended by the broker.
+const killedRequestLag = 2 * time.Second
 
 func sumDups(byID map[string][]outboxtest.Delivered) int {
 	n := 0

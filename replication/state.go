@@ -449,14 +449,10 @@ func SetCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot, why string
 	if err != nil {
 		return err
 	}
-	var has bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'cleanup_hold' AND NOT attisdropped)`, q).Scan(&has); err != nil {
-		return fmt.Errorf("replication: look up the cleanup hold of %s: %w", table, err)
-	}
-	if !has {
-		if _, err := conn.Exec(ctx, fmt.Sprintf(stateAddColumnsDDL, q)); err != nil {
-			return fmt.Errorf("replication: add the cleanup hold to %s: %w", table, err)
-		}
+	// A table of an earlier version gains the column where this role may
+	// add it; where it may not, the UPDATE below fails and says so.
+	if err := EnsureStateTable(ctx, conn, table); err != nil {
+		return err
 	}
 	tag, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = CASE
 		WHEN coalesce(cleanup_hold, '') = '' THEN $2

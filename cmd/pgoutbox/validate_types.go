@@ -37,27 +37,26 @@ func checkConnectTypes(ctx context.Context, conn *pgx.Conn, cfg fileConfig) []ch
 		if len(placed) == 0 {
 			continue
 		}
-		rows, err := conn.Query(ctx, columnTypesSQL, table)
-		if err != nil {
+		unread := func(err error) []checkResult {
 			return append(out, warn("types", fmt.Sprintf("%s: column types not read: %s", table, oneLine(err)), ""))
 		}
 		var names []string
 		var types []uint32
-		for rows.Next() {
-			var n string
-			var oid uint32
-			if err := rows.Scan(&n, &oid); err != nil {
-				rows.Close()
-				return append(out, warn("types", fmt.Sprintf("%s: column types not read: %s", table, oneLine(err)), ""))
-			}
+		rows, _ := conn.Query(ctx, columnTypesSQL, table)
+		var n string
+		var oid uint32
+		if _, err := pgx.ForEachRow(rows, []any{&n, &oid}, func() error {
 			names, types = append(names, n), append(types, oid)
+			return nil
+		}); err != nil {
+			return unread(err)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(names) == 0 {
+		if len(names) == 0 {
 			continue // a missing table is the tables check's
 		}
+		var err error
 		if userTypes, err = replication.ReadUserTypes(ctx, conn, types, userTypes); err != nil {
-			return append(out, warn("types", fmt.Sprintf("%s: column types not read: %s", table, oneLine(err)), ""))
+			return unread(err)
 		}
 		rt, _, _ := replication.RouterTypes(userTypes, types, nil)
 		if rt == nil {

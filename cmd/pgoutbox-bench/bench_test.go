@@ -507,8 +507,20 @@ func TestProcStatusFields(t *testing.T) {
 	if err != nil || st.CPUSeconds <= 0 || st.PeakRSSBytes <= 0 || st.ReadSyscalls <= 0 || st.VoluntarySwitches <= 0 {
 		t.Errorf("%+v, %v", st, err)
 	}
-	if d := st.since(ProcStats{CPUSeconds: 0.5, ReadSyscalls: 1}); d.PeakRSSBytes != st.PeakRSSBytes || d.ReadSyscalls != st.ReadSyscalls-1 {
+	// The resident set's split: both parts read, and together no more
+	// than the peak (RssAnon + RssFile + RssShmem is VmRSS <= VmHWM).
+	if st.RSSAnonBytes <= 0 || st.RSSFileBytes <= 0 || st.RSSAnonBytes+st.RSSFileBytes > st.PeakRSSBytes {
+		t.Errorf("anon %d + file %d, peak %d", st.RSSAnonBytes, st.RSSFileBytes, st.PeakRSSBytes)
+	}
+	if d := st.since(ProcStats{CPUSeconds: 0.5, ReadSyscalls: 1, RSSAnonBytes: 1}); d.PeakRSSBytes != st.PeakRSSBytes || d.ReadSyscalls != st.ReadSyscalls-1 ||
+		d.RSSAnonBytes != st.RSSAnonBytes || d.RSSFileBytes != st.RSSFileBytes {
 		t.Errorf("since: %+v", d)
+	}
+	if got := rssSplit(ProcStats{RSSAnonBytes: 9 << 20, RSSFileBytes: 17 << 20}); got != "anon 9 MB + file 17 MB at the end of the writes" {
+		t.Errorf("rssSplit = %q", got)
+	}
+	if got := rssSplit(ProcStats{}); !strings.Contains(got, "not read") {
+		t.Errorf("rssSplit of nothing = %q", got)
 	}
 }
 

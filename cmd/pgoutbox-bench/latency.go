@@ -337,8 +337,8 @@ func (h *harness) latency(ctx context.Context, rate int, src latencySource) (Lat
 		latencyEnd(o).label,
 		res.LatencyMs.P50, res.LatencyMs.P90, res.LatencyMs.P99, res.LatencyMs.P999, res.LatencyMs.Max, res.ReceiveLatencyMs.P50, res.ReceiveLatencyMs.P99,
 		res.KeptUp, res.KeptUpReason)
-	h.logf("  pgoutbox CPU %.2f s, peak RSS %d MB; while writing: pgoutbox CPU %.2f s (%.2f s per 100k events; per event %.2f reads, %.2f writes, %.2f voluntary context switches), walsender CPU %.2f s, harness CPU %.2f s, machine CPU %.0f%% busy",
-		st.CPUSeconds, st.PeakRSSBytes>>20, res.PgoutboxWindow.CPUSeconds, res.WindowCPUSecondsPer100k,
+	h.logf("  pgoutbox CPU %.2f s, peak RSS %d MB (%s); while writing: pgoutbox CPU %.2f s (%.2f s per 100k events; per event %.2f reads, %.2f writes, %.2f voluntary context switches), walsender CPU %.2f s, harness CPU %.2f s, machine CPU %.0f%% busy",
+		st.CPUSeconds, st.PeakRSSBytes>>20, rssSplit(res.PgoutboxWindow), res.PgoutboxWindow.CPUSeconds, res.WindowCPUSecondsPer100k,
 		perEvent(res.PgoutboxWindow.ReadSyscalls, res.Committed), perEvent(res.PgoutboxWindow.WriteSyscalls, res.Committed), perEvent(res.PgoutboxWindow.VoluntarySwitches, res.Committed),
 		res.WalsenderCPUSeconds, res.HarnessCPUSeconds, res.MachineCPUBusy*100)
 	if res.Received == 0 {

@@ -75,7 +75,8 @@ func targets(r *Results) []Target {
 		for _, l := range v.Latency {
 			if l.Error == "" && l.Pgoutbox.PeakRSSBytes > 0 {
 				rss = min(rss, float64(l.Debezium.PeakRSSBytes)/float64(l.Pgoutbox.PeakRSSBytes))
-				each = append(each, fmt.Sprintf("run %d, %s: %s MB vs %s MB", l.Run, l.Setting, mb(l.Debezium.PeakRSSBytes), mb(l.Pgoutbox.PeakRSSBytes)))
+				each = append(each, fmt.Sprintf("run %d, %s: %s MB vs %s MB (at the end of the writes, anonymous %s vs %s MB, mapped files %s vs %s MB)", l.Run, l.Setting,
+					mb(l.Debezium.PeakRSSBytes), mb(l.Pgoutbox.PeakRSSBytes), mb(l.Debezium.Window.RSSAnonBytes), mb(l.Pgoutbox.Window.RSSAnonBytes), mb(l.Debezium.Window.RSSFileBytes), mb(l.Pgoutbox.Window.RSSFileBytes)))
 			}
 		}
 		if len(each) > 0 {

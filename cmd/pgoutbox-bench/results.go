@@ -422,7 +422,7 @@ func summary(r *Results) string {
 		}
 		p("\n![latency percentiles against rate](latency.png)\n\n")
 		p("Resources, and the latency a consumer sees (commit → consumer: until a sarama consumer received the record; machine CPU busy: all CPUs, everything running, while the writers ran):\n\n")
-		p("| target events/s | commit → consumer p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events (while writing) | pgoutbox reads / writes / context switches per event (while writing) | pgoutbox peak RSS MB | walsender CPU s | harness CPU s | machine CPU busy |\n")
+		p("| target events/s | commit → consumer p50 / p99 ms | lag growth ms | last event after writers stopped, s | pgoutbox CPU s | pgoutbox CPU s per 100k events (while writing) | pgoutbox reads / writes / context switches per event (while writing) | pgoutbox peak RSS MB (anon + file at the end of the writes) | walsender CPU s | harness CPU s | machine CPU busy |\n")
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
 			if l.Error != "" && l.Received == 0 {
@@ -431,7 +431,7 @@ func summary(r *Results) string {
 			w := l.PgoutboxWindow
 			p("| %s%s | %s / %s | %s | %s | %s | %s (%s) | %.2f / %.2f / %.2f | %s | %s | %s | %s%% |\n", thousands(int64(l.TargetRate)), modeTag(l.Mode), f1(l.ReceiveLatencyMs.P50), f1(l.ReceiveLatencyMs.P99),
 				f0(l.LagGrowthMs), f2(l.DrainSeconds), f2(l.Pgoutbox.CPUSeconds), f2(l.CPUSecondsPer100k), f2(l.WindowCPUSecondsPer100k),
-				perEvent(w.ReadSyscalls, l.Committed), perEvent(w.WriteSyscalls, l.Committed), perEvent(w.VoluntarySwitches+w.InvoluntarySwitches, l.Committed), mb(l.Pgoutbox.PeakRSSBytes),
+				perEvent(w.ReadSyscalls, l.Committed), perEvent(w.WriteSyscalls, l.Committed), perEvent(w.VoluntarySwitches+w.InvoluntarySwitches, l.Committed), mb(l.Pgoutbox.PeakRSSBytes)+" ("+mb(w.RSSAnonBytes)+" + "+mb(w.RSSFileBytes)+")",
 				f2(l.WalsenderCPUSeconds), f2(l.HarnessCPUSeconds), f0(l.MachineCPUBusy*100))
 		}
 		for _, l := range r.Latency {

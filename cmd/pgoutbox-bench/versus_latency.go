@@ -365,8 +365,8 @@ func (h *harness) latencyPhase(ctx context.Context, rate int, aggType string, sy
 			out.CPUSecondsPer100k = out.Window.CPUSeconds / float64(lp.Committed) * 100_000
 		}
 		q := out.LatencyMs
-		h.logf("  %s: latency ms p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f; CPU %.2f s (%.2f s per 100k events), peak RSS %d MB, walsender CPU %.2f s; kept up: %v (%s); machine CPU %.0f%% busy",
-			sys.label, q.P50, q.P90, q.P99, q.P999, q.Max, out.Window.CPUSeconds, out.CPUSecondsPer100k, out.PeakRSSBytes>>20, out.WalsenderCPUSeconds, out.KeptUp, out.KeptUpReason, lp.MachineCPUBusy*100)
+		h.logf("  %s: latency ms p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f; CPU %.2f s (%.2f s per 100k events), peak RSS %d MB (%s), walsender CPU %.2f s; kept up: %v (%s); machine CPU %.0f%% busy",
+			sys.label, q.P50, q.P90, q.P99, q.P999, q.Max, out.Window.CPUSeconds, out.CPUSecondsPer100k, out.PeakRSSBytes>>20, rssSplit(out.Window), out.WalsenderCPUSeconds, out.KeptUp, out.KeptUpReason, lp.MachineCPUBusy*100)
 	}
 	return lp, nil
 }

@@ -117,7 +117,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			// The slot has passed the events of the gap: cleanup, which
 			// deletes by its position, is held from now on, not only
 			// once someone runs migrate --accept-catalog.
-			if err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, CatalogChangedHold); err != nil {
+			if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, CatalogChangedHold); err != nil {
 				log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events of the gap are relayed", zap.Error(err))
 			}
 			changes = append(changes, "find and relay what is missing (rows still in the outbox table can be read from it), then run `pgoutbox migrate --accept-catalog` to record the new one")
@@ -144,6 +144,22 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			return st, err
 		}
 	}
+	if cfg.StateTable != "" && !st.Created {
+		if c := st.CheckFence(); c == FencePassed || c == FencePassedAfterRestart {
+			// Events committed between the fence and the slot may have
+			// been skipped: cleanup, which deletes by the slot's
+			// position, is held until someone has looked.
+			who := "pg_replication_slot_advance, or another client"
+			if c == FencePassedAfterRestart {
+				who += ", or PostgreSQL's shutdown as pgoutbox confirmed its end"
+			}
+			why := fmt.Sprintf("slot %s was found at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (%s), and events committed in between may never have been relayed",
+				cfg.Slot, st.Slot.ConfirmedFlushLSN, st.State.StoppedLSN, who)
+			if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
+				log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events between the positions are checked", zap.Error(err))
+			}
+		}
+	}
 	if cfg.StateTable != "" && (st.Created || !st.HadState) {
 		s := State{Slot: cfg.Slot, SystemIdentifier: st.Identity.SystemIdentifier, Database: st.Identity.Database,
 			Timeline: st.Identity.Timeline, ConfirmedLSN: st.Slot.ConfirmedFlushLSN, ConfirmedAt: time.Now(),
@@ -158,6 +174,50 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		}
 	}
 	return st, nil
+}
+
+// ShutdownCheckpointMax bounds the length of a shutdown checkpoint's WAL
+// record (about 120 bytes, with a page header when it crosses a page).
+const ShutdownCheckpointMax = 512
+
+// FenceCheck is what the slot's position says against the recorded fence
+// (State.StoppedLSN).
+type FenceCheck int
+
+const (
+	// FenceKept: the slot is not past the fence, or there is no fence.
+	FenceKept FenceCheck = iota
+	// FencePassedByShutdown: past it by exactly PostgreSQL's shutdown
+	// checkpoint, which pgoutbox confirmed as the server stopped (the
+	// connection the fence is raised on was refused then).
+	FencePassedByShutdown
+	// FencePassedAfterRestart: past it, and the server restarted since the
+	// last session began, but its latest checkpoint no longer tells
+	// whether that shutdown or someone else moved the slot.
+	FencePassedAfterRestart
+	// FencePassed: moved by someone else while pgoutbox was stopped.
+	FencePassed
+)
+
+// CheckFence compares the slot with the fence of the last session: the
+// slot moves only when a client confirms, and a session records the
+// furthest its process may confirm before it confirms it.
+func (s Start) CheckFence() FenceCheck {
+	fence, at := s.State.StoppedLSN, s.Slot.ConfirmedFlushLSN
+	if !s.HadState || fence == 0 || at <= fence {
+		return FenceKept
+	}
+	if !s.Identity.StartedAt.After(s.State.SessionStartedAt) {
+		return FencePassed
+	}
+	// PostgreSQL 17 and later have the slot confirmed up to the shutdown
+	// checkpoint before they write it, and save it there; earlier
+	// versions save it only now and then, so it may end after the
+	// checkpoint record, or anywhere before it.
+	if ckpt := s.Identity.CheckpointLSN; ckpt >= fence && at >= ckpt && at-ckpt <= ShutdownCheckpointMax {
+		return FencePassedByShutdown
+	}
+	return FencePassedAfterRestart
 }
 
 func connectSQL(ctx context.Context, cfg Config) (*pgx.Conn, error) {

@@ -2,6 +2,8 @@ package replication
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -444,29 +446,42 @@ const CatalogChangedHold = "pgoutbox found the outbox table or publication chang
 // kept and why is appended to it (unless it says so already). The relay's
 // own writes of the row leave the hold as it is; cleanup --release-hold
 // clears it.
-func SetCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot, why string) error {
+func SetCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot, why string) (string, error) {
 	q, err := qualifiedIdent(table)
 	if err != nil {
-		return err
+		return "", err
 	}
 	// A table of an earlier version gains the column where this role may
 	// add it; where it may not, the UPDATE below fails and says so.
 	if err := EnsureStateTable(ctx, conn, table); err != nil {
-		return err
+		return "", err
 	}
-	tag, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = CASE
+	var hold string
+	err = conn.QueryRow(ctx, `UPDATE `+q+` SET cleanup_hold = CASE
 		WHEN coalesce(cleanup_hold, '') = '' THEN $2
 		WHEN strpos(cleanup_hold, $2) > 0 THEN cleanup_hold
 		ELSE cleanup_hold || '; and ' || $2 END
-		WHERE slot_name = $1`, slot, why)
+		WHERE slot_name = $1 RETURNING cleanup_hold`, slot, why).Scan(&hold)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("replication: record the cleanup hold of slot %q in %s: no state row", slot, table)
+	}
 	if err != nil {
-		return fmt.Errorf("replication: record the cleanup hold of slot %q in %s: %w", slot, table, err)
+		return "", fmt.Errorf("replication: record the cleanup hold of slot %q in %s: %w", slot, table, err)
 	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("replication: record the cleanup hold of slot %q in %s: no state row", slot, table)
-	}
-	return nil
+	return hold, nil
 }
+
+// HoldID names a cleanup hold by its text: cleanup prints it beside the
+// hold, and --release-hold takes it, so that a release clears only the
+// hold its operator was shown, never a gap added to it since.
+func HoldID(hold string) string {
+	sum := sha256.Sum256([]byte(hold))
+	return hex.EncodeToString(sum[:6])
+}
+
+// ErrHoldChanged is wrapped by the error of a release that named a hold
+// other than the one recorded.
+var ErrHoldChanged = errors.New("replication: the cleanup hold is not the one named")
 
 // CleanupHold returns the cleanup hold of slot ("" when there is none, also
 // when the state table or its row or column does not exist).
@@ -490,19 +505,32 @@ func CleanupHold(ctx context.Context, conn *pgx.Conn, table, slot string) (strin
 	return hold, nil
 }
 
-// ReleaseCleanupHold clears the cleanup hold of slot.
-func ReleaseCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot string) error {
-	if hold, err := CleanupHold(ctx, conn, table, slot); err != nil || hold == "" {
-		return err
+// ReleaseCleanupHold clears the cleanup hold of slot if its HoldID is id,
+// and returns the hold it cleared ("" when there was none). A hold that is
+// another (a gap added since it was shown) stays, and the error wraps
+// ErrHoldChanged and names the hold and its ID.
+func ReleaseCleanupHold(ctx context.Context, conn *pgx.Conn, table, slot, id string) (string, error) {
+	hold, err := CleanupHold(ctx, conn, table, slot)
+	if err != nil || hold == "" {
+		return "", err
+	}
+	if got := HoldID(hold); got != id {
+		return "", fmt.Errorf("%w: slot %q is held by %q (ID %s), and --release-hold named %s: relay the events it names, then release ID %s", ErrHoldChanged, slot, hold, got, id, got)
 	}
 	q, err := qualifiedIdent(table)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if _, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = NULL WHERE slot_name = $1`, slot); err != nil {
-		return fmt.Errorf("replication: release the cleanup hold of slot %q in %s: %w", slot, table, err)
+	// Only the hold that was read and named: one that grew in between
+	// stays.
+	tag, err := conn.Exec(ctx, `UPDATE `+q+` SET cleanup_hold = NULL WHERE slot_name = $1 AND cleanup_hold = $2`, slot, hold)
+	if err != nil {
+		return "", fmt.Errorf("replication: release the cleanup hold of slot %q in %s: %w", slot, table, err)
 	}
-	return nil
+	if tag.RowsAffected() != 1 {
+		return "", fmt.Errorf("%w: the cleanup hold of slot %q changed while it was released; run pgoutbox cleanup to see it", ErrHoldChanged, slot)
+	}
+	return hold, nil
 }
 
 func parseLSN(s string) (LSN, error) {
@@ -596,9 +624,12 @@ BEGIN
 		RETURN;
 	END IF;
 	FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
-		IF (o.object_type = 'publication' AND EXISTS (SELECT 1 FROM ` + q + ` s WHERE s.publication_name = o.object_identity))
+		-- By the object's address, whose names are not quoted, as the
+		-- state row keeps them (schema.table, no dot in either):
+		-- object_identity quotes some names and not others.
+		IF (o.object_type = 'publication' AND EXISTS (SELECT 1 FROM ` + q + ` s WHERE o.address_names = ARRAY[s.publication_name]))
 			OR (o.object_type = 'publication relation' AND EXISTS (SELECT 1 FROM ` + q + ` s, jsonb_object_keys(s.table_oids) k
-				WHERE o.object_identity = k || ' in publication ' || quote_ident(s.publication_name)))
+				WHERE o.address_names = ARRAY[split_part(k, '.', 1), split_part(k, '.', 2)] AND o.address_args = ARRAY[s.publication_name]))
 		THEN
 			RAISE EXCEPTION 'pgoutbox: % % is streamed by pgoutbox: dropping it would keep events from Kafka without a word', o.object_type, o.object_identity
 				USING HINT = 'stop pgoutbox once it has caught up, then SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway, and run pgoutbox migrate afterwards';
@@ -656,6 +687,6 @@ BEGIN
 END
 $pgoutbox_guard$`,
 		`DROP EVENT TRIGGER IF EXISTS pgoutbox_guard_ddl`,
-		`CREATE EVENT TRIGGER pgoutbox_guard_ddl ON ddl_command_end WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE', 'ALTER PUBLICATION') EXECUTE FUNCTION ` + fnDDL + `()`,
+		`CREATE EVENT TRIGGER pgoutbox_guard_ddl ON ddl_command_end WHEN TAG IN ('CREATE TABLE', 'CREATE SCHEMA', 'ALTER TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE', 'ALTER PUBLICATION') EXECUTE FUNCTION ` + fnDDL + `()`,
 	}, nil
 }

@@ -32,10 +32,14 @@ them), for cron. It never deletes a row that may not have been relayed yet.
 
 After migrate --recreate-slot or --accept-catalog, the WAL source's
 cleanup is held (the slot's position says nothing of the events of the gap)
-and deletes nothing until --release-hold, once those events are relayed;
+and deletes nothing until --release-hold=ID (the ID it prints with the
+hold) once those events are relayed;
 a start that finds the outbox table or publication changed holds it too.
-Cleanup reads the hold from postgres.state.table: its role needs SELECT on
-that table (and UPDATE for --release-hold).
+A slot past the fence the relay's last session recorded (something else
+moved it), or no row for the slot in the state table, also stops cleanup
+before it deletes anything. Cleanup reads the hold and the fence from
+postgres.state.table: its role needs SELECT on that table (and UPDATE for
+--release-hold).
 
 The retention is poll.retention unless --retention is given (0s: everything
 relayed). Exit status 0, 1 when something failed, 2 for bad flags or
@@ -47,7 +51,7 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("cleanup", stderr, cleanupHelp)
 	retention := c.fs.Duration("retention", 0, "delete rows relayed longer ago than this (default poll.retention)")
 	marks := c.fs.String("marks-table", poll.DefaultMarksTable, "the WAL source's cleanup marks (created when missing)")
-	release := c.fs.Bool("release-hold", false, "the WAL source: clear the hold migrate --recreate-slot or --accept-catalog recorded, once the events of the gap are relayed, and clean up")
+	release := c.fs.String("release-hold", "", "the WAL source: clear the hold with this ID (a held cleanup prints it), once the events of the gap it names are relayed, and clean up")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
@@ -66,7 +70,7 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pgoutbox: configuration: no retention: poll.retention is 0 (keep published rows); pass --retention")
 		return exitConfig
 	}
-	if *release && isPoll(cfg) {
+	if *release != "" && isPoll(cfg) {
 		fmt.Fprintln(stderr, "pgoutbox: configuration: --release-hold: relay.source is poll, whose cleanup is never held (it deletes by published_at); the flag is for relay.source wal")
 		return exitConfig
 	}
@@ -102,23 +106,20 @@ func cleanupPoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cl
 	return exitOK
 }
 
-func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cleanup, keep time.Duration, marks string, release bool, stdout, stderr io.Writer) int {
+func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cleanup, keep time.Duration, marks, release string, stdout, stderr io.Writer) int {
 	pc := cfg.Postgres
 	if err := replication.ValidateSlotName(pc.Slot); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
-	if release && pc.StateTable != "" {
-		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)
-		if err == nil && hold != "" {
-			err = replication.ReleaseCleanupHold(ctx, conn, pc.StateTable, pc.Slot)
-		}
+	if release != "" && pc.StateTable != "" {
+		hold, err := replication.ReleaseCleanupHold(ctx, conn, pc.StateTable, pc.Slot, release)
 		if err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: nothing was released or deleted: %v\n", err)
 			return exitRuntime
 		}
 		if hold != "" {
-			fmt.Fprintf(stdout, "cleanup hold of slot %s released (%s)\n", pc.Slot, hold)
+			fmt.Fprintf(stdout, "cleanup hold of slot %s released (ID %s: %s)\n", pc.Slot, release, hold)
 		}
 	}
 	ddl, err := poll.MarksTableDDL(marks)
@@ -150,8 +151,29 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v; cleanup needs SELECT on %s to see whether it is held\n", err, pc.StateTable)
 			return exitRuntime
 		}
+		// The slot moves only when a client confirms, and a pgoutbox
+		// session records the furthest it may confirm (the fence) before
+		// it confirms it: a slot past the fence was moved by something
+		// else, and its position says nothing of the events in between.
+		// The relay's next start tells that from PostgreSQL's shutdown
+		// and holds cleanup where events may have been skipped. A state
+		// row that is missing (a mistyped state.table, a dropped table)
+		// says nothing either.
+		st, ok, err := replication.ReadState(ctx, conn, pc.StateTable, pc.Slot)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v; cleanup needs SELECT on %s to see what the relay recorded\n", err, pc.StateTable)
+			return exitRuntime
+		}
+		if !ok {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: %s has no row for slot %s, so what pgoutbox relayed from it cannot be told, and nothing was deleted: check postgres.state.table and postgres.slot, or start pgoutbox run once (it records the row)\n", pc.StateTable, pc.Slot)
+			return exitRuntime
+		}
+		if st.StoppedLSN != 0 && slot.ConfirmedFlushLSN > st.StoppedLSN {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or PostgreSQL's shutdown as pgoutbox confirmed its end), so nothing was deleted; start pgoutbox run: it tells these apart, and holds cleanup where events may have been skipped\n", pc.Slot, slot.ConfirmedFlushLSN, st.StoppedLSN)
+			return exitRuntime
+		}
 		if hold != "" {
-			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s is held, so nothing was deleted: %s. Relay those events from the outbox table, then run pgoutbox cleanup --release-hold\n", pc.Slot, hold)
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s is held, so nothing was deleted: %s. Relay those events from the outbox table, then run pgoutbox cleanup --release-hold=%s (the ID of this hold: a gap added later changes it)\n", pc.Slot, hold, replication.HoldID(hold))
 			return exitRuntime
 		}
 	}

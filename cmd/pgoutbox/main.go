@@ -615,10 +615,11 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 // holdCleanup records a cleanup hold: pgoutbox cleanup deletes nothing until
 // cleanup --release-hold, once the events of the gap are relayed.
 func holdCleanup(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer, why string) error {
-	if err := replication.SetCleanupHold(ctx, conn, pcfg.StateTable, pcfg.Slot, why); err != nil {
+	hold, err := replication.SetCleanupHold(ctx, conn, pcfg.StateTable, pcfg.Slot, why)
+	if err != nil {
 		return fmt.Errorf("%w; hold pgoutbox cleanup (and any job that deletes outbox rows) yourself until the events of the gap are relayed", err)
 	}
-	fmt.Fprintln(stdout, "pgoutbox cleanup is held until the events of the gap are relayed: relay them from the outbox table, then run pgoutbox cleanup --release-hold")
+	fmt.Fprintf(stdout, "pgoutbox cleanup is held until the events of the gap are relayed (hold ID %s): relay them from the outbox table, then run pgoutbox cleanup --release-hold=%s\n", replication.HoldID(hold), replication.HoldID(hold))
 	return nil
 }
 

@@ -34,6 +34,30 @@ func TestMigrateGuardRefusesToDropWhatPgoutboxStreams(t *testing.T) {
 	f.exec(t, "DROP TABLE public.scratch")
 	f.exec(t, "SET pgoutbox.allow_outbox_ddl = on")
 	f.exec(t, "ALTER PUBLICATION "+f.publication+" DROP TABLE public.outbox")
+
+	// Names that PostgreSQL quotes when it names the dropped object
+	// (capitals): the guard refuses the same.
+	t.Run("quoted names", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		f.exec(t, `CREATE TABLE public."Outbox" (LIKE public.outbox)`)
+		f.outboxTable, f.publication = "public.Outbox", "OutboxPub" // the fixture's database is its own
+		pub := `"` + f.publication + `"`
+		if r := invoke(cmdMigrate, []string{"--guard"}, f.environ(f.dsn)); r.code != exitOK || !strings.Contains(r.stdout, "guard installed") {
+			t.Fatalf("migrate --guard:\n%s", r)
+		}
+		for _, ddl := range []string{
+			`DROP TABLE public."Outbox"`,
+			"ALTER PUBLICATION " + pub + ` DROP TABLE public."Outbox"`,
+			"DROP PUBLICATION " + pub,
+		} {
+			_, err := f.conn.Exec(context.Background(), ddl)
+			if err == nil || !strings.Contains(err.Error(), "is streamed by pgoutbox") {
+				t.Fatalf("%s: %v, want the guard's refusal", ddl, err)
+			}
+		}
+		f.exec(t, "DROP TABLE public.outbox") // not streamed here
+	})
 }
 
 // TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream: after `migrate
@@ -81,6 +105,9 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		guard(t, f)
 		refused(t, f, "unlogged", "ALTER TABLE public.outbox SET UNLOGGED")
 		refused(t, f, "inherit", "CREATE TABLE public.child () INHERITS (public.outbox)")
+		// A table created inside CREATE SCHEMA is a subcommand of it.
+		schema := strings.ToLower(testenv.UniqueName(t, "s"))
+		refused(t, f, "inherit", "CREATE SCHEMA "+schema+" CREATE TABLE "+schema+".child () INHERITS (public.outbox)")
 		f.exec(t, "CREATE TABLE public.loose (LIKE public.outbox)")
 		refused(t, f, "inherit", "ALTER TABLE public.loose INHERIT public.outbox")
 		refused(t, f, "publishing inserts", "ALTER PUBLICATION "+f.publication+" SET (publish = 'update, delete')")
@@ -142,6 +169,9 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		refused(t, f, "unlogged",
 			"ALTER TABLE public.outbox_1 SET UNLOGGED",
 			"CREATE UNLOGGED TABLE public.outbox_2 PARTITION OF public.outbox FOR VALUES FROM (10) TO (20)")
+		schema := strings.ToLower(testenv.UniqueName(t, "s"))
+		refused(t, f, "unlogged", "CREATE SCHEMA "+schema+" CREATE UNLOGGED TABLE "+schema+".outbox_2 PARTITION OF public.outbox FOR VALUES FROM (10) TO (20)")
+		f.exec(t, "CREATE SCHEMA "+schema+" CREATE TABLE "+schema+".outbox_2 PARTITION OF public.outbox FOR VALUES FROM (10) TO (20)")
 		f.exec(t, "CREATE UNLOGGED TABLE public.outbox_3 (LIKE public.outbox)")
 		refused(t, f, "unlogged", "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_3 FOR VALUES FROM (20) TO (30)")
 		f.exec(t, "CREATE TABLE public.outbox_4 PARTITION OF public.outbox FOR VALUES FROM (30) TO (40)")

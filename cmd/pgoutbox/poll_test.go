@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // count runs a count query on the fixture's database.
@@ -122,12 +123,21 @@ func TestPollSourceMigrateStatusValidateAndCleanup(t *testing.T) {
 // stays where it is nothing is deleted (it has not relayed A). Once the
 // slot is past the marks, rows B are written, and a run deletes A, not B
 // (committed after every mark the slot passed); once the slot is past a
-// mark taken after B, B goes.
+// mark taken after B, B goes. The slot stands in for a relay here, so
+// its state row has no fence; a fence below the slot (something other than
+// pgoutbox moved it) and a missing state row stop cleanup.
 func TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.ready(t)
 	env := f.environ(withPassword(t, f.dsn, ""))
+	ctx := context.Background()
+	if err := replication.EnsureStateTable(ctx, f.conn, replication.DefaultStateTable); err != nil {
+		t.Fatal(err)
+	}
+	if err := replication.WriteState(ctx, f.conn, replication.DefaultStateTable, replication.State{Slot: f.slot, Note: "a test's stand-in"}); err != nil {
+		t.Fatal(err)
+	}
 	insert := func(key string, n int) {
 		for range n {
 			f.exec(t, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'order', $1, 'created', '{}')`, key)
@@ -161,12 +171,29 @@ func TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed(t *testing.T) {
 	}
 	cleanup("deleted 0 rows") // the slot has not passed the mark taken after B
 	advance()
+	// A fence below the slot: something other than pgoutbox moved it, and
+	// cleanup deletes nothing by its position.
+	f.exec(t, "UPDATE "+replication.DefaultStateTable+" SET stopped_lsn = '0/1' WHERE slot_name = $1", f.slot)
+	f.waitHorizon(t)
+	r := invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)
+	if r.code != exitRuntime || !strings.Contains(r.stderr, "past 0/1, the furthest the last pgoutbox session on it may have confirmed") || rows("B") != 2 {
+		t.Fatalf("cleanup with the slot past the fence: want exit 1 saying so, and B kept (%d of 2):\n%s", rows("B"), r)
+	}
+	// No state row: what was relayed cannot be told either.
+	f.exec(t, "DELETE FROM "+replication.DefaultStateTable+" WHERE slot_name = $1", f.slot)
+	r = invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)
+	if r.code != exitRuntime || !strings.Contains(r.stderr, "has no row for slot") || rows("B") != 2 {
+		t.Fatalf("cleanup without a state row: want exit 1 saying so, and B kept (%d of 2):\n%s", rows("B"), r)
+	}
+	if err := replication.WriteState(ctx, f.conn, replication.DefaultStateTable, replication.State{Slot: f.slot, Note: "a test's stand-in"}); err != nil {
+		t.Fatal(err)
+	}
 	cleanup("deleted 2 rows")
 	if rows("B") != 0 {
 		t.Fatalf("after the slot passed the mark after B: B %d, want 0", rows("B"))
 	}
 	f.exec(t, "SELECT pg_drop_replication_slot($1)", f.slot)
-	r := invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)
+	r = invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)
 	if r.code != exitRuntime || !strings.Contains(r.stderr, "does not exist") {
 		t.Fatalf("cleanup without the slot: want exit 1 saying so:\n%s", r)
 	}

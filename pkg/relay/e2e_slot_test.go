@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 func (f *fixture) activePID(t testing.TB) int {
@@ -393,10 +394,36 @@ func TestSlotDroppedWhileStoppedIsNotReplacedSilently(t *testing.T) {
 		t.Fatalf("cleanup hold after a second recreation %q; before it %q: the unreleased hold must be kept and the new gap added", hold, first)
 	}
 	relayed(t, f, c, "fourth.log", 29, 5)
-	if out, err := cleanup(); err == nil || !strings.Contains(out, "is held, so nothing was deleted") {
-		t.Fatalf("cleanup after the second recreation: %v\n%s", err, out)
+	heldOut, err := cleanup()
+	if err == nil || !strings.Contains(heldOut, "is held, so nothing was deleted") {
+		t.Fatalf("cleanup after the second recreation: %v\n%s", err, heldOut)
 	}
-	if out, err := cleanup("--release-hold"); err != nil || !strings.Contains(out, "released") {
+	// A release names the hold it was shown: the ID of the first hold,
+	// shown before the second gap was added, releases nothing, deletes
+	// nothing, and says which ID the hold has now.
+	held := f.cleanupHold(t)
+	id := replication.HoldID(held)
+	if !strings.Contains(heldOut, "--release-hold="+id) {
+		t.Fatalf("the held cleanup does not print the hold's ID %s:\n%s", id, heldOut)
+	}
+	rows = countRows()
+	stale := replication.HoldID(first)
+	if stale == id {
+		t.Fatal("the first and the grown hold have one ID")
+	}
+	if out, err := cleanup("--release-hold=" + stale); err == nil || !strings.Contains(out, "nothing was released or deleted") || !strings.Contains(out, id) {
+		t.Fatalf("cleanup --release-hold with the first hold's ID: %v\n%s", err, out)
+	}
+	if hold := f.cleanupHold(t); hold != held {
+		t.Fatalf("hold after a release naming another: %q, was %q", hold, held)
+	}
+	if n := countRows(); n != rows {
+		t.Fatalf("%d outbox rows after a refused release, %d before", n, rows)
+	}
+	if out, err := cleanup("--release-hold"); err == nil || !strings.Contains(out, "release-hold") {
+		t.Fatalf("cleanup --release-hold without an ID: %v\n%s", err, out)
+	}
+	if out, err := cleanup("--release-hold=" + id); err != nil || !strings.Contains(out, "released") {
 		t.Fatalf("cleanup --release-hold: %v\n%s", err, out)
 	}
 	if out, err := cleanup(); err != nil || strings.Contains(out, "held") {
@@ -417,6 +444,7 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	c := env.NewConsumer(t, f.topics)
+	gaps := 0 // the slot moved on while pgoutbox was stopped, so far
 	// fenced: the slot read first, the fence after it: a fence raised
 	// before each confirmation is at or past the slot at any moment.
 	fenced := func(when string) {
@@ -475,7 +503,27 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 		if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
 			t.Fatal(err)
 		}
+		// Cleanup deletes by the slot's position, which now says nothing
+		// of the skipped events: it refuses before any start, and the
+		// refused start holds it.
+		var rows int
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		cl := exec.Command(pgoutboxBinary(t), "cleanup", "--retention", "0s")
+		cl.Env = f.environ()
+		if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "the furthest the last pgoutbox session on it may have confirmed") {
+			t.Fatalf("cleanup with the slot moved on: %v\n%s", err, out)
+		}
 		startRefused(t, f, name, "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while pgoutbox was stopped", "SET stopped_lsn = NULL")
+		gaps++
+		if hold := f.cleanupHold(t); strings.Count(hold, "may never have been relayed") != gaps {
+			t.Fatalf("cleanup hold after %d refused starts: %q", gaps, hold)
+		}
+		var after int
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&after); err != nil || after != rows {
+			t.Fatalf("%d outbox rows after the refused cleanup, %d before (%v)", after, rows, err)
+		}
 		// The deliberate way on: clear the record, as the error says.
 		if _, err := f.checkDB.Exec(ctx, "UPDATE pgoutbox_state SET stopped_lsn = NULL WHERE slot_name = $1", f.slot); err != nil {
 			t.Fatal(err)
@@ -483,9 +531,15 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	}
 	run("first.log", 31, 10, false)
 	run("second.log", 32, 5, false) // a stop and a start: nothing moved the slot
+	if hold := f.cleanupHold(t); hold != "" {
+		t.Fatalf("cleanup held after a stop and a start: %q", hold)
+	}
 	advance("third.log", 33)
 	run("fourth.log", 34, 5, true)
 	run("fifth.log", 35, 5, true) // a SIGKILL and a start: nothing moved the slot
+	if hold := f.cleanupHold(t); strings.Count(hold, "may never have been relayed") != gaps {
+		t.Fatalf("cleanup hold after SIGKILLs and starts: %q (a SIGKILL is no gap)", hold)
+	}
 	advance("sixth.log", 36)
 	run("seventh.log", 37, 5, false)
 }

@@ -449,10 +449,6 @@ func (r *Relay) prepareError(err error) error {
 	return err
 }
 
-// shutdownCheckpointMax bounds the length of a shutdown checkpoint's WAL
-// record (about 120 bytes, with a page header when it crosses a page).
-const shutdownCheckpointMax = 512
-
 // checkHistory compares the slot with what this process and the state table
 // remember: a slot ahead of the furthest position this process confirmed
 // was advanced by someone else, unless another pgoutbox instance took it
@@ -481,34 +477,32 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		r.log.Warn("PostgreSQL changed timeline since pgoutbox last recorded the slot (a promotion or a restore)",
 			zap.Int32("recorded_timeline", start.State.Timeline), zap.Int32("timeline", start.Identity.Timeline), zap.String("fork_lsn", fork))
 	}
-	if !r.history.slotSeen && start.HadState && start.State.StoppedLSN != 0 && slot.ConfirmedFlushLSN > start.State.StoppedLSN {
+	if !r.history.slotSeen {
 		// The slot moves only when a client confirms, and the last session
 		// recorded the furthest its process may confirm before confirming
 		// it (the fence). (Within one process the history below knows more.)
-		if fence := start.State.StoppedLSN; start.Identity.StartedAt.After(start.State.SessionStartedAt) {
-			// Except at the server's shutdown: it waits for the end of its
-			// WAL to be confirmed, and refuses the connection the fence is
-			// raised on, so pgoutbox confirms past the fence then.
-			ckpt := start.Identity.CheckpointLSN
-			// PostgreSQL 17 and later have the slot confirmed up to the
-			// shutdown checkpoint before they write it, and save it there;
-			// earlier versions save it only now and then, so it may end
-			// after the checkpoint record, or anywhere before it.
-			if ckpt >= fence && slot.ConfirmedFlushLSN >= ckpt && slot.ConfirmedFlushLSN-ckpt <= shutdownCheckpointMax {
-				r.log.Info("the slot is past the recorded fence by PostgreSQL's shutdown: it ends at the shutdown checkpoint, where pgoutbox confirmed it as the server stopped",
-					zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN),
-					zap.Stringer("fence", fence), zap.Stringer("checkpoint_lsn", ckpt))
-				return nil
-			}
-			r.log.Warn("the slot is past the recorded fence, and PostgreSQL restarted since the last session began: either pgoutbox confirmed the end of WAL as the server shut down (then nothing is lost), or someone moved the slot while pgoutbox was stopped (then the events committed in between were skipped); the latest checkpoint no longer tells which: compare Kafka with the outbox between these positions",
+		// Prepare has held cleanup where events may have been skipped.
+		fence := start.State.StoppedLSN
+		switch start.CheckFence() {
+		case replication.FencePassedByShutdown:
+			// The server's shutdown waits for the end of its WAL to be
+			// confirmed, and refuses the connection the fence is raised
+			// on, so pgoutbox confirms past the fence then.
+			r.log.Info("the slot is past the recorded fence by PostgreSQL's shutdown: it ends at the shutdown checkpoint, where pgoutbox confirmed it as the server stopped",
+				zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN),
+				zap.Stringer("fence", fence), zap.Stringer("checkpoint_lsn", start.Identity.CheckpointLSN))
+			return nil
+		case replication.FencePassedAfterRestart:
+			r.log.Warn("the slot is past the recorded fence, and PostgreSQL restarted since the last session began: either pgoutbox confirmed the end of WAL as the server shut down (then nothing is lost), or someone moved the slot while pgoutbox was stopped (then the events committed in between were skipped); the latest checkpoint no longer tells which: compare Kafka with the outbox between these positions (pgoutbox cleanup is held until then)",
 				zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN), zap.Stringer("fence", fence),
-				zap.Stringer("checkpoint_lsn", ckpt), zap.Time("server_started_at", start.Identity.StartedAt),
+				zap.Stringer("checkpoint_lsn", start.Identity.CheckpointLSN), zap.Time("server_started_at", start.Identity.StartedAt),
 				zap.String("instance", start.State.Instance), zap.Time("session_started_at", start.State.SessionStartedAt))
 			return nil
+		case replication.FencePassed:
+			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while pgoutbox was stopped (pg_replication_slot_advance, or another client streamed from it), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
+				replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, start.State.Instance,
+				start.State.SessionStartedAt.UTC().Format(time.RFC3339), pcfg.StateTable, quoteLiteral(pcfg.Slot))}
 		}
-		return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while pgoutbox was stopped (pg_replication_slot_advance, or another client streamed from it), and the events committed in between were skipped; investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
-			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, start.State.Instance,
-			start.State.SessionStartedAt.UTC().Format(time.RFC3339), pcfg.StateTable, quoteLiteral(pcfg.Slot))}
 	}
 	if !r.history.slotSeen || r.history.othersHeld || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {
 		return nil

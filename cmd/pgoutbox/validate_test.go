@@ -636,4 +636,11 @@ func TestValidateFailsOnColumnsOfTypesRefusedThroughAConnectConverter(t *testing
 	r = invoke(cmdValidate, nil, f.environ(f.dsn, "PGOUTBOX_ROUTER_TABLE_FIELDS_ADDITIONAL_PLACEMENT=m:envelope,amt:envelope,card:envelope",
 		"PGOUTBOX_ROUTER_VALUE_CONVERTER=org.apache.kafka.connect.json.JsonConverter", "PGOUTBOX_ROUTER_VALUE_CONVERTER_SCHEMAS_ENABLE=false"))
 	wantLine(t, r, `^PASS types: public\.outbox: every column written through a Kafka Connect converter`)
+	// A table named with capitals is read as named, not as the table its
+	// name folds to (public.outbox has no pt2).
+	f.exec(t, `CREATE TABLE public."Outbox" (LIKE public.outbox); ALTER TABLE public."Outbox" ADD COLUMN pt2 point`)
+	f.outboxTable = "public.Outbox"
+	r = invoke(cmdValidate, nil, f.environ(f.dsn, "PGOUTBOX_ROUTER_TABLE_FIELDS_ADDITIONAL_PLACEMENT=pt2:envelope",
+		"PGOUTBOX_ROUTER_VALUE_CONVERTER=org.apache.kafka.connect.json.JsonConverter", "PGOUTBOX_ROUTER_VALUE_CONVERTER_SCHEMAS_ENABLE=false"))
+	wantLine(t, r, `^FAIL types: public\.Outbox: column pt2 goes into envelope field pt2 \(value\.converter\), but its type is refused there: point`)
 }

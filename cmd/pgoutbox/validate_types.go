@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,26 +38,31 @@ func checkConnectTypes(ctx context.Context, conn *pgx.Conn, cfg fileConfig) []ch
 		if len(placed) == 0 {
 			continue
 		}
-		unread := func(err error) []checkResult {
-			return append(out, warn("types", fmt.Sprintf("%s: column types not read: %s", table, oneLine(err)), ""))
+		unread := func(err error) {
+			out = append(out, warn("types", fmt.Sprintf("%s: column types not read: %s", table, oneLine(err)), ""))
 		}
 		var names []string
 		var types []uint32
-		rows, _ := conn.Query(ctx, columnTypesSQL, table)
+		// The name quoted as it is configured (to_regclass folds what is
+		// not quoted to lower case).
+		schema, name, _ := strings.Cut(table, ".")
+		rows, _ := conn.Query(ctx, columnTypesSQL, pgx.Identifier{schema, name}.Sanitize())
 		var n string
 		var oid uint32
 		if _, err := pgx.ForEachRow(rows, []any{&n, &oid}, func() error {
 			names, types = append(names, n), append(types, oid)
 			return nil
 		}); err != nil {
-			return unread(err)
+			unread(err)
+			continue
 		}
 		if len(names) == 0 {
 			continue // a missing table is the tables check's
 		}
 		var err error
 		if userTypes, err = replication.ReadUserTypes(ctx, conn, types, userTypes); err != nil {
-			return unread(err)
+			unread(err)
+			continue
 		}
 		rt, _, _ := replication.RouterTypes(userTypes, types, nil)
 		if rt == nil {

@@ -66,6 +66,12 @@ type Config struct {
 	// Only pgoutbox migrate --recreate-slot sets it, after it has recorded
 	// the cleanup hold: it is never read from a configuration.
 	RecreateVanishedSlot bool `yaml:"-"`
+	// HoldOnFencePassed lets Prepare record a cleanup hold when the slot
+	// is past the fence of the last session (see Start.CheckFence): set by
+	// the relay for its first session, where it judges the fence; not by
+	// a reconnect in the same process (its own history knows more), nor
+	// by migrate.
+	HoldOnFencePassed bool `yaml:"-"`
 }
 
 // DefaultConfig returns the defaults: slot and publication named pgoutbox,

@@ -144,7 +144,9 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			return st, err
 		}
 	}
-	if cfg.StateTable != "" && !st.Created {
+	if cfg.StateTable != "" && cfg.HoldOnFencePassed && !st.Created && !st.Slot.Active {
+		// (An active slot is another instance's, which keeps the fence
+		// ahead of what it confirms.)
 		if c := st.CheckFence(); c == FencePassed || c == FencePassedAfterRestart {
 			// Events committed between the fence and the slot may have
 			// been skipped: cleanup, which deletes by the slot's

@@ -146,11 +146,6 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 	// migrate --recreate-slot holds cleanup before it creates the slot, so
 	// a slot seen here is never newer than the hold read after it.
 	if pc.StateTable != "" {
-		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)
-		if err != nil {
-			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v; cleanup needs SELECT on %s to see whether it is held\n", err, pc.StateTable)
-			return exitRuntime
-		}
 		// The slot moves only when a client confirms, and a pgoutbox
 		// session records the furthest it may confirm (the fence) before
 		// it confirms it: a slot past the fence was moved by something
@@ -158,7 +153,9 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		// The relay's next start tells that from PostgreSQL's shutdown
 		// and holds cleanup where events may have been skipped. A state
 		// row that is missing (a mistyped state.table, a dropped table)
-		// says nothing either.
+		// says nothing either. The fence is read before the hold: a start
+		// that holds cleanup does so before it moves the fence up to the
+		// slot.
 		st, ok, err := replication.ReadState(ctx, conn, pc.StateTable, pc.Slot)
 		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v; cleanup needs SELECT on %s to see what the relay recorded\n", err, pc.StateTable)
@@ -170,6 +167,11 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		}
 		if st.StoppedLSN != 0 && slot.ConfirmedFlushLSN > st.StoppedLSN {
 			fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or PostgreSQL's shutdown as pgoutbox confirmed its end), so nothing was deleted; start pgoutbox run: it tells these apart, and holds cleanup where events may have been skipped\n", pc.Slot, slot.ConfirmedFlushLSN, st.StoppedLSN)
+			return exitRuntime
+		}
+		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: %v; cleanup needs SELECT on %s to see whether it is held\n", err, pc.StateTable)
 			return exitRuntime
 		}
 		if hold != "" {

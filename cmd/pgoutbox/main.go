@@ -619,7 +619,9 @@ func holdCleanup(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, s
 	if err != nil {
 		return fmt.Errorf("%w; hold pgoutbox cleanup (and any job that deletes outbox rows) yourself until the events of the gap are relayed", err)
 	}
-	fmt.Fprintf(stdout, "pgoutbox cleanup is held until the events of the gap are relayed (hold ID %s): relay them from the outbox table, then run pgoutbox cleanup --release-hold=%s\n", replication.HoldID(hold), replication.HoldID(hold))
+	// The whole hold, older gaps not yet released included: the ID
+	// releases all of it.
+	fmt.Fprintf(stdout, "pgoutbox cleanup is held until the events of the gap are relayed (hold ID %s: %s): relay them from the outbox table, then run pgoutbox cleanup --release-hold=%s\n", replication.HoldID(hold), hold, replication.HoldID(hold))
 	return nil
 }
 

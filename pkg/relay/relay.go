@@ -349,6 +349,9 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		// silently skip every event written in between.
 		pcfg.CreateSlot = false
 	}
+	// Where checkHistory judges the fence, Prepare holds cleanup if the
+	// slot is past it.
+	pcfg.HoldOnFencePassed = !r.history.slotSeen
 	start, err := r.be.Prepare(ctx, pcfg)
 	if err != nil {
 		return false, r.prepareError(err)

@@ -322,7 +322,7 @@ func (w *simWorld) run() error {
 	if w.verbose {
 		lg = zap.NewExample()
 	}
-	r, err := New(w.cfg, lg, withBackend(&simBackend{w}, &simClock{w}), WithForceStop(w.force))
+	r, err := New(w.cfg, lg, withBackend(&simBackend{w: w}, &simClock{w}), WithForceStop(w.force))
 	if err != nil {
 		return err
 	}
@@ -602,10 +602,20 @@ func (t *simTimer) fire() {
 	}
 }
 
-type simBackend struct{ w *simWorld }
+type simBackend struct {
+	w *simWorld
+	// opens counts the streams this relay opened: once it has streamed
+	// from the slot, its own history judges the slot's position, and a
+	// start must not hold cleanup by the fence (a PostgreSQL restart
+	// would hold it for nothing).
+	opens int
+}
 
 func (b *simBackend) Prepare(ctx context.Context, cfg replication.Config) (replication.Start, error) {
 	w := b.w
+	if cfg.HoldOnFencePassed != (b.opens == 0) {
+		w.fail("Prepare with HoldOnFencePassed=%v after %d streams opened: only the first session judges the fence", cfg.HoldOnFencePassed, b.opens)
+	}
 	cat := replication.Catalog{CheckedAt: w.confirmed, Publication: 500, Insert: true, ViaRoot: true,
 		Tables: []replication.TableInfo{{Name: "public.outbox", OID: 1001, Kind: 'r', Persistence: 'p', Published: true}}}
 	return replication.Start{
@@ -621,6 +631,7 @@ func (b *simBackend) RecordSession(context.Context, replication.Config, replicat
 
 func (b *simBackend) Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error) {
 	w := b.w
+	b.opens++
 	s := &simStream{w: w, lastStatus: w.now, rels: map[string]*replication.Relation{}}
 	// PostgreSQL's skip rule: a transaction whose commit record, or a
 	// message whose record, begins before the confirmed position is not

@@ -31,12 +31,12 @@ them), for cron. It never deletes a row that may not have been relayed yet.
                      deletes what was relayed before the first.
 
 After migrate --recreate-slot or --accept-catalog, the WAL source's
-cleanup is held (the slot's position says nothing of the events of the gap)
-and deletes nothing until --release-hold=ID (the ID it prints with the
-hold) once those events are relayed;
-a start that finds the outbox table or publication changed holds it too.
-A slot past the fence the relay's last session recorded (something else
-moved it), or no row for the slot in the state table, also stops cleanup
+cleanup is held (the slot's position says nothing of the events of the
+gap) and deletes nothing until --release-hold=ID, with the ID it prints
+beside the hold, once those events are relayed. A start that finds the
+outbox table or publication changed, or the slot moved on by something
+else, holds it too. A slot past the fence the relay's last session
+recorded, or no row for the slot in the state table, also stops cleanup
 before it deletes anything. Cleanup reads the hold and the fence from
 postgres.state.table: its role needs SELECT on that table (and UPDATE for
 --release-hold).

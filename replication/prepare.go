@@ -178,9 +178,9 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	return st, nil
 }
 
-// ShutdownCheckpointMax bounds the length of a shutdown checkpoint's WAL
+// shutdownCheckpointMax bounds the length of a shutdown checkpoint's WAL
 // record (about 120 bytes, with a page header when it crosses a page).
-const ShutdownCheckpointMax = 512
+const shutdownCheckpointMax = 512
 
 // FenceCheck is what the slot's position says against the recorded fence
 // (State.StoppedLSN).
@@ -206,7 +206,7 @@ const (
 // furthest its process may confirm before it confirms it.
 func (s Start) CheckFence() FenceCheck {
 	fence, at := s.State.StoppedLSN, s.Slot.ConfirmedFlushLSN
-	if !s.HadState || fence == 0 || at <= fence {
+	if !s.HadState || !s.State.FencePassedBy(at) {
 		return FenceKept
 	}
 	if !s.Identity.StartedAt.After(s.State.SessionStartedAt) {
@@ -216,7 +216,7 @@ func (s Start) CheckFence() FenceCheck {
 	// checkpoint before they write it, and save it there; earlier
 	// versions save it only now and then, so it may end after the
 	// checkpoint record, or anywhere before it.
-	if ckpt := s.Identity.CheckpointLSN; ckpt >= fence && at >= ckpt && at-ckpt <= ShutdownCheckpointMax {
+	if ckpt := s.Identity.CheckpointLSN; ckpt >= fence && at >= ckpt && at-ckpt <= shutdownCheckpointMax {
 		return FencePassedByShutdown
 	}
 	return FencePassedAfterRestart

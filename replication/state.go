@@ -85,6 +85,13 @@ type State struct {
 	StoppedLSN LSN
 }
 
+// FencePassedBy says whether a slot confirmed at at is past the fence
+// (never when no fence was recorded): something other than the last
+// session moved it, or PostgreSQL's shutdown did (see Start.CheckFence).
+func (s State) FencePassedBy(at LSN) bool {
+	return s.StoppedLSN != 0 && at > s.StoppedLSN
+}
+
 // ServerIdentity is what identifies the server and its history.
 type ServerIdentity struct {
 	SystemIdentifier string

@@ -165,7 +165,7 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 			fmt.Fprintf(stderr, "pgoutbox: cleanup: %s has no row for slot %s, so what pgoutbox relayed from it cannot be told, and nothing was deleted: check postgres.state.table and postgres.slot, or start pgoutbox run once (it records the row)\n", pc.StateTable, pc.Slot)
 			return exitRuntime
 		}
-		if st.StoppedLSN != 0 && slot.ConfirmedFlushLSN > st.StoppedLSN {
+		if st.FencePassedBy(slot.ConfirmedFlushLSN) {
 			fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or PostgreSQL's shutdown as pgoutbox confirmed its end), so nothing was deleted; start pgoutbox run: it tells these apart, and holds cleanup where events may have been skipped\n", pc.Slot, slot.ConfirmedFlushLSN, st.StoppedLSN)
 			return exitRuntime
 		}

@@ -621,7 +621,8 @@ func holdCleanup(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, s
 	}
 	// The whole hold, older gaps not yet released included: the ID
 	// releases all of it.
-	fmt.Fprintf(stdout, "pgoutbox cleanup is held until the events of the gap are relayed (hold ID %s: %s): relay them from the outbox table, then run pgoutbox cleanup --release-hold=%s\n", replication.HoldID(hold), hold, replication.HoldID(hold))
+	id := replication.HoldID(hold)
+	fmt.Fprintf(stdout, "pgoutbox cleanup is held until the events of the gap are relayed (hold ID %s: %s): relay them from the outbox table, then run pgoutbox cleanup --release-hold=%s\n", id, hold, id)
 	return nil
 }
 

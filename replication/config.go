@@ -51,6 +51,12 @@ type Config struct {
 	// StatusInterval is how often a standby status update is sent even when
 	// the server does not ask for one (Debezium: status.update.interval.ms).
 	StatusInterval time.Duration `yaml:"status.update.interval"`
+	// ReceiveBatchWait: while the stream is live, a read that emptied the
+	// replication socket is followed by the next one no sooner than this,
+	// so that the messages arriving meanwhile are read and processed
+	// together (fewer wake-ups: less CPU); 0 reads as soon as anything
+	// arrives. It adds at most this much latency.
+	ReceiveBatchWait time.Duration `yaml:"receive.batch.wait"`
 	// ConnectTimeout bounds each connection attempt.
 	ConnectTimeout time.Duration `yaml:"connect.timeout"`
 	// PublicationCheckInterval is how often, while streaming, the relay
@@ -84,12 +90,16 @@ func DefaultConfig() Config {
 		PublicationAutocreate: PublicationFiltered,
 		Tables:                []string{"public.outbox"},
 		StatusInterval:        time.Second,
+		ReceiveBatchWait:      5 * time.Millisecond,
 		ConnectTimeout:        10 * time.Second,
 
 		PublicationCheckInterval: time.Second,
 		StateTable:               DefaultStateTable,
 	}
 }
+
+// maxReceiveBatchWait bounds receive.batch.wait.
+const maxReceiveBatchWait = 100 * time.Millisecond
 
 var (
 	slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
@@ -176,6 +186,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ConnectTimeout <= 0 {
 		return fmt.Errorf("replication: connect.timeout %s must be positive", c.ConnectTimeout)
+	}
+	if c.ReceiveBatchWait < 0 || c.ReceiveBatchWait > maxReceiveBatchWait {
+		return fmt.Errorf("replication: receive.batch.wait %s out of range: use [0, %s]; it is latency added to every event", c.ReceiveBatchWait, maxReceiveBatchWait)
 	}
 	if c.PublicationCheckInterval <= 0 || c.PublicationCheckInterval > time.Minute {
 		return fmt.Errorf("replication: publication.check.interval %s out of range: use (0, 1m]; the slot is confirmed only as far as the last check", c.PublicationCheckInterval)

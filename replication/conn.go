@@ -63,6 +63,16 @@ func (c *Config) replicationConfig() (*pgconn.Config, error) {
 		return serr
 	}}
 	pcfg.DialFunc = d.DialContext
+	if c.ReceiveBatchWait > 0 {
+		wait := c.ReceiveBatchWait
+		pcfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newPacedConn(nc, wait), nil
+		}
+	}
 	return pcfg, nil
 }
 

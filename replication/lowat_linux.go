@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"crypto/tls"
 	"net"
 	"syscall"
 	"time"
@@ -12,10 +11,7 @@ import (
 // read of whatever is queued still returns at once). It reports false
 // where that is not possible (not TCP).
 func setRecvLowWater(c net.Conn, n int) bool {
-	if t, ok := c.(*tls.Conn); ok {
-		c = t.NetConn()
-	}
-	tc, ok := c.(*net.TCPConn)
+	tc, ok := underlying(c).(*net.TCPConn)
 	if !ok {
 		return false
 	}

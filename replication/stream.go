@@ -89,6 +89,9 @@ type Stream struct {
 	catchingUp bool
 	// broken: a write failed, possibly half-way; nothing more is written.
 	broken bool
+	// pace paces the socket's reads while live (receive.batch.wait); nil
+	// when that is off.
+	pace *pacedConn
 }
 
 // Catch-up reading. Far behind, pgoutbox drains the socket faster than the
@@ -197,7 +200,11 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 		return nil, fmt.Errorf("replication: start replication on slot %q at its confirmed position %s: %w", cfg.Slot, start, err)
 	}
 	log.Info("replication started", zap.String("slot", cfg.Slot), zap.String("publication", cfg.Publication), zap.Stringer("confirmed_lsn", start))
-	return &Stream{cfg: cfg, log: log, conn: conn, dec: NewDecoder(), start: start, written: start}, nil
+	st := &Stream{cfg: cfg, log: log, conn: conn, dec: NewDecoder(), start: start, written: start}
+	if st.pace = pacer(conn.Conn()); st.pace != nil {
+		st.pace.set(true)
+	}
+	return st, nil
 }
 
 // Receive waits until deadline for the next message. It returns a zero Event
@@ -383,6 +390,9 @@ func (s *Stream) SendStatus(ctx context.Context, confirmed LSN, replyRequested b
 // lose that last update: a walsender blocked writing to a client that
 // stopped reading exits on the broken connection without reading it.
 func (s *Stream) EndStream(timeout time.Duration) error {
+	if s.pace != nil {
+		s.pace.set(false)
+	}
 	if nc := s.conn.Conn(); nc != nil {
 		s.rd.mu.Lock()
 		_ = nc.SetDeadline(time.Now().Add(timeout))
@@ -459,12 +469,19 @@ func (s *Stream) watch(ctx context.Context) {
 // the socket's low-water mark is. Where it cannot be set (not TCP), reads
 // stay as they are.
 func (s *Stream) setCatchingUp(on bool) {
+	if on && s.pace != nil {
+		s.pace.set(false) // its low-water mark down first: catch-up sets its own
+	}
 	n := 1
 	if on {
 		n = catchUpLowWater
 	}
 	if nc := s.conn.Conn(); nc != nil && setRecvLowWater(nc, n) {
 		s.catchingUp = on
+	}
+	if s.pace != nil {
+		// Catching up, the low-water mark gathers the reads instead.
+		s.pace.set(!s.catchingUp)
 	}
 }
 
@@ -513,10 +530,7 @@ func (s *Stream) Close(ctx context.Context) error {
 
 // resetOnClose makes closing nc discard unsent data (SO_LINGER 0).
 func resetOnClose(nc net.Conn) {
-	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok {
-		nc = tc.NetConn()
-	}
-	if tcp, ok := nc.(*net.TCPConn); ok {
+	if tcp, ok := underlying(nc).(*net.TCPConn); ok {
 		_ = tcp.SetLinger(0)
 	}
 }

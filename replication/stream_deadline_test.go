@@ -20,6 +20,12 @@ import (
 // context ends).
 func fakeWalsender(t testing.TB) (*Stream, net.Conn) {
 	t.Helper()
+	return fakeWalsenderWith(t, func(nc net.Conn) net.Conn { return nc })
+}
+
+// fakeWalsenderWith is fakeWalsender with the client's socket wrapped.
+func fakeWalsenderWith(t testing.TB, wrap func(net.Conn) net.Conn) (*Stream, net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +48,7 @@ func fakeWalsender(t testing.TB) (*Stream, net.Conn) {
 	if !ok {
 		t.Fatal("accept failed")
 	}
+	nc = wrap(nc)
 	pcfg, err := pgconn.ParseConfig("host=127.0.0.1")
 	if err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ var connectorIgnored = map[string]string{
 	"max.batch.size":                            "batching is set by kafka.flush.*",
 	"max.queue.size":                            "in-flight caps are relay.max.inflight.*",
 	"max.queue.size.in.bytes":                   "in-flight caps are relay.max.inflight.*",
-	"poll.interval.ms":                          "pgoutbox streams without polling",
+	"poll.interval.ms":                          "pgoutbox streams without polling (postgres.receive.batch.wait is the nearest setting)",
 	"errors.max.retries":                        "reconnects use relay.restart.backoff*",
 	"errors.log.enable":                         "pgoutbox logs every poison row with its table, event id and reason",
 	"errors.log.include.messages":               "pgoutbox never logs a payload",

@@ -40,6 +40,7 @@ log:
 		"PGOUTBOX_KAFKA_BROKERS=a:1, b:2",
 		"PGOUTBOX_ROUTER_TABLE_FIELD_EVENT_KEY=aggregate_key",
 		"PGOUTBOX_RELAY_SHUTDOWN_TIMEOUT=7s",
+		"PGOUTBOX_POSTGRES_RECEIVE_BATCH_WAIT=0s",
 	}
 	c := newFlags("run", &bytes.Buffer{}, "")
 	cfg, err := c.load([]string{"--config", path, "--publication", "from_flag", "--brokers", "c:3"}, env)
@@ -55,6 +56,7 @@ log:
 		{"publication from flag", cfg.Postgres.Publication, "from_flag"},
 		{"tables from file", strings.Join(cfg.Postgres.Tables, ","), "public.outbox,app.events"},
 		{"duration from file", cfg.Postgres.StatusInterval, 2 * time.Second},
+		{"duration from env over the default", cfg.Postgres.ReceiveBatchWait, time.Duration(0)},
 		{"brokers from flag over env and file", strings.Join(cfg.Kafka.Brokers, ","), "c:3"},
 		{"kafka duration", cfg.Kafka.FlushFrequency, 5 * time.Millisecond},
 		{"router option from file", cfg.Router.RouteTopicReplacement, "events.${routedByValue}"},

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"errors"
 	"net"
 	"time"
 )
@@ -64,8 +65,11 @@ func (c *pacedConn) Read(b []byte) (int, error) {
 		}
 	}
 	// A read that finds nothing queued waits for data: with the mark up
-	// it would wait for paceLowWater bytes.
-	c.lower()
+	// it would wait for paceLowWater bytes, so a mark that cannot be put
+	// back ends the connection rather than hold messages.
+	if !c.lower() {
+		return 0, errLowWater
+	}
 	n, err := c.Conn.Read(b)
 	if n > 0 && n < len(b) {
 		c.next = c.now().Add(c.wait)
@@ -86,13 +90,17 @@ func (c *pacedConn) set(on bool) {
 	c.on = on
 }
 
-// lower puts the low-water mark back to 1 byte if the pacing raised it.
-func (c *pacedConn) lower() {
-	if c.raised {
-		c.lowWater(1)
-		c.raised = false
+// lower puts the low-water mark back to 1 byte if the pacing raised it,
+// and reports whether the mark is at 1 byte.
+func (c *pacedConn) lower() bool {
+	if !c.raised {
+		return true
 	}
+	c.raised = !c.lowWater(1)
+	return !c.raised
 }
+
+var errLowWater = errors.New("replication: could not put the socket's low-water mark (SO_RCVLOWAT) back to 1 byte after a paced wait")
 
 // NetConn returns the socket under the pacing.
 func (c *pacedConn) NetConn() net.Conn { return c.Conn }

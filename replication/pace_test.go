@@ -3,6 +3,7 @@ package replication
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"runtime"
 	"slices"
@@ -198,5 +199,28 @@ func TestReceiveBatchWaitIsBoundedAndWrapsOnlyTheReplicationSocket(t *testing.T)
 		if _, ok := underlying(nc).(*net.TCPConn); !ok {
 			t.Fatalf("the socket under the pacing is %T, want *net.TCPConn", underlying(nc))
 		}
+	}
+}
+
+// TestAMarkThatCannotBeLoweredEndsTheRead: a read with the mark stuck up
+// would hold messages until the deadline; it fails instead, so that the
+// session reconnects.
+func TestAMarkThatCannotBeLoweredEndsTheRead(t *testing.T) {
+	clock := &fakeClock{start: time.Unix(1000, 0), t: time.Unix(1000, 0)}
+	sc := &scriptedConn{clock: clock, reads: [][]byte{[]byte("B"), []byte("C")}}
+	stuck := false
+	p := &pacedConn{Conn: sc, wait: time.Millisecond, now: clock.now, sleep: clock.sleep,
+		lowWater: func(n int) bool { return n != 1 || !stuck }}
+	p.set(true)
+	buf := make([]byte, 8)
+	if _, err := p.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	stuck = true
+	if _, err := p.Read(buf); !errors.Is(err, errLowWater) {
+		t.Fatalf("read with the mark stuck up: %v, want errLowWater", err)
+	}
+	if len(sc.at) != 1 {
+		t.Fatalf("the socket was read %d times, want 1", len(sc.at))
 	}
 }

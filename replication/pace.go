@@ -12,7 +12,7 @@ import (
 // COMMIT), so a reader that reads as soon as anything arrives wakes up
 // several times per transaction: at 1,000 one-event transactions a second
 // that was about 3.6 reads and 1.4 context switches per event, most of
-// pgoutbox's CPU (DESIGN.md, "CPU at 1,000 events/s"). After a read that
+// pgoutbox's CPU (DESIGN.md, "Latency and throughput"). After a read that
 // emptied the socket (it returned less than it had room for), the next read
 // starts no sooner than wait later, and reads what arrived meanwhile in one
 // go: at most wait of latency is added to a message, and a socket that
@@ -108,11 +108,11 @@ func (c *pacedConn) NetConn() net.Conn { return c.Conn }
 // underlying returns the connection under TLS and pacing.
 func underlying(nc net.Conn) net.Conn {
 	for {
-		u, ok := nc.(interface{ NetConn() net.Conn })
+		u, ok := unwrap(nc)
 		if !ok {
 			return nc
 		}
-		nc = u.NetConn()
+		nc = u
 	}
 }
 
@@ -122,10 +122,19 @@ func pacer(nc net.Conn) *pacedConn {
 		if p, ok := nc.(*pacedConn); ok {
 			return p
 		}
-		u, ok := nc.(interface{ NetConn() net.Conn })
-		if !ok {
+		var ok bool
+		if nc, ok = unwrap(nc); !ok {
 			return nil
 		}
-		nc = u.NetConn()
 	}
+}
+
+// unwrap returns the connection under nc (TLS's or the pacing's), and
+// false when there is none.
+func unwrap(nc net.Conn) (net.Conn, bool) {
+	u, ok := nc.(interface{ NetConn() net.Conn })
+	if !ok {
+		return nc, false
+	}
+	return u.NetConn(), true
 }

@@ -469,8 +469,8 @@ func (s *Stream) watch(ctx context.Context) {
 // the socket's low-water mark is. Where it cannot be set (not TCP), reads
 // stay as they are.
 func (s *Stream) setCatchingUp(on bool) {
-	if on && s.pace != nil {
-		s.pace.set(false) // its low-water mark down first: catch-up sets its own
+	if s.pace != nil {
+		s.pace.set(false) // the pacing's low-water mark down: the mark is set below
 	}
 	n := 1
 	if on {

@@ -18,7 +18,8 @@ import (
 )
 
 // Tests of what differs between the PostgreSQL versions pgoutbox supports
-// (15 to 18). make test runs them on each version; see scripts/testenv.sh.
+// (15 to 18). CI runs them on each version (make test on 15 and 18, make
+// test-pg-others on 16 and 17); see scripts/testenv.sh.
 
 // TestServerIsThePostgresVersionAsked names the server's version in the
 // test output and fails when it is not the major version the environment

@@ -1,11 +1,13 @@
 package replication
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -328,7 +330,7 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // "generated:name", and its columns' user types as userTypesSQL gives
 // them. A partition's columns have its table's types.
 var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
-	($3::oid <> 0 AND (p.puballtables OR r.oid IS NOT NULL OR pns.oid IS NOT NULL)),
+	(p.oid IS NOT NULL AND (p.puballtables OR r.oid IS NOT NULL OR pns.oid IS NOT NULL)),
 	r.prqual IS NOT NULL, r.prattrs IS NOT NULL, coalesce(r.oid, 0), coalesce(pns.oid, 0),
 	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':'
 			|| coalesce((SELECT CASE WHEN pr.prqual IS NOT NULL THEN 'r' ELSE '' END || CASE WHEN pr.prattrs IS NOT NULL THEN 'c' ELSE '' END
@@ -348,7 +350,7 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 			WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 				AND (a.atttypid >= 16384 OR EXISTS (SELECT 1 FROM pg_type dt WHERE dt.oid = a.atttypid AND dt.typtype = 'd'))`) + `)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-	LEFT JOIN pg_publication p ON p.oid = $3::oid
+	LEFT JOIN pg_publication p ON p.pubname = $3
 	-- At most one row each: they are unique by publication and table, and
 	-- by publication and schema.
 	LEFT JOIN pg_publication_rel r ON r.prpubid = p.oid AND r.prrelid = c.oid
@@ -357,7 +359,9 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 
 // ReadCatalog reads the publication and every configured table in one
 // repeatable-read transaction, after reading the WAL position it reports as
-// CheckedAt.
+// CheckedAt. It takes two round trips: the WAL position, then the
+// transaction sent as one pipeline (the relay checks the catalog up to ten
+// times a second while it confirms).
 func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, error) {
 	var c Catalog
 	var at string
@@ -369,57 +373,88 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 		return c, fmt.Errorf("replication: WAL position %q: %w", at, err)
 	}
 	c.CheckedAt = LSN(l)
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return c, fmt.Errorf("replication: read the catalog: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	// The snapshot is taken by the first query after BEGIN, so after the
+	// WAL position was read: everything committed before CheckedAt is in it.
+	var b pgx.Batch
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	var xmin int64
-	err = tx.QueryRow(ctx, catalogPublicationSQL, cfg.Publication).Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot, &xmin, &c.GeneratedColumns)
-	c.PublicationXmin = uint32(xmin)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return c, fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
-	}
-	for _, name := range cfg.QualifiedTables() {
-		schema, table, _ := splitTable(name)
-		t := TableInfo{Name: name}
-		var kind, persistence string
-		var parts, cols, types []string
-		err := tx.QueryRow(ctx, catalogTableSQL, schema, table, c.Publication).Scan(
-			&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &cols, &types)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return c, fmt.Errorf("replication: read table %s: %w", name, err)
-		default:
-			t.Kind, t.Persistence = kind[0], persistence[0]
-			for _, col := range cols {
-				gen, name, _ := strings.Cut(col, ":")
-				t.Columns = append(t.Columns, name)
-				if gen != "" {
-					if t.Generated == nil {
-						t.Generated = map[string]byte{}
-					}
-					t.Generated[name] = gen[0]
-				}
-			}
-			if c.UserTypes == nil && len(types) > 0 {
-				c.UserTypes = map[uint32]UserType{}
-			}
-			if err := parseUserTypes(types, c.UserTypes); err != nil {
-				return c, fmt.Errorf("replication: column types of %s: %w", name, err)
-			}
-			for _, p := range parts {
-				pi, err := parsePartition(p)
-				if err != nil {
-					return c, fmt.Errorf("replication: partitions of %s: %w", name, err)
-				}
-				t.Partitions = append(t.Partitions, pi)
-			}
+	var failed error // a query's own error, already saying which
+	b.Queue(catalogPublicationSQL, cfg.Publication).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot, &xmin, &c.GeneratedColumns)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
+			failed = cmp.Or(failed, err)
+			return err
 		}
-		c.Tables = append(c.Tables, t)
+		return nil
+	})
+	names := cfg.QualifiedTables()
+	c.Tables = make([]TableInfo, len(names))
+	for i, name := range names {
+		schema, table, _ := splitTable(name)
+		b.Queue(catalogTableSQL, schema, table, cfg.Publication).QueryRow(func(row pgx.Row) error {
+			err := scanTable(row, name, &c.Tables[i], &c)
+			if err != nil {
+				failed = cmp.Or(failed, err)
+			}
+			return err
+		})
 	}
+	b.Queue("ROLLBACK")
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		// A failed query skips the rest of the pipeline, ROLLBACK too.
+		if !conn.PgConn().IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+		if failed == nil {
+			failed = fmt.Errorf("replication: read the catalog: %w", err)
+		}
+		return c, failed
+	}
+	c.PublicationXmin = uint32(xmin)
 	return c, nil
+}
+
+// scanTable reads one row of catalogTableSQL into t (no row: the table
+// does not exist), and its user types into c.
+func scanTable(row pgx.Row, name string, t *TableInfo, c *Catalog) error {
+	*t = TableInfo{Name: name}
+	var kind, persistence string
+	var parts, cols, types []string
+	err := row.Scan(&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &cols, &types)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("replication: read table %s: %w", name, err)
+	}
+	t.Kind, t.Persistence = kind[0], persistence[0]
+	for _, col := range cols {
+		gen, name, _ := strings.Cut(col, ":")
+		t.Columns = append(t.Columns, name)
+		if gen != "" {
+			if t.Generated == nil {
+				t.Generated = map[string]byte{}
+			}
+			t.Generated[name] = gen[0]
+		}
+	}
+	if c.UserTypes == nil && len(types) > 0 {
+		c.UserTypes = map[uint32]UserType{}
+	}
+	if err := parseUserTypes(types, c.UserTypes); err != nil {
+		return fmt.Errorf("replication: column types of %s: %w", name, err)
+	}
+	for _, p := range parts {
+		pi, err := parsePartition(p)
+		if err != nil {
+			return fmt.Errorf("replication: partitions of %s: %w", name, err)
+		}
+		t.Partitions = append(t.Partitions, pi)
+	}
+	return nil
 }
 
 func parsePartition(s string) (PartitionInfo, error) {

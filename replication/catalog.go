@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +55,11 @@ type Catalog struct {
 	// not built in (OIDs from 16384 on), and the domains among them (also
 	// information_schema's, which initdb makes), by OID.
 	UserTypes map[uint32]UserType
+	// SyncStandby is set when the slot's walsender is a synchronous
+	// standby or a candidate ("application_name sync_state"): commits then
+	// wait for pgoutbox, which waits for them (visible with the privileges
+	// of pg_read_all_stats).
+	SyncStandby string
 }
 
 // UserType is a column type that is not built in. The stream names a
@@ -359,26 +365,90 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 
 // ReadCatalog reads the publication and every configured table in one
 // repeatable-read transaction, after reading the WAL position it reports as
-// CheckedAt. It takes two round trips: the WAL position, then the
-// transaction sent as one pipeline (the relay checks the catalog up to ten
-// times a second while it confirms).
+// CheckedAt, and only once that transaction's snapshot holds every
+// transaction whose commit record lies before CheckedAt.
+//
+// That is not the case by itself: a transaction is committed in WAL
+// before it becomes visible, and under synchronous replication it stays
+// invisible until a standby confirms it, while the logical walsender sends
+// it at once. A check that read the catalog then would pass a DDL whose
+// commit lies before CheckedAt (a table taken out of the publication, a
+// partition created with its first rows). So the first round trip reads,
+// after the WAL position, the transactions that wait for a synchronous
+// standby; the catalog's snapshot must see them all, or it is read again
+// (until ctx ends: then the error names them). Without a standby the gap
+// between a commit's WAL record and its visibility is microseconds, against
+// the round trip between reading the WAL position and the snapshot.
+//
+// A read takes two round trips when nothing waits (the relay checks the
+// catalog up to ten times a second while it confirms): the WAL position
+// and the waiting transactions, then the transaction as one pipeline.
 func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, error) {
 	var c Catalog
 	var at string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&at); err != nil {
+	var waiting []string
+	// Two statements, two snapshots: the second is taken after the WAL
+	// position was read.
+	var sync string
+	var b pgx.Batch
+	b.Queue("SELECT pg_current_wal_lsn()::text").QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
+	b.Queue(committedInvisibleSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&waiting) })
+	b.Queue(`SELECT coalesce(string_agg(r.application_name || ' ' || r.sync_state, ', '), '')
+		FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid
+		WHERE s.slot_name = $1 AND r.sync_state <> 'async'`, cfg.Slot).QueryRow(func(row pgx.Row) error { return row.Scan(&sync) })
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		rollback(ctx, conn)
 		return c, fmt.Errorf("replication: read the WAL position: %w", err)
 	}
 	l, err := pglogrepl.ParseLSN(at)
 	if err != nil {
 		return c, fmt.Errorf("replication: WAL position %q: %w", at, err)
 	}
-	c.CheckedAt = LSN(l)
-	// The snapshot is taken by the first query after BEGIN, so after the
-	// WAL position was read: everything committed before CheckedAt is in it.
+	// However long ctx is, a commit is waited for at most invisibleWait.
+	wctx, cancel := context.WithTimeout(ctx, invisibleWait)
+	defer cancel()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		c = Catalog{CheckedAt: LSN(l), SyncStandby: sync}
+		if waiting, err = readCatalogAt(ctx, conn, cfg, &c, waiting); err != nil || len(waiting) == 0 {
+			return c, err
+		}
+		if sync != "" {
+			// The waiting commits may wait for pgoutbox: Problems says so.
+			return c, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			return Catalog{}, fmt.Errorf("replication: read the catalog as of %s: transactions %s committed before it are not visible yet (a synchronous standby has not confirmed them; if pgoutbox's own replication connection is a synchronous standby, commits wait for pgoutbox while it waits for them: take its application_name out of synchronous_standby_names): %w",
+				c.CheckedAt, strings.Join(waiting, ", "), wctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// invisibleWait bounds how long a catalog read waits for commits to
+// become visible.
+const invisibleWait = 10 * time.Second
+
+// committedInvisibleSQL lists the transactions whose commit waits for a
+// synchronous standby: committed in WAL, not yet visible. Another role's
+// sessions show their wait and transaction only to a superuser or a member
+// of pg_read_all_stats; without that, none is listed (see the README).
+const committedInvisibleSQL = `SELECT coalesce(array_agg(backend_xid::text ORDER BY backend_xid::text), '{}')
+	FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND backend_xid IS NOT NULL`
+
+// readCatalogAt reads the catalog into c in one repeatable-read
+// transaction, unless its snapshot still counts one of waiting as running:
+// it then returns those, and c is not to be used.
+func readCatalogAt(ctx context.Context, conn *pgx.Conn, cfg Config, c *Catalog, waiting []string) ([]string, error) {
+	// The snapshot is taken by the first query after BEGIN.
 	var b pgx.Batch
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	var xmin int64
+	var snap string
 	var failed error // a query's own error, already saying which
+	b.Queue("SELECT pg_current_snapshot()::text").QueryRow(func(row pgx.Row) error { return row.Scan(&snap) })
+	var xmin int64
 	b.Queue(catalogPublicationSQL, cfg.Publication).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&c.Publication, &c.AllTables, &c.Insert, &c.ViaRoot, &xmin, &c.GeneratedColumns)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -393,7 +463,7 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 	for i, name := range names {
 		schema, table, _ := splitTable(name)
 		b.Queue(catalogTableSQL, schema, table, cfg.Publication).QueryRow(func(row pgx.Row) error {
-			err := scanTable(row, name, &c.Tables[i], &c)
+			err := scanTable(row, name, &c.Tables[i], c)
 			if err != nil {
 				failed = cmp.Or(failed, err)
 			}
@@ -403,18 +473,66 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 	b.Queue("ROLLBACK")
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
 		// A failed query skips the rest of the pipeline, ROLLBACK too.
-		if !conn.PgConn().IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_, _ = conn.Exec(rctx, "ROLLBACK")
-			cancel()
-		}
+		rollback(ctx, conn)
 		if failed == nil {
 			failed = fmt.Errorf("replication: read the catalog: %w", err)
 		}
-		return c, failed
+		return nil, failed
 	}
 	c.PublicationXmin = uint32(xmin)
-	return c, nil
+	return invisible(snap, waiting)
+}
+
+// invisible returns the transactions of waiting (32-bit IDs, as
+// pg_stat_activity shows them) that the snapshot snap
+// (pg_current_snapshot's "xmin:xmax:xip,...") counts as running: those in
+// its list, and those at or after its xmax (which a snapshot does not
+// list).
+func invisible(snap string, waiting []string) ([]string, error) {
+	if len(waiting) == 0 {
+		return nil, nil
+	}
+	f := strings.SplitN(snap, ":", 3)
+	if len(f) != 3 {
+		return nil, fmt.Errorf("replication: unexpected snapshot %q", snap)
+	}
+	xmax, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("replication: unexpected snapshot %q", snap)
+	}
+	running := map[uint32]bool{}
+	for x := range strings.SplitSeq(f[2], ",") {
+		if x == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("replication: unexpected snapshot %q", snap)
+		}
+		running[uint32(v)] = true
+	}
+	var still []string
+	for _, w := range waiting {
+		v, err := strconv.ParseUint(w, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("replication: unexpected transaction ID %q", w)
+		}
+		// Modulo 2^32, as PostgreSQL compares 32-bit IDs: v precedes xmax.
+		if running[uint32(v)] || int32(uint32(v)-uint32(xmax)) >= 0 {
+			still = append(still, w)
+		}
+	}
+	return still, nil
+}
+
+// rollback ends a transaction a failed pipeline left open, so that the
+// connection can be used again.
+func rollback(ctx context.Context, conn *pgx.Conn) {
+	if !conn.PgConn().IsClosed() && conn.PgConn().TxStatus() != 'I' {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+		cancel()
+	}
 }
 
 // scanTable reads one row of catalogTableSQL into t (no row: the table
@@ -480,6 +598,10 @@ func (c *Catalog) Problems(cfg Config) []string {
 	}
 	if !c.Insert {
 		out = append(out, fmt.Sprintf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", cfg.Publication, pub))
+	}
+	if c.SyncStandby != "" {
+		out = append(out, fmt.Sprintf("the replication connection of slot %q is a synchronous standby (%s): synchronous_standby_names takes it in (as '*' does), so commits can wait for pgoutbox, which confirms them only once it sees them in the catalog; list only real standbys there",
+			cfg.Slot, c.SyncStandby))
 	}
 	if c.AllTables && !c.ViaRoot && c.Partitioned() {
 		// Rows of a partition then arrive under the partition's own name,

@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -23,12 +25,36 @@ func (e *Env) HighWater(t testing.TB, topics []string) map[string]int64 {
 			t.Fatalf("testenv: partitions of %s: %v", topic, err)
 		}
 		for _, p := range parts {
-			off, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-			if err != nil {
-				t.Fatalf("testenv: high-water mark of %s/%d: %v", topic, p, err)
+			// Just after a leader election (the cluster tests kill brokers)
+			// the new leader answers OFFSET_NOT_AVAILABLE until its
+			// high-water mark caught up, or a stale leader NOT_LEADER: asked
+			// again, with fresh metadata, until it answers.
+			deadline := time.Now().Add(time.Minute)
+			for {
+				off, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+				if err == nil {
+					out[fmt.Sprintf("%s/%d", topic, p)] = off
+					break
+				}
+				if !retriableOffsetError(err) || time.Now().After(deadline) {
+					t.Fatalf("testenv: high-water mark of %s/%d: %v", topic, p, err)
+				}
+				_ = client.RefreshMetadata(topic)
+				time.Sleep(100 * time.Millisecond)
 			}
-			out[fmt.Sprintf("%s/%d", topic, p)] = off
 		}
 	}
 	return out
+}
+
+// retriableOffsetError says whether a ListOffsets error is one that a
+// leader election causes for a while.
+func retriableOffsetError(err error) bool {
+	for _, k := range []sarama.KError{sarama.ErrOffsetNotAvailable, sarama.ErrLeaderNotAvailable,
+		sarama.ErrNotLeaderForPartition, sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
 }

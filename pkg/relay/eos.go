@@ -50,6 +50,9 @@ type eosSession struct {
 	stored, committed checkpoint.LSN
 	// skipOpen: the open transaction ends at or below the stored position.
 	skipOpen bool
+	// abandoned: the session ends inside a transaction none of whose
+	// records were sent, so what was read before it may be committed.
+	abandoned bool
 	// lastEnd is the commit end of the last transaction read (or the idle
 	// position), requested the last position asked to be committed.
 	lastEnd, requested checkpoint.LSN
@@ -155,7 +158,7 @@ func (e *eosSession) pending() bool {
 // ready says whether a commit may be requested now, time apart.
 func (e *eosSession) ready() bool {
 	s := e.s
-	return !e.broken && e.outstanding == 0 && !s.tr.Open() && e.lastEnd > e.requested &&
+	return !e.broken && e.outstanding == 0 && (!s.tr.Open() || e.abandoned) && e.lastEnd > e.requested &&
 		len(s.failures) == 0 && len(s.topics.parked) == 0 && !s.tr.Failed()
 }
 
@@ -345,8 +348,15 @@ func (e *eosSession) end(cause error) {
 	if e == nil {
 		return
 	}
-	if e.s.tr.Open() && e.s.hasRecords && !errors.Is(cause, errStopped) {
-		e.broken = true
+	if e.s.tr.Open() && !errors.Is(cause, errStopped) {
+		if e.s.hasRecords {
+			e.broken = true
+		} else {
+			// The open transaction will not be read to its end (a fatal
+			// error inside it, before any of its records): what was read
+			// before it may still be committed.
+			e.abandoned = true
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -865,6 +866,15 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 	// accepted (migrate --accept-catalog).
 	if t, ok := s.start.State.RetiredOIDs[rel.ID]; ok {
 		return relClass{table: t}, true
+	}
+	// An outbox table's name with an OID the session does not know: the
+	// table was dropped and created again (or another renamed to its name)
+	// since the catalog was read. In a stream of every table its rows would
+	// read as another table's until a check stops the relay, and
+	// exactly-once mode would store a position past them: ask the catalog
+	// first (a check after this transaction's commit reports the change).
+	if !final && slices.Contains(s.r.cfg.Postgres.QualifiedTables(), rel.Table) {
+		return relClass{}, false
 	}
 	partitions := s.start.Catalog.Partitioned() && !s.start.Catalog.ViaRoot
 	if s.start.Catalog.AllTables {

@@ -529,3 +529,29 @@ func TestRecreatedOutboxInAnAllTablesStreamIsNotSkipped(t *testing.T) {
 		t.Fatalf("read_committed: %d records of %d events, %d missing; want each once", len(msgs), len(want), missing)
 	}
 }
+
+// TestATableThatHadAnOutboxNameForAWhileIsRefusedByName: with a publication
+// of every table, a table that had an outbox table's name only for a while
+// (the outbox renamed away, another created under its name with two events,
+// then dropped, and the outbox renamed back, all before any check) leaves
+// the catalog as it was, so no check reports a change; its rows arrive
+// under the outbox table's name with an OID pgoutbox does not know. They
+// are refused by name (poison, here: the relay stops), not skipped as
+// another table's.
+func TestATableThatHadAnOutboxNameForAWhileIsRefusedByName(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR ALL TABLES WITH (publish = 'insert')")
+	consumer := env.NewConsumer(t, f.topics[:1])
+	p := runInProcess(t, f.config())
+	f.waitStreaming(t)
+	consumer.WaitFor(t, len(f.insertEvents(t, "0001", 3, nil)), time.Minute)
+	f.exec(t, `ALTER TABLE outbox RENAME TO outbox_kept; CREATE TABLE outbox (LIKE outbox_kept INCLUDING ALL);
+		INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		VALUES ('00000000-0000-4000-8000-000200000000', '`+f.shape.AggregateTypes[0]+`', 'k0', 'T', '{}');
+		DROP TABLE outbox; ALTER TABLE outbox_kept RENAME TO outbox`)
+	err := p.exited(t, 30*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "has the name of an outbox table but is not the table pgoutbox streams") {
+		t.Fatalf("want the rows refused by name, got %v", err)
+	}
+}

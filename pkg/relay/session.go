@@ -873,8 +873,15 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 	// read as another table's until a check stops the relay, and
 	// exactly-once mode would store a position past them: ask the catalog
 	// first (a check after this transaction's commit reports the change).
-	if !final && slices.Contains(s.r.cfg.Postgres.QualifiedTables(), rel.Table) {
-		return relClass{}, false
+	// If that check knows the name under the session's OID again, a table
+	// had the name for a while: its rows are not skipped as another
+	// table's, but refused by name.
+	if slices.Contains(s.r.cfg.Postgres.QualifiedTables(), rel.Table) {
+		if !final {
+			return relClass{}, false
+		}
+		return relClass{unexpected: fmt.Sprintf("table %s (OID %d) has the name of an outbox table but is not the table pgoutbox streams: it had the name for a while (renamed or created, then renamed or dropped) since pgoutbox read the catalog; its rows are not relayed",
+			rel.Table, rel.ID)}, true
 	}
 	partitions := s.start.Catalog.Partitioned() && !s.start.Catalog.ViaRoot
 	if s.start.Catalog.AllTables {

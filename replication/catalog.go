@@ -385,11 +385,10 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 // and the waiting transactions, then the transaction as one pipeline.
 func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, error) {
 	var c Catalog
-	var at string
+	var at, sync string
 	var waiting []string
-	// Two statements, two snapshots: the second is taken after the WAL
-	// position was read.
-	var sync string
+	// One statement after another, each with its own snapshot: the waiting
+	// transactions are listed after the WAL position was read.
 	var b pgx.Batch
 	b.Queue("SELECT pg_current_wal_lsn()::text").QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
 	b.Queue(committedInvisibleSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&waiting) })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -876,7 +875,7 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 	// If that check knows the name under the session's OID again, a table
 	// had the name for a while: its rows are not skipped as another
 	// table's, but refused by name.
-	if slices.Contains(s.r.cfg.Postgres.QualifiedTables(), rel.Table) {
+	if _, outbox := s.start.Catalog.Table(rel.Table); outbox {
 		if !final {
 			return relClass{}, false
 		}

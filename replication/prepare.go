@@ -147,13 +147,13 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	if cfg.StateTable != "" && cfg.HoldOnFencePassed && !st.Created && !st.Slot.Active {
 		// (An active slot is another instance's, which keeps the fence
 		// ahead of what it confirms.)
-		if c := st.CheckFence(); c == FencePassed || c == FencePassedAfterRestart {
+		if c := st.CheckFence(); c != FenceKept {
 			// Events committed between the fence and the slot may have
 			// been skipped: cleanup, which deletes by the slot's
 			// position, is held until someone has looked.
 			who := "pg_replication_slot_advance, or another client"
-			if c == FencePassedAfterRestart {
-				who += ", or PostgreSQL's shutdown as pgoutbox confirmed its end"
+			if c != FencePassed {
+				who += ", or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down (this one never confirms past the fence)"
 			}
 			why := fmt.Sprintf("slot %s was found at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (%s), and events committed in between may never have been relayed",
 				cfg.Slot, st.Slot.ConfirmedFlushLSN, st.State.StoppedLSN, who)
@@ -190,12 +190,16 @@ const (
 	// FenceKept: the slot is not past the fence, or there is no fence.
 	FenceKept FenceCheck = iota
 	// FencePassedByShutdown: past it by exactly PostgreSQL's shutdown
-	// checkpoint, which pgoutbox confirmed as the server stopped (the
-	// connection the fence is raised on was refused then).
+	// checkpoint, as earlier pgoutbox versions left a slot when they
+	// confirmed the end of WAL as the server stopped (the connection the
+	// fence is raised on was refused then). This version never confirms
+	// past the fence, so that may also be someone who advanced the slot to
+	// the end of WAL after the restart.
 	FencePassedByShutdown
 	// FencePassedAfterRestart: past it, and the server restarted since the
 	// last session began, but its latest checkpoint no longer tells
-	// whether that shutdown or someone else moved the slot.
+	// whether that shutdown (with an earlier version) or someone else
+	// moved the slot.
 	FencePassedAfterRestart
 	// FencePassed: moved by someone else while pgoutbox was stopped.
 	FencePassed

@@ -166,7 +166,7 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 			return exitRuntime
 		}
 		if st.FencePassedBy(slot.ConfirmedFlushLSN) {
-			fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or PostgreSQL's shutdown as pgoutbox confirmed its end), so nothing was deleted; start pgoutbox run: it tells these apart, and holds cleanup where events may have been skipped\n", pc.Slot, slot.ConfirmedFlushLSN, st.StoppedLSN)
+			fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down), so nothing was deleted; start pgoutbox run: it tells these apart, and holds cleanup where events may have been skipped\n", pc.Slot, slot.ConfirmedFlushLSN, st.StoppedLSN)
 			return exitRuntime
 		}
 		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)

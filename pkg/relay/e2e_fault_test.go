@@ -239,16 +239,94 @@ func TestDatabaseFastShutdownIsNotHeldUpByTheRelay(t *testing.T) {
 	p.terminate(t, 60*time.Second)
 }
 
-// TestServerShutdownPastTheFenceIsNotMistakenForAnAdvance: PostgreSQL's
-// fast shutdown waits for the relay to confirm the end of its WAL, the
-// shutdown checkpoint, and refuses the connection the fence is raised on;
-// so the relay confirms past its fence then. Whether the slot keeps that
-// position depends on when the server saves it, so the slot may be found
-// past the fence or not. Killed while the server is down and started
-// again after it, pgoutbox must not take it for a slot moved by someone
-// else (it tells by the server's start time and its latest checkpoint):
-// it goes on and delivers what comes next.
-func TestServerShutdownPastTheFenceIsNotMistakenForAnAdvance(t *testing.T) {
+// TestDatabaseFastShutdownWithKafkaFrozenIsNotHeldUp stops PostgreSQL with
+// pg_ctl stop -m fast while the broker is frozen (SIGSTOP) and the relay
+// has records in flight. The walsender waits for its client to confirm the
+// end of WAL, which the relay cannot: Kafka has not acknowledged it. The
+// relay must notice the shutdown (its catalog check is refused with 57P03)
+// and end the stream, so that the server stops within seconds, not when
+// Kafka comes back; and nothing may be lost: what was in flight is sent
+// again once both are back.
+func TestDatabaseFastShutdownWithKafkaFrozenIsNotHeldUp(t *testing.T) {
+	env := testenv.RequireExclusive(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 7)
+	c := env.NewConsumer(t, f.topics)
+	p := startBinary(t, f, "pgoutbox.log")
+	for range 20 {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+	env.KafkaPause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			env.KafkaResume(t)
+		}
+	}()
+	for range 20 {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The relay has read them (records in flight that Kafka does not
+	// answer), so the walsender has sent WAL the relay cannot confirm.
+	want := f.walLSN(t)
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() (bool, string) {
+		var sent string
+		err := f.checkDB.QueryRow(ctx, "SELECT coalesce(sent_lsn::text, '') FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = $1", f.slot).Scan(&sent)
+		end, _ := parseLSN(sent)
+		return err == nil && end >= want, fmt.Sprintf("the walsender has not sent the WAL written while Kafka is frozen, up to %s (sent %q, err %v)", want, sent, err)
+	})
+	start := time.Now()
+	env.PGCtl(t, "stop", "-m", "fast", "-t", "60")
+	took := time.Since(start)
+	t.Logf("pg_ctl stop -m fast with Kafka frozen took %s", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Fatalf("pg_ctl stop -m fast took %s with Kafka frozen and the relay connected: the relay held the shutdown up", took)
+	}
+	env.KafkaResume(t)
+	resumed = true
+	// The session's end is logged once its producer is closed, which
+	// waits for what Kafka still held.
+	line := p.waitLog(t, "PostgreSQL is shutting down", time.Minute)
+	t.Logf("the relay: %s", line)
+	env.PGCtl(t, "start", "-w", "-t", "60")
+	f.reconnect(t)
+	// One writer throughout, so that per key its sequence is commit order.
+	w.SetConn(f.conn)
+	for range 20 {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, 2*time.Minute)
+	p.terminate(t, time.Minute)
+	// What Kafka had not acknowledged when the stream ended is resent by
+	// the next session: duplicates, explained by its start.
+	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), sessionStarts(t, p.log))
+	t.Logf("%s", rep)
+	if !rep.OK() {
+		t.Fatalf("after a fast shutdown with Kafka frozen: %s", rep)
+	}
+}
+
+// TestServerShutdownKeepsTheSlotWithinTheFence: PostgreSQL's fast shutdown
+// waits for the relay to confirm the end of its WAL, and refuses the
+// connection the fence is raised on (and the catalog check). The relay
+// must not confirm past either then: it ends the stream instead (see
+// TestDatabaseFastShutdownWithKafkaFrozenIsNotHeldUp). Killed while the
+// server is down, it must find the slot within its fence once the server
+// is back, start without a warning or a cleanup hold, and deliver what
+// comes next. Then the slot is moved to the server's shutdown checkpoint,
+// as earlier versions left it when they confirmed the end of WAL at a
+// shutdown (or as someone would who advanced it to the end of WAL after
+// the restart): the start must warn, naming both positions, hold cleanup
+// and go on.
+func TestServerShutdownKeepsTheSlotWithinTheFence(t *testing.T) {
 	env := testenv.RequireExclusive(t)
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
@@ -271,37 +349,12 @@ func TestServerShutdownPastTheFenceIsNotMistakenForAnAdvance(t *testing.T) {
 	f.reconnect(t)
 	confirmed, _ := f.slotState(t)
 	fence := f.fence(t)
-	var ckptText string
-	var version int
-	if err := f.checkDB.QueryRow(ctx, "SELECT checkpoint_lsn::text, current_setting('server_version_num')::int FROM pg_control_checkpoint()").Scan(&ckptText, &version); err != nil {
-		t.Fatal(err)
-	}
-	ckpt, err := parseLSN(ckptText)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if version >= 170000 && confirmed != ckpt {
-		// What the check at the start relies on.
-		t.Errorf("PostgreSQL %d: slot at %s after a fast shutdown, not at its shutdown checkpoint %s", version, confirmed, ckpt)
+	ckpt := f.shutdownCheckpoint(t)
+	t.Logf("after the fast shutdown: slot at %s, fence at %s, shutdown checkpoint at %s", confirmed, fence, ckpt)
+	if confirmed > fence {
+		t.Fatalf("the relay confirmed %s, past its fence %s, as the server shut down", confirmed, fence)
 	}
 	q := startBinary(t, f, "second.log")
-	// Cleanup is held where the start cannot rule out a skip: only in the
-	// case it warns of.
-	wantHold := confirmed > fence && !(confirmed >= ckpt && confirmed-ckpt <= 512)
-	switch {
-	case confirmed > fence && confirmed >= ckpt && confirmed-ckpt <= 512:
-		line := q.waitLog(t, "past the recorded fence by PostgreSQL's shutdown", time.Minute)
-		t.Logf("slot at %s, past the fence at %s, at the shutdown checkpoint %s: %s", confirmed, fence, ckpt, line)
-	case confirmed > fence:
-		// Saved by an earlier version somewhere before the checkpoint:
-		// the start cannot tell, and warns.
-		line := q.waitLog(t, "past the recorded fence", time.Minute)
-		t.Logf("slot at %s, past the fence at %s, the checkpoint at %s: %s", confirmed, fence, ckpt, line)
-	default:
-		// Before PostgreSQL 17 the slot's last saved position may be an
-		// earlier one: what was confirmed after it is resent.
-		t.Logf("slot at %s, within the fence at %s after the shutdown", confirmed, fence)
-	}
 	w2 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 42)
 	for range 20 {
 		if err := w2.Txn(ctx); err != nil {
@@ -310,9 +363,57 @@ func TestServerShutdownPastTheFenceIsNotMistakenForAnAdvance(t *testing.T) {
 	}
 	waitAll(t, c, w2, time.Minute)
 	q.terminate(t, time.Minute)
-	if hold := f.cleanupHold(t); (hold != "") != wantHold || (wantHold && !strings.Contains(hold, "may never have been relayed")) {
-		t.Errorf("cleanup hold %q after the restart, want one: %v", hold, wantHold)
+	if lines := q.logLines(t, "past the recorded fence"); len(lines) > 0 {
+		t.Fatalf("a start after a fast shutdown warned of the fence:\n%s", strings.Join(lines, "\n"))
 	}
+	if hold := f.cleanupHold(t); hold != "" {
+		t.Fatalf("cleanup held after a fast shutdown: %s", hold)
+	}
+
+	// The slot where an earlier version left it: at the shutdown
+	// checkpoint of a restart since the last session began.
+	env.PGCtl(t, "stop", "-m", "fast", "-t", "30")
+	env.PGCtl(t, "start", "-w", "-t", "60")
+	f.reconnect(t)
+	fence, ckpt = f.fence(t), f.shutdownCheckpoint(t)
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)", f.slot, ckpt.String()); err != nil {
+		t.Fatal(err)
+	}
+	confirmed, _ = f.slotState(t)
+	if confirmed <= fence {
+		t.Fatalf("the slot advanced to the shutdown checkpoint %s is at %s, not past the fence %s", ckpt, confirmed, fence)
+	}
+	r := startBinary(t, f, "third.log")
+	line := r.waitLog(t, "past the recorded fence", time.Minute)
+	if !strings.Contains(line, `"at_shutdown_checkpoint":true`) || !strings.Contains(line, confirmed.String()) || !strings.Contains(line, fence.String()) {
+		t.Fatalf("the start's warning does not name the slot at the shutdown checkpoint %s and the fence %s: %s", confirmed, fence, line)
+	}
+	w3 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 43)
+	for range 20 {
+		if err := w3.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w3, time.Minute)
+	r.terminate(t, time.Minute)
+	if hold := f.cleanupHold(t); !strings.Contains(hold, "may never have been relayed") {
+		t.Errorf("cleanup hold %q after a start with the slot past the fence at the shutdown checkpoint, want one", hold)
+	}
+}
+
+// shutdownCheckpoint is the server's latest checkpoint, which just after
+// a start is its shutdown checkpoint.
+func (f *fixture) shutdownCheckpoint(t *testing.T) checkpoint.LSN {
+	t.Helper()
+	var s string
+	if err := f.checkDB.QueryRow(context.Background(), "SELECT checkpoint_lsn::text FROM pg_control_checkpoint()").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	l, err := parseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // logLines returns the lines of the process's log that contain substr.

@@ -248,15 +248,14 @@ func (e *eosSession) pressed() {
 	}
 }
 
-// step requests a commit when one is due (at once when stopping, or when
-// PostgreSQL shuts down and waits for the end of WAL to be confirmed).
+// step requests a commit when one is due (at once when stopping).
 func (e *eosSession) step() {
 	at, ok := e.due()
 	if !ok {
 		return
 	}
 	s := e.s
-	if now := s.clock.Now(); now.Before(at) && !s.stopping && !(s.capLifted && e.groupRecords == 0) {
+	if now := s.clock.Now(); now.Before(at) && !s.stopping {
 		return
 	}
 	e.prod.Commit(uint64(e.lastEnd))

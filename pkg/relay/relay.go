@@ -487,17 +487,16 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		// Prepare has held cleanup where events may have been skipped.
 		fence := start.State.StoppedLSN
 		switch start.CheckFence() {
-		case replication.FencePassedByShutdown:
-			// The server's shutdown waits for the end of its WAL to be
-			// confirmed, and refuses the connection the fence is raised
-			// on, so pgoutbox confirms past the fence then.
-			r.log.Info("the slot is past the recorded fence by PostgreSQL's shutdown: it ends at the shutdown checkpoint, where pgoutbox confirmed it as the server stopped",
-				zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN),
-				zap.Stringer("fence", fence), zap.Stringer("checkpoint_lsn", start.Identity.CheckpointLSN))
-			return nil
-		case replication.FencePassedAfterRestart:
-			r.log.Warn("the slot is past the recorded fence, and PostgreSQL restarted since the last session began: either pgoutbox confirmed the end of WAL as the server shut down (then nothing is lost), or someone moved the slot while pgoutbox was stopped (then the events committed in between were skipped); the latest checkpoint no longer tells which: compare Kafka with the outbox between these positions (pgoutbox cleanup is held until then)",
+		case replication.FencePassedByShutdown, replication.FencePassedAfterRestart:
+			// Earlier versions confirmed the end of WAL as the server shut
+			// down (the server waits for it, and refuses the connection the
+			// fence is raised on); this one never confirms past the fence
+			// (see errServerStopping), so only an earlier version's last
+			// session, or someone who moved the slot, leaves it there.
+			// Prepare has held cleanup.
+			r.log.Warn("the slot is past the recorded fence, and PostgreSQL restarted since the last session began: either that session was of a pgoutbox version that confirmed the end of WAL as the server shut down (then nothing is lost), or someone moved the slot while pgoutbox was stopped (then the events committed in between were skipped); compare Kafka with the outbox between these positions (pgoutbox cleanup is held until then)",
 				zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN), zap.Stringer("fence", fence),
+				zap.Bool("at_shutdown_checkpoint", start.CheckFence() == replication.FencePassedByShutdown),
 				zap.Stringer("checkpoint_lsn", start.Identity.CheckpointLSN), zap.Time("server_started_at", start.Identity.StartedAt),
 				zap.String("instance", start.State.Instance), zap.Time("session_started_at", start.State.SessionStartedAt))
 			return nil

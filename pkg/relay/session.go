@@ -80,10 +80,9 @@ type session struct {
 
 	// verified is the WAL position of the last catalog check that passed:
 	// nothing past it is confirmed (a DDL after it may have taken a table
-	// out of the stream). capLifted: the server is shutting down, so the
-	// catalog can no longer change nor be read.
+	// out of the stream), not even when the server shuts down (see
+	// errServerStopping).
 	verified      checkpoint.LSN
-	capLifted     bool
 	lastCheckAsk  time.Time
 	catalogFailed int
 
@@ -398,9 +397,6 @@ func (s *session) drain() error {
 // what Kafka committed).
 func (s *session) confirmable() checkpoint.LSN {
 	c := s.eos.cap(s.tr.Confirmed())
-	if s.capLifted {
-		return c
-	}
 	limit := s.verified
 	if s.fenceOn {
 		limit = min(limit, s.fence)
@@ -414,7 +410,7 @@ func (s *session) confirmable() checkpoint.LSN {
 // unfenced is confirmable without the fence: how far a raise should take it.
 func (s *session) unfenced() checkpoint.LSN {
 	c := s.eos.cap(s.tr.Confirmed())
-	if !s.capLifted && c > s.verified {
+	if c > s.verified {
 		c = max(s.verified, s.sentConfirmed)
 	}
 	return c
@@ -439,7 +435,7 @@ const (
 // fenceTailAfter after the last raise. It reads no clock: it runs on every
 // acknowledgement.
 func (s *session) fenceDue() (due, tail bool) {
-	if !s.fenceOn || s.capLifted || s.tr.Confirmed() <= s.fence {
+	if !s.fenceOn || s.tr.Confirmed() <= s.fence {
 		return false, false
 	}
 	c := s.unfenced()
@@ -462,12 +458,9 @@ func (s *session) fenceHolds() bool {
 func (s *session) catalog(res catalogResult) error {
 	cfg := s.r.cfg.Postgres
 	if res.Err != nil {
-		if res.ShuttingDown && !s.capLifted {
-			// Nothing can change the catalog any more, and PostgreSQL
-			// waits for the end of WAL to be confirmed before it stops.
-			s.capLifted = true
-			s.log.Info("PostgreSQL is shutting down; confirming without a catalog check", zap.Error(res.Err))
-			return nil
+		if res.ShuttingDown {
+			return fmt.Errorf("relay: %w (%w): the stream ends at %s, the last position a catalog check covers, and what follows it is read and sent again once the server is back",
+				errServerStopping, res.Err, s.confirmable())
 		}
 		s.catalogFailed++
 		if s.catalogFailed == 3 || s.catalogFailed%60 == 0 {
@@ -502,13 +495,41 @@ func (s *session) catalog(res catalogResult) error {
 	return nil
 }
 
+// errServerStopping ends a session when a catalog check is refused with
+// 57P03: the server is shutting down. PostgreSQL's shutdown waits for each
+// walsender's client to confirm the end of WAL, but nothing past the last
+// check that passed may be confirmed: a DDL just before the shutdown (a
+// table taken out of the publication, its rows then unpublished) would be
+// passed unseen, and a smart shutdown lets sessions go on committing. So
+// the session ends: the walsender exits, the shutdown goes on, and what
+// follows the confirmed position is read, and sent again, once the server
+// is back. (Ending loses nothing: the next session starts at the slot.)
+var errServerStopping = errors.New("PostgreSQL is shutting down")
+
+// replyAsked handles a keepalive that asks for a reply with the WAL end
+// end. The walsender of a server that shuts down asks over and over while
+// it waits for end to be confirmed (otherwise it asks only after half of
+// wal_sender_timeout without a reply). When the session cannot confirm
+// end, it asks for a catalog check, which a server that shuts down refuses
+// (errServerStopping): so it does not hold a shutdown up even when nothing
+// else would ask for one (Kafka not answering).
+func (s *session) replyAsked(end checkpoint.LSN) {
+	if s.confirmable() >= end {
+		return
+	}
+	if now := s.clock.Now(); now.Sub(s.lastCheckAsk) >= confirmEvery {
+		s.lastCheckAsk = now
+		s.watcher.Check()
+	}
+}
+
 // requestCheck asks the watcher for a check when the confirmable position
 // lags behind what the tracker could confirm, or for a raise of the fence
 // when fenceDue (each at most every confirmEvery). The clock is read only
 // when one is due.
 func (s *session) requestCheck() {
 	due, tail := s.fenceDue()
-	check := !s.capLifted && s.tr.Confirmed() > s.verified
+	check := s.tr.Confirmed() > s.verified
 	if !due && !check {
 		return
 	}
@@ -746,6 +767,7 @@ func (s *session) handle(ev replication.Event) error {
 		s.eos.idle(s.tr.Confirmed())
 		s.requestCheck()
 		if k.ReplyRequested {
+			s.replyAsked(k.WALEnd)
 			return s.status(true)
 		}
 	case ev.Relation != nil:
@@ -1109,7 +1131,7 @@ func (s *session) finish(cause error) {
 	verify := !errors.Is(cause, replication.ErrCatalogChanged)
 	s.eos.end(cause)
 	if errors.Is(cause, errStopped) || errors.Is(cause, errNewProducer) || isFatal {
-		for (s.tr.InFlight() > 0 || (verify && (s.tr.Confirmed() > s.verified && !s.capLifted || s.fenceHolds())) || s.eos.pending()) && !s.tr.Failed() &&
+		for (s.tr.InFlight() > 0 || (verify && (s.tr.Confirmed() > s.verified || s.fenceHolds())) || s.eos.pending()) && !s.tr.Failed() &&
 			s.clock.Now().Before(s.drainBy()) && !s.forced() {
 			if s.tr.InFlight() == 0 {
 				s.requestCheck()
@@ -1120,7 +1142,11 @@ func (s *session) finish(cause error) {
 				break
 			}
 			if err := s.drain(); err != nil {
-				s.log.Error("while draining acknowledgements", zap.Error(err))
+				if errors.Is(err, errServerStopping) {
+					s.log.Info("the server shuts down: stopping without waiting for a catalog check", zap.Error(err))
+				} else {
+					s.log.Error("while draining acknowledgements", zap.Error(err))
+				}
 				break
 			}
 			if !s.clock.Now().Before(s.nextStatus) {

@@ -53,6 +53,10 @@ import (
 //     (except for a key whose record failed after its retries, where
 //     sarama may have written later records first).
 //  6. Nothing is confirmed past the WAL position where the catalog changed.
+//  7. A PostgreSQL shutdown is not held up: once the walsender waits for
+//     its client to confirm the end of WAL, the client confirms it or
+//     ends the stream within simShutdownWait (and invariants 1, 6 and F1
+//     hold meanwhile: the shutdown lifts no cap).
 //
 // make test runs simSeeds seeds (see -sim.seeds); make fuzz runs more. A
 // failing seed is printed with the command that replays it; seeds worth
@@ -174,6 +178,12 @@ type simWorld struct {
 	catalogStopped bool
 	err            error
 	frozen         time.Time // the broker answers nothing until then
+	// shutdown: PostgreSQL shuts down (fast): new connections are refused
+	// with 57P03, and once the walsender has sent what was written it asks
+	// for replies until the client confirms it all or goes; shutdownAsked
+	// is when it first asked. The server is back at the next Open.
+	shutdown      bool
+	shutdownAsked time.Time
 	// Exactly-once mode (sim_eos_test.go): Kafka's transactions, what is
 	// visible to read_committed, and the stored position.
 	eos       bool
@@ -455,6 +465,15 @@ func (w *simWorld) act(deadline time.Time, inReceive bool, t *simTimer) (ev repl
 		w.logf("connection drops")
 		return ev, true
 	}
+	if inReceive && w.stream != nil && !w.stream.closed && w.faulty && !w.shutdown && w.rng.IntN(400) == 0 {
+		w.shutdown = true
+		w.logf("PostgreSQL begins a fast shutdown")
+	}
+	if w.shutdown && !w.shutdownAsked.IsZero() && w.stream != nil && !w.stream.closed && w.now.Sub(w.shutdownAsked) > simShutdownWait {
+		w.fail("invariant 7: the walsender has waited %s for the end of WAL (%s) to be confirmed, and the stream is still open (confirmed %s): the relay holds PostgreSQL's shutdown up",
+			w.now.Sub(w.shutdownAsked), w.stream.done, w.confirmed)
+		w.shutdownAsked = time.Time{}
+	}
 	if !inReceive && (w.stream == nil || w.stream.closed) {
 		// Between sessions: Run's backoff, which waits for its timer
 		// or a stop only.
@@ -492,6 +511,11 @@ func (w *simWorld) act(deadline time.Time, inReceive bool, t *simTimer) (ev repl
 			return
 		}
 	}
+	// A catalog check that is due is answered within a round trip, before
+	// the deadline passes.
+	if w.watcher != nil && w.watcher.answer() {
+		return
+	}
 	// Nothing to do: let the deadline pass.
 	w.advanceTo(deadline)
 	if t != nil {
@@ -499,6 +523,11 @@ func (w *simWorld) act(deadline time.Time, inReceive bool, t *simTimer) (ev repl
 	}
 	return
 }
+
+// simShutdownWait bounds how long the relay may keep a walsender that
+// waits for a shutdown: a catalog check on the interval (1 s) or asked
+// for, its answer, the session's end.
+const simShutdownWait = 10 * time.Second
 
 func pick(rng *rand.Rand, weights []int) int {
 	sum := 0
@@ -642,6 +671,8 @@ func (b *simBackend) Open(ctx context.Context, cfg replication.Config, start che
 		}
 	}
 	w.stream = s
+	// A stream opens only once a shutting-down server is back.
+	w.shutdown, w.shutdownAsked = false, time.Time{}
 	w.logf("stream opened at %s (%d entries to send)", w.confirmed, len(s.entries))
 	return s, nil
 }
@@ -715,6 +746,15 @@ var simTypes = []uint32{25, 1043, 1043, 1043, 3802}
 // transaction (with a WAL end past its commit, as PostgreSQL sends them).
 func (s *simStream) next() (replication.Event, bool) {
 	w := s.w
+	if w.shutdown && len(s.queue) == 0 {
+		// WalSndDone: all that was written is sent (what comes after is
+		// written once the server is back); the walsender asks for a
+		// reply until its client confirms it all.
+		if w.shutdownAsked.IsZero() {
+			w.shutdownAsked = w.now
+		}
+		return replication.Event{Keepalive: &replication.Keepalive{WALEnd: s.done, ServerTime: w.now, ReplyRequested: true}}, true
+	}
 	for len(s.queue) == 0 {
 		if s.pos >= len(s.entries) {
 			if w.rng.IntN(3) == 0 {
@@ -830,6 +870,12 @@ func (s *simStream) SendStatus(ctx context.Context, confirmed checkpoint.LSN, re
 	}
 	w.logf("status flush=%s reply=%v steps=%d", confirmed, replyRequested, w.steps)
 	w.confirmed = max(w.confirmed, confirmed)
+	if w.shutdown && len(s.queue) == 0 && confirmed >= s.done {
+		// Its client confirmed everything: the walsender exits.
+		s.closed = true
+		w.logf("the walsender exits: its client confirmed the end of WAL")
+		return nil
+	}
 	if w.faulty && w.rng.IntN(300) == 0 {
 		s.closed = true
 		return fmt.Errorf("%w: sim: connection dropped while sending", replication.ErrReceive)
@@ -996,6 +1042,11 @@ func (c *simWatcher) answer() bool {
 		return false
 	}
 	c.asked, c.last = false, w.now
+	if w.shutdown {
+		w.logf("catalog check refused: shutting down")
+		c.results <- catalogResult{Err: errors.New("sim: FATAL: the database system is shutting down (SQLSTATE 57P03)"), ShuttingDown: true}
+		return true
+	}
 	at := w.stream.sent
 	if w.stream.pos < len(w.stream.entries) {
 		at = max(at, w.stream.entries[min(len(w.stream.entries)-1, w.stream.pos+w.rng.IntN(3))].commitStart)

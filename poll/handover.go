@@ -14,7 +14,7 @@ import (
 // those without an id (which stay unpublished, as before): the
 // handover from a WAL-source relay, whose slot relayed every row committed
 // before its confirmed position, and whose pending changes name the rows it
-// did not (replication.PeekInserted, read up to a position past every
+// did not (replication.PeekPending, read up to a position past every
 // commit tx sees). Run it in a repeatable-read transaction that read that
 // position first: rows committed later are invisible to it and stay
 // unpublished.
@@ -67,4 +67,35 @@ func UnlockCleanup(ctx context.Context, conn *pgx.Conn, table string) error {
 		return fmt.Errorf("poll: unlock the cleanup of %s: %w", table, err)
 	}
 	return nil
+}
+
+// Unrelayable returns those of ids (an id column's output text) that name
+// no unpublished row of t now (a statement of its own, not a snapshot's):
+// inserts a slot has not relayed whose rows are gone (deleted in the same
+// transaction, as writers that insert and delete do), which a poll relay
+// can never relay.
+func Unrelayable(ctx context.Context, conn *pgx.Conn, t *Table, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	id := pgx.Identifier{t.IDColumn}.Sanitize()
+	rows, err := conn.Query(ctx, "SELECT format('%s', "+id+") FROM "+t.quoted+" WHERE "+ColumnPublishedAt+" IS NULL AND format('%s', "+id+") = ANY($1::text[])", ids)
+	if err != nil {
+		return nil, fmt.Errorf("poll: find the rows of %s the slot has not relayed: %w", t.Name, err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("poll: find the rows of %s the slot has not relayed: %w", t.Name, err)
+	}
+	have := make(map[string]bool, len(found))
+	for _, f := range found {
+		have[f] = true
+	}
+	var gone []string
+	for _, i := range ids {
+		if !have[i] {
+			gone = append(gone, i)
+		}
+	}
+	return gone, nil
 }

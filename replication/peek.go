@@ -4,26 +4,62 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// PeekInserted reads the slot's pending changes up to upto without
+// Pending is what a slot has not relayed (PeekPending).
+type Pending struct {
+	// Inserts holds the text of the id column of every row inserted into
+	// the table or any of its partitions.
+	Inserts []string
+	// Messages counts the logical decoding messages with the prefix asked
+	// for (transactional or not); FirstMessage is the LSN of the first.
+	Messages     int
+	FirstMessage LSN
+	// Others counts, by relation name, the inserts into other tables the
+	// publication carries.
+	Others map[string]int
+}
+
+// OtherTables lists Others as "name (n inserts)", by name.
+func (p Pending) OtherTables() string {
+	names := make([]string, 0, len(p.Others))
+	for n := range p.Others {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		names[i] = fmt.Sprintf("%s (%d inserts)", n, p.Others[n])
+	}
+	return strings.Join(names, ", ")
+}
+
+// PeekPending reads the slot's pending changes up to upto without
 // consuming them (pg_logical_slot_peek_binary_changes, pgoutput protocol
-// v1 with the publication) and returns the text of column for every row
-// inserted into table (schema.table), or into any of its partitions (a
-// publication without publish_via_partition_root reports them under their
-// own names), by a transaction committed after the slot's confirmed
-// position and at or before upto: the inserts the slot has not relayed. q
-// runs the query: a connection, or a transaction whose snapshot the caller
-// wants it in.
+// v1 with the publication, messages on): every row inserted into table
+// (schema.table), or into any of its partitions (a publication without
+// publish_via_partition_root reports them under their own names), the
+// messages with prefix (none asked for when it is empty), and the inserts
+// into other tables, each by a transaction committed after the slot's
+// confirmed position and at or before upto: what the slot has not
+// relayed. q runs the query: a connection, or a transaction whose snapshot
+// the caller wants it in.
+//
+// The peek decodes only WAL that is flushed: a transaction committed with
+// synchronous_commit=off is visible before its commit record is, so wait
+// for the flush position to reach upto first (WaitFlushed).
 //
 // The slot must not be in use: a walsender holding it makes the peek fail.
-func PeekInserted(ctx context.Context, q interface {
+func PeekPending(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, slot, publication, table, column string, upto LSN) ([]string, error) {
+}, slot, publication, table, column, prefix string, upto LSN) (Pending, error) {
+	var p Pending
 	if err := ValidateSlotName(slot); err != nil {
-		return nil, err
+		return p, err
 	}
 	// The table and its partitions at every level, by OID: the WAL names
 	// each row's own relation.
@@ -31,55 +67,106 @@ func PeekInserted(ctx context.Context, q interface {
 	tr, err := q.Query(ctx, `SELECT to_regclass($1)::oid WHERE to_regclass($1) IS NOT NULL
 		UNION SELECT relid::oid FROM pg_partition_tree(to_regclass($1))`, quoteTable(table))
 	if err != nil {
-		return nil, fmt.Errorf("replication: partitions of %s: %w", table, err)
+		return p, fmt.Errorf("replication: partitions of %s: %w", table, err)
 	}
 	ids, err := pgx.CollectRows(tr, pgx.RowTo[uint32])
 	if err != nil {
-		return nil, fmt.Errorf("replication: partitions of %s: %w", table, err)
+		return p, fmt.Errorf("replication: partitions of %s: %w", table, err)
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("replication: peek at slot %q: table %s does not exist", slot, table)
+		return p, fmt.Errorf("replication: peek at slot %q: table %s does not exist", slot, table)
 	}
-	rows, err := q.Query(ctx, "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL, 'proto_version', '1', 'publication_names', $3)",
+	rows, err := q.Query(ctx, "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL, 'proto_version', '1', 'publication_names', $3, 'messages', 'true')",
 		slot, upto.String(), quoteIdent(publication))
 	if err != nil {
-		return nil, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
+		return p, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
 	}
 	defer rows.Close()
 	dec := NewDecoder()
-	var out []string
 	at := -1
 	var rel *Relation
 	for rows.Next() {
 		var data []byte
 		if err := rows.Scan(&data); err != nil {
-			return nil, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
+			return p, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
 		}
 		v, err := dec.Decode(data)
 		if err != nil {
-			return nil, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
+			return p, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
 		}
-		c, ok := v.(*Change)
-		if !ok || c.Op != OpInsert || !slices.Contains(ids, c.Rel.ID) {
+		switch m := v.(type) {
+		case *Message:
+			if prefix != "" && m.Prefix == prefix {
+				if p.Messages == 0 {
+					p.FirstMessage = m.LSN
+				}
+				p.Messages++
+			}
 			continue
-		}
-		if c.Rel != rel {
-			rel, at = c.Rel, -1
-			for i, n := range rel.Columns {
-				if n == column {
-					at = i
+		case *Change:
+			if m.Op != OpInsert {
+				continue
+			}
+			if !slices.Contains(ids, m.Rel.ID) {
+				if p.Others == nil {
+					p.Others = map[string]int{}
+				}
+				p.Others[m.Rel.Table]++
+				continue
+			}
+			if m.Rel != rel {
+				rel, at = m.Rel, -1
+				for i, n := range rel.Columns {
+					if n == column {
+						at = i
+					}
+				}
+				if at < 0 {
+					return p, fmt.Errorf("replication: peek at slot %q: table %s has no column %q", slot, m.Rel.Table, column)
 				}
 			}
-			if at < 0 {
-				return nil, fmt.Errorf("replication: peek at slot %q: table %s has no column %q", slot, c.Rel.Table, column)
+			if at < len(m.Values) && m.Values[at] != nil {
+				p.Inserts = append(p.Inserts, string(m.Values[at]))
 			}
-		}
-		if at < len(c.Values) && c.Values[at] != nil {
-			out = append(out, string(c.Values[at]))
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
+		return p, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
 	}
-	return out, nil
+	return p, nil
+}
+
+// WaitFlushed waits, up to wait, until the server has flushed its WAL up
+// to lsn (pg_current_wal_flush_lsn), calling waiting (when not nil) once
+// if it has to wait. q may be a transaction: the function reads the
+// server's state, not the snapshot's.
+func WaitFlushed(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, lsn LSN, wait time.Duration, waiting func(flushed LSN)) error {
+	deadline := time.Now().Add(wait)
+	pause := 2 * time.Millisecond
+	for {
+		var flushed int64
+		if err := q.QueryRow(ctx, "SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint").Scan(&flushed); err != nil {
+			return fmt.Errorf("replication: read the WAL flush position: %w", err)
+		}
+		if LSN(flushed) >= lsn {
+			return nil
+		}
+		if waiting != nil {
+			waiting(LSN(flushed))
+			waiting = nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replication: the server's WAL is flushed up to %s only, %s after it was written up to %s (commits with synchronous_commit=off wait for the WAL writer, every wal_writer_delay)", LSN(flushed), wait, lsn)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
 }

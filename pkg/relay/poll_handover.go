@@ -4,14 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
+
+// handoverFlushWait bounds the wait for the WAL a handover reads to be
+// flushed: asynchronous commits are flushed by the WAL writer within three
+// wal_writer_delay (at most 10 s each).
+const handoverFlushWait = time.Minute
 
 // handover takes over from a WAL-source relay (poll.handover.slot) before
 // anything is claimed: every unpublished row its slot relayed is marked
@@ -20,10 +27,14 @@ import (
 // A row was relayed when its transaction committed before the slot's
 // confirmed position; the slot's pending changes are exactly the others.
 // In one repeatable-read transaction: read the WAL insert position L (past
-// the commit of every transaction the snapshot sees), peek at the slot's
-// inserts up to L (without consuming them), and mark published every
+// the commit of every transaction the snapshot sees), wait until WAL is
+// flushed up to L (the peek decodes no further), peek at the slot's
+// changes up to L (without consuming them), and mark published every
 // unpublished row the snapshot sees but the peek does not name. Rows
 // committed later are invisible to the transaction and stay unpublished.
+// The slot is dropped only when rows carry everything it has not relayed:
+// pending messages, inserts into tables this relay does not read, and
+// inserts whose rows are gone stop the handover (fatal) and keep the slot.
 // Doing it again is harmless while the slot exists and nobody consumes
 // it, so instances starting together need no more than a lock to take
 // turns; the first one drops the slot, and the others find nothing to do.
@@ -67,6 +78,10 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q reads its pending inserts through publication %q (postgres.publication.name: set it to the WAL relay's), which cannot show them all, so rows it relayed cannot be told from rows it did not: %w",
 			slot, pcfg.Publication, &replication.CatalogError{Publication: pcfg.Publication, Problems: p, Err: replication.ErrCatalogUnusable})}
 	}
+	walRelayed, known, err := pr.walTables(ctx, conn, slot)
+	if err != nil {
+		return err
+	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
@@ -77,23 +92,93 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
 	}
 	lsn := replication.LSN(upto)
-	pending, err := replication.PeekInserted(ctx, tx, slot, r.cfg.Postgres.Publication, t.Name, t.IDColumn, lsn)
+	// The peek decodes flushed WAL only, and a commit made with
+	// synchronous_commit=off is visible before it is flushed: without the
+	// wait its rows would be seen, not named, and marked.
+	waiting := func(flushed replication.LSN) {
+		r.log.Info("handover: waiting for the server to flush its WAL (commits made with synchronous_commit=off are visible before that, and the slot shows them only after)",
+			zap.String("slot", slot), zap.Stringer("upto", lsn), zap.Stringer("flushed", flushed))
+	}
+	if err := replication.WaitFlushed(ctx, tx, lsn, handoverFlushWait, waiting); err != nil {
+		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
+	}
+	pending, err := replication.PeekPending(ctx, tx, slot, r.cfg.Postgres.Publication, t.Name, t.IDColumn, r.cfg.Messages.Prefix, lsn)
 	if err != nil {
 		return err
 	}
-	n, err := poll.MarkRelayed(ctx, tx, t, pending)
+	// What the slot holds that no row can carry would go with the slot.
+	if pending.Messages > 0 {
+		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: the slot holds %d logical decoding messages with prefix %q that it has not relayed (the first at %s); a poll relay reads rows, so they would be dropped with the slot: have writers stop emitting them, run the WAL relay until it has relayed them, stop it and start again; nothing was marked",
+			slot, pending.Messages, r.cfg.Messages.Prefix, pending.FirstMessage)}
+	}
+	pending.Others = pr.unrelayedElsewhere(slot, pending.Others, walRelayed, known, cat.AllTables)
+	if len(pending.Others) > 0 {
+		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: the slot holds inserts it has not relayed into tables this poll relay does not read: %s; a poll relay reads %s only, and they would be dropped with the slot: run the WAL relay until it has relayed them (or take those tables out of publication %q if they are not outbox tables), stop it and start again; nothing was marked",
+			slot, pending.OtherTables(), t.Name, r.cfg.Postgres.Publication)}
+	}
+	n, err := poll.MarkRelayed(ctx, tx, t, pending.Inserts)
 	if err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
 	}
+	// Inserts the slot has not relayed whose rows are gone (a writer that
+	// deletes in the same transaction) cannot be relayed by reading rows.
+	// (Asked outside the snapshot: a row committed after it but before the
+	// WAL position is there, and stays unpublished.)
+	gone, err := poll.Unrelayable(ctx, conn, t, pending.Inserts)
+	if err != nil {
+		return err
+	}
+	if len(gone) > 0 {
+		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: the slot holds %d inserts into %s that it has not relayed whose rows are gone (deleted in the same transaction, as writers do in the delete-after-insert mode), e.g. id %s; a poll relay reads rows, so they would be dropped with the slot: switch writers to keep their rows, run the WAL relay until it has relayed them, stop it and start again (the rows the slot had relayed are marked published already)",
+			slot, len(gone), t.Name, strings.Join(gone[:min(len(gone), 3)], ", "))}
+	}
 	r.log.Info("took over from the WAL source: marked the rows its slot relayed as published",
 		zap.String("slot", slot), zap.String("slot_confirmed_lsn", st.ConfirmedFlushLSN.String()), zap.Int64("rows_marked", n),
-		zap.Int("rows_not_relayed", len(pending)), zap.Stringer("upto", lsn))
+		zap.Int("rows_left_to_poll", len(pending.Inserts)), zap.Stringer("upto", lsn))
 	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 		return fmt.Errorf("relay: handover done; drop slot %q: %w (drop it yourself: it keeps WAL)", slot, err)
 	}
 	r.log.Info("dropped the WAL source's slot", zap.String("slot", slot))
 	return nil
+}
+
+// walTables reads which tables the WAL relay relayed: the outbox tables
+// its last session recorded in the state table (known is false without a
+// record).
+func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string) (tables map[string]uint32, known bool, err error) {
+	table := pr.r.cfg.Postgres.StateTable
+	if table == "" {
+		return nil, false, nil
+	}
+	st, found, err := replication.ReadState(ctx, conn, table, slot)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("relay: handover from slot %q: %w", slot, err)
+	}
+	return st.TableOIDs, found, nil
+}
+
+// unrelayedElsewhere keeps, of the other tables' pending inserts, those of
+// tables the WAL relay relayed (walTables); without a record, every table
+// of a publication that names its tables. In a FOR ALL TABLES one, whose
+// other tables' inserts the WAL relay skipped, they cannot be told apart
+// without a record: a warning names them.
+func (pr *pollRunner) unrelayedElsewhere(slot string, others map[string]int, wal map[string]uint32, known, allTables bool) map[string]int {
+	kept := map[string]int{}
+	for name, n := range others {
+		if _, was := wal[name]; was || (!known && !allTables) {
+			kept[name] = n
+		}
+	}
+	if !known && allTables && len(others) > 0 {
+		pr.r.log.Warn("handover: the slot has inserts it has not relayed into other tables of its FOR ALL TABLES publication, and no state record says which of them the WAL relay relayed; any that is an outbox table loses those events with the slot",
+			zap.String("slot", slot), zap.String("tables", replication.Pending{Others: others}.OtherTables()))
+	}
+	return kept
 }

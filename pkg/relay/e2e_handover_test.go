@@ -1,0 +1,231 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+)
+
+// handoverFixture is a fixture whose outbox has the poll columns and
+// whose slot has relayed the first events, with the WAL relay stopped.
+func handoverFixture(t *testing.T, env *testenv.Env, tables ...string) (*fixture, *testenv.Consumer, []string) {
+	t.Helper()
+	f := newFixture(t, env, 1)
+	for _, table := range tables {
+		if err := outboxtest.Setup(context.Background(), f.conn, strings.TrimPrefix(table, "public.")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defaults := relay.DefaultConfig()
+	p := migrations.PollParams{Table: "public.outbox", Notify: true, Channel: defaults.Poll.Channel("public.outbox")}
+	if err := migrations.ApplyPoll(context.Background(), f.checkDB, p); err != nil {
+		t.Fatal(err)
+	}
+	c := env.NewConsumer(t, f.topics[:1])
+	cfg := f.config()
+	cfg.Postgres.Tables = append(cfg.Postgres.Tables, tables...)
+	w := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	relayed := f.insertEvents(t, "0001", 3, nil)
+	c.WaitFor(t, len(relayed), time.Minute)
+	if err := w.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	return f, c, relayed
+}
+
+// TestHandoverRefusesPendingEventsAPollRelayCannotRelay: poll.handover.slot
+// drops the WAL relay's slot once rows carry everything it has not
+// relayed. Three kinds of pending events no row carries: a logical
+// decoding message, an insert whose row its own transaction deleted (the
+// delete-after-insert writer), an insert into another outbox table the
+// WAL relay relayed. With any of them pending, the handover must stop the
+// poll relay (fatal, naming it) and keep the slot, so that the WAL relay,
+// run again, relays it; the next handover then goes through and every
+// event reaches Kafka. (Before, the slot was dropped with them.)
+func TestHandoverRefusesPendingEventsAPollRelayCannotRelay(t *testing.T) {
+	env := testenv.Require(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		tables []string // the WAL relay's other outbox tables
+		write  func(t *testing.T, f *fixture) string
+		want   string
+	}{
+		{name: "message", want: "logical decoding messages", write: func(t *testing.T, f *fixture) string {
+			id := "00000000-0000-4000-8000-000900000000"
+			f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
+				fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, id, f.shape.AggregateTypes[0]))
+			return id
+		}},
+		{name: "deleted-row", want: "whose rows are gone", write: func(t *testing.T, f *fixture) string {
+			id := "00000000-0000-4000-8000-000900000001"
+			tx, err := f.conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sql := range []string{
+				`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'd1', 'T', '{}')`,
+				`DELETE FROM outbox WHERE id = $1`,
+			} {
+				args := []any{id}
+				if strings.HasPrefix(sql, "INSERT") {
+					args = append(args, f.shape.AggregateTypes[0])
+				}
+				if _, err := tx.Exec(ctx, sql, args...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}},
+		{name: "other-table", tables: []string{"public.outbox2"}, want: "tables this poll relay does not read", write: func(t *testing.T, f *fixture) string {
+			id := "00000000-0000-4000-8000-000900000002"
+			f.exec(t, `INSERT INTO outbox2 (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'o1', 'T', '{}')`, id, f.shape.AggregateTypes[0])
+			return id
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c, relayed := handoverFixture(t, env, tc.tables...)
+			// Pending in the slot: one event of the kind, one plain row.
+			special := tc.write(t, f)
+			plain := f.insertEvents(t, "0002", 1, nil)
+
+			pcfg := f.pollConfig()
+			pcfg.Poll.HandoverSlot = f.slot
+			bad := runInProcess(t, pcfg)
+			err := bad.exited(t, time.Minute)
+			var fe *relay.FatalError
+			if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("handover with a pending %s: %v, want a fatal error saying %q", tc.name, err, tc.want)
+			}
+			t.Logf("refused: %v", err)
+			if confirmed, _ := f.slotState(t); confirmed == 0 {
+				t.Fatal("the refused handover dropped the slot")
+			}
+			var published bool
+			if err := f.checkDB.QueryRow(ctx, "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1", plain[0]).Scan(&published); err != nil || published {
+				t.Fatalf("the plain pending row after the refused handover: published %v (%v), want unpublished", published, err)
+			}
+
+			// The WAL relay relays what is pending; then the handover goes
+			// through, and the plain row is not sent twice by the poll relay.
+			cfg := f.config()
+			cfg.Postgres.Tables = append(cfg.Postgres.Tables, tc.tables...)
+			w := runInProcess(t, cfg)
+			want := append(slices.Clone(relayed), special)
+			want = append(want, plain...)
+			msgs := c.WaitFor(t, len(want), time.Minute)
+			if err := w.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			stop := runRelay(t, pcfg)
+			testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+				confirmed, _ := f.slotState(t)
+				return confirmed == 0, "the handover did not drop the slot"
+			})
+			more := f.insertEvents(t, "0003", 2, nil)
+			want = append(want, more...)
+			msgs = c.WaitFor(t, len(want), time.Minute)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(want)
+			if got := receivedIDs(msgs); !slices.Equal(got, want) {
+				t.Fatalf("received %v, want %v", got, want)
+			}
+			if len(msgs) != len(want) {
+				t.Errorf("%d records for %d events: the handover marked what the WAL relay had relayed, so none should repeat", len(msgs), len(want))
+			}
+		})
+	}
+}
+
+// TestHandoverWaitsForAsynchronousCommitsToBeFlushed: a transaction
+// committed with synchronous_commit=off is visible at once, but its commit
+// record reaches disk only when the WAL writer flushes it, and a slot's
+// peek decodes flushed WAL only. A handover that read it then would see
+// the row, not find it among the slot's pending inserts, and mark it
+// published: an event never relayed. The WAL writer is held (SIGSTOP, so
+// that the window stays open on demand: a real server cannot be made to
+// hold it otherwise) while the row is written and the handover starts; it
+// must wait for the flush, and the row must reach Kafka.
+func TestHandoverWaitsForAsynchronousCommitsToBeFlushed(t *testing.T) {
+	env := testenv.RequireExclusive(t)
+	f, c, relayed := handoverFixture(t, env)
+	ctx := context.Background()
+	var pid int
+	if err := f.checkDB.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("hold the WAL writer (pid %d): %v", pid, err)
+	}
+	held := true
+	resume := func() {
+		if held {
+			held = false
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Errorf("resume the WAL writer (pid %d): %v", pid, err)
+			}
+		}
+	}
+	defer resume()
+	f.exec(t, "SET synchronous_commit = off")
+	async := f.insertEvents(t, "0004", 3, nil)
+	f.exec(t, "RESET synchronous_commit")
+	var unflushed bool
+	if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()").Scan(&unflushed); err != nil {
+		t.Fatal(err)
+	}
+	if !unflushed {
+		t.Fatal("the asynchronous commits were flushed with the WAL writer held: the test cannot open the window")
+	}
+
+	core, logs := observer.New(zapcore.InfoLevel)
+	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core()))
+	pcfg := f.pollConfig()
+	pcfg.Poll.HandoverSlot = f.slot
+	stop := runRelayLog(t, pcfg, log)
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		var marked int
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE id = ANY($1::uuid[]) AND published_at IS NOT NULL", async).Scan(&marked); err != nil {
+			t.Fatal(err)
+		}
+		if marked > 0 {
+			t.Fatalf("the handover marked %d of the %d asynchronously committed rows published, which the slot had not relayed: their events are lost", marked, len(async))
+		}
+		return logs.FilterMessageSnippet("waiting for the server to flush its WAL").Len() > 0,
+			"the handover did not wait for the WAL to be flushed"
+	})
+	resume()
+	want := append(slices.Clone(relayed), async...)
+	msgs := c.WaitFor(t, len(want), time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	if got := receivedIDs(msgs); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v: the asynchronously committed rows were marked published", got, want)
+	}
+	if confirmed, _ := f.slotState(t); confirmed != 0 {
+		t.Fatalf("the WAL source's slot is still there (confirmed %s)", confirmed)
+	}
+}

@@ -128,10 +128,18 @@ func (b *Batch) read(rows pgx.Rows) error {
 	c := b.c
 	fds := rows.FieldDescriptions()
 	if len(fds) < 4 {
+		// The query failed before it described its result (a statement
+		// prepared before the table changed, say): say why.
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 		return errors.New("no columns")
 	}
 	cols := fds[3:] // after the relation, the ctid and created_at
-	if len(c.names) != len(cols) || !sameNames(c.names, cols) {
+	// A column may change type and keep its name (ALTER COLUMN ... TYPE):
+	// the rows are routed by the types of this result.
+	if len(c.names) != len(cols) || !sameColumns(c.names, c.types, c.mods, cols) {
 		c.names, c.types, c.mods = make([]string, len(cols)), make([]uint32, len(cols)), make([]int32, len(cols))
 		for i, f := range cols {
 			c.names[i], c.types[i], c.mods[i] = f.Name, f.DataTypeOID, f.TypeModifier
@@ -179,9 +187,9 @@ func (b *Batch) read(rows pgx.Rows) error {
 	return nil
 }
 
-func sameNames(names []string, fds []pgconn.FieldDescription) bool {
+func sameColumns(names []string, types []uint32, mods []int32, fds []pgconn.FieldDescription) bool {
 	for i, f := range fds {
-		if names[i] != f.Name {
+		if names[i] != f.Name || types[i] != f.DataTypeOID || mods[i] != f.TypeModifier {
 			return false
 		}
 	}

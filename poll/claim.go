@@ -69,8 +69,14 @@ type Batch struct {
 	Rows []Row
 	// Bytes is what the rows' values take.
 	Bytes int
-	c     *Claimer
-	tx    pgx.Tx
+	// Held counts the rows locked but left out of Rows, behind an earlier
+	// row of their key that the claim skipped (locked by another
+	// transaction, or committed since it began); HeldKeys are those keys
+	// (the key column's output text, "" for NULL).
+	Held     int
+	HeldKeys []string
+	c        *Claimer
+	tx       pgx.Tx
 }
 
 // Claim begins a transaction and locks up to limit unpublished rows in
@@ -95,7 +101,7 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	}
 	if len(blocked) > 0 {
 		args = append(args, blocked)
-		where = append(where, c.t.keyText("t")+" <> ALL($"+strconv.Itoa(len(args))+"::text[])")
+		where = append(where, c.t.keyOutput("t")+" <> ALL($"+strconv.Itoa(len(args))+"::text[])")
 	}
 	written := "0"
 	if c.t.created {
@@ -105,7 +111,7 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	for _, w := range where {
 		sql += " AND " + w
 	}
-	sql += " ORDER BY t." + ColumnSeq + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE OF t SKIP LOCKED"
+	sql += " ORDER BY t." + ColumnSeq + " LIMIT " + strconv.Itoa(limit) + " FOR NO KEY UPDATE OF t SKIP LOCKED"
 	rows, err := tx.Query(ctx, sql, append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, args...)...)
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -116,11 +122,80 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	if err == nil {
 		err = rows.Err()
 	}
+	if err == nil {
+		err = b.holdBehindSkipped(ctx, where, args)
+	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("poll: claim rows of %s: %w", c.t.Name, err)
 	}
 	return b, nil
+}
+
+// holdBehindSkipped keeps per-key order past rows the claim skipped: a row
+// another transaction locks (an application's SELECT ... FOR UPDATE, an
+// UPDATE of the row) is skipped, and the later rows of its key must not
+// go before it. The claim's own where clauses and arguments find the
+// unpublished rows before the batch's last sequence that the batch does not
+// hold (skipped, or committed since the claim's statement: either way
+// their key waits); the batch's rows of those keys after them are dropped
+// from it, still locked and unpublished, for a later claim. Held counts
+// them.
+func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []any) error {
+	c := b.c
+	if len(b.Rows) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(b.Rows))
+	for i, r := range b.Rows {
+		seqs[i] = r.Seq
+	}
+	key := c.t.keyOutput("t")
+	args = append(args, b.Rows[len(b.Rows)-1].Seq, seqs)
+	sql := "SELECT " + key + ", t." + ColumnSeq + " FROM " + c.t.quoted + " t WHERE t." + ColumnPublishedAt + " IS NULL" +
+		" AND t." + ColumnSeq + " < $" + strconv.Itoa(len(args)-1) + " AND NOT (t." + ColumnSeq + " = ANY($" + strconv.Itoa(len(args)) + "::bigint[]))"
+	for _, w := range where {
+		sql += " AND " + w
+	}
+	rows, err := b.tx.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("find skipped rows: %w", err)
+	}
+	first := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var seq int64
+		if err := rows.Scan(&k, &seq); err != nil {
+			rows.Close()
+			return fmt.Errorf("find skipped rows: %w", err)
+		}
+		if f, ok := first[k]; !ok || seq < f {
+			first[k] = seq
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find skipped rows: %w", err)
+	}
+	if len(first) == 0 {
+		return nil
+	}
+	kept := b.Rows[:0]
+	for _, r := range b.Rows {
+		if f, ok := first[string(r.Key)]; ok && r.Seq > f {
+			b.Held++
+			for _, v := range r.Values {
+				b.Bytes -= len(v)
+			}
+			continue
+		}
+		kept = append(kept, r)
+	}
+	b.Rows = kept
+	for k := range first {
+		b.HeldKeys = append(b.HeldKeys, k)
+	}
+	return nil
 }
 
 // read copies the rows' text values out of pgx's buffer.

@@ -11,7 +11,7 @@
 //
 // A row is unpublished while its published_at is NULL. [Claimer.Claim]
 // begins a transaction and locks the lowest unpublished rows in sequence
-// order (SELECT ... ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED, on the
+// order (SELECT ... ORDER BY seq LIMIT n FOR NO KEY UPDATE SKIP LOCKED, on the
 // partial index of unpublished rows); [Batch.Finish] marks those Kafka
 // acknowledged (or deletes them), counts the failed attempts, and commits.
 // Until that commit nothing is recorded: a relay that dies leaves its rows

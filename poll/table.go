@@ -115,6 +115,16 @@ func (t *Table) keyText(alias string) string {
 	return "coalesce(" + alias + "." + pgx.Identifier{t.KeyColumn}.Sanitize() + "::text, '')"
 }
 
+// keyOutput is the key's output text in SQL, as the claim reads it into
+// Row.Key (a char(n) keeps its padding, which a cast to text drops); the
+// empty string for NULL or no key column.
+func (t *Table) keyOutput(alias string) string {
+	if !t.hasKey {
+		return "''"
+	}
+	return "coalesce(format('%s', " + alias + "." + pgx.Identifier{t.KeyColumn}.Sanitize() + "), '')"
+}
+
 // bucketExpr is the SQL of a row's bucket, in [0, buckets): the key's
 // hashtext, made non-negative. Every instance computes it in the same
 // server, so they agree.

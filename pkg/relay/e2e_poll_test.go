@@ -403,3 +403,104 @@ func testPollColumnTypeChange(t *testing.T, env *testenv.Env, mode string) {
 	}
 	t.Logf("payload after the change: %q", after)
 }
+
+// TestPollKeepsOrderPastAForeignKeyCheck: a table whose rows reference an
+// outbox row makes PostgreSQL lock that row FOR KEY SHARE while a
+// transaction inserts a referencing row (the foreign key check). The
+// claim locks the rows it claims, skipping locked ones; a lock that
+// conflicts with the key share would make it skip that event and publish
+// the next one of its key first. The claim must lock only what marking a
+// row published needs (FOR NO KEY UPDATE), so that the key share does not
+// stop it.
+func TestPollKeepsOrderPastAForeignKeyCheck(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	ctx := context.Background()
+	f.exec(t, "CREATE TABLE refs (event_id uuid NOT NULL REFERENCES outbox (id))")
+	first, second := "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+	for _, id := range []string{first, second} {
+		f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k', 'T', '{}')`, id, f.slot)
+	}
+	// An open transaction that references the first event: the foreign key
+	// check holds FOR KEY SHARE on its row until it ends.
+	app, err := f.checkDB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := app.Exec(ctx, "INSERT INTO refs VALUES ($1)", first); err != nil {
+		t.Fatal(err)
+	}
+	c := env.NewConsumer(t, []string{topic})
+	stop := runRelay(t, f.pollConfig())
+	msgs := c.WaitFor(t, 1, time.Minute)
+	if id, _ := msgs[0].Header("id"); string(id) != first {
+		t.Fatalf("first record of key k: event %s, want %s: the claim skipped the row the foreign key check locks", id, first)
+	}
+	if err := app.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs = c.WaitFor(t, 2, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := msgs[1].Header("id"); string(id) != second {
+		t.Fatalf("second record of key k: event %s, want %s", id, second)
+	}
+}
+
+// TestPollKeepsOrderPastARowAnotherTransactionLocks: an application that
+// locks an unpublished row (SELECT ... FOR UPDATE) makes the claim skip
+// it. The later rows of its key must wait for it (not go first), and the
+// other keys must go on meanwhile.
+func TestPollKeepsOrderPastARowAnotherTransactionLocks(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	ctx := context.Background()
+	ids := map[string][]string{}
+	for i := range 6 {
+		key := []string{"k", "other"}[i%2]
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1)
+		ids[key] = append(ids[key], id)
+		f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'T', '{}')`, id, f.slot, key)
+	}
+	app, err := f.checkDB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := app.Exec(ctx, "SELECT 1 FROM outbox WHERE id = $1 FOR UPDATE", ids["k"][0]); err != nil {
+		t.Fatal(err)
+	}
+	c := env.NewConsumer(t, []string{topic})
+	stop := runRelay(t, f.pollConfig())
+	// The other key's three go out while k's first row is locked.
+	msgs := c.WaitFor(t, 3, time.Minute)
+	for _, m := range msgs {
+		if string(m.Key) != "other" {
+			id, _ := m.Header("id")
+			t.Fatalf("event %s of key %s went out while the first row of its key was locked", id, m.Key)
+		}
+	}
+	if err := app.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs = c.WaitFor(t, 6, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		if string(m.Key) == "k" {
+			id, _ := m.Header("id")
+			got = append(got, string(id))
+		}
+	}
+	if !slices.Equal(got, ids["k"]) {
+		t.Fatalf("key k delivered as %v, want %v", got, ids["k"])
+	}
+}

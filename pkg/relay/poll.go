@@ -69,6 +69,8 @@ type pollRunner struct {
 	// when its retry waits (poll.retry.backoff): no row of such a key is
 	// claimed meanwhile, so later rows never overtake it.
 	blocked map[string]time.Time
+	// heldWarned is when holdKeys last logged.
+	heldWarned time.Time
 	// single: the broker refused a batch as too large; the next session
 	// sends one record per produce request until a claim went through.
 	single bool
@@ -260,7 +262,11 @@ func (s *pollSession) loop() error {
 		if err != nil {
 			return err
 		}
-		full := len(b.Rows) == limit
+		// Rows held behind a skipped row of their key (another
+		// transaction locks it) leave room: their keys wait a moment and
+		// the next claim goes on with the others.
+		full := len(b.Rows)+b.Held == limit
+		pr.holdKeys(b, now)
 		if err := s.process(b); err != nil {
 			return err
 		}
@@ -330,6 +336,29 @@ func (s *pollSession) idle() error {
 }
 
 // blockedKeys forgets the keys whose retry is due and returns the others.
+// heldKeyWait is how long a key whose earliest unpublished row another
+// transaction locks waits before a claim tries it again.
+const heldKeyWait = time.Second
+
+// holdKeys blocks the keys a claim held back (poll.Batch.HeldKeys) for
+// heldKeyWait, and says so at most once a minute.
+func (pr *pollRunner) holdKeys(b *poll.Batch, now time.Time) {
+	if len(b.HeldKeys) == 0 {
+		return
+	}
+	for _, k := range b.HeldKeys {
+		if at, ok := pr.blocked[k]; !ok || at.Before(now.Add(heldKeyWait)) {
+			pr.blocked[k] = now.Add(heldKeyWait)
+		}
+	}
+	if now.Sub(pr.heldWarned) >= time.Minute {
+		pr.heldWarned = now
+		pr.r.log.Warn("unpublished outbox rows are locked by another transaction (SELECT ... FOR UPDATE, an UPDATE of the row): the later rows of their keys wait for them, to keep each key's order",
+			zap.String("table", pr.table.Name), zap.Int("keys", len(b.HeldKeys)), zap.Int("rows_waiting", b.Held),
+			zap.Strings("some_keys", b.HeldKeys[:min(len(b.HeldKeys), 5)]))
+	}
+}
+
 func (pr *pollRunner) blockedKeys(now time.Time) []string {
 	var out []string
 	for k, at := range pr.blocked {

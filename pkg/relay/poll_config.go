@@ -13,7 +13,7 @@ const (
 	// replication slot (the default).
 	SourceWAL = "wal"
 	// SourcePoll claims unpublished rows of the outbox table with SELECT
-	// ... FOR UPDATE SKIP LOCKED and marks them published: for databases
+	// ... FOR NO KEY UPDATE SKIP LOCKED and marks them published: for databases
 	// where logical replication is not available.
 	SourcePoll = "poll"
 )

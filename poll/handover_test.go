@@ -2,6 +2,8 @@ package poll_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -73,5 +75,46 @@ func TestMarkRelayedKnowsThePeekedIDsByTheirOutputText(t *testing.T) {
 				t.Errorf("%d rows unpublished, want the %d pending and the one without an id", unpublished, want)
 			}
 		})
+	}
+}
+
+// TestCheckRefusesPollColumnsWithAnotherMeaning: migrate adds only the poll
+// columns that are missing, so a table may already have a published_at
+// that every row gets when it is written (an event time, a default of
+// now()): its rows would be born published and never relayed, with no
+// error. Check must refuse it, and a seq that cannot order the rows.
+func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
+	env := testenv.Require(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, env.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for i, c := range []struct {
+		publishedAt, seq, want string
+	}{
+		{"timestamptz", "bigint GENERATED ALWAYS AS IDENTITY", ""},
+		{"timestamptz NOT NULL DEFAULT now()", "bigint GENERATED ALWAYS AS IDENTITY", "born published"},
+		{"timestamptz DEFAULT now()", "bigint GENERATED ALWAYS AS IDENTITY", "born published"},
+		{"text", "bigint GENERATED ALWAYS AS IDENTITY", "not timestamptz"},
+		{"timestamptz", "text", "not an integer"},
+	} {
+		table := fmt.Sprintf("public.c%d", i)
+		if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" (id uuid, aggregatetype text, aggregateid text, type text, payload jsonb, seq "+c.seq+
+			", published_at "+c.publishedAt+", attempts integer NOT NULL DEFAULT 0, last_error text)"); err != nil {
+			t.Fatal(err)
+		}
+		tb, err := poll.NewTable(table, "aggregateid", "id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = tb.Check(ctx, conn)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("published_at %s, seq %s: %v, want no error", c.publishedAt, c.seq, err)
+		case c.want != "" && (!errors.Is(err, poll.ErrLayout) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("published_at %s, seq %s: %v, want a layout error saying %q", c.publishedAt, c.seq, err, c.want)
+		}
 	}
 }

@@ -101,8 +101,54 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("%w: %s has no column %s; add them with pgoutbox migrate (relay.source=poll), which adds what is missing",
 			ErrLayout, t.Name, strings.Join(missing, ", "))
 	}
+	if err := t.checkColumns(ctx, conn); err != nil {
+		return err
+	}
 	t.hasKey = t.KeyColumn != "" && has[t.KeyColumn]
 	t.created = has[ColumnCreatedAt]
+	return nil
+}
+
+// checkColumns refuses poll columns that were there before migrate (which
+// adds only what is missing) with another meaning: a published_at that a
+// row gets when it is written (a default, NOT NULL, a generated column)
+// makes every row born published, never claimed; a seq that is not an
+// integer cannot order the claims.
+func (t *Table) checkColumns(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef, a.attgenerated <> ''
+		FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2) AND NOT a.attisdropped`,
+		t.quoted, []string{ColumnPublishedAt, ColumnSeq})
+	if err != nil {
+		return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var name, typ string
+		var notNull, hasDefault, generated bool
+		if err := rows.Scan(&name, &typ, &notNull, &hasDefault, &generated); err != nil {
+			return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)
+		}
+		switch name {
+		case ColumnPublishedAt:
+			if typ != "timestamp with time zone" && typ != "timestamp without time zone" {
+				problems = append(problems, fmt.Sprintf("%s is %s, not timestamptz", name, typ))
+			}
+			if notNull || hasDefault || generated {
+				problems = append(problems, fmt.Sprintf("%s has a value when a row is written (NOT NULL %v, a default %v, generated %v): every row would be born published and never relayed; pgoutbox uses it to mark what it published (NULL: not yet), so rename the existing column and run pgoutbox migrate again", name, notNull, hasDefault, generated))
+			}
+		case ColumnSeq:
+			if typ != "bigint" && typ != "integer" && typ != "smallint" {
+				problems = append(problems, fmt.Sprintf("%s is %s, not an integer that orders the rows as they are written", name, typ))
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s: %s", ErrLayout, t.Name, strings.Join(problems, "; "))
+	}
 	return nil
 }
 

@@ -28,9 +28,14 @@ const (
 	eventRouter       = "io.debezium.transforms.outbox.EventRouter"
 )
 
+// tablesNotListed stands, among the ignored keys, for a connector without
+// table.include.list.
+const tablesNotListed = "table.include.list (not set)"
+
 // connectorIgnored are keys whose absence of effect is harmless for an
 // outbox relay; they are listed in one warning.
 var connectorIgnored = map[string]string{
+	tablesNotListed:                             "Debezium then captures every table of its publication (or of schema.include.list) and routes each through the EventRouter; pgoutbox relays postgres.table.include.list only (public.outbox unless set): if there are other outbox tables, list them all",
 	"name":                                      "",
 	"tasks.max":                                 "pgoutbox is one process per slot",
 	"topic.prefix":                              "only names Debezium's own change-event topics",
@@ -276,7 +281,8 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 			refuse("publication.autocreate.mode", "use disabled, filtered or all_tables")
 		}
 	}
-	if v, ok := get("table.include.list"); ok {
+	v, tablesListed := get("table.include.list")
+	if tablesListed {
 		var tables []string
 		for _, t := range strings.Split(v, ",") {
 			t = strings.TrimSpace(t)
@@ -439,6 +445,11 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		if !used[k] {
 			ignored = append(ignored, k)
 		}
+	}
+	if !tablesListed {
+		// Not an error (the default, public.outbox, may be all there is),
+		// but said with the ignored keys: Debezium would capture more.
+		ignored = append(ignored, tablesNotListed)
 	}
 	sort.Strings(ignored)
 	if len(refused) > 0 {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -317,5 +318,30 @@ func TestRunPrintsARouterOptionErrorOnce(t *testing.T) {
 	}
 	if n := strings.Count(errOut.String(), "table.op.invalid.behavior"); n != 1 {
 		t.Fatalf("the option error is printed %d times:\n%s", n, errOut.String())
+	}
+}
+
+// TestConnectorWithoutTableIncludeListSaysSo: without table.include.list
+// Debezium captures every table of its publication; pgoutbox relays its
+// configured tables only (public.outbox by default), so convert and run
+// must say so with the ignored keys, and say nothing once it is set.
+func TestConnectorWithoutTableIncludeListSaysSo(t *testing.T) {
+	conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter}
+	cfg := defaultFileConfig()
+	ignored, err := applyConnector(&cfg, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, k := range describeIgnored(ignored) {
+		found = found || (strings.HasPrefix(k, tablesNotListed) && strings.Contains(k, "every table"))
+	}
+	if !found {
+		t.Fatalf("ignored %v: no word of the missing table.include.list", describeIgnored(ignored))
+	}
+	conn["table.include.list"] = "public.outbox"
+	cfg = defaultFileConfig()
+	if ignored, err = applyConnector(&cfg, conn); err != nil || slices.Contains(ignored, tablesNotListed) {
+		t.Fatalf("with table.include.list: ignored %v (%v)", ignored, err)
 	}
 }

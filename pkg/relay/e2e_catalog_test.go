@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -553,5 +554,36 @@ func TestATableThatHadAnOutboxNameForAWhileIsRefusedByName(t *testing.T) {
 	err := p.exited(t, 30*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "has the name of an outbox table but is not the table pgoutbox streams") {
 		t.Fatalf("want the rows refused by name, got %v", err)
+	}
+}
+
+// TestAllTablesPublicationNamesTheTablesItSkips: in a FOR ALL TABLES
+// publication the changes of tables that are not outbox tables are
+// skipped (a counter counts them); an outbox table left out of
+// postgres.table.include.list would be skipped the same way, so each such
+// table is named in the log, once per session.
+func TestAllTablesPublicationNamesTheTablesItSkips(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR ALL TABLES WITH (publish = 'insert')")
+	core, logs := observer.New(zapcore.InfoLevel)
+	consumer := env.NewConsumer(t, f.topics[:1])
+	stop := runRelayLog(t, f.config(), zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core())))
+	f.waitStreaming(t)
+	for range 2 {
+		f.exec(t, "INSERT INTO outbox_other (note) VALUES ('business')")
+	}
+	want := f.insertEvents(t, "0001", 1, nil)
+	consumer.WaitFor(t, len(want), time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	lines := logs.FilterMessageSnippet("not an outbox table").All()
+	if len(lines) != 1 || lines[0].ContextMap()["table"] != "public.outbox_other" {
+		var got []string
+		for _, l := range lines {
+			got = append(got, fmt.Sprint(l.Message, l.ContextMap()))
+		}
+		t.Fatalf("log lines naming skipped tables: %v, want one naming public.outbox_other", got)
 	}
 }

@@ -50,6 +50,8 @@ type session struct {
 	watcher catalogWatcher
 	rec     router.Record
 	rels    map[*replication.Relation]relClass
+	// othersLogged: the other tables classified already named in the log.
+	othersLogged map[string]bool
 
 	cur    checkpoint.TxnID
 	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
@@ -852,7 +854,7 @@ func (s *session) relation(rel *replication.Relation) {
 		ok = false
 	}
 	if ok {
-		s.rels[rel] = c
+		s.classified(rel, c)
 		return
 	}
 	// Perhaps a partition attached since the session started: ask the
@@ -861,6 +863,21 @@ func (s *session) relation(rel *replication.Relation) {
 	// partition yet).
 	s.pendingRel, s.pendingAt, s.pendingBy = rel, s.commit, s.clock.Now().Add(relationWait)
 	s.watcher.Check()
+}
+
+// classified records rel's class; a table that is not an outbox table (of
+// a FOR ALL TABLES publication) is named in the log once per session, so
+// that an outbox table left out of postgres.table.include.list is seen.
+func (s *session) classified(rel *replication.Relation, c relClass) {
+	s.rels[rel] = c
+	if c.other && !s.othersLogged[rel.Table] && rel.Table != s.r.cfg.Postgres.StateTable {
+		if s.othersLogged == nil {
+			s.othersLogged = map[string]bool{}
+		}
+		s.othersLogged[rel.Table] = true
+		s.log.Info("skipping the changes of a table that is not an outbox table (the publication is FOR ALL TABLES); if it is one, add it to postgres.table.include.list",
+			zap.String("table", rel.Table), zap.Uint32("oid", rel.ID))
+	}
 }
 
 // resolve sets c's router types from cat, and says whether cat knew every
@@ -942,7 +959,7 @@ func (s *session) classifyPending() {
 	if c.table != "" {
 		c.resolve(s.pendingRel, &s.latest, true)
 	}
-	s.rels[s.pendingRel] = c
+	s.classified(s.pendingRel, c)
 	s.pendingRel, s.pendingCls = nil, nil
 }
 

@@ -359,7 +359,7 @@ func (m *Metrics) Acked(topic string, bytes int, commitToAck, sendToAck time.Dur
 func (m *Metrics) Failed(topic string, _ error) { m.topic(topic).failed.Inc() }
 
 // DeadLettered counts an event sent to a dead-letter topic instead of
-// topic.
+// topic (the dead-letter topic itself when the row could not be routed).
 func (m *Metrics) DeadLettered(topic string) { m.topic(topic).deadLettered.Inc() }
 
 // Progress implements relay.Observer.

@@ -39,7 +39,14 @@ func (s *session) deadLetter(id checkpoint.TxnID, key, value, eventID []byte, re
 		rec.Value = truncatedValue(rec.Value, limit)
 	}
 	chunk, _ := hold.(*replication.Chunk)
-	s.r.obs.DeadLettered(s.r.cfg.Relay.DeadLetterTopic)
+	// Counted under the topic the event was meant for, as the poll source
+	// and the snapshot count it (the dead-letter topic's own name when the
+	// row could not be routed to one).
+	meant := topic
+	if meant == "" {
+		meant = s.r.cfg.Relay.DeadLetterTopic
+	}
+	s.r.obs.DeadLettered(meant)
 	s.send(&rec, s.meta(&rec, chunk, id, stamp))
 }
 

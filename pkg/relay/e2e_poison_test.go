@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +60,8 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 				if c.setup != nil {
 					c.setup(&cfg)
 				}
-				done := startPoisonRelay(t, cfg)
+				dl := &deadLetterCount{}
+				done := startPoisonRelay(t, cfg, relay.WithObserver(dl))
 				f.waitStreaming(t)
 				insert := func(sql string) {
 					t.Helper()
@@ -126,9 +128,42 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 					}
 				}
 				requireRunning(t, done)
+				// Counted under the topic the event was meant for (the
+				// dead-letter topic's when it had none), as the poll
+				// source counts it.
+				want := dlq
+				switch c.name {
+				case "record larger than Kafka accepts":
+					want = topic
+				case "topic does not exist":
+					want = "outbox.event." + f.slot + "_nowhere"
+				}
+				if got := dl.topics(); !slices.Equal(got, []string{want}) {
+					t.Fatalf("dead-lettered events counted under %v, want [%s]", got, want)
+				}
 			})
 		}
 	}
+}
+
+// deadLetterCount records the topics the relay counts dead-lettered
+// events under.
+type deadLetterCount struct {
+	relay.NopObserver
+	mu   sync.Mutex
+	seen []string
+}
+
+func (d *deadLetterCount) DeadLettered(topic string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seen = append(d.seen, topic)
+}
+
+func (d *deadLetterCount) topics() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.seen)
 }
 
 // poisonTopics lets the outbox table hold a NULL routing value (one kind
@@ -158,9 +193,9 @@ func (f *fixture) poisonPolicy(t *testing.T, cfg *relay.Config, policy string) (
 // startPoisonRelay runs the relay of cfg, logging warnings and worse, until
 // the test ends. Its result arrives on the channel: the fail policy stops
 // it (waitPoisonStop), dead-letter must not (requireRunning).
-func startPoisonRelay(t *testing.T, cfg relay.Config) <-chan error {
+func startPoisonRelay(t *testing.T, cfg relay.Config, opts ...relay.Option) <-chan error {
 	t.Helper()
-	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

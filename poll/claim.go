@@ -70,11 +70,14 @@ type Batch struct {
 	// Bytes is what the rows' values take.
 	Bytes int
 	// Held counts the rows locked but left out of Rows, behind an earlier
-	// row of their key that the claim skipped (locked by another
-	// transaction, or committed since it began); HeldKeys are those keys
-	// (the key column's output text, "" for NULL).
+	// row of their key that the claim did not take (see
+	// holdBehindSkipped); HeldKeys are the keys (the key column's output
+	// text) whose earlier row another transaction locks; LateRows says
+	// some were held behind rows committed late, which the next claim can
+	// take at once.
 	Held     int
 	HeldKeys []string
+	LateRows bool
 	c        *Claimer
 	tx       pgx.Tx
 }
@@ -111,7 +114,13 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	for _, w := range where {
 		sql += " AND " + w
 	}
-	sql += " ORDER BY t." + ColumnSeq + " LIMIT " + strconv.Itoa(limit) + " FOR NO KEY UPDATE OF t SKIP LOCKED"
+	// NO KEY UPDATE is all that marking a row needs, and a foreign key
+	// check's KEY SHARE does not stop it; deleting a row needs UPDATE.
+	lock := " FOR NO KEY UPDATE OF t SKIP LOCKED"
+	if c.onPublish == OnPublishDelete {
+		lock = " FOR UPDATE OF t SKIP LOCKED"
+	}
+	sql += " ORDER BY t." + ColumnSeq + " LIMIT " + strconv.Itoa(limit) + lock
 	rows, err := tx.Query(ctx, sql, append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, args...)...)
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -132,45 +141,56 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	return b, nil
 }
 
-// holdBehindSkipped keeps per-key order past rows the claim skipped: a row
-// another transaction locks (an application's SELECT ... FOR UPDATE, an
-// UPDATE of the row) is skipped, and the later rows of its key must not
-// go before it. The claim's own where clauses and arguments find the
-// unpublished rows before the batch's last sequence that the batch does not
-// hold (skipped, or committed since the claim's statement: either way
-// their key waits); the batch's rows of those keys after them are dropped
-// from it, still locked and unpublished, for a later claim. Held counts
-// them.
+// holdBehindSkipped keeps per-key order past rows the claim did not take:
+// the unpublished rows with a key before the batch's last sequence that
+// the batch does not hold, found with the claim's own where clauses and
+// arguments. Either another transaction locks them (an application's
+// SELECT ... FOR UPDATE, an UPDATE of the row), and the claim skipped
+// them, or they were committed since the claim's statement began. Either
+// way the batch's later rows of their keys must not go first: they are
+// dropped from it, still locked and unpublished (Held counts them). The
+// keys of locked rows are HeldKeys, which the relay blocks for a moment;
+// rows committed late are locked here (so the statement tells them from
+// locked ones) and LateRows says the next claim takes them at once. Rows
+// without a key have no order to keep.
 func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []any) error {
 	c := b.c
-	if len(b.Rows) == 0 {
+	if len(b.Rows) == 0 || !c.t.hasKey {
 		return nil
 	}
 	seqs := make([]int64, len(b.Rows))
 	for i, r := range b.Rows {
 		seqs[i] = r.Seq
 	}
-	key := c.t.keyOutput("t")
+	col := pgx.Identifier{c.t.KeyColumn}.Sanitize()
 	args = append(args, b.Rows[len(b.Rows)-1].Seq, seqs)
-	sql := "SELECT " + key + ", t." + ColumnSeq + " FROM " + c.t.quoted + " t WHERE t." + ColumnPublishedAt + " IS NULL" +
+	cond := " FROM " + c.t.quoted + " t WHERE t." + ColumnPublishedAt + " IS NULL AND t." + col + " IS NOT NULL" +
 		" AND t." + ColumnSeq + " < $" + strconv.Itoa(len(args)-1) + " AND NOT (t." + ColumnSeq + " = ANY($" + strconv.Itoa(len(args)) + "::bigint[]))"
 	for _, w := range where {
-		sql += " AND " + w
+		cond += " AND " + w
 	}
+	// One statement, one snapshot: free are the rows it could lock.
+	sql := "WITH free AS (SELECT t." + ColumnSeq + cond + " FOR NO KEY UPDATE OF t SKIP LOCKED) SELECT format('%s', t." + col + "), t." + ColumnSeq +
+		", t." + ColumnSeq + " IN (SELECT " + ColumnSeq + " FROM free)" + cond
 	rows, err := b.tx.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("find skipped rows: %w", err)
 	}
 	first := map[string]int64{}
+	locked := map[string]bool{}
 	for rows.Next() {
 		var k string
 		var seq int64
-		if err := rows.Scan(&k, &seq); err != nil {
+		var free bool
+		if err := rows.Scan(&k, &seq, &free); err != nil {
 			rows.Close()
 			return fmt.Errorf("find skipped rows: %w", err)
 		}
 		if f, ok := first[k]; !ok || seq < f {
 			first[k] = seq
+		}
+		if !free {
+			locked[k] = true
 		}
 	}
 	rows.Close()
@@ -182,8 +202,11 @@ func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []an
 	}
 	kept := b.Rows[:0]
 	for _, r := range b.Rows {
-		if f, ok := first[string(r.Key)]; ok && r.Seq > f {
+		if f, ok := first[string(r.Key)]; ok && r.Key != nil && r.Seq > f {
 			b.Held++
+			if !locked[string(r.Key)] {
+				b.LateRows = true
+			}
 			for _, v := range r.Values {
 				b.Bytes -= len(v)
 			}
@@ -192,7 +215,7 @@ func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []an
 		kept = append(kept, r)
 	}
 	b.Rows = kept
-	for k := range first {
+	for k := range locked {
 		b.HeldKeys = append(b.HeldKeys, k)
 	}
 	return nil

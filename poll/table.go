@@ -115,8 +115,11 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 // makes every row born published, never claimed; a seq that is not an
 // integer cannot order the claims.
 func (t *Table) checkColumns(ctx context.Context, conn *pgx.Conn) error {
-	rows, err := conn.Query(ctx, `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef, a.attgenerated <> ''
-		FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2) AND NOT a.attisdropped`,
+	// The type without its modifier, a domain's base type.
+	rows, err := conn.Query(ctx, `SELECT a.attname::text, format_type(CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE a.atttypid END, NULL),
+		a.attnotnull, a.atthasdef, a.attgenerated <> ''
+		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+		WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2) AND NOT a.attisdropped`,
 		t.quoted, []string{ColumnPublishedAt, ColumnSeq})
 	if err != nil {
 		return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)

@@ -20,21 +20,25 @@ type Pending struct {
 	// for (transactional or not); FirstMessage is the LSN of the first.
 	Messages     int
 	FirstMessage LSN
-	// Others counts, by relation name, the inserts into other tables the
-	// publication carries.
-	Others map[string]int
+	// Others counts, by relation OID, the inserts into other tables the
+	// publication carries (a partition's own, when the publication reports
+	// partitions under their names).
+	Others map[uint32]OtherInserts
 }
 
-// OtherTables lists Others as "name (n inserts)", by name.
-func (p Pending) OtherTables() string {
-	names := make([]string, 0, len(p.Others))
-	for n := range p.Others {
-		names = append(names, n)
+// OtherInserts are the pending inserts into one other relation.
+type OtherInserts struct {
+	Table   string
+	Inserts int
+}
+
+// OtherTables lists others as "name (n inserts)", by name.
+func OtherTables(others map[uint32]OtherInserts) string {
+	var names []string
+	for _, o := range others {
+		names = append(names, fmt.Sprintf("%s (%d inserts)", o.Table, o.Inserts))
 	}
 	sort.Strings(names)
-	for i, n := range names {
-		names[i] = fmt.Sprintf("%s (%d inserts)", n, p.Others[n])
-	}
 	return strings.Join(names, ", ")
 }
 
@@ -109,9 +113,12 @@ func PeekPending(ctx context.Context, q interface {
 			}
 			if !slices.Contains(ids, m.Rel.ID) {
 				if p.Others == nil {
-					p.Others = map[string]int{}
+					p.Others = map[uint32]OtherInserts{}
 				}
-				p.Others[m.Rel.Table]++
+				o := p.Others[m.Rel.ID]
+				o.Table = m.Rel.Table
+				o.Inserts++
+				p.Others[m.Rel.ID] = o
 				continue
 			}
 			if m.Rel != rel {

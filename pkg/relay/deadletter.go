@@ -39,15 +39,18 @@ func (s *session) deadLetter(id checkpoint.TxnID, key, value, eventID []byte, re
 		rec.Value = truncatedValue(rec.Value, limit)
 	}
 	chunk, _ := hold.(*replication.Chunk)
-	// Counted under the topic the event was meant for, as the poll source
-	// and the snapshot count it (the dead-letter topic's own name when the
-	// row could not be routed to one).
-	meant := topic
-	if meant == "" {
-		meant = s.r.cfg.Relay.DeadLetterTopic
-	}
-	s.r.obs.DeadLettered(meant)
+	s.r.obs.DeadLettered(s.r.deadLetteredAs(topic))
 	s.send(&rec, s.meta(&rec, chunk, id, stamp))
+}
+
+// deadLetteredAs is the topic a dead-lettered event is counted under: the
+// one it was meant for, or the dead-letter topic's own name when the row
+// could not be routed to one.
+func (r *Relay) deadLetteredAs(topic string) string {
+	if topic == "" {
+		return r.cfg.Relay.DeadLetterTopic
+	}
+	return topic
 }
 
 // truncatedValue replaces a value too large to dead-letter with a JSON

@@ -23,9 +23,12 @@ import (
 
 // handoverFixture is a fixture whose outbox has the poll columns and
 // whose slot has relayed the first events, with the WAL relay stopped.
-func handoverFixture(t *testing.T, env *testenv.Env, tables ...string) (*fixture, *testenv.Consumer, []string) {
+func handoverFixture(t *testing.T, env *testenv.Env, pre func(*testing.T, *fixture), tables ...string) (*fixture, *testenv.Consumer, []string) {
 	t.Helper()
 	f := newFixture(t, env, 1)
+	if pre != nil {
+		pre(t, f)
+	}
 	for _, table := range tables {
 		if err := outboxtest.Setup(context.Background(), f.conn, strings.TrimPrefix(table, "public.")); err != nil {
 			t.Fatal(err)
@@ -64,6 +67,7 @@ func TestHandoverRefusesPendingEventsAPollRelayCannotRelay(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		tables []string // the WAL relay's other outbox tables
+		pre    func(t *testing.T, f *fixture)
 		write  func(t *testing.T, f *fixture) string
 		want   string
 	}{
@@ -101,9 +105,22 @@ func TestHandoverRefusesPendingEventsAPollRelayCannotRelay(t *testing.T) {
 			f.exec(t, `INSERT INTO outbox2 (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'o1', 'T', '{}')`, id, f.shape.AggregateTypes[0])
 			return id
 		}},
+		// Reported under the partition's own name: the WAL relay's
+		// record names the partitioned table.
+		{name: "other-partitioned-table", tables: []string{"public.outbox2"}, want: "tables this poll relay does not read", pre: func(t *testing.T, f *fixture) {
+			f.exec(t, `CREATE TABLE outbox2 (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+				type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (id)) PARTITION BY HASH (id)`)
+			f.exec(t, "CREATE TABLE outbox2_h0 PARTITION OF outbox2 FOR VALUES WITH (MODULUS 2, REMAINDER 0)")
+			f.exec(t, "CREATE TABLE outbox2_h1 PARTITION OF outbox2 FOR VALUES WITH (MODULUS 2, REMAINDER 1)")
+			f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox, outbox2 WITH (publish = 'insert')")
+		}, write: func(t *testing.T, f *fixture) string {
+			id := "00000000-0000-4000-8000-000900000003"
+			f.exec(t, `INSERT INTO outbox2 (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'o1', 'T', '{}')`, id, f.shape.AggregateTypes[0])
+			return id
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, c, relayed := handoverFixture(t, env, tc.tables...)
+			f, c, relayed := handoverFixture(t, env, tc.pre, tc.tables...)
 			// Pending in the slot: one event of the kind, one plain row.
 			special := tc.write(t, f)
 			plain := f.insertEvents(t, "0002", 1, nil)
@@ -169,7 +186,7 @@ func TestHandoverRefusesPendingEventsAPollRelayCannotRelay(t *testing.T) {
 // must wait for the flush, and the row must reach Kafka.
 func TestHandoverWaitsForAsynchronousCommitsToBeFlushed(t *testing.T) {
 	env := testenv.RequireExclusive(t)
-	f, c, relayed := handoverFixture(t, env)
+	f, c, relayed := handoverFixture(t, env, nil)
 	ctx := context.Background()
 	var pid int
 	if err := f.checkDB.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'").Scan(&pid); err != nil {

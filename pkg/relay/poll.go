@@ -265,8 +265,8 @@ func (s *pollSession) loop() error {
 		// Rows held behind a skipped row of their key (another
 		// transaction locks it) leave room: their keys wait a moment and
 		// the next claim goes on with the others.
-		full := len(b.Rows)+b.Held == limit
-		pr.holdKeys(b, now)
+		full := len(b.Rows)+b.Held == limit || b.LateRows
+		pr.holdKeys(b, r.clock.Now())
 		if err := s.process(b); err != nil {
 			return err
 		}
@@ -335,7 +335,6 @@ func (s *pollSession) idle() error {
 	return nil
 }
 
-// blockedKeys forgets the keys whose retry is due and returns the others.
 // heldKeyWait is how long a key whose earliest unpublished row another
 // transaction locks waits before a claim tries it again.
 const heldKeyWait = time.Second
@@ -359,6 +358,7 @@ func (pr *pollRunner) holdKeys(b *poll.Batch, now time.Time) {
 	}
 }
 
+// blockedKeys forgets the keys whose retry is due and returns the others.
 func (pr *pollRunner) blockedKeys(now time.Time) []string {
 	var out []string
 	for k, at := range pr.blocked {
@@ -490,7 +490,7 @@ func (s *pollSession) deadLetter(b *poll.Batch, rows []pubRow, res []rowResult, 
 			return &FatalError{Err: fmt.Errorf("relay: the dead-letter topic %q refused the record of event %s: %w", s.r.cfg.Relay.DeadLetterTopic, recs[j].EventID, errs[j])}
 		}
 		failed[k].DeadLettered = true
-		s.r.obs.DeadLettered(res[failed[k].Index].rec.Topic)
+		s.r.obs.DeadLettered(s.r.deadLetteredAs(res[failed[k].Index].rec.Topic))
 	}
 	return nil
 }

@@ -114,7 +114,7 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	pending.Others = pr.unrelayedElsewhere(slot, pending.Others, walRelayed, known, cat.AllTables)
 	if len(pending.Others) > 0 {
 		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: the slot holds inserts it has not relayed into tables this poll relay does not read: %s; a poll relay reads %s only, and they would be dropped with the slot: run the WAL relay until it has relayed them (or take those tables out of publication %q if they are not outbox tables), stop it and start again; nothing was marked",
-			slot, pending.OtherTables(), t.Name, r.cfg.Postgres.Publication)}
+			slot, replication.OtherTables(pending.Others), t.Name, r.cfg.Postgres.Publication)}
 	}
 	n, err := poll.MarkRelayed(ctx, tx, t, pending.Inserts)
 	if err != nil {
@@ -145,10 +145,11 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// walTables reads which tables the WAL relay relayed: the outbox tables
-// its last session recorded in the state table (known is false without a
-// record).
-func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string) (tables map[string]uint32, known bool, err error) {
+// walTables reads which relations the WAL relay relayed, by OID: the
+// outbox tables its last session recorded in the state table, other than
+// this relay's, with their partitions at every level (mapped to the table
+// they belong to). known is false without a record of them.
+func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string) (oids map[uint32]string, known bool, err error) {
 	table := pr.r.cfg.Postgres.StateTable
 	if table == "" {
 		return nil, false, nil
@@ -161,24 +162,50 @@ func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string
 	if err != nil {
 		return nil, false, fmt.Errorf("relay: handover from slot %q: %w", slot, err)
 	}
-	return st.TableOIDs, found, nil
+	if !found || len(st.TableOIDs) == 0 {
+		return nil, false, nil
+	}
+	oids = map[uint32]string{}
+	for name := range st.TableOIDs {
+		if name == pr.table.Name {
+			continue
+		}
+		schema, rel, _ := strings.Cut(name, ".")
+		rows, err := conn.Query(ctx, `SELECT to_regclass($1)::oid WHERE to_regclass($1) IS NOT NULL
+			UNION SELECT relid::oid FROM pg_partition_tree(to_regclass($1))`, pgx.Identifier{schema, rel}.Sanitize())
+		if err != nil {
+			return nil, false, fmt.Errorf("relay: handover from slot %q: partitions of %s: %w", slot, name, err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+		if err != nil {
+			return nil, false, fmt.Errorf("relay: handover from slot %q: partitions of %s: %w", slot, name, err)
+		}
+		for _, id := range ids {
+			oids[id] = name
+		}
+	}
+	return oids, true, nil
 }
 
-// unrelayedElsewhere keeps, of the other tables' pending inserts, those of
-// tables the WAL relay relayed (walTables); without a record, every table
-// of a publication that names its tables. In a FOR ALL TABLES one, whose
-// other tables' inserts the WAL relay skipped, they cannot be told apart
-// without a record: a warning names them.
-func (pr *pollRunner) unrelayedElsewhere(slot string, others map[string]int, wal map[string]uint32, known, allTables bool) map[string]int {
-	kept := map[string]int{}
-	for name, n := range others {
-		if _, was := wal[name]; was || (!known && !allTables) {
-			kept[name] = n
+// unrelayedElsewhere keeps, of the other relations' pending inserts, those
+// of tables the WAL relay relayed (walTables, by the table they belong
+// to); without a record, every table of a publication that names its
+// tables. In a FOR ALL TABLES one, whose other tables' inserts the WAL
+// relay skipped, they cannot be told apart without a record: a warning
+// names them.
+func (pr *pollRunner) unrelayedElsewhere(slot string, others map[uint32]replication.OtherInserts, wal map[uint32]string, known, allTables bool) map[uint32]replication.OtherInserts {
+	kept := map[uint32]replication.OtherInserts{}
+	for oid, o := range others {
+		switch name, was := wal[oid]; {
+		case was:
+			kept[oid] = replication.OtherInserts{Table: name + " (" + o.Table + ")", Inserts: o.Inserts}
+		case !known && !allTables:
+			kept[oid] = o
 		}
 	}
 	if !known && allTables && len(others) > 0 {
 		pr.r.log.Warn("handover: the slot has inserts it has not relayed into other tables of its FOR ALL TABLES publication, and no state record says which of them the WAL relay relayed; any that is an outbox table loses those events with the slot",
-			zap.String("slot", slot), zap.String("tables", replication.Pending{Others: others}.OtherTables()))
+			zap.String("slot", slot), zap.String("tables", replication.OtherTables(others)))
 	}
 	return kept
 }

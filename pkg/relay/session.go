@@ -461,7 +461,9 @@ func (s *session) catalog(res catalogResult) error {
 	cfg := s.r.cfg.Postgres
 	if res.Err != nil {
 		if res.ShuttingDown {
-			return fmt.Errorf("relay: %w (%w): the stream ends at %s, the last position a catalog check covers, and what follows it is read and sent again once the server is back",
+			// (The check's error by its text: wrapped, a PgError would make
+			// the replication connection, which is fine, look broken.)
+			return fmt.Errorf("relay: %w (%v): the stream ends at %s, the last position a catalog check covers, and what follows it is read and sent again once the server is back",
 				errServerStopping, res.Err, s.confirmable())
 		}
 		s.catalogFailed++

@@ -320,7 +320,7 @@ func (r *Relay) publishSnapshotBatch(pub *rowPublisher, rows []pubRow) error {
 				}
 				r.log.Warn("dead-lettering a snapshot row that cannot be published", zap.ByteString("event_id", res[i].rec.EventID), zap.Error(res[i].err))
 				dead = append(dead, pub.deadLetterRecord(&rows[i], &res[i], 0, 1))
-				r.obs.DeadLettered(res[i].rec.Topic)
+				r.obs.DeadLettered(r.deadLetteredAs(res[i].rec.Topic))
 			case rowHeld:
 				rest = append(rest, rows[i])
 			}

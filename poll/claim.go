@@ -141,6 +141,9 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	return b, nil
 }
 
+// holdScanMax bounds the rows holdBehindSkipped reads.
+const holdScanMax = 10000
+
 // holdBehindSkipped keeps per-key order past rows the claim did not take:
 // the unpublished rows with a key before the batch's last sequence that
 // the batch does not hold, found with the claim's own where clauses and
@@ -169,15 +172,21 @@ func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []an
 	for _, w := range where {
 		cond += " AND " + w
 	}
-	// One statement, one snapshot: free are the rows it could lock.
-	sql := "WITH free AS (SELECT t." + ColumnSeq + cond + " FOR NO KEY UPDATE OF t SKIP LOCKED) SELECT format('%s', t." + col + "), t." + ColumnSeq +
-		", t." + ColumnSeq + " IN (SELECT " + ColumnSeq + " FROM free)" + cond
+	// One statement, one snapshot: free are the rows it could lock. In
+	// sequence order with a limit, as the claim, so that the plan is the
+	// partial index's short range whatever the statistics say (a fresh
+	// table's may suggest a scan of the whole table, on every claim).
+	limit := " ORDER BY t." + ColumnSeq + " LIMIT " + strconv.Itoa(holdScanMax)
+	sql := "WITH free AS (SELECT t." + ColumnSeq + cond + limit + " FOR NO KEY UPDATE OF t SKIP LOCKED) SELECT format('%s', t." + col + "), t." + ColumnSeq +
+		", t." + ColumnSeq + " IN (SELECT " + ColumnSeq + " FROM free)" + cond + limit
 	rows, err := b.tx.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("find skipped rows: %w", err)
 	}
 	first := map[string]int64{}
 	locked := map[string]bool{}
+	found := 0
+	var last int64
 	for rows.Next() {
 		var k string
 		var seq int64
@@ -192,6 +201,7 @@ func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []an
 		if !free {
 			locked[k] = true
 		}
+		found, last = found+1, seq
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -202,7 +212,10 @@ func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []an
 	}
 	kept := b.Rows[:0]
 	for _, r := range b.Rows {
-		if f, ok := first[string(r.Key)]; ok && r.Key != nil && r.Seq > f {
+		f, ok := first[string(r.Key)]
+		// Past holdScanMax rows not taken, the rest is not known: every
+		// later row waits.
+		if (ok && r.Key != nil && r.Seq > f) || (found == holdScanMax && r.Seq > last) {
 			b.Held++
 			if !locked[string(r.Key)] {
 				b.LateRows = true

@@ -19,13 +19,8 @@ import (
 // of the id (a char(n) loses its padding, an inet gains a /32), and rows
 // without an id are never marked.
 func TestMarkRelayedKnowsThePeekedIDsByTheirOutputText(t *testing.T) {
-	env := testenv.Require(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, env.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := newDatabase(t)
 	for _, c := range []struct {
 		typ     string
 		pending []string // as pgoutput sends them
@@ -84,13 +79,8 @@ func TestMarkRelayedKnowsThePeekedIDsByTheirOutputText(t *testing.T) {
 // now()): its rows would be born published and never relayed, with no
 // error. Check must refuse it, and a seq that cannot order the rows.
 func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
-	env := testenv.Require(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, env.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := newDatabase(t)
 	for i, c := range []struct {
 		publishedAt, seq, want string
 	}{
@@ -117,4 +107,17 @@ func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
 			t.Errorf("published_at %s, seq %s: %v, want a layout error saying %q", c.publishedAt, c.seq, err, c.want)
 		}
 	}
+}
+
+// newDatabase connects to a new database of the test environment, closed
+// when the test ends.
+func newDatabase(t *testing.T) *pgx.Conn {
+	t.Helper()
+	env := testenv.Require(t)
+	conn, err := pgx.Connect(context.Background(), env.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }

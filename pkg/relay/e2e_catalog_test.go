@@ -85,8 +85,14 @@ func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 
 func (f *fixture) walLSN(t *testing.T) checkpoint.LSN {
 	t.Helper()
+	return f.queryLSN(t, "SELECT pg_current_wal_lsn()::text")
+}
+
+// queryLSN runs sql, which returns one LSN as text, on the check connection.
+func (f *fixture) queryLSN(t *testing.T, sql string) checkpoint.LSN {
+	t.Helper()
 	var s string
-	if err := f.checkDB.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := f.checkDB.QueryRow(context.Background(), sql).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	l, err := parseLSN(s)

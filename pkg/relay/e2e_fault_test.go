@@ -254,11 +254,7 @@ func TestDatabaseFastShutdownWithKafkaFrozenIsNotHeldUp(t *testing.T) {
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 7)
 	c := env.NewConsumer(t, f.topics)
 	p := startBinary(t, f, "pgoutbox.log")
-	for range 20 {
-		if err := w.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTxns(t, w, 20)
 	waitAll(t, c, w, time.Minute)
 	env.KafkaPause(t)
 	resumed := false
@@ -267,11 +263,7 @@ func TestDatabaseFastShutdownWithKafkaFrozenIsNotHeldUp(t *testing.T) {
 			env.KafkaResume(t)
 		}
 	}()
-	for range 20 {
-		if err := w.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTxns(t, w, 20)
 	// The relay has read them (records in flight that Kafka does not
 	// answer), so the walsender has sent WAL the relay cannot confirm.
 	want := f.walLSN(t)
@@ -298,19 +290,21 @@ func TestDatabaseFastShutdownWithKafkaFrozenIsNotHeldUp(t *testing.T) {
 	f.reconnect(t)
 	// One writer throughout, so that per key its sequence is commit order.
 	w.SetConn(f.conn)
-	for range 20 {
-		if err := w.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTxns(t, w, 20)
 	waitAll(t, c, w, 2*time.Minute)
 	p.terminate(t, time.Minute)
 	// What Kafka had not acknowledged when the stream ended is resent by
 	// the next session: duplicates, explained by its start.
-	rep := outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), sessionStarts(t, p.log))
-	t.Logf("%s", rep)
+	requireOK(t, "after a fast shutdown with Kafka frozen", outboxtest.Check(w.Committed, w.RolledBack, delivered(drain(t, c, f)), sessionStarts(t, p.log)))
+}
+
+// requireOK logs rep and fails the test unless it is OK (duplicates
+// explained by restarts are).
+func requireOK(t *testing.T, when string, rep outboxtest.Report) {
+	t.Helper()
+	t.Logf("%s: %s", when, rep)
 	if !rep.OK() {
-		t.Fatalf("after a fast shutdown with Kafka frozen: %s", rep)
+		t.Fatalf("%s: %s", when, rep)
 	}
 }
 
@@ -333,11 +327,7 @@ func TestServerShutdownKeepsTheSlotWithinTheFence(t *testing.T) {
 	c := env.NewConsumer(t, f.topics)
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 41)
 	p := startBinary(t, f, "first.log")
-	for range 20 {
-		if err := w.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTxns(t, w, 20)
 	waitAll(t, c, w, time.Minute)
 	env.PGCtl(t, "stop", "-m", "fast", "-t", "30")
 	// Killed while it retries: it records no stop.
@@ -356,11 +346,7 @@ func TestServerShutdownKeepsTheSlotWithinTheFence(t *testing.T) {
 	}
 	q := startBinary(t, f, "second.log")
 	w2 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 42)
-	for range 20 {
-		if err := w2.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTxns(t, w2, 20)
 	waitAll(t, c, w2, time.Minute)
 	q.terminate(t, time.Minute)
 	if lines := q.logLines(t, "past the recorded fence"); len(lines) > 0 {
@@ -389,11 +375,7 @@ func TestServerShutdownKeepsTheSlotWithinTheFence(t *testing.T) {
 		t.Fatalf("the start's warning does not name the slot at the shutdown checkpoint %s and the fence %s: %s", confirmed, fence, line)
 	}
 	w3 := outboxtest.NewWriter(f.conn, "outbox", f.shape, 43)
-	for range 20 {
-		if err := w3.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTxns(t, w3, 20)
 	waitAll(t, c, w3, time.Minute)
 	r.terminate(t, time.Minute)
 	if hold := f.cleanupHold(t); !strings.Contains(hold, "may never have been relayed") {
@@ -401,19 +383,21 @@ func TestServerShutdownKeepsTheSlotWithinTheFence(t *testing.T) {
 	}
 }
 
+// writeTxns writes n transactions with w.
+func writeTxns(t *testing.T, w *outboxtest.Writer, n int) {
+	t.Helper()
+	for range n {
+		if err := w.Txn(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // shutdownCheckpoint is the server's latest checkpoint, which just after
 // a start is its shutdown checkpoint.
 func (f *fixture) shutdownCheckpoint(t *testing.T) checkpoint.LSN {
 	t.Helper()
-	var s string
-	if err := f.checkDB.QueryRow(context.Background(), "SELECT checkpoint_lsn::text FROM pg_control_checkpoint()").Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	l, err := parseLSN(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return f.queryLSN(t, "SELECT checkpoint_lsn::text FROM pg_control_checkpoint()")
 }
 
 // logLines returns the lines of the process's log that contain substr.

@@ -356,9 +356,7 @@ func TestPollSeesAColumnTypeChangedWhileItRuns(t *testing.T) {
 }
 
 func testPollColumnTypeChange(t *testing.T, env *testenv.Env, mode string) {
-	f := newPollFixture(t, env, 1)
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	f, topic := newPollTopicFixture(t, env)
 	cfg := f.pollConfig()
 	u, err := url.Parse(cfg.Postgres.DSN)
 	if err != nil {
@@ -414,9 +412,7 @@ func testPollColumnTypeChange(t *testing.T, env *testenv.Env, mode string) {
 // stop it.
 func TestPollKeepsOrderPastAForeignKeyCheck(t *testing.T) {
 	env := testenv.Require(t)
-	f := newPollFixture(t, env, 1)
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	f, topic := newPollTopicFixture(t, env)
 	ctx := context.Background()
 	f.exec(t, "CREATE TABLE refs (event_id uuid NOT NULL REFERENCES outbox (id))")
 	first, second := "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
@@ -457,9 +453,7 @@ func TestPollKeepsOrderPastAForeignKeyCheck(t *testing.T) {
 // other keys must go on meanwhile.
 func TestPollKeepsOrderPastARowAnotherTransactionLocks(t *testing.T) {
 	env := testenv.Require(t)
-	f := newPollFixture(t, env, 1)
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	f, topic := newPollTopicFixture(t, env)
 	ctx := context.Background()
 	ids := map[string][]string{}
 	for i := range 6 {
@@ -503,4 +497,14 @@ func TestPollKeepsOrderPastARowAnotherTransactionLocks(t *testing.T) {
 	if !slices.Equal(got, ids["k"]) {
 		t.Fatalf("key k delivered as %v, want %v", got, ids["k"])
 	}
+}
+
+// newPollTopicFixture is newPollFixture with one topic of one partition
+// for the events it writes (aggregate type: the fixture's slot name).
+func newPollTopicFixture(t *testing.T, env *testenv.Env) (*fixture, string) {
+	t.Helper()
+	f := newPollFixture(t, env, 1)
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	return f, topic
 }

@@ -132,6 +132,9 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 		err = rows.Err()
 	}
 	if err == nil {
+		if betweenClaimStatements != nil {
+			betweenClaimStatements()
+		}
 		err = b.holdBehindSkipped(ctx, where, args)
 	}
 	if err != nil {
@@ -140,6 +143,11 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 	}
 	return b, nil
 }
+
+// betweenClaimStatements, when set (by a test only), runs between the
+// claim's statement and holdBehindSkipped's: a commit there is one a real
+// server cannot be made to land in that window on demand.
+var betweenClaimStatements func()
 
 // holdScanMax bounds the rows holdBehindSkipped reads.
 const holdScanMax = 10000

@@ -384,6 +384,14 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 // catalog up to ten times a second while it confirms): the WAL position
 // and the waiting transactions, then the transaction as one pipeline.
 func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, error) {
+	return ReadCatalogSeeing(ctx, conn, cfg, 0)
+}
+
+// ReadCatalogSeeing is ReadCatalog whose snapshot must also see the
+// transaction xid (0: none), which the caller knows committed (the stream
+// carried it): a commit is in WAL, and sent, a moment before it is
+// visible, so a read as of a WAL position past it may not see it yet.
+func ReadCatalogSeeing(ctx context.Context, conn *pgx.Conn, cfg Config, xid uint32) (Catalog, error) {
 	var c Catalog
 	var at, sync string
 	var waiting []string
@@ -402,6 +410,9 @@ func ReadCatalog(ctx context.Context, conn *pgx.Conn, cfg Config) (Catalog, erro
 	l, err := pglogrepl.ParseLSN(at)
 	if err != nil {
 		return c, fmt.Errorf("replication: WAL position %q: %w", at, err)
+	}
+	if xid != 0 {
+		waiting = append(waiting, strconv.FormatUint(uint64(xid), 10))
 	}
 	// However long ctx is, a commit is waited for at most invisibleWait.
 	wctx, cancel := context.WithTimeout(ctx, invisibleWait)

@@ -347,6 +347,7 @@ type liveWatcher struct {
 	eventCommit checkpoint.LSN
 
 	fenceWant checkpoint.LSN
+	see       uint32 // See's transaction
 
 	recorded      checkpoint.LSN // what the state row says
 	recordedEvent checkpoint.LSN
@@ -368,6 +369,12 @@ func (w *liveWatcher) Results() <-chan catalogResult { return w.results }
 func (w *liveWatcher) Confirmed(lsn, eventCommit checkpoint.LSN) {
 	w.mu.Lock()
 	w.confirmed, w.eventCommit = max(w.confirmed, lsn), max(w.eventCommit, eventCommit)
+	w.mu.Unlock()
+}
+
+func (w *liveWatcher) See(xid uint32) {
+	w.mu.Lock()
+	w.see = xid
 	w.mu.Unlock()
 }
 
@@ -427,6 +434,9 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 	cctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
 	var res catalogResult
+	w.mu.Lock()
+	see := w.see
+	w.mu.Unlock()
 	// A connection that was ended (a shutdown, pg_terminate_backend) is
 	// replaced at once, once: a server that shuts down refuses the new one.
 	for try := 0; try < 2; try++ {
@@ -437,9 +447,9 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 			}
 			w.conn = conn
 		}
-		cat, err := replication.ReadCatalog(cctx, w.conn, w.cfg)
+		cat, err := replication.ReadCatalogSeeing(cctx, w.conn, w.cfg, see)
 		if err == nil {
-			res := catalogResult{Catalog: cat}
+			res := catalogResult{Catalog: cat, Saw: see}
 			w.raiseFence(cctx, &res)
 			return res
 		}

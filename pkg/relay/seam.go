@@ -61,6 +61,10 @@ type topicResult struct {
 type catalogWatcher interface {
 	// Check asks for a check now; it never blocks.
 	Check()
+	// See makes the checks from now on see transaction xid (0: none), which
+	// the stream carried, before they pass: a commit is sent a moment
+	// before it is visible. Their results say so (catalogResult.Saw).
+	See(xid uint32)
 	Results() <-chan catalogResult
 	// Confirmed tells the watcher what the slot was last told, and the end
 	// of the last transaction that carried events, for the state record.
@@ -82,6 +86,8 @@ type catalogResult struct {
 	// ShuttingDown says the server refused the check because it is
 	// shutting down.
 	ShuttingDown bool
+	// Saw is the transaction the check's snapshot was made to see (See).
+	Saw uint32
 	// Fence, when not 0, is the fence the state row holds after this
 	// check raised it: the session may confirm up to it. FenceOff says the
 	// state table keeps no fence (one made before stopped_lsn): the

@@ -50,6 +50,8 @@ type session struct {
 	watcher catalogWatcher
 	rec     router.Record
 	rels    map[*replication.Relation]relClass
+	// xid is the open transaction's (BEGIN's).
+	xid uint32
 	// othersLogged: the other tables classified already named in the log.
 	othersLogged map[string]bool
 
@@ -110,9 +112,13 @@ type session struct {
 	// with a check made at or after pendingAt. pendingCls is its class
 	// when only its column types were unknown.
 	pendingRel *replication.Relation
-	pendingCls *relClass
-	pendingAt  checkpoint.LSN
-	pendingBy  time.Time
+	// pendingXID is the transaction the pending relation came in, which a
+	// check must see (See) before it may classify it; latestSaw is the one
+	// the latest check saw.
+	pendingXID, latestSaw uint32
+	pendingCls            *relClass
+	pendingAt             checkpoint.LSN
+	pendingBy             time.Time
 
 	// failures are acks the loop made itself (a topic that does not exist,
 	// a record too large for its topic), handled like Kafka's.
@@ -492,7 +498,7 @@ func (s *session) catalog(res catalogResult) error {
 	if res.FenceOff {
 		s.fenceOn = false
 	}
-	s.latest = res.Catalog
+	s.latest, s.latestSaw = res.Catalog, res.Saw
 	if s.pendingRel != nil {
 		s.classifyPending()
 	}
@@ -735,6 +741,7 @@ func (s *session) handle(ev replication.Event) error {
 	}
 	switch {
 	case ev.Begin != nil:
+		s.xid = ev.Begin.XID
 		if s.eos.skip(ev.Begin.FinalLSN) {
 			s.eos.skipTxn()
 			return nil
@@ -864,6 +871,10 @@ func (s *session) relation(rel *replication.Relation) {
 	// transaction's commit answers (an older one may not know the
 	// partition yet).
 	s.pendingRel, s.pendingAt, s.pendingBy = rel, s.commit, s.clock.Now().Add(relationWait)
+	// Its commit is in WAL (the stream carries the transaction) but may
+	// not be visible yet to a check that read a WAL position past it.
+	s.pendingXID = s.xid
+	s.watcher.See(s.xid)
 	s.watcher.Check()
 }
 
@@ -948,7 +959,7 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 // if that check was made after the relation's transaction committed;
 // otherwise it asks for another.
 func (s *session) classifyPending() {
-	if s.latest.CheckedAt < s.pendingAt {
+	if s.latest.CheckedAt < s.pendingAt || s.latestSaw != s.pendingXID {
 		s.watcher.Check()
 		return
 	}
@@ -962,7 +973,8 @@ func (s *session) classifyPending() {
 		c.resolve(s.pendingRel, &s.latest, true)
 	}
 	s.classified(s.pendingRel, c)
-	s.pendingRel, s.pendingCls = nil, nil
+	s.pendingRel, s.pendingCls, s.pendingXID = nil, nil, 0
+	s.watcher.See(0)
 }
 
 // unclassified ends the wait for a relation the catalog did not classify:

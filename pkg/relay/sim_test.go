@@ -1020,6 +1020,7 @@ func (c *simChecker) answer() bool {
 type simWatcher struct {
 	w       *simWorld
 	want    checkpoint.LSN // the fence the session asked for
+	see     uint32         // See's transaction: visible at once here
 	granted checkpoint.LSN // the fence the last raise recorded
 	asked   bool
 	last    time.Time
@@ -1027,6 +1028,7 @@ type simWatcher struct {
 }
 
 func (c *simWatcher) Check()                                   { c.asked = true }
+func (c *simWatcher) See(xid uint32)                           { c.see = xid }
 func (c *simWatcher) RaiseFence(lsn checkpoint.LSN)            { c.want, c.asked = max(c.want, lsn), true }
 func (c *simWatcher) Results() <-chan catalogResult            { return c.results }
 func (c *simWatcher) Confirmed(checkpoint.LSN, checkpoint.LSN) {}
@@ -1059,7 +1061,7 @@ func (c *simWatcher) answer() bool {
 		cat.Tables[0].OID = 1002
 		cat.CheckedAt = at
 	}
-	res := catalogResult{Catalog: cat}
+	res := catalogResult{Catalog: cat, Saw: c.see}
 	if c.want > c.granted {
 		// Raised in the check's round trip, to its WAL position at least.
 		w.fence = max(w.fence, c.want, at)

@@ -22,15 +22,7 @@ func TestClaimHoldsBackTheRowsBehindOneItDidNotTake(t *testing.T) {
 	env := testenv.Require(t)
 	ctx := context.Background()
 	dsn := env.NewDatabase(t)
-	connect := func() *pgx.Conn {
-		t.Helper()
-		c, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
-	}
+	connect := func() *pgx.Conn { return testenv.ConnectPG(t, dsn) }
 	conn, other := connect(), connect()
 	exec := func(c *pgx.Conn, sql string, args ...any) {
 		t.Helper()

@@ -113,11 +113,5 @@ func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
 // when the test ends.
 func newDatabase(t *testing.T) *pgx.Conn {
 	t.Helper()
-	env := testenv.Require(t)
-	conn, err := pgx.Connect(context.Background(), env.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
+	return testenv.ConnectPG(t, testenv.Require(t).NewDatabase(t))
 }

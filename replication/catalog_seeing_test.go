@@ -22,15 +22,7 @@ func TestReadCatalogSeeingWaitsForTheTransaction(t *testing.T) {
 	env := testenv.Require(t)
 	ctx := context.Background()
 	dsn := env.NewDatabase(t)
-	connect := func() *pgx.Conn {
-		t.Helper()
-		c, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
-	}
+	connect := func() *pgx.Conn { return testenv.ConnectPG(t, dsn) }
 	conn, ddl := connect(), connect()
 	if _, err := conn.Exec(ctx, "CREATE TABLE outbox (id uuid PRIMARY KEY, payload jsonb); CREATE PUBLICATION seeing FOR TABLE outbox"); err != nil {
 		t.Fatal(err)

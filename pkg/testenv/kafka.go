@@ -3,8 +3,10 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,14 +73,20 @@ func (e *Env) CreateTopicWith(t testing.TB, name string, spec TopicSpec) {
 			configs[k] = &v
 		}
 	}
-	admin, err := sarama.NewClusterAdmin(e.KafkaBrokers, newSaramaConfig())
-	if err != nil {
-		t.Fatalf("testenv: connect to Kafka: %v", err)
-	}
-	defer func() { _ = admin.Close() }()
-	err = admin.CreateTopic(name, &sarama.TopicDetail{NumPartitions: int32(partitions), ReplicationFactor: int16(rf), ConfigEntries: configs}, false)
-	if err != nil {
-		t.Fatalf("testenv: create topic %s: %v", name, err)
+	// A cluster just started may list a broker whose listener is not open
+	// yet (a CI run met "connection refused" from one): such errors are
+	// retried with a fresh admin client, for up to a minute.
+	detail := &sarama.TopicDetail{NumPartitions: int32(partitions), ReplicationFactor: int16(rf), ConfigEntries: configs}
+	deadline := time.Now().Add(time.Minute)
+	for try := 0; ; try++ {
+		err := createTopic(e.KafkaBrokers, name, detail)
+		if err == nil || (try > 0 && errors.Is(err, sarama.ErrTopicAlreadyExists)) {
+			break
+		}
+		if !retriableAdminError(err) || time.Now().After(deadline) {
+			t.Fatalf("testenv: create topic %s: %v", name, err)
+		}
+		time.Sleep(200 * time.Millisecond) // a retry's pace, bounded by the deadline
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -401,4 +409,23 @@ func (e *Env) ConsumeAll(t testing.TB, topics []string, timeout time.Duration, u
 		t.Fatalf("testenv: condition not met by the %d messages read from %v in %s; recent consumer errors: %v", len(msgs), topics, timeout, c.recentErrors())
 	}
 	return msgs
+}
+
+// createTopic creates a topic with a new admin client.
+func createTopic(brokers []string, name string, detail *sarama.TopicDetail) error {
+	admin, err := sarama.NewClusterAdmin(brokers, newSaramaConfig())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = admin.Close() }()
+	return admin.CreateTopic(name, detail, false)
+}
+
+// retriableAdminError says whether err is a broker not reachable yet or not
+// in its role yet, which a cluster that is starting gives for a moment.
+func retriableAdminError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, sarama.ErrOutOfBrokers) ||
+		errors.Is(err, sarama.ErrNotController) || errors.Is(err, sarama.ErrLeaderNotAvailable) ||
+		errors.Is(err, sarama.ErrBrokerNotAvailable) || errors.Is(err, sarama.ErrClosedClient)
 }

@@ -186,3 +186,16 @@ func withDatabase(dsn, name string) (string, error) {
 	// keyword=value form: a later keyword wins.
 	return dsn + " dbname=" + name, nil
 }
+
+// ConnectPG opens a connection to dsn, closed when the test ends.
+func ConnectPG(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}

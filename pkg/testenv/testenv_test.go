@@ -15,17 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
+func connect(t *testing.T, dsn string) *pgx.Conn { return ConnectPG(t, dsn) }
 
 // replicationConn opens a logical replication connection (replication=database).
 func replicationConn(t *testing.T, dsn string) *pgconn.PgConn {

@@ -67,15 +67,9 @@ func PeekPending(ctx context.Context, q interface {
 	}
 	// The table and its partitions at every level, by OID: the WAL names
 	// each row's own relation.
-	// (pg_partition_tree has no rows for a table that is not partitioned.)
-	tr, err := q.Query(ctx, `SELECT to_regclass($1)::oid WHERE to_regclass($1) IS NOT NULL
-		UNION SELECT relid::oid FROM pg_partition_tree(to_regclass($1))`, quoteTable(table))
+	ids, err := TableTree(ctx, q, table)
 	if err != nil {
-		return p, fmt.Errorf("replication: partitions of %s: %w", table, err)
-	}
-	ids, err := pgx.CollectRows(tr, pgx.RowTo[uint32])
-	if err != nil {
-		return p, fmt.Errorf("replication: partitions of %s: %w", table, err)
+		return p, err
 	}
 	if len(ids) == 0 {
 		return p, fmt.Errorf("replication: peek at slot %q: table %s does not exist", slot, table)
@@ -141,6 +135,24 @@ func PeekPending(ctx context.Context, q interface {
 		return p, fmt.Errorf("replication: peek at slot %q: %w", slot, err)
 	}
 	return p, nil
+}
+
+// TableTree returns the OIDs of table (schema.table) and of its partitions
+// at every level; none when it does not exist. q runs the query.
+func TableTree(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, table string) ([]uint32, error) {
+	// (pg_partition_tree has no rows for a table that is not partitioned.)
+	rows, err := q.Query(ctx, `SELECT to_regclass($1)::oid WHERE to_regclass($1) IS NOT NULL
+		UNION SELECT relid::oid FROM pg_partition_tree(to_regclass($1))`, quoteTable(table))
+	if err != nil {
+		return nil, fmt.Errorf("replication: partitions of %s: %w", table, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	if err != nil {
+		return nil, fmt.Errorf("replication: partitions of %s: %w", table, err)
+	}
+	return ids, nil
 }
 
 // WaitFlushed waits, up to wait, until the server has flushed its WAL up

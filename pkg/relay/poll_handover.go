@@ -170,15 +170,9 @@ func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string
 		if name == pr.table.Name {
 			continue
 		}
-		schema, rel, _ := strings.Cut(name, ".")
-		rows, err := conn.Query(ctx, `SELECT to_regclass($1)::oid WHERE to_regclass($1) IS NOT NULL
-			UNION SELECT relid::oid FROM pg_partition_tree(to_regclass($1))`, pgx.Identifier{schema, rel}.Sanitize())
+		ids, err := replication.TableTree(ctx, conn, name)
 		if err != nil {
-			return nil, false, fmt.Errorf("relay: handover from slot %q: partitions of %s: %w", slot, name, err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
-		if err != nil {
-			return nil, false, fmt.Errorf("relay: handover from slot %q: partitions of %s: %w", slot, name, err)
+			return nil, false, fmt.Errorf("relay: handover from slot %q: %w", slot, err)
 		}
 		for _, id := range ids {
 			oids[id] = name

@@ -112,13 +112,13 @@ type session struct {
 	// with a check made at or after pendingAt. pendingCls is its class
 	// when only its column types were unknown.
 	pendingRel *replication.Relation
-	// pendingXID is the transaction the pending relation came in, which a
-	// check must see (See) before it may classify it; latestSaw is the one
-	// the latest check saw.
-	pendingXID, latestSaw uint32
-	pendingCls            *relClass
-	pendingAt             checkpoint.LSN
-	pendingBy             time.Time
+	// latestSaw is the transaction the latest check was made to see
+	// (See): the pending relation's, s.xid (no WAL is read while one is
+	// pending), before it may classify it.
+	latestSaw  uint32
+	pendingCls *relClass
+	pendingAt  checkpoint.LSN
+	pendingBy  time.Time
 
 	// failures are acks the loop made itself (a topic that does not exist,
 	// a record too large for its topic), handled like Kafka's.
@@ -873,7 +873,6 @@ func (s *session) relation(rel *replication.Relation) {
 	s.pendingRel, s.pendingAt, s.pendingBy = rel, s.commit, s.clock.Now().Add(relationWait)
 	// Its commit is in WAL (the stream carries the transaction) but may
 	// not be visible yet to a check that read a WAL position past it.
-	s.pendingXID = s.xid
 	s.watcher.See(s.xid)
 	s.watcher.Check()
 }
@@ -959,7 +958,7 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 // if that check was made after the relation's transaction committed;
 // otherwise it asks for another.
 func (s *session) classifyPending() {
-	if s.latest.CheckedAt < s.pendingAt || s.latestSaw != s.pendingXID {
+	if s.latest.CheckedAt < s.pendingAt || s.latestSaw != s.xid {
 		s.watcher.Check()
 		return
 	}
@@ -973,7 +972,7 @@ func (s *session) classifyPending() {
 		c.resolve(s.pendingRel, &s.latest, true)
 	}
 	s.classified(s.pendingRel, c)
-	s.pendingRel, s.pendingCls, s.pendingXID = nil, nil, 0
+	s.pendingRel, s.pendingCls = nil, nil
 	s.watcher.See(0)
 }
 
@@ -1168,11 +1167,12 @@ func (s *session) finish(cause error) {
 				s.requestCheck()
 			}
 			s.eos.step()
-			if err := s.wait(s.waitDeadline()); err != nil {
-				s.log.Error("while draining acknowledgements", zap.Error(err))
-				break
+			err := s.wait(s.waitDeadline())
+			if err == nil {
+				err = s.drain()
 			}
-			if err := s.drain(); err != nil {
+			if err != nil {
+				// Either may handle a catalog check the server refused.
 				if errors.Is(err, errServerStopping) {
 					s.log.Info("the server shuts down: stopping without waiting for a catalog check", zap.Error(err))
 				} else {

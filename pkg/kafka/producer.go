@@ -98,9 +98,12 @@ type Producer struct {
 	// sarama, whose own channels are small (saramaChannelBuffer).
 	queue  chan *sarama.ProducerMessage
 	pumped chan struct{} // closed when the pump has returned
-	done   chan struct{} // closed when the drain (and so the pump) has returned
-	closed atomic.Bool
-	cfg    Config
+	// barrier asks the drain to pass on everything sarama has answered so
+	// far, and to close the channel it sends once it has (passAnswered).
+	barrier chan chan struct{}
+	done    chan struct{} // closed when the drain (and so the pump) has returned
+	closed  atomic.Bool
+	cfg     Config
 }
 
 // New connects to the cluster and starts the producer. It fails with an
@@ -158,14 +161,15 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 		}
 	}
 	p := &Producer{
-		log:    log,
-		client: client,
-		ap:     ap,
-		acks:   make(chan Ack, cfg.AckBuffer),
-		queue:  make(chan *sarama.ProducerMessage, cfg.AckBuffer),
-		pumped: make(chan struct{}),
-		done:   make(chan struct{}),
-		cfg:    cfg,
+		log:     log,
+		client:  client,
+		ap:      ap,
+		acks:    make(chan Ack, cfg.AckBuffer),
+		queue:   make(chan *sarama.ProducerMessage, cfg.AckBuffer),
+		pumped:  make(chan struct{}),
+		barrier: make(chan chan struct{}),
+		done:    make(chan struct{}),
+		cfg:     cfg,
 	}
 	go p.pump()
 	go p.drain()
@@ -462,6 +466,30 @@ func (p *Producer) drain() {
 	defer func() { <-p.pumped }()
 	successes, errs := p.ap.Successes(), p.ap.Errors()
 	failed := 0
+	success := func(pm *sarama.ProducerMessage) {
+		if _, own := pm.Metadata.(offsetsRecord); own {
+			return
+		}
+		p.acks <- ack(pm, nil)
+	}
+	failure := func(pe *sarama.ProducerError) {
+		if _, own := pe.Msg.Metadata.(offsetsRecord); own {
+			// Its transaction fails too, and says so on Commits.
+			return
+		}
+		a := ack(pe.Msg, pe.Err)
+		// The first failure is the one that matters; the relay stops on
+		// it and the rest would only flood the log.
+		if failed == 0 {
+			p.log.Error("kafka produce failed", zap.Uint64("ref", a.Ref),
+				zap.String("topic", a.Topic), zap.Int32("partition", a.Partition), zap.Error(pe.Err))
+		} else {
+			p.log.Debug("kafka produce failed", zap.Uint64("ref", a.Ref),
+				zap.String("topic", a.Topic), zap.Int32("partition", a.Partition), zap.Error(pe.Err))
+		}
+		failed++
+		p.acks <- a
+	}
 	for successes != nil || errs != nil {
 		select {
 		case pm, ok := <-successes:
@@ -469,31 +497,44 @@ func (p *Producer) drain() {
 				successes = nil
 				continue
 			}
-			if _, own := pm.Metadata.(offsetsRecord); own {
-				continue
-			}
-			p.acks <- ack(pm, nil)
+			success(pm)
 		case pe, ok := <-errs:
 			if !ok {
 				errs = nil
 				continue
 			}
-			if _, own := pe.Msg.Metadata.(offsetsRecord); own {
-				// Its transaction fails too, and says so on Commits.
-				continue
+			failure(pe)
+		case done := <-p.barrier:
+			for more := true; more; {
+				select {
+				case pm, ok := <-successes:
+					if !ok {
+						successes = nil
+						continue
+					}
+					success(pm)
+				case pe, ok := <-errs:
+					if !ok {
+						errs = nil
+						continue
+					}
+					failure(pe)
+				default:
+					more = false
+				}
 			}
-			a := ack(pe.Msg, pe.Err)
-			// The first failure is the one that matters; the relay stops on
-			// it and the rest would only flood the log.
-			if failed == 0 {
-				p.log.Error("kafka produce failed", zap.Uint64("ref", a.Ref),
-					zap.String("topic", a.Topic), zap.Int32("partition", a.Partition), zap.Error(pe.Err))
-			} else {
-				p.log.Debug("kafka produce failed", zap.Uint64("ref", a.Ref),
-					zap.String("topic", a.Topic), zap.Int32("partition", a.Partition), zap.Error(pe.Err))
-			}
-			failed++
-			p.acks <- a
+			close(done)
 		}
+	}
+}
+
+// passAnswered returns once the drain has passed on to Acks every answer
+// sarama gave before the call (or the drain has ended).
+func (p *Producer) passAnswered() {
+	done := make(chan struct{})
+	select {
+	case p.barrier <- done:
+		<-done
+	case <-p.done:
 	}
 }

@@ -260,6 +260,10 @@ func (t *TxnProducer) run() {
 		if err != nil {
 			failed = fmt.Errorf("kafka: commit the transaction ending at %s: %w", formatLSN(it.lsn), err)
 			t.fail(failed)
+			// The records Kafka refused are on Acks before the commit's
+			// failure is on Commits, so that the caller, draining Acks
+			// when it reads a failure here, knows which record failed it.
+			t.passAnswered()
 		}
 		t.commits <- CommitResult{LSN: it.lsn, Err: failed, Began: began, Took: time.Since(start)}
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
@@ -322,5 +323,111 @@ func TestBatchTooLargeForItsTopicPoisonsOnlyTheRecordTooLarge(t *testing.T) {
 		if id, _ := m.Header("id"); string(id) != big {
 			t.Fatalf("dead-lettered %q, want only %s", id, big)
 		}
+	}
+}
+
+// TestRecordKafkaRefusesAloneIsDeadLettered: a row with a NULL key for a
+// compacted topic, which Kafka refuses (INVALID_RECORD) and pgoutbox cannot
+// know beforehand, in a transaction with good rows and followed by another.
+// Kafka refuses the whole batch, the relay resends one record per request,
+// and the record refused alone is dead-lettered and the stream goes on, in
+// both modes. In exactly-once mode the record refused alone used to be
+// dead-lettered into the Kafka transaction its refusal had doomed, which
+// failed, and the next session did the same: a restart loop with the slot
+// frozen. Each key's first deliveries keep commit order: records of a key
+// that sarama still held when the batch was refused must not reach Kafka
+// before the refused batch's own records of that key are resent.
+func TestRecordKafkaRefusesAloneIsDeadLettered(t *testing.T) {
+	env := testenv.Require(t)
+	for _, mode := range []string{"at-least-once", "exactly-once"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t, env, 1)
+			ctx := context.Background()
+			topic := "outbox.event." + f.slot + "_compact"
+			cfg := f.config()
+			dlq := f.poisonPolicy(t, &cfg, "dead-letter")
+			if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{topic}, 1, 1,
+				map[string]string{"cleanup.policy": "compact"}); err != nil {
+				t.Fatal(err)
+			}
+			var opts []testenv.ConsumerOption
+			if mode == "exactly-once" {
+				cfg.Kafka.ExactlyOnce = true
+				cfg.Kafka.OffsetsTopic = "pgoutbox.offsets." + f.slot
+				opts = append(opts, testenv.ReadCommitted())
+			}
+			cfg.Kafka.FlushFrequency = 50 * time.Millisecond // batches of many records
+			f.exec(t, "ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL")
+			p := runInProcess(t, cfg)
+			f.waitStreaming(t)
+			const bad = "00000000-0000-4000-8000-0000000000ff"
+			var want []string
+			var end checkpoint.LSN // within the last transaction, after its rows
+			for tx := 0; tx < 2; tx++ {
+				b, err := f.conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < 8; i++ {
+					if tx == 0 && i == 4 {
+						if _, err := b.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, NULL, 'T', '{}')`,
+							bad, f.slot+"_compact"); err != nil {
+							t.Fatal(err)
+						}
+					}
+					id := fmt.Sprintf("00000000-0000-4000-8000-%06d%06d", tx, i)
+					if _, err := b.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'T', '{}')`,
+						id, f.slot+"_compact", fmt.Sprintf("k%d", i%4)); err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, id)
+				}
+				var at string
+				if err := b.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&at); err != nil {
+					t.Fatal(err)
+				}
+				if end, err = parseLSN(at); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := env.NewConsumer(t, []string{topic}, opts...)
+			sorted := slices.Sorted(slices.Values(want))
+			var msgs []testenv.Message
+			testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+				msgs = c.Messages()
+				got := receivedIDs(msgs)
+				return slices.Equal(got, sorted), fmt.Sprintf("received %d distinct events of %d: %v", len(got), len(sorted), got)
+			})
+			// First deliveries per key in commit order (ids grow with it).
+			seen := map[string]bool{}
+			last := map[string]string{}
+			for _, m := range msgs {
+				id, _ := m.Header("id")
+				if seen[string(id)] {
+					continue
+				}
+				seen[string(id)] = true
+				if prev := last[string(m.Key)]; prev > string(id) {
+					t.Errorf("key %s: %s arrived first after %s, which was committed after it", m.Key, prev, id)
+				}
+				last[string(m.Key)] = string(id)
+			}
+			d := env.NewConsumer(t, []string{dlq}, opts...).WaitFor(t, 1, time.Minute)
+			for _, m := range d {
+				if id, _ := m.Header("id"); string(id) != bad {
+					t.Fatalf("dead-lettered %q, want only %s", id, bad)
+				}
+			}
+			testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+				confirmed, _ := f.slotState(t)
+				return confirmed >= end, fmt.Sprintf("the slot is at %s, below %s in the last transaction written", confirmed, end)
+			})
+			if err := p.stop(t); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
 	}
 }

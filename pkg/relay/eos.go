@@ -274,6 +274,9 @@ func (e *eosSession) result(res kafka.CommitResult) error {
 		if kafka.IsFenced(res.Err) {
 			return e.fenced(res.Err, res.Began)
 		}
+		if err := e.failedAcks(); err != nil {
+			return err
+		}
 		return &ProduceError{Topic: e.cfg.OffsetsTopic, LSN: checkpoint.LSN(res.LSN),
 			Err: fmt.Errorf("%w; restarting from the position the offsets topic holds", res.Err)}
 	}
@@ -284,6 +287,31 @@ func (e *eosSession) result(res kafka.CommitResult) error {
 		ce.Write(zap.Stringer("lsn", checkpoint.LSN(res.LSN)), zap.Duration("commit", res.Took), zap.Duration("open", res.Took+s.clock.Now().Sub(res.Began)-res.Took))
 	}
 	return nil
+}
+
+// failedAcks handles the acknowledgements that wait, for a commit that
+// failed: a record Kafka refused fails its transaction's commit too, and
+// the producer puts the record's acknowledgement on Acks before the
+// commit's failure on Commits. Ending the session on the commit's error
+// alone would leave the record unknown for what it is, and a poison
+// record would be sent again by every session after.
+func (e *eosSession) failedAcks() error {
+	s := e.s
+	for {
+		select {
+		case a, ok := <-s.prod.Acks():
+			if !ok {
+				return nil
+			}
+			// Records sent after the failed commit are refused with
+			// ErrTxnFailed, which says nothing of the record.
+			if err := s.ack(a); err != nil && !errors.Is(a.Err, kafka.ErrTxnFailed) {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
 }
 
 // fenced is the error of a producer that Kafka refused for its epoch:
@@ -311,7 +339,9 @@ func (e *eosSession) failedAck(a kafka.Ack, lsn checkpoint.LSN) (handled bool, e
 	switch {
 	case kafka.IsFenced(a.Err):
 		return true, e.fenced(a.Err, time.Time{})
-	case kafka.IsBatchRefused(a.Err):
+	case kafka.IsBatchRefused(a.Err) && s.r.singleUntil == 0:
+		// The at-least-once path resends one record per request; a record
+		// refused alone then is poison, below.
 		return false, nil
 	case kafka.IsPoison(a.Err) && s.r.cfg.Relay.PoisonPolicy == "dead-letter" && a.Topic != s.r.cfg.Relay.DeadLetterTopic:
 		// The record was in a Kafka transaction that must now abort: the

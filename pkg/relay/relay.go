@@ -410,7 +410,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	r.history.lastConfirmed = max(r.history.lastConfirmed, slot.ConfirmedFlushLSN)
 	r.history.sessionStarted = sessionStart
 	if r.singleUntil > 0 {
-		r.log.Warn("sending records one per produce request until the batch Kafka refused as too large is confirmed",
+		r.log.Warn("sending records one per produce request until the batch Kafka refused is confirmed",
 			zap.Stringer("until", r.singleUntil))
 	}
 	s := newSession(r, ctx, start, st, prod)

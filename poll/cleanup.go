@@ -192,9 +192,9 @@ const walBlocks = 32
 // Relayed deletes the rows of table whose transaction ended before mark
 // (a mark UsableMark returned): it walks each of the table's leaf
 // relations by ranges of pages, so that every batch reads a few pages
-// only, deleting in each range the rows whose xmin precedes the mark's
-// (age(xmin) greater than the mark's age: both relative to the same
-// current transaction, so wraparound cannot confuse them).
+// only, deleting in each range the rows whose xmin precedes the mark's,
+// compared as 64-bit transaction ids (32-bit ages compare wrongly once the
+// mark is 2^31 transactions old: every row then looked older than it).
 func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark Mark) (int64, error) {
 	q, err := quoteName(table)
 	if err != nil {
@@ -218,14 +218,20 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 	if err != nil {
 		return 0, fmt.Errorf("poll: list the relations of %s: %w", table, err)
 	}
-	xid := fmt.Sprint(mark.SnapshotXmin % (1 << 32))
 	var total int64
 	batches := 0
 	for _, l := range leaves {
-		sql := "DELETE FROM " + l.name + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + l.name +
-			" WHERE ctid >= format('(%s,0)', $1::bigint)::tid AND ctid < format('(%s,0)', $2::bigint)::tid AND age(xmin) > age($3::text::xid) FOR UPDATE SKIP LOCKED))"
+		// xmin has 32 bits: it is put in the 64-bit count as the latest id
+		// with those bits that is not after the next one to be assigned
+		// (n.x). A row that is not frozen is younger than 2^31
+		// transactions, so that is its own id; an older one may come out
+		// younger than it is, which keeps it, never the reverse.
+		sql := "DELETE FROM " + l.name + " WHERE ctid = ANY(ARRAY(SELECT t.ctid FROM " + l.name +
+			" t, (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x) n" +
+			" WHERE t.ctid >= format('(%s,0)', $1::bigint)::tid AND t.ctid < format('(%s,0)', $2::bigint)::tid" +
+			" AND n.x - ((n.x % 4294967296) - t.xmin::text::bigint + 4294967296) % 4294967296 < $3::bigint FOR UPDATE OF t SKIP LOCKED))"
 		for from := int64(0); from < l.blocks && batches < c.MaxBatches; from += walBlocks {
-			tag, err := conn.Exec(ctx, sql, from, from+walBlocks, xid)
+			tag, err := conn.Exec(ctx, sql, from, from+walBlocks, int64(mark.SnapshotXmin))
 			if err != nil {
 				return total, fmt.Errorf("poll: delete relayed rows of %s: %w", l.name, err)
 			}

@@ -275,3 +275,62 @@ func (e *Env) state() (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// NewServer makes and starts one server of the environment's version on a
+// loopback port of its own (PrimaryPort; the Pair has no standby), for a
+// test that needs what a shared server cannot give: after initdb, and
+// before the first start, pg_resetwal runs with resetwal's arguments when
+// there are any (e.g. "-e", "1": the next transaction id in epoch 1, as on
+// a server that has used 2^32 of them). The npm builds have no
+// pg_resetwal; with arguments the test is skipped on them. The test's
+// cleanup stops and removes the server.
+func (e *Env) NewServer(t testing.TB, resetwal ...string) *Pair {
+	t.Helper()
+	record(t)
+	state, err := e.state()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	p := &Pair{bin: state["PG_BIN"], pgUser: state["PG_USER"]}
+	if p.Major, err = strconv.Atoi(state["PG_MAJOR"]); err != nil {
+		p.Major = 15
+	}
+	if len(resetwal) > 0 {
+		if _, err := os.Stat(filepath.Join(p.bin, "pg_resetwal")); err != nil {
+			t.Skipf("testenv: PostgreSQL %d here has no pg_resetwal (%v); PostgreSQL 15 (make test) has", p.Major, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "pgoutbox-server-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Dir = dir
+	t.Cleanup(func() {
+		_, _ = p.asPG("pg_ctl", "-D", p.data("primary"), "-m", "immediate", "-t", "30", "stop")
+		_ = os.RemoveAll(dir)
+	})
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.chown(dir); err != nil {
+		t.Fatal(err)
+	}
+	p.PrimaryPort = mustFreePort(t)
+	p.must(t, "initdb", "-D", p.data("primary"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	if len(resetwal) > 0 {
+		p.must(t, "pg_resetwal", append(resetwal, "-D", p.data("primary"))...)
+	}
+	p.appendConf(t, "primary", fmt.Sprintf(`
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '%s'
+port = %d
+wal_level = logical
+fsync = off
+full_page_writes = off
+logging_collector = off
+`, dir, p.PrimaryPort))
+	p.writeFile(t, filepath.Join(p.data("primary"), "pg_hba.conf"),
+		"local all all trust\nlocal replication all trust\nhost all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n")
+	p.start(t, "primary")
+	return p
+}

@@ -59,3 +59,29 @@ func TestExtendedHeadersGetOneRunIDPerConfig(t *testing.T) {
 		t.Fatalf("RouterSet: %v, run id %q then %q", err, id, c.Router.ExtendedHeadersRunID)
 	}
 }
+
+// TestExactlyOnceIsRefusedWhereItCannotHold: the poll source is at least
+// once (a row is marked after Kafka acknowledged it), and the WAL source
+// tells a failover's fork by the state row's timeline; exactly-once
+// without them was accepted and held nothing.
+func TestExactlyOnceIsRefusedWhereItCannotHold(t *testing.T) {
+	c := validConfig()
+	c.Kafka.ExactlyOnce = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("exactly-once on the WAL source with a state table: %v", err)
+	}
+	p := c
+	p.Relay.Source = SourcePoll
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "exactly.once belongs to the WAL source") {
+		t.Fatalf("poll source with exactly-once: %v", err)
+	}
+	s := c
+	s.Postgres.StateTable = ""
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "exactly.once needs postgres.state.table") {
+		t.Fatalf("exactly-once without a state table: %v", err)
+	}
+	s.Kafka.ExactlyOnce = false
+	if err := s.Validate(); err != nil {
+		t.Fatalf("at-least-once without a state table: %v", err)
+	}
+}

@@ -59,25 +59,44 @@ func progress(t *testing.T, c *testenv.Consumer, bw *backgroundWriter, n int) {
 // before the relay exists, then starts the WAL source with
 // snapshot.mode=initial while writing goes on: the rows that were there
 // are published from the snapshot the new slot exported, the rest streamed
-// from the slot, each once.
+// from the slot, each once. In exactly-once mode with a transactional id
+// of the user's, too: the snapshot's producer is an ordinary one (with the
+// id, sarama refused every record sent outside a Kafka transaction).
 func TestInitialSnapshotPublishesTheRowsBeforeTheSlotThenStreams(t *testing.T) {
 	env := testenv.Require(t)
-	f := newFixture(t, env, 3)
-	f.shape.DeletePct = 0 // a row deleted before any relay ran is gone for both
-	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 51)
-	writeEvents(t, w, 1000, 1000)
-	c := env.NewConsumer(t, f.topics)
-	bw := startWriterUntilCleanup(t, w, 100_000)
-	cfg := f.config()
-	cfg.Snapshot.Mode = relay.SnapshotInitial
-	stop := runRelay(t, cfg)
-	progress(t, c, bw, 3000)
-	bw.Stop(t)
-	waitAll(t, c, w, 2*time.Minute)
-	if err := stop(); err != nil {
-		t.Fatal(err)
+	for _, eos := range []bool{false, true} {
+		t.Run(map[bool]string{false: "at-least-once", true: "exactly-once"}[eos], func(t *testing.T) {
+			f := newFixture(t, env, 3)
+			f.shape.DeletePct = 0 // a row deleted before any relay ran is gone for both
+			w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 51)
+			writeEvents(t, w, 1000, 1000)
+			cfg := f.config()
+			cfg.Snapshot.Mode = relay.SnapshotInitial
+			var opts []testenv.ConsumerOption
+			if eos {
+				cfg.Kafka.ExactlyOnce = true
+				cfg.Kafka.TransactionalID = "pgoutbox-test-" + f.slot
+				cfg.Kafka.OffsetsTopic = "pgoutbox.offsets." + f.slot
+				opts = append(opts, testenv.ReadCommitted())
+			}
+			c := env.NewConsumer(t, f.topics, opts...)
+			bw := startWriterUntilCleanup(t, w, 100_000)
+			stop := runRelay(t, cfg)
+			progress(t, c, bw, 3000)
+			bw.Stop(t)
+			waitAll(t, c, w, 2*time.Minute)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if !eos {
+				exactlyOnce(t, c, f, w)
+				return
+			}
+			// Transaction markers take offsets: read to the end instead.
+			committed, _ := checkBothWays(t, env, f, w)
+			requireExactlyOnce(t, committed)
+		})
 	}
-	exactlyOnce(t, c, f, w)
 }
 
 // TestCutoverFromPollToWALDeliversEachEventOnce runs two poll relays,

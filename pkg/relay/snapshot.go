@@ -152,6 +152,11 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 	}
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = r.cfg.Snapshot.BatchSize + 1
+	// The snapshot is at least once in either mode: each batch is
+	// acknowledged before the next is read, and a crash sends the snapshot
+	// again. A transactional id would make the producer refuse every
+	// record sent outside a transaction.
+	kcfg.ExactlyOnce, kcfg.TransactionalID = false, ""
 	prod, err := r.be.NewProducer(ctx, kcfg)
 	if err != nil {
 		return 0, err

@@ -338,7 +338,9 @@ func (e *eosSession) failedAck(a kafka.Ack, lsn checkpoint.LSN) (handled bool, e
 	s := e.s
 	switch {
 	case kafka.IsFenced(a.Err):
-		return true, e.fenced(a.Err, time.Time{})
+		// The coordinator's abort for the transaction's timeout bumps the
+		// epoch as a new instance's start does: the group's age tells.
+		return true, e.fenced(a.Err, e.groupStart)
 	case kafka.IsBatchRefused(a.Err) && s.r.singleUntil == 0:
 		// The at-least-once path resends one record per request; a record
 		// refused alone then is poison, below.
@@ -547,5 +549,5 @@ func (e *eosSession) fencedAfter() error {
 	if err == nil {
 		return nil
 	}
-	return e.fenced(err, time.Time{})
+	return e.fenced(err, e.groupStart)
 }

@@ -298,6 +298,53 @@ func TestEventColumnsLogicalDecodingOmitsAreRefused(t *testing.T) {
 	})
 }
 
+// TestEventColumnRenamedWhileStreamingStopsTheRelay: the start-up check
+// above, for a change made while the relay streams. A key column renamed
+// (or dropped, or made generated) comes in a new relation message, and the
+// rows after it have no such column: every record went out without a key,
+// so their order per key was lost without a word (Debezium's task stops).
+// The relay now stops there, naming the option and the column, with the
+// slot before the change; run again with the option set to the new name, it
+// relays the rows after the change with their keys.
+func TestEventColumnRenamedWhileStreamingStopsTheRelay(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	topic := f.topics[0]
+	c := env.NewConsumer(t, []string{topic})
+	cfg := f.config()
+	p := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	const before, after = "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b"
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k1', 'T', '{}')`, before, f.shape.AggregateTypes[0])
+	c.WaitFor(t, 1, time.Minute)
+	f.exec(t, "ALTER TABLE outbox RENAME COLUMN aggregateid TO aggregate_id")
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregate_id, type, payload) VALUES ($1, $2, 'k2', 'T', '{}')`, after, f.shape.AggregateTypes[0])
+	at := f.walLSN(t)
+	err := p.exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), `table.field.event.key "aggregateid"`) {
+		t.Fatalf("want a fatal stop naming table.field.event.key \"aggregateid\", got %v", err)
+	}
+	if confirmed, _ := f.slotState(t); confirmed >= at {
+		t.Fatalf("the slot was confirmed to %s, past the row after the rename (before %s)", confirmed, at)
+	}
+	for _, m := range c.Messages() {
+		if id, _ := m.Header("id"); string(id) == after {
+			t.Fatalf("the row after the rename was sent (key %q)", m.Key)
+		}
+	}
+	cfg.Router.EventKeyField = "aggregate_id"
+	runInProcess(t, cfg)
+	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Messages() {
+			if id, _ := m.Header("id"); string(id) == after {
+				return string(m.Key) == "k2", fmt.Sprintf("the row after the rename came with key %q", m.Key)
+			}
+		}
+		return false, "the row after the rename has not arrived"
+	})
+}
+
 // TestPublicationAlteredIsWarnedOf: the publication's catalog row written
 // (ALTER PUBLICATION ... SET, OWNER TO, RENAME) may mean inserts were
 // unpublished for a while (publish = 'update' and back), which leaves no

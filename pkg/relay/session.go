@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -158,6 +159,10 @@ type relClass struct {
 	types []uint32
 	mods  []int32
 	other bool // another table of a FOR ALL TABLES publication: skipped
+	// gone lists the event columns the relation lacks (renamed, dropped
+	// or made generated since the session's start-up check): its inserts
+	// stop the relay.
+	gone []string
 	// unexpected explains a relation that is neither: its changes are
 	// poison.
 	unexpected string
@@ -881,6 +886,15 @@ func (s *session) relation(rel *replication.Relation) {
 // a FOR ALL TABLES publication) is named in the log once per session, so
 // that an outbox table left out of postgres.table.include.list is seen.
 func (s *session) classified(rel *replication.Relation, c relClass) {
+	if c.table != "" {
+		c.gone = s.r.eventColumnProblems(c.table, func(col string) (bool, string) {
+			if slices.Contains(rel.Columns, col) {
+				return true, ""
+			}
+			return false, fmt.Sprintf("is not among the columns the stream carries for %s (OID %d) from the transaction committing at %s on (renamed, dropped, or made a generated column)",
+				rel.Table, rel.ID, s.commit)
+		})
+	}
 	s.rels[rel] = c
 	if c.other && !s.othersLogged[rel.Table] && rel.Table != s.r.cfg.Postgres.StateTable {
 		if s.othersLogged == nil {
@@ -1003,6 +1017,12 @@ func (s *session) change(c *replication.Change) error {
 	case cls.other:
 		s.r.obs.OtherTable(c.Rel.Table)
 		return nil
+	case len(cls.gone) > 0 && c.Op == replication.OpInsert:
+		// Routed, its rows would go without a key (or be poison): stop
+		// before the first, which is not confirmed.
+		return &FatalError{Err: &replication.CatalogError{Publication: s.r.cfg.Postgres.Publication,
+			Problems: append(slices.Clone(cls.gone), "set the option to the column's new name (or put the column back) and start again; nothing at or after this transaction was confirmed"),
+			Err:      replication.ErrCatalogUnusable}}
 	case cls.unexpected != "":
 		values := c.Values
 		if c.Op == replication.OpDelete {
@@ -1214,7 +1234,7 @@ func (s *session) finish(cause error) {
 		}
 		cancel()
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))
 	if err := s.st.Close(cctx); err != nil {
 		s.log.Debug("close replication connection", zap.Error(err))
 	}

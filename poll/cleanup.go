@@ -186,6 +186,15 @@ func UsableMark(ctx context.Context, conn *pgx.Conn, marks, table, slot, confirm
 	return m, true, nil
 }
 
+// xid64 is SQL for the 64-bit transaction id of a 32-bit one (xid32, as
+// bigint), given the next id to be assigned (next, 64-bit): the latest id
+// with those low 32 bits at or below next. A row that is not frozen is
+// younger than 2^31 transactions, so that is its own id; an older one may
+// come out younger than it is, which keeps it, never the reverse.
+func xid64(next, xid32 string) string {
+	return "(" + next + " - ((" + next + " % 4294967296) - " + xid32 + " + 4294967296) % 4294967296)"
+}
+
 // walBlocks is how many heap pages one batch of Relayed reads.
 const walBlocks = 32
 
@@ -218,18 +227,23 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 	if err != nil {
 		return 0, fmt.Errorf("poll: list the relations of %s: %w", table, err)
 	}
+	// Every row's id is below the next one to be assigned; a mark that is
+	// not was taken on another cluster (its marks table copied here), and
+	// would take every row for relayed.
+	var next uint64
+	if err := conn.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&next); err != nil {
+		return 0, fmt.Errorf("poll: read the next transaction id: %w", err)
+	}
+	if mark.SnapshotXmin > next {
+		return 0, fmt.Errorf("poll: the cleanup mark's transaction id %d is after %d, the next one this server assigns: the mark was taken on another cluster (its table copied or restored here); delete the marks of slot and table and let cleanup take new ones", mark.SnapshotXmin, next)
+	}
 	var total int64
 	batches := 0
 	for _, l := range leaves {
-		// xmin has 32 bits: it is put in the 64-bit count as the latest id
-		// with those bits that is not after the next one to be assigned
-		// (n.x). A row that is not frozen is younger than 2^31
-		// transactions, so that is its own id; an older one may come out
-		// younger than it is, which keeps it, never the reverse.
 		sql := "DELETE FROM " + l.name + " WHERE ctid = ANY(ARRAY(SELECT t.ctid FROM " + l.name +
 			" t, (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x) n" +
 			" WHERE t.ctid >= format('(%s,0)', $1::bigint)::tid AND t.ctid < format('(%s,0)', $2::bigint)::tid" +
-			" AND n.x - ((n.x % 4294967296) - t.xmin::text::bigint + 4294967296) % 4294967296 < $3::bigint FOR UPDATE OF t SKIP LOCKED))"
+			" AND " + xid64("n.x", "t.xmin::text::bigint") + " < $3::bigint FOR UPDATE OF t SKIP LOCKED))"
 		for from := int64(0); from < l.blocks && batches < c.MaxBatches; from += walBlocks {
 			tag, err := conn.Exec(ctx, sql, from, from+walBlocks, int64(mark.SnapshotXmin))
 			if err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +92,25 @@ func TestExactlyOnceOptionsLoadAndValidate(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), bad.option) {
 			t.Errorf("%s: got %v, want an error naming %s", bad.env, err, bad.option)
+		}
+	}
+}
+
+// TestMigrateRefusesExactlyOnceWhereRunDoes: migrate validates less than
+// run, and set up (the offsets topic, the poll table) for configurations
+// that run then refused.
+func TestMigrateRefusesExactlyOnceWhereRunDoes(t *testing.T) {
+	base := []string{"PGOUTBOX_POSTGRES_DSN=postgres://u@127.0.0.1:1/d", "PGOUTBOX_KAFKA_BROKERS=127.0.0.1:1", "PGOUTBOX_KAFKA_EXACTLY_ONCE=true"}
+	for _, c := range []struct{ env, want string }{
+		{"PGOUTBOX_RELAY_SOURCE=poll", "exactly.once belongs to the WAL source"},
+		{"PGOUTBOX_POSTGRES_STATE_TABLE=", "exactly.once needs postgres.state.table"},
+	} {
+		env := append(slices.Clone(base), c.env)
+		for _, cmd := range []func(args, environ []string, stdout, stderr io.Writer) int{cmdMigrate, cmdRun} {
+			r := invoke(cmd, nil, env)
+			if r.code != exitConfig || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("%s: want exit %d saying %q:\n%s", c.env, exitConfig, c.want, r)
+			}
 		}
 	}
 }

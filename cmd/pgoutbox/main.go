@@ -468,6 +468,11 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	// run refuses these; migrate would otherwise set up for them.
+	if err := cfg.ValidateExactlyOnce(); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
+		return exitConfig
+	}
 	p := migrations.Params{Tables: cfg.Postgres.QualifiedTables(), Publication: cfg.Postgres.Publication}
 	if cfg.Postgres.StateTable != "" {
 		ddl, err := replication.StateTableDDL(cfg.Postgres.StateTable)

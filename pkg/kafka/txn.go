@@ -366,10 +366,13 @@ func (t *TxnProducer) recover(err error) error {
 	return fmt.Errorf("%w (aborted)", err)
 }
 
-// refuse fails a record or commit that follows a failure.
+// refuse fails a record or commit that follows a failure. A record's
+// error is ErrTxnFailed, naming the failure without wrapping it, so that
+// the record is not taken for what failed the transaction (a refused
+// record, fencing).
 func (t *TxnProducer) refuse(it txnItem, err error) {
 	if it.pm != nil {
-		t.acks <- ack(it.pm, err)
+		t.acks <- ack(it.pm, fmt.Errorf("%w (%v)", ErrTxnFailed, err))
 		return
 	}
 	t.commits <- CommitResult{LSN: it.lsn, Err: err}

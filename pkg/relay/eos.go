@@ -292,9 +292,12 @@ func (e *eosSession) result(res kafka.CommitResult) error {
 // failedAcks handles the acknowledgements that wait, for a commit that
 // failed: a record Kafka refused fails its transaction's commit too, and
 // the producer puts the record's acknowledgement on Acks before the
-// commit's failure on Commits. Ending the session on the commit's error
-// alone would leave the record unknown for what it is, and a poison
-// record would be sent again by every session after.
+// commit's failure on Commits (as far as sarama has passed it on: sarama
+// marks the transaction failed a moment before it returns the record's
+// error, and a commit that sees the mark in that moment comes first; the
+// record is then known one session later). Ending the session on the
+// commit's error alone would leave the record unknown for what it is, and
+// a poison record would be sent again by every session after.
 func (e *eosSession) failedAcks() error {
 	s := e.s
 	for {
@@ -337,10 +340,18 @@ func (e *eosSession) failedAck(a kafka.Ack, lsn checkpoint.LSN) (handled bool, e
 	e.broken = true
 	s := e.s
 	switch {
+	case errors.Is(a.Err, kafka.ErrTxnFailed):
+		// A record sent after a failed commit, refused for that: the
+		// commit's outcome, on Commits, says why; the producer knows
+		// whether Kafka fenced it.
+		if f := e.prod.Fenced(); f != nil {
+			return true, e.fenced(f, e.openSince())
+		}
+		return true, fmt.Errorf("relay: %w; restarting from the position the offsets topic holds", a.Err)
 	case kafka.IsFenced(a.Err):
 		// The coordinator's abort for the transaction's timeout bumps the
 		// epoch as a new instance's start does: the group's age tells.
-		return true, e.fenced(a.Err, e.groupStart)
+		return true, e.fenced(a.Err, e.openSince())
 	case kafka.IsBatchRefused(a.Err) && s.r.singleUntil == 0:
 		// The at-least-once path resends one record per request; a record
 		// refused alone then is poison, below.
@@ -549,5 +560,15 @@ func (e *eosSession) fencedAfter() error {
 	if err == nil {
 		return nil
 	}
-	return e.fenced(err, e.groupStart)
+	return e.fenced(err, e.openSince())
+}
+
+// openSince is when the Kafka transaction still open, or being committed,
+// began (its first record); zero with none (an idle session: a refusal for
+// the epoch is then another instance's takeover).
+func (e *eosSession) openSince() time.Time {
+	if e.groupRecords > 0 || e.outstanding > 0 {
+		return e.groupStart
+	}
+	return time.Time{}
 }

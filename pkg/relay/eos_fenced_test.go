@@ -33,6 +33,7 @@ func TestRecordRefusedForItsEpochAfterTheTimeoutRestarts(t *testing.T) {
 	e := &eosSession{s: s, cfg: cfg.Kafka}
 	a := kafka.Ack{Topic: "t", Err: &kafka.ProduceError{Topic: "t", Err: sarama.ErrInvalidProducerEpoch}}
 	var fatal *FatalError
+	e.groupRecords = 1
 	e.groupStart = clock.now.Add(-10 * time.Second)
 	if handled, err := e.failedAck(a, 1); !handled || !errors.As(err, &fatal) {
 		t.Fatalf("refused 10 s into the transaction: handled %v, %v; want a fatal error (another instance took over)", handled, err)
@@ -40,5 +41,10 @@ func TestRecordRefusedForItsEpochAfterTheTimeoutRestarts(t *testing.T) {
 	e.groupStart = clock.now.Add(-2 * time.Minute)
 	if handled, err := e.failedAck(a, 1); !handled || err == nil || errors.As(err, &fatal) {
 		t.Fatalf("refused 2 min into a transaction with a 1 min timeout: handled %v, %v; want a restart", handled, err)
+	}
+	// No transaction open: the last one's start says nothing.
+	e.groupRecords = 0
+	if handled, err := e.failedAck(a, 1); !handled || !errors.As(err, &fatal) {
+		t.Fatalf("refused with no transaction open: handled %v, %v; want a fatal error", handled, err)
 	}
 }

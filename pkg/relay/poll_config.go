@@ -57,9 +57,6 @@ func (c *Config) validateSources() error {
 	var errs []error
 	switch c.Relay.Source {
 	case SourceWAL:
-		if c.Kafka.ExactlyOnce && c.Postgres.StateTable == "" {
-			errs = append(errs, errors.New("kafka: exactly.once needs postgres.state.table: the state row records the timeline the last session read, by which a start after a failover tells that the position Kafka holds lies past where the new primary's history forked (the transactions committed there since are not those in Kafka, and would be skipped); set postgres.state.table"))
-		}
 	case SourcePoll:
 		if n := len(c.Postgres.Tables); n != 1 {
 			errs = append(errs, fmt.Errorf("relay: source poll reads one outbox table; postgres.table.include.list has %d", n))
@@ -67,11 +64,11 @@ func (c *Config) validateSources() error {
 		if c.Snapshot.Mode == SnapshotInitial {
 			errs = append(errs, errors.New("snapshot: mode initial belongs to the WAL source (relay.source=wal); the poll source publishes every unpublished row anyway"))
 		}
-		if c.Kafka.ExactlyOnce {
-			errs = append(errs, errors.New("kafka: exactly.once belongs to the WAL source (relay.source=wal): the poll source marks a row published once Kafka acknowledged it, and a crash between the two sends the row again (at least once, with its event id); remove kafka.exactly.once"))
-		}
 	default:
 		errs = append(errs, fmt.Errorf("relay: source %q: use wal or poll", c.Relay.Source))
+	}
+	if err := c.ValidateExactlyOnce(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Poll.Validate(); err != nil {
 		errs = append(errs, err)
@@ -119,4 +116,20 @@ func (c *Config) columnsOf(table string) (key, id string) {
 		}
 	}
 	return key, id
+}
+
+// ValidateExactlyOnce refuses kafka.exactly.once where it cannot hold: with
+// the poll source, and without a state table (Validate calls it; migrate,
+// which validates less, too).
+func (c *Config) ValidateExactlyOnce() error {
+	if !c.Kafka.ExactlyOnce {
+		return nil
+	}
+	if c.Relay.Source == SourcePoll {
+		return errors.New("kafka: exactly.once belongs to the WAL source (relay.source=wal): the poll source marks a row published once Kafka acknowledged it, and a crash between the two sends the row again (at least once, with its event id); remove kafka.exactly.once")
+	}
+	if c.Postgres.StateTable == "" {
+		return errors.New("kafka: exactly.once needs postgres.state.table: the state row records the timeline the last session read, by which a start after a failover tells that the position Kafka holds lies past where the new primary's history forked (the transactions committed there since are not those in Kafka, and would be skipped); set postgres.state.table")
+	}
+	return nil
 }

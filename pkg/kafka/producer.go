@@ -466,13 +466,23 @@ func (p *Producer) drain() {
 	defer func() { <-p.pumped }()
 	successes, errs := p.ap.Successes(), p.ap.Errors()
 	failed := 0
-	success := func(pm *sarama.ProducerMessage) {
+	// Each takes what its channel gave; a closed channel is done with, and
+	// the loop ends when both are.
+	success := func(pm *sarama.ProducerMessage, ok bool) {
+		if !ok {
+			successes = nil
+			return
+		}
 		if _, own := pm.Metadata.(offsetsRecord); own {
 			return
 		}
 		p.acks <- ack(pm, nil)
 	}
-	failure := func(pe *sarama.ProducerError) {
+	failure := func(pe *sarama.ProducerError, ok bool) {
+		if !ok {
+			errs = nil
+			return
+		}
 		if _, own := pe.Msg.Metadata.(offsetsRecord); own {
 			// Its transaction fails too, and says so on Commits.
 			return
@@ -493,32 +503,16 @@ func (p *Producer) drain() {
 	for successes != nil || errs != nil {
 		select {
 		case pm, ok := <-successes:
-			if !ok {
-				successes = nil
-				continue
-			}
-			success(pm)
+			success(pm, ok)
 		case pe, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			failure(pe)
+			failure(pe, ok)
 		case done := <-p.barrier:
 			for more := true; more; {
 				select {
 				case pm, ok := <-successes:
-					if !ok {
-						successes = nil
-						continue
-					}
-					success(pm)
+					success(pm, ok)
 				case pe, ok := <-errs:
-					if !ok {
-						errs = nil
-						continue
-					}
-					failure(pe)
+					failure(pe, ok)
 				default:
 					more = false
 				}

@@ -36,32 +36,8 @@ const StandbySlot = "pgoutbox_standby"
 // it.
 func (e *Env) NewPair(t testing.TB) *Pair {
 	t.Helper()
-	record(t)
-	state, err := e.state()
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	p := &Pair{bin: state["PG_BIN"], pgUser: state["PG_USER"]}
-	if p.Major, err = strconv.Atoi(state["PG_MAJOR"]); err != nil {
-		p.Major = 15
-	}
-	dir, err := os.MkdirTemp("", "pgoutbox-pair-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Dir = dir
-	t.Cleanup(func() {
-		for _, d := range []string{"primary", "standby"} {
-			_, _ = p.asPG("pg_ctl", "-D", p.data(d), "-m", "immediate", "-t", "30", "stop")
-		}
-		_ = os.RemoveAll(dir)
-	})
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.chown(dir); err != nil {
-		t.Fatal(err)
-	}
+	p := e.newPairDir(t, "pgoutbox-pair-")
+	dir := p.Dir
 	p.PrimaryPort, p.StandbyPort = mustFreePort(t), mustFreePort(t)
 	p.must(t, "initdb", "-D", p.data("primary"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	conf := fmt.Sprintf(`
@@ -100,6 +76,40 @@ log_line_prefix = '%%m [%%p] %%q%%u@%%d %%a: '
 		err := p.queryRow(p.PrimaryPort, "postgres", "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming'", &n)
 		return err == nil && n == 1, fmt.Sprintf("the standby does not stream (%v)", err)
 	})
+	return p
+}
+
+// newPairDir reads the environment's server build and makes a directory
+// for servers, owned by PostgreSQL's user; the test's cleanup stops the
+// servers in it and removes it.
+func (e *Env) newPairDir(t testing.TB, prefix string) *Pair {
+	t.Helper()
+	record(t)
+	state, err := e.state()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	p := &Pair{bin: state["PG_BIN"], pgUser: state["PG_USER"]}
+	if p.Major, err = strconv.Atoi(state["PG_MAJOR"]); err != nil {
+		p.Major = 15
+	}
+	if p.Dir, err = os.MkdirTemp("", prefix); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{"primary", "standby"} {
+			if _, err := os.Stat(p.data(d)); err == nil {
+				_, _ = p.asPG("pg_ctl", "-D", p.data(d), "-m", "immediate", "-t", "30", "stop")
+			}
+		}
+		_ = os.RemoveAll(p.Dir)
+	})
+	if err := os.Chmod(p.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.chown(p.Dir); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
@@ -286,35 +296,17 @@ func (e *Env) state() (map[string]string, error) {
 // cleanup stops and removes the server.
 func (e *Env) NewServer(t testing.TB, resetwal ...string) *Pair {
 	t.Helper()
-	record(t)
-	state, err := e.state()
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	p := &Pair{bin: state["PG_BIN"], pgUser: state["PG_USER"]}
-	if p.Major, err = strconv.Atoi(state["PG_MAJOR"]); err != nil {
-		p.Major = 15
-	}
 	if len(resetwal) > 0 {
-		if _, err := os.Stat(filepath.Join(p.bin, "pg_resetwal")); err != nil {
-			t.Skipf("testenv: PostgreSQL %d here has no pg_resetwal (%v); PostgreSQL 15 (make test) has", p.Major, err)
+		state, err := e.state()
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(state["PG_BIN"], "pg_resetwal")); err != nil {
+			t.Skipf("testenv: PostgreSQL %s here has no pg_resetwal (%v); PostgreSQL 15 (make test) has", state["PG_MAJOR"], err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "pgoutbox-server-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Dir = dir
-	t.Cleanup(func() {
-		_, _ = p.asPG("pg_ctl", "-D", p.data("primary"), "-m", "immediate", "-t", "30", "stop")
-		_ = os.RemoveAll(dir)
-	})
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.chown(dir); err != nil {
-		t.Fatal(err)
-	}
+	p := e.newPairDir(t, "pgoutbox-server-")
+	dir := p.Dir
 	p.PrimaryPort = mustFreePort(t)
 	p.must(t, "initdb", "-D", p.data("primary"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if len(resetwal) > 0 {

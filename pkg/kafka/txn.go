@@ -75,7 +75,8 @@ type CommitResult struct {
 	Took  time.Duration
 }
 
-// ErrTxnFailed fails the records and commits that follow a failed commit.
+// ErrTxnFailed is wrapped by the error of each record sent after a failed
+// commit (the commits after it fail with that commit's own error).
 var ErrTxnFailed = errors.New("kafka: an earlier transaction failed; nothing more is sent in this producer")
 
 // IsFenced reports whether err says another producer with the same

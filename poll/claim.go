@@ -330,12 +330,6 @@ const maxErrorText = 2000
 func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) error {
 	defer b.release()
 	c, tx := b.c, b.tx
-	if len(published)+len(failed) > 0 {
-		if _, err := tx.Exec(ctx, markSetting); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return fmt.Errorf("poll: mark the claim of %d rows of %s: %w", len(b.Rows), c.t.Name, err)
-		}
-	}
 	done := map[string][]string{}
 	for _, i := range published {
 		r := &b.Rows[i]
@@ -365,23 +359,45 @@ func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) e
 		a.reasons = append(a.reasons, strings.ToValidUTF8(reason, "?"))
 		a.dead = append(a.dead, f.DeadLettered)
 	}
-	for rel, a := range tried {
-		_, err := tx.Exec(ctx, "UPDATE "+rel+" t SET "+ColumnAttempts+" = t."+ColumnAttempts+" + 1, "+ColumnLastError+" = v.err, "+
-			ColumnPublishedAt+" = CASE WHEN v.dead THEN now() ELSE t."+ColumnPublishedAt+" END"+
-			" FROM unnest($1::text[]::tid[], $2::text[], $3::bool[]) AS v(c, err, dead) WHERE t.ctid = v.c", a.ctids, a.reasons, a.dead)
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return fmt.Errorf("poll: record failed attempts in %s: %w", c.t.Name, err)
+	// The setting, the attempts and the marks go as one batch: one round
+	// trip before the commit. what[i] names statement i in an error.
+	if len(done)+len(tried) > 0 {
+		var q pgx.Batch
+		what := []string{fmt.Sprintf("mark the claim of %d rows of %s", len(b.Rows), c.t.Name)}
+		q.Queue(markSetting)
+		for rel, a := range tried {
+			q.Queue("UPDATE "+rel+" t SET "+ColumnAttempts+" = t."+ColumnAttempts+" + 1, "+ColumnLastError+" = v.err, "+
+				ColumnPublishedAt+" = CASE WHEN v.dead THEN now() ELSE t."+ColumnPublishedAt+" END"+
+				" FROM unnest($1::text[]::tid[], $2::text[], $3::bool[]) AS v(c, err, dead) WHERE t.ctid = v.c", a.ctids, a.reasons, a.dead)
+			what = append(what, "record failed attempts in "+c.t.Name)
 		}
-	}
-	for rel, ctids := range done {
-		if _, err := tx.Exec(ctx, markSQL(rel, c.onPublish), ctids); err != nil {
+		for rel, ctids := range done {
+			q.Queue(markSQL(rel, c.onPublish), ctids)
+			what = append(what, fmt.Sprintf("mark %d rows of %s published", len(ctids), c.t.Name))
+		}
+		if err := sendAll(ctx, tx, &q, what); err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return fmt.Errorf("poll: mark %d rows of %s published: %w", len(ctids), c.t.Name, err)
+			return err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("poll: commit the claim of %d rows of %s: %w", len(b.Rows), c.t.Name, err)
+	}
+	return nil
+}
+
+// sendAll sends q in one round trip and reads every statement's result,
+// naming the first that failed by what.
+func sendAll(ctx context.Context, tx pgx.Tx, q *pgx.Batch, what []string) error {
+	br := tx.SendBatch(ctx, q)
+	for i := range q.Len() {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("poll: %s: %w", what[i], err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("poll: %s: %w", what[0], err)
 	}
 	return nil
 }

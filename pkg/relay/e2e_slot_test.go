@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -516,7 +519,7 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 		if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "the furthest the last pgoutbox session on it may have confirmed") {
 			t.Fatalf("cleanup with the slot moved on: %v\n%s", err, out)
 		}
-		startRefused(t, f, name, "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while pgoutbox was stopped", "SET stopped_lsn = NULL")
+		startRefused(t, f, name, "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while no pgoutbox session held it", "SET stopped_lsn = NULL")
 		gaps++
 		if hold := f.cleanupHold(t); strings.Count(hold, "may never have been relayed") != gaps {
 			t.Fatalf("cleanup hold after %d refused starts: %q", gaps, hold)
@@ -602,4 +605,94 @@ func (f *fixture) cleanupHold(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hold
+}
+
+// TestSlotAdvancedByAnotherHolderIsFatal: while pgoutbox runs, its
+// walsender is ended and another client (pg_recvlogical, a misconfigured
+// Debezium) takes the slot before pgoutbox reconnects, streams the events
+// written meanwhile and confirms them. pgoutbox, waiting as a standby, must
+// not take the slot over at that client's position as if another pgoutbox
+// instance had held it: a pgoutbox instance raises the fence in the state
+// row before it confirms, so a slot past the fence was moved by something
+// else, and the events in between were skipped. The relay stops (exit 1),
+// naming the slot.
+func TestSlotAdvancedByAnotherHolderIsFatal(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	c := env.NewConsumer(t, f.topics)
+	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 41)
+	p := startBinary(t, f, "relay.log")
+	for range 3 {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, c, w, time.Minute)
+
+	// Take the slot: end pgoutbox's walsender and start streaming from the
+	// slot before pgoutbox reconnects (its backoff is 200 ms, then more).
+	var intruder *pgconn.PgConn
+	opts := pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + f.pub + "'"}}
+	testenv.Eventually(t, time.Minute, 5*time.Millisecond, func() (bool, string) {
+		if _, err := f.checkDB.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", f.slot); err != nil {
+			return false, err.Error()
+		}
+		conn := replicationConn(t, f.dsn, "pgoutbox-test-intruder")
+		if err := pglogrepl.StartReplication(ctx, conn, f.slot, 0, opts); err != nil {
+			_ = conn.Close(ctx)
+			return false, "another connection still holds the slot: " + err.Error()
+		}
+		intruder = conn
+		return true, ""
+	})
+	// pgoutbox finds it busy, and waits as a standby.
+	p.waitLog(t, "standby: the slot is in use", time.Minute)
+
+	// The intruder streams three transactions and confirms them.
+	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 42)
+	for range 3 {
+		if err := lost.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var endText string
+	if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endText); err != nil {
+		t.Fatal(err)
+	}
+	end, err := parseLSN(endText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commits := 0
+	deadline := time.Now().Add(time.Minute)
+	for commits < 3 {
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		msg, err := intruder.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("the intruder's stream, after %d commits: %v", commits, err)
+		}
+		if cd, ok := msg.(*pgproto3.CopyData); ok && len(cd.Data) > 25 && cd.Data[0] == pglogrepl.XLogDataByteID && cd.Data[25] == 'C' {
+			commits++
+		}
+	}
+	if err := pglogrepl.SendStandbyStatusUpdate(ctx, intruder, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(end), WALFlushPosition: pglogrepl.LSN(end), WALApplyPosition: pglogrepl.LSN(end)}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		confirmed, _ := f.slotState(t)
+		return confirmed >= end, fmt.Sprintf("the slot is at %s, not yet at %s the intruder confirmed", confirmed, end)
+	})
+	_ = intruder.Close(ctx)
+
+	// pgoutbox takes the slot back, and stops.
+	if code := p.wait(t, time.Minute); code == 0 {
+		t.Fatal("exit 0 after taking over a slot another client moved on")
+	}
+	if last := lastLine(t, p); !strings.Contains(last, f.slot) || !strings.Contains(last, "was advanced while no pgoutbox session held it") {
+		t.Fatalf("last line: %s", last)
+	}
 }

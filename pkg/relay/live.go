@@ -54,6 +54,15 @@ func (b *liveBackend) RecordSession(ctx context.Context, cfg replication.Config,
 	return replication.WriteState(ctx, conn, cfg.StateTable, st)
 }
 
+func (b *liveBackend) ReadSlot(ctx context.Context, cfg replication.Config) (replication.SlotState, error) {
+	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-slot", cfg.ConnectTimeout)
+	if err != nil {
+		return replication.SlotState{}, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return replication.ReadSlot(ctx, conn, cfg.Slot)
+}
+
 func (b *liveBackend) Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error) {
 	st, err := replication.Open(ctx, cfg, start, b.log)
 	if err != nil {

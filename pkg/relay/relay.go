@@ -351,7 +351,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	}
 	// Where checkHistory judges the fence, Prepare holds cleanup if the
 	// slot is past it.
-	pcfg.HoldOnFencePassed = !r.history.slotSeen
+	pcfg.HoldOnFencePassed = r.judgesFence()
 	start, err := r.be.Prepare(ctx, pcfg)
 	if err != nil {
 		return false, r.prepareError(err)
@@ -396,6 +396,18 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		}
 		return false, err
 	}
+	// Everything above judged the slot as Prepare read it, and building
+	// the producer can take long (a broker that does not answer). Someone
+	// who advanced the slot meanwhile skipped the events in between: the
+	// stream starts at the slot's position, not at the one judged. Now the
+	// slot is the stream's, so it can be read once more, for good.
+	if err := r.checkSlotAtStart(ctx, slot); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = st.Close(cctx)
+		cancel()
+		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+		return false, err
+	}
 	// Recorded once this instance holds the slot, and before it confirms
 	// anything: another instance that finds the slot moved on knows who did.
 	sessionStart := r.clock.Now()
@@ -436,6 +448,22 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	return true, err
 }
 
+// checkSlotAtStart reads the slot again once the stream holds it: a slot
+// that moved past where Prepare found it (judged was) was advanced by
+// someone else in between, and the stream, which starts at the slot's
+// position, would skip the events in between.
+func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotState) error {
+	now, err := r.be.ReadSlot(ctx, r.cfg.Postgres)
+	if err != nil {
+		return fmt.Errorf("relay: read slot %q after starting to stream from it: %w", r.cfg.Postgres.Slot, err)
+	}
+	if now.ConfirmedFlushLSN > judged.ConfirmedFlushLSN {
+		return &FatalError{Err: fmt.Errorf("%w: slot %q moved from %s to %s while pgoutbox started (between its checks and the start of the stream), and the events committed in between were skipped; investigate (pg_replication_slot_advance, or another client streaming from the slot) before starting again",
+			replication.ErrSlotAdvanced, r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, now.ConfirmedFlushLSN)}
+	}
+	return nil
+}
+
 // prepareError classifies a failure of Prepare: a missing, vanished or lost
 // slot and an unusable publication are fatal (a restart would only repeat
 // them); anything else is retried.
@@ -451,6 +479,14 @@ func (r *Relay) prepareError(err error) error {
 	}
 	return err
 }
+
+// judgesFence says whether the session judges the slot by the state row's
+// fence: at the first start, and after another connection held the slot
+// (a pgoutbox instance raises the fence before it confirms, so a slot past
+// the fence was moved by something else: pg_recvlogical, a misconfigured
+// Debezium, a slot advance in the takeover's window). Otherwise this
+// process's own history knows more.
+func (r *Relay) judgesFence() bool { return !r.history.slotSeen || r.history.othersHeld }
 
 // checkHistory compares the slot with what this process and the state table
 // remember: a slot ahead of the furthest position this process confirmed
@@ -480,7 +516,7 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		r.log.Warn("PostgreSQL changed timeline since pgoutbox last recorded the slot (a promotion or a restore)",
 			zap.Int32("recorded_timeline", start.State.Timeline), zap.Int32("timeline", start.Identity.Timeline), zap.String("fork_lsn", fork))
 	}
-	if !r.history.slotSeen {
+	if r.judgesFence() {
 		// The slot moves only when a client confirms, and the last session
 		// recorded the furthest its process may confirm before confirming
 		// it (the fence). (Within one process the history below knows more.)
@@ -501,7 +537,7 @@ func (r *Relay) checkHistory(start replication.Start) error {
 				zap.String("instance", start.State.Instance), zap.Time("session_started_at", start.State.SessionStartedAt))
 			return nil
 		case replication.FencePassed:
-			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while pgoutbox was stopped (pg_replication_slot_advance, or another client streamed from it), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
+			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while no pgoutbox session held it (pg_replication_slot_advance, or another client streamed from it), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
 				replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, start.State.Instance,
 				start.State.SessionStartedAt.UTC().Format(time.RFC3339), pcfg.StateTable, quoteLiteral(pcfg.Slot))}
 		}

@@ -116,6 +116,9 @@ type backend interface {
 	// holds the slot, before it confirms anything.
 	RecordSession(ctx context.Context, cfg replication.Config, st replication.State) error
 	Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error)
+	// ReadSlot reads the slot as it is now (after Open: the slot is the
+	// stream's, and no one else can move it).
+	ReadSlot(ctx context.Context, cfg replication.Config) (replication.SlotState, error)
 	NewProducer(ctx context.Context, cfg kafka.Config) (producer, error)
 	// NewTxnProducer starts exactly-once mode's producer for the slot: it
 	// fences earlier producers of cfg.TransactionalID, then reads the

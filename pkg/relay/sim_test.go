@@ -191,6 +191,9 @@ type simWorld struct {
 	visible   map[string]bool
 	stored    checkpoint.LSN
 	storedSet bool
+	// advanceAtOpen: someone advances the slot to the end of the WAL
+	// between the relay's Prepare and its stream's start (once).
+	advanceAtOpen bool
 }
 
 func (w *simWorld) fail(format string, args ...any) {
@@ -658,9 +661,18 @@ func (b *simBackend) RecordSession(context.Context, replication.Config, replicat
 	return nil
 }
 
+func (b *simBackend) ReadSlot(_ context.Context, cfg replication.Config) (replication.SlotState, error) {
+	return replication.SlotState{Name: cfg.Slot, SlotType: "logical", Plugin: "pgoutput", ConfirmedFlushLSN: b.w.confirmed, WALStatus: "reserved", Active: b.w.stream != nil}, nil
+}
+
 func (b *simBackend) Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error) {
 	w := b.w
 	b.opens++
+	if w.advanceAtOpen {
+		w.advanceAtOpen = false
+		w.confirmed = w.end()
+		w.logf("someone advanced the slot to %s before the stream started", w.confirmed)
+	}
 	s := &simStream{w: w, lastStatus: w.now, rels: map[string]*replication.Relation{}}
 	// PostgreSQL's skip rule: a transaction whose commit record, or a
 	// message whose record, begins before the confirmed position is not

@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // handoverFixture is a fixture whose outbox has the poll columns and
@@ -245,4 +246,50 @@ func TestHandoverWaitsForAsynchronousCommitsToBeFlushed(t *testing.T) {
 	if confirmed, _ := f.slotState(t); confirmed != 0 {
 		t.Fatalf("the WAL source's slot is still there (confirmed %s)", confirmed)
 	}
+}
+
+// TestHandoverRefusesASlotMovedPastItsFence: the handover takes every row
+// committed before the slot's position for relayed. A slot moved on while
+// the WAL relay was stopped (pg_replication_slot_advance, another client)
+// says nothing of the rows in between, which never reached Kafka: the
+// handover must refuse (fatal), mark nothing and keep the slot, as cleanup
+// refuses to delete by it. The WAL relay, started as the error says,
+// refuses too and holds cleanup; the handover then refuses while the hold
+// stands. (Before, the three rows were marked published and never sent.)
+func TestHandoverRefusesASlotMovedPastItsFence(t *testing.T) {
+	env := testenv.Require(t)
+	ctx := context.Background()
+	f, _, _ := handoverFixture(t, env, nil)
+	skipped := f.insertEvents(t, "0002", 3, nil)
+	f.exec(t, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot)
+	unpublished := func(when string) {
+		t.Helper()
+		var n int
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE id = ANY($1) AND published_at IS NULL", skipped).Scan(&n); err != nil || n != len(skipped) {
+			t.Fatalf("%s: %d of the %d skipped rows unpublished (%v)", when, n, len(skipped), err)
+		}
+		if confirmed, _ := f.slotState(t); confirmed == 0 {
+			t.Fatalf("%s: the slot was dropped", when)
+		}
+	}
+	pcfg := f.pollConfig()
+	pcfg.Poll.HandoverSlot = f.slot
+	handover := func(want string) {
+		t.Helper()
+		err := runInProcess(t, pcfg).exited(t, time.Minute)
+		var fe *relay.FatalError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("handover from a slot moved past its fence: %v, want a fatal error saying %q", err, want)
+		}
+		t.Logf("refused: %v", err)
+	}
+	handover("past")
+	unpublished("after the first refused handover")
+
+	err := runInProcess(t, f.config()).exited(t, time.Minute)
+	if !errors.Is(err, replication.ErrSlotAdvanced) {
+		t.Fatalf("the WAL relay on the moved slot: %v, want ErrSlotAdvanced", err)
+	}
+	handover("is held")
+	unpublished("after the second refused handover")
 }

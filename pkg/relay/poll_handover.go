@@ -63,6 +63,9 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	if st.Active {
 		return fmt.Errorf("%w: a WAL relay still streams from slot %q (walsender PID %d); stop it (SIGTERM), and this relay takes over", errWaitingForOthers, slot, st.ActivePID)
 	}
+	if err := pr.slotJudged(ctx, conn, st); err != nil {
+		return err
+	}
 	// The peek sees the pending inserts only through a publication that
 	// carries every one of them: through any other (missing, which
 	// PostgreSQL 18 only warns about; without the table; not publishing
@@ -179,6 +182,51 @@ func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string
 		}
 	}
 	return oids, true, nil
+}
+
+// slotJudged refuses a handover from a slot whose position says nothing of
+// what the WAL relay relayed, as cleanup refuses to delete by it: a slot
+// past the fence of the last pgoutbox session on it was moved by something
+// else (pg_replication_slot_advance, another client), and the rows
+// committed in between were never relayed; a cleanup hold records such a
+// gap (or another, see replication.CleanupHold) that was not resolved.
+// Either way the handover would mark rows published that never reached
+// Kafka. Without a state row there is nothing to judge by: a warning says
+// so.
+func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot replication.SlotState) error {
+	r, table := pr.r, pr.r.cfg.Postgres.StateTable
+	noRecord := func(why string) error {
+		r.log.Warn("handover: no record of the WAL relay's sessions on the slot ("+why+"), so whether something other than pgoutbox moved it cannot be told; every row before its position is taken as relayed",
+			zap.String("slot", slot.Name), zap.String("state_table", table))
+		return nil
+	}
+	if table == "" {
+		return noRecord("postgres.state.table is empty")
+	}
+	st, found, err := replication.ReadState(ctx, conn, table, slot.Name)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return noRecord("the state table does not exist")
+	}
+	if err != nil {
+		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+	}
+	if !found {
+		return noRecord("the state table has no row for it")
+	}
+	hold, err := replication.CleanupHold(ctx, conn, table, slot.Name)
+	if err != nil {
+		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+	}
+	if hold != "" {
+		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: cleanup of the slot is held (%s), so its position does not say which rows were relayed; nothing was marked: relay those events from the outbox table, release the hold (pgoutbox cleanup --release-hold=%s) and start again",
+			slot.Name, hold, replication.HoldID(hold))}
+	}
+	if st.FencePassedBy(slot.ConfirmedFlushLSN) {
+		return &FatalError{Err: fmt.Errorf("%w: handover from slot %q: the slot is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down), so its position does not say which rows were relayed; nothing was marked: start the WAL relay (pgoutbox run with the WAL source) once: it tells these apart, holds cleanup where events may have been skipped, and says how to go on",
+			replication.ErrSlotAdvanced, slot.Name, slot.ConfirmedFlushLSN, st.StoppedLSN)}
+	}
+	return nil
 }
 
 // unrelayedElsewhere keeps, of the other relations' pending inserts, those

@@ -160,6 +160,10 @@ func applyEnv(cfg *fileConfig, environ []string) error {
 		if known[name] {
 			continue
 		}
+		if strings.HasPrefix(name, "PGOUTBOX_ROUTES_") {
+			// routes (per-table settings) is a map: the file only.
+			return fmt.Errorf("environment variable %s: routes (the per-table settings) can be set in the configuration file only", name)
+		}
 		for prefix := range sections {
 			if strings.HasPrefix(name, prefix) {
 				unknown = append(unknown, name)
@@ -211,6 +215,11 @@ func setValue(f reflect.Value, text string) error {
 			if p = strings.TrimSpace(p); p != "" {
 				parts = append(parts, p)
 			}
+		}
+		if parts == nil {
+			// Most likely a template's variable left unfilled: an empty
+			// table list, say, relays no table, without a word.
+			return errors.New("is set but names nothing: unset it to keep the value of the file (or the default), or name the values, comma-separated; an empty list can be set in the file")
 		}
 		f.Set(reflect.ValueOf(parts))
 	default:

@@ -213,21 +213,25 @@ func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
-	split := func(s string) []string {
+	var blank []string
+	split := func(name, s string) []string {
 		var out []string
 		for _, p := range strings.Split(s, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				out = append(out, p)
 			}
 		}
+		if out == nil {
+			blank = append(blank, "--"+name)
+		}
 		return out
 	}
 	set := map[string]func(string){
 		"dsn":         func(v string) { cfg.Postgres.DSN = v },
-		"brokers":     func(v string) { cfg.Kafka.Brokers = split(v) },
+		"brokers":     func(v string) { cfg.Kafka.Brokers = split("brokers", v) },
 		"slot":        func(v string) { cfg.Postgres.Slot = v },
 		"publication": func(v string) { cfg.Postgres.Publication = v },
-		"tables":      func(v string) { cfg.Postgres.Tables = split(v) },
+		"tables":      func(v string) { cfg.Postgres.Tables = split("tables", v) },
 		"log-level":   func(v string) { cfg.Log.Level = v },
 		"log-format":  func(v string) { cfg.Log.Format = v },
 	}
@@ -236,6 +240,11 @@ func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
 			fn(f.Value.String())
 		}
 	})
+	if len(blank) > 0 {
+		// A blank list is most likely a template's variable left unfilled:
+		// an empty table list relays no table, without a word.
+		return cfg, fmt.Errorf("%s given an empty list: name the values, or leave the flag out to keep the configured ones", strings.Join(blank, ", "))
+	}
 	return cfg, nil
 }
 

@@ -118,6 +118,9 @@ func TestExitCodes(t *testing.T) {
 		{"zero max.message.bytes", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, []string{"PGOUTBOX_KAFKA_MAX_MESSAGE_BYTES=0"}, exitConfig, "max.message.bytes: 0 or empty is not a value"},
 		{"bad dead-letter topic", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, []string{"PGOUTBOX_RELAY_POISON_POLICY=dead-letter", "PGOUTBOX_RELAY_DEAD_LETTER_TOPIC=bad dlq"}, exitConfig, `dead.letter.topic "bad dlq"`},
 		{"unreachable PostgreSQL", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db?connect_timeout=2", "--brokers", "127.0.0.1:1"}, nil, exitStartup, "check that PostgreSQL runs and listens on 127.0.0.1:1"},
+		{"blank table list in the environment", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, []string{"PGOUTBOX_POSTGRES_TABLE_INCLUDE_LIST= "}, exitConfig, "PGOUTBOX_POSTGRES_TABLE_INCLUDE_LIST (postgres.table.include.list): is set but names nothing"},
+		{"blank table list flag", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1", "--tables", " , "}, nil, exitConfig, "--tables given an empty list"},
+		{"routes in the environment", []string{"run", "--dsn", "postgres://x@127.0.0.1:1/db", "--brokers", "127.0.0.1:1"}, []string{"PGOUTBOX_ROUTES_PUBLIC_PAYMENTS_ROUTE_TOPIC=payments"}, exitConfig, "configuration file only"},
 		{"help", []string{"run", "--help"}, nil, exitOK, "PGOUTBOX_POSTGRES_DSN"},
 	}
 	for _, c := range cases {

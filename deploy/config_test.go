@@ -32,7 +32,9 @@ var secretStandIns = map[string]string{
 		"database.user": "debezium", "database.password": "stand-in-password", "database.dbname": "billing",
 		"plugin.name": "pgoutput", "slot.name": "billing_outbox", "publication.name": "billing_outbox",
 		"table.include.list": "public.outbox", "snapshot.mode": "no_data",
-		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter"}}`,
+		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+		"key.converter": "org.apache.kafka.connect.storage.StringConverter",
+		"value.converter": "org.apache.kafka.connect.json.JsonConverter", "value.converter.schemas.enable": "false"}}`,
 }
 
 // externalConfigMap stands in for a ConfigMap the test values mount but

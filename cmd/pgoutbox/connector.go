@@ -363,6 +363,16 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 			}
 		}
 	}
+	// Kafka Connect takes a converter the connector does not name from its
+	// worker's configuration, which pgoutbox cannot see. Guessing would
+	// write other key bytes than Debezium did (a JsonConverter key is the
+	// quoted string), and put each aggregate's events on another
+	// partition after a cutover: per-key order broken, without a word.
+	for _, k := range []string{"key.converter", "value.converter"} {
+		if _, ok := get(k); !ok {
+			refused = append(refused, fmt.Sprintf("%s: not set, so Kafka Connect takes it from its worker's configuration, which pgoutbox cannot see; copy the worker's %s (and %s.schemas.enable) into the connector JSON, as pgoutbox must write the bytes Debezium wrote", k, k, k))
+		}
+	}
 	// Debezium 3's extended headers are on by default; they name the
 	// connector by its logical name, topic.prefix, which Debezium requires
 	// (without it there is no Debezium to be like, and no such headers).

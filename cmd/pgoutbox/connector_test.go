@@ -48,6 +48,7 @@ func TestConnectorImportRefusesWhatItCannotHonour(t *testing.T) {
 		"connector.class":        postgresConnector,
 		"transforms":             "outbox",
 		"transforms.outbox.type": eventRouter,
+		"key.converter":          "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter",
 	}
 	cases := map[string]struct {
 		key, value, want string
@@ -105,7 +106,7 @@ func TestConnectorImportRefusesWhatItCannotHonour(t *testing.T) {
 
 func TestBareConfigMapIsAccepted(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "c.json")
-	body := `{"connector.class": "` + postgresConnector + `", "database.port": 6543, "database.hostname": "db", "transforms": "r", "transforms.r.type": "` + eventRouter + `", "transforms.r.route.tombstone.on.empty.payload": true}`
+	body := `{"connector.class": "` + postgresConnector + `", "database.port": 6543, "database.hostname": "db", "transforms": "r", "transforms.r.type": "` + eventRouter + `", "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter", "transforms.r.route.tombstone.on.empty.payload": true}`
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestConvertPrintsNativeYAMLWithoutThePassword(t *testing.T) {
 func TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot(t *testing.T) {
 	for mode, want := range map[string]string{"initial": "initial", "no_data": "no_data", "never": "no_data"} {
 		conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox",
-			"transforms.outbox.type": eventRouter, "snapshot.mode": mode}
+			"transforms.outbox.type": eventRouter, "snapshot.mode": mode, "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"}
 		cfg := defaultFileConfig()
 		if _, err := applyConnector(&cfg, conn); err != nil {
 			t.Fatalf("snapshot.mode=%s: %v", mode, err)
@@ -168,7 +169,7 @@ func TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot(t *testing.T) {
 // with pgoutbox's own names, a migration would create a new slot and skip
 // the events pending in Debezium's. The environment still overrides them.
 func TestConnectorWithoutSlotOrPublicationMeansDebeziumsDefaults(t *testing.T) {
-	conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter}
+	conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter, "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"}
 	cfg := defaultFileConfig()
 	cfg.Postgres.Slot, cfg.Postgres.Publication = "from_the_file", "from_the_file"
 	if _, err := applyConnector(&cfg, conn); err != nil {
@@ -189,7 +190,7 @@ func TestConnectorWithoutSlotOrPublicationMeansDebeziumsDefaults(t *testing.T) {
 		t.Fatalf("with slot.name: slot %q, create %v (%v); want it created when missing", cfg.Postgres.Slot, cfg.Postgres.CreateSlot, err)
 	}
 	p := filepath.Join(t.TempDir(), "c.json")
-	if err := os.WriteFile(p, []byte(`{"connector.class": "`+postgresConnector+`", "transforms": "r", "transforms.r.type": "`+eventRouter+`"}`), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(`{"connector.class": "`+postgresConnector+`", "transforms": "r", "transforms.r.type": "`+eventRouter+`", "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c := newFlags("run", &bytes.Buffer{}, "")
@@ -260,6 +261,9 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=file"}, false},
 		{"env provider", map[string]string{"database.dbname": "${env:PGOUTBOX_TEST_CONNECTOR_DB}"},
 			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=env"}, true},
+		// Kafka Connect takes them from the worker, which pgoutbox cannot see.
+		{"converters left to the worker", map[string]string{"key.converter": "", "value.converter": ""}, nil, false},
+		{"value converter left to the worker", map[string]string{"value.converter": ""}, nil, false},
 		{"env provider, variable unset", map[string]string{"database.dbname": "${env:PGOUTBOX_TEST_NO_SUCH_VARIABLE}"},
 			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=env"}, false},
 	}
@@ -271,6 +275,7 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 				"database.user": "app", "database.dbname": "orders", "topic.prefix": "orders",
 				"plugin.name": "pgoutput", "slot.name": "orders_outbox", "snapshot.mode": "no_data",
 				"transforms": "outbox", "transforms.outbox.type": eventRouter,
+				"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter",
 			}
 			for k, v := range c.set {
 				if v == "" {
@@ -326,7 +331,7 @@ func TestRunPrintsARouterOptionErrorOnce(t *testing.T) {
 // configured tables only (public.outbox by default), so convert and run
 // must say so with the ignored keys, and say nothing once it is set.
 func TestConnectorWithoutTableIncludeListSaysSo(t *testing.T) {
-	conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter}
+	conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter, "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"}
 	cfg := defaultFileConfig()
 	ignored, err := applyConnector(&cfg, conn)
 	if err != nil {

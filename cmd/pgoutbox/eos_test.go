@@ -14,7 +14,7 @@ import (
 // default, leaves it off; anything else is refused.
 func TestConnectorExactlyOnceSupportMapsToTheMode(t *testing.T) {
 	base := map[string]string{"connector.class": postgresConnector, "database.dbname": "shop", "topic.prefix": "shop",
-		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter"}
+		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter", "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"}
 	for _, c := range []struct {
 		support, topic string
 		want           bool

@@ -136,6 +136,9 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	if err != nil {
 		return st, err
 	}
+	if st.Identity.WALEnd, err = ReadWALEnd(ctx, conn); err != nil {
+		return st, err
+	}
 	if cfg.StateTable != "" && st.HadState && st.State.StoppedLSN != 0 {
 		// The fence read again after the slot: a session still running
 		// raises it before it confirms, so a fence read before the slot

@@ -105,6 +105,9 @@ type ServerIdentity struct {
 	// have been moved by the server's own shutdown (see RaiseFence).
 	StartedAt     time.Time
 	CheckpointLSN LSN
+	// WALEnd is the end of the server's WAL (ReadWALEnd), read by Prepare
+	// after the slot: no client can have confirmed past it. 0: not known.
+	WALEnd LSN
 }
 
 // ReadServerIdentity reads the system identifier, database and timeline.
@@ -128,6 +131,19 @@ func ReadServerIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, er
 		return id, err
 	}
 	return id, nil
+}
+
+// ReadWALEnd reads the end of the server's WAL: the insert position, or on
+// a standby the furthest received or replayed. Read after a slot, it is at
+// or past anything a client of the slot can have confirmed.
+func ReadWALEnd(ctx context.Context, conn *pgx.Conn) (LSN, error) {
+	var end string
+	if err := conn.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery()
+		THEN coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), '0/0')
+		ELSE pg_current_wal_insert_lsn() END)::text`).Scan(&end); err != nil {
+		return 0, fmt.Errorf("replication: read the end of WAL: %w", err)
+	}
+	return parseLSN(end)
 }
 
 // stateDDL creates the state table. It holds no events and is small: one row

@@ -140,6 +140,17 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
 		return exitRuntime
 	}
+	// A slot past the end of WAL came with a restore or a rewind: the rows
+	// written since are before its position and were never relayed.
+	end, err := replication.ReadWALEnd(ctx, conn)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+		return exitRuntime
+	}
+	if slot.ConfirmedFlushLSN > end {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is confirmed up to %s, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, so its position says nothing of the rows written since, and nothing was deleted; start pgoutbox run, which stops and says how to go on\n", pc.Slot, slot.ConfirmedFlushLSN, end)
+		return exitRuntime
+	}
 	// After a recreated slot or an accepted catalog, the slot's position
 	// says nothing of the rows of the gap: deleting by it would delete
 	// events that were never relayed. The hold is read after the slot: a

@@ -20,6 +20,10 @@ type SlotIdentity struct {
 	SystemIdentifier string
 	Database         string
 	Slot             string
+	// Timeline is the server's timeline, written with each position (not
+	// part of the key): a position from another timeline may lie past
+	// where that timeline forked from this one.
+	Timeline int32
 }
 
 // Key is the key of the slot's record in the offsets topic.
@@ -40,20 +44,24 @@ type offsetValue struct {
 	Database         string `json:"database"`
 	Slot             string `json:"slot"`
 	TransactionalID  string `json:"transactional_id"`
+	// Timeline: the server's timeline when the position was written (0
+	// in records of versions before it was written).
+	Timeline int32 `json:"timeline,omitempty"`
 }
 
 func encodeOffset(id SlotIdentity, txnID string, lsn uint64) []byte {
 	b, _ := json.Marshal(offsetValue{LSN: formatLSN(lsn), SystemIdentifier: id.SystemIdentifier,
-		Database: id.Database, Slot: id.Slot, TransactionalID: txnID})
+		Database: id.Database, Slot: id.Slot, TransactionalID: txnID, Timeline: id.Timeline})
 	return b
 }
 
-func decodeOffset(b []byte) (uint64, error) {
+func decodeOffset(b []byte) (lsn uint64, timeline int32, err error) {
 	var v offsetValue
 	if err := json.Unmarshal(b, &v); err != nil {
-		return 0, fmt.Errorf("not a pgoutbox offsets record: %w", err)
+		return 0, 0, fmt.Errorf("not a pgoutbox offsets record: %w", err)
 	}
-	return parseLSN(v.LSN)
+	lsn, err = parseLSN(v.LSN)
+	return lsn, v.Timeline, err
 }
 
 func formatLSN(l uint64) string { return fmt.Sprintf("%X/%X", l>>32, uint32(l)) }
@@ -152,41 +160,41 @@ func offsetsPartition(client sarama.Client, topic string, key []byte) (int32, er
 // read backwards in growing windows, as the record sought is usually near
 // it. It waits (within ctx) while open transactions of other producers
 // hold the last stable offset below that end.
-func readStored(ctx context.Context, client sarama.Client, topic string, key []byte) (lsn uint64, found bool, err error) {
+func readStored(ctx context.Context, client sarama.Client, topic string, key []byte) (lsn uint64, timeline int32, found bool, err error) {
 	p, err := offsetsPartition(client, topic, key)
 	if err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
 	if err != nil {
-		return 0, false, fmt.Errorf("kafka: end offset of %s/%d: %w", topic, p, err)
+		return 0, 0, false, fmt.Errorf("kafka: end offset of %s/%d: %w", topic, p, err)
 	}
 	start, err := client.GetOffset(topic, p, sarama.OffsetOldest)
 	if err != nil {
-		return 0, false, fmt.Errorf("kafka: start offset of %s/%d: %w", topic, p, err)
+		return 0, 0, false, fmt.Errorf("kafka: start offset of %s/%d: %w", topic, p, err)
 	}
 	window := int64(256)
 	for hi := end; hi > start; window *= 4 {
 		from := max(start, hi-window)
 		v, ok, err := scanCommitted(ctx, client, topic, p, key, from, hi)
 		if err != nil {
-			return 0, false, err
+			return 0, 0, false, err
 		}
 		if ok && v == nil {
 			// A tombstone: the slot's position was deleted on purpose, to
 			// start exactly-once afresh from the slot's own.
-			return 0, false, nil
+			return 0, 0, false, nil
 		}
 		if ok {
-			lsn, err := decodeOffset(v)
+			lsn, timeline, err := decodeOffset(v)
 			if err != nil {
-				return 0, false, fmt.Errorf("kafka: offsets topic %q, key %q: %w", topic, key, err)
+				return 0, 0, false, fmt.Errorf("kafka: offsets topic %q, key %q: %w", topic, key, err)
 			}
-			return lsn, true, nil
+			return lsn, timeline, true, nil
 		}
 		hi = from
 	}
-	return 0, false, nil
+	return 0, 0, false, nil
 }
 
 // scanCommitted returns the value of the last committed record with key in

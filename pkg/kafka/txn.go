@@ -48,6 +48,7 @@ type TxnProducer struct {
 	failedOnce sync.Once
 	fenced     atomic.Pointer[error]
 	stored     uint64
+	storedTL   int32
 	found      bool
 	// pending is the outcome of a CommitTxn that run stopped waiting for
 	// (a failure it saw first); run waits for it before it returns.
@@ -134,7 +135,7 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 	rctx, cancel := context.WithTimeout(ctx, cfg.TransactionTimeout+cfg.ReadTimeout)
 	defer cancel()
 	stop := context.AfterFunc(rctx, func() { _ = p.client.Close() })
-	t.stored, t.found, err = readStored(rctx, p.client, cfg.OffsetsTopic, t.key)
+	t.stored, t.storedTL, t.found, err = readStored(rctx, p.client, cfg.OffsetsTopic, t.key)
 	if !stop() {
 		err = errors.Join(err, context.Cause(rctx))
 	}
@@ -167,6 +168,11 @@ func txnStartError(cfg Config, err error) error {
 // Stored returns the position the offsets topic held for the slot when the
 // producer started, and whether it held one.
 func (t *TxnProducer) Stored() (lsn uint64, ok bool) { return t.stored, t.found }
+
+// StoredTimeline is the server's timeline the stored position was written
+// on: 0 when none is stored, or the record is of a version before it was
+// written.
+func (t *TxnProducer) StoredTimeline() int32 { return t.storedTL }
 
 // Send queues rec for the current transaction (one begins with the first
 // record after a commit); its outcome arrives on Acks. As for

@@ -20,7 +20,7 @@ import (
 func txnConfig(t *testing.T, env *testenv.Env) (Config, SlotIdentity) {
 	name := testenv.UniqueName(t, "txn")
 	cfg := Config{Brokers: env.KafkaBrokers, ExactlyOnce: true, OffsetsTopic: "pgoutbox.offsets." + name}
-	id := SlotIdentity{SystemIdentifier: "7000000000000000001", Database: "db", Slot: name}
+	id := SlotIdentity{SystemIdentifier: "7000000000000000001", Database: "db", Slot: name, Timeline: 4}
 	cfg.TransactionalID = id.TransactionalID()
 	return cfg, id
 }
@@ -162,8 +162,8 @@ func TestTransactionalProducerCommitsStoresAndFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p3.Close(context.Background())
-	if lsn, _ := p3.Stored(); lsn != 0x3000 {
-		t.Fatalf("stored %X, want 3000", lsn)
+	if lsn, _ := p3.Stored(); lsn != 0x3000 || p3.StoredTimeline() != id.Timeline {
+		t.Fatalf("stored %X on timeline %d, want 3000 on %d", lsn, p3.StoredTimeline(), id.Timeline)
 	}
 }
 

@@ -35,9 +35,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, env *testenv.Env, partitions int) *fixture {
 	t.Helper()
+	return fixtureOn(t, env, env.NewDatabase(t), partitions)
+}
+
+// fixtureOn is newFixture on the database at dsn.
+func fixtureOn(t *testing.T, env *testenv.Env, dsn string, partitions int) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	name := strings.ToLower(testenv.UniqueName(t, "r"))
-	f := &fixture{env: env, dsn: env.NewDatabase(t), slot: name, pub: name, shape: outboxtest.DefaultShape()}
+	f := &fixture{env: env, dsn: dsn, slot: name, pub: name, shape: outboxtest.DefaultShape()}
 	// Topic names are cluster-wide: give this test's aggregate types a
 	// prefix of their own.
 	for i, a := range f.shape.AggregateTypes {

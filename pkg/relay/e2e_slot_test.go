@@ -696,3 +696,56 @@ func TestSlotAdvancedByAnotherHolderIsFatal(t *testing.T) {
 		t.Fatalf("last line: %s", last)
 	}
 }
+
+// TestRestoredDatabaseWithALaterSlotIsRefused: a database put back to an
+// earlier point without a new timeline (a disk snapshot, a crash-consistent
+// copy) or with one (pg_rewind), whose pg_replslot was kept as it was, has
+// a slot confirmed past the end of its WAL. PostgreSQL would skip the
+// transactions committed since, up to the slot's position: they are new
+// ones, never relayed. The start must stop (before: a warning about the
+// fence, and streaming on), and cleanup, which deletes by the slot's
+// position, must delete nothing.
+func TestRestoredDatabaseWithALaterSlotIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	srv := env.NewServer(t)
+	srv.CreateDatabase(t, "app")
+	f := fixtureOn(t, env, srv.ServerDSN(srv.PrimaryPort, "app"), 1)
+	c := env.NewConsumer(t, f.topics)
+	ctx := context.Background()
+	relayed(t, f, c, "first.log", 51, 3)
+	srv.StopPrimary(t)
+	srv.SaveData(t, "backup")
+	srv.StartPrimary(t)
+	f.reconnect(t)
+	relayed(t, f, c, "second.log", 52, 20)
+	// PostgreSQL before 17 writes a slot's confirmed position to disk only
+	// with other changes of the slot, not at a shutdown: moved to the end
+	// of WAL (past nothing unrelayed: the relay confirmed all of it) and
+	// saved by a checkpoint, it stays there across the restart.
+	f.exec(t, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot)
+	f.exec(t, "CHECKPOINT")
+	slotAt, _ := f.slotState(t)
+	srv.StopPrimary(t)
+	srv.RestoreKeepingSlots(t, "backup")
+	srv.StartPrimary(t)
+	f.reconnect(t)
+	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 53)
+	for range 2 {
+		if err := lost.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var text string
+	if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := parseLSN(text); err != nil || end >= slotAt {
+		t.Fatalf("the restored server's WAL ends at %s (%v), not before the slot's %s: the test did not make its case", end, err, slotAt)
+	}
+	startRefused(t, f, "third.log", "with a slot from after the restore", f.slot, "the end of this server's WAL")
+	cl := exec.Command(pgoutboxBinary(t), "cleanup", "--retention", "0s")
+	cl.Env = f.environ()
+	if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "the end of this server's WAL") {
+		t.Fatalf("cleanup with a slot from after the restore: %v\n%s", err, out)
+	}
+}

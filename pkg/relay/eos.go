@@ -87,6 +87,9 @@ type txnProducer interface {
 	Commits() <-chan kafka.CommitResult
 	// Stored is what the offsets topic held for the slot at start.
 	Stored() (lsn uint64, ok bool)
+	// StoredTimeline is the server's timeline that position was written
+	// on (0: not known).
+	StoredTimeline() int32
 	// Fenced is the error with which Kafka refused the producer's epoch,
 	// if it met one; final once Close returned.
 	Fenced() error
@@ -477,7 +480,8 @@ var ErrTimelineForked = errors.New("relay: the server's timeline forked before t
 // another consumer, a slot recreated): the events in between cannot be
 // told to be in Kafka once, so that is a loud exit.
 func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, start replication.Start) (txnProducer, error) {
-	id := kafka.SlotIdentity{SystemIdentifier: start.Identity.SystemIdentifier, Database: start.Identity.Database, Slot: start.Slot.Name}
+	id := kafka.SlotIdentity{SystemIdentifier: start.Identity.SystemIdentifier, Database: start.Identity.Database, Slot: start.Slot.Name,
+		Timeline: start.Identity.Timeline}
 	if kcfg.TransactionalID == "" {
 		kcfg.TransactionalID = id.TransactionalID()
 	}
@@ -516,6 +520,12 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 		return nil, &FatalError{Err: fmt.Errorf("%w: PostgreSQL moved from timeline %d to %d (a promotion or a restore), leaving the old one at %s, before %s, the position the offsets topic %q holds for slot %q: the transactions the new timeline commits in between are not the ones in Kafka, and exactly-once would skip them; to resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
 			ErrTimelineForked, start.State.Timeline, start.Identity.Timeline, fork, checkpoint.LSN(stored), kcfg.OffsetsTopic, start.Slot.Name, slot, id.Key())}
 	}
+	if ok && checkpoint.LSN(stored) > slot {
+		if err := r.storedOnThisHistory(ctx, start, checkpoint.LSN(stored), p.StoredTimeline(), kcfg.OffsetsTopic, id); err != nil {
+			r.closeProducer(context.WithoutCancel(ctx), p, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+			return nil, err
+		}
+	}
 	if ok {
 		r.log.Info("exactly-once: Kafka holds the slot's transactions up to the stored position; those at or below it are skipped",
 			zap.Stringer("stored_lsn", checkpoint.LSN(stored)), zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
@@ -524,6 +534,37 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 			zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
 	}
 	return p, nil
+}
+
+// storedOnThisHistory checks that the position Kafka holds, ahead of the
+// slot, lies on this server's WAL history, so that the transactions before
+// it are the ones in Kafka. The state row's timeline (checked above) says
+// nothing after migrate --recreate-slot, which records the new one: the
+// stored record's own timeline does. A position past the end of the
+// server's WAL was written before the database was put back (a restore
+// from a disk snapshot or a crash-consistent copy starts no new timeline):
+// the transactions written there since are new ones.
+func (r *Relay) storedOnThisHistory(ctx context.Context, start replication.Start, stored checkpoint.LSN, timeline int32, topic string, id kafka.SlotIdentity) error {
+	way := fmt.Sprintf("to resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic %q", start.Slot.ConfirmedFlushLSN, id.Key(), topic)
+	if tl := start.Identity.Timeline; timeline != 0 && timeline != tl {
+		fork, known, err := r.be.TimelineFork(ctx, r.cfg.Postgres, timeline, tl)
+		if err != nil {
+			return fmt.Errorf("relay: exactly-once: where timeline %d of the stored position left the server's timeline %d: %w", timeline, tl, err)
+		}
+		if !known || stored > fork {
+			at := "a point not in the server's history"
+			if known {
+				at = fork.String()
+			}
+			return &FatalError{Err: fmt.Errorf("%w: the offsets topic holds %s for slot %q, written on timeline %d, and the server left that timeline at %s, before it (a promotion or a restore; the slot was recreated since, or the state table would have said so): the transactions this server commits in between are not the ones in Kafka, and exactly-once would skip them; %s",
+				ErrTimelineForked, stored, start.Slot.Name, timeline, at, way)}
+		}
+	}
+	if end := start.Identity.WALEnd; end != 0 && stored > end {
+		return &FatalError{Err: fmt.Errorf("%w: the offsets topic holds %s for slot %q, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore from a snapshot or a backup) after Kafka got those transactions, and the transactions it commits there now are new ones, which exactly-once would skip; %s",
+			ErrTimelineForked, stored, start.Slot.Name, end, way)}
+	}
+	return nil
 }
 
 // fencedAfter, called once the session's producer is closed, says whether

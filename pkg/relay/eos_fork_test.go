@@ -17,22 +17,32 @@ import (
 // holds stored for the slot.
 type forkBackend struct {
 	backend
-	stored checkpoint.LSN
+	stored   checkpoint.LSN
+	timeline int32 // the stored record's
+	// fork and known answer TimelineFork for any pair of timelines.
+	fork  checkpoint.LSN
+	known bool
+}
+
+func (b forkBackend) TimelineFork(context.Context, replication.Config, int32, int32) (checkpoint.LSN, bool, error) {
+	return b.fork, b.known, nil
 }
 
 func (b forkBackend) EnsureOffsetsTopic(context.Context, kafka.Config) error { return nil }
 
 func (b forkBackend) NewTxnProducer(context.Context, kafka.Config, kafka.SlotIdentity) (txnProducer, error) {
-	return &forkProducer{stored: b.stored}, nil
+	return &forkProducer{stored: b.stored, timeline: b.timeline}, nil
 }
 
 type forkProducer struct {
 	txnProducer
-	stored checkpoint.LSN
-	closed bool
+	stored   checkpoint.LSN
+	timeline int32
+	closed   bool
 }
 
 func (p *forkProducer) Stored() (uint64, bool)      { return uint64(p.stored), true }
+func (p *forkProducer) StoredTimeline() int32       { return p.timeline }
 func (p *forkProducer) Close(context.Context) error { p.closed = true; return nil }
 
 // TestExactlyOnceRefusesAStoredPositionPastATimelineFork: exactly-once
@@ -81,6 +91,107 @@ func TestExactlyOnceRefusesAStoredPositionPastATimelineFork(t *testing.T) {
 			var fe *FatalError
 			if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), "remove the slot's record") {
 				t.Fatalf("want a fatal ErrTimelineForked naming the way on, got %v", err)
+			}
+		})
+	}
+}
+
+// TestExactlyOnceRefusesAStoredPositionFromAnotherHistory: the state row's
+// timeline says nothing once migrate --recreate-slot recorded the new one
+// (the way the error of a vanished slot points to after a promotion), and
+// a restore from a disk snapshot starts no new timeline at all. The stored
+// record's own timeline, and the end of the server's WAL, still tell: a
+// position written on a timeline the server left before it, or past the
+// end of the server's WAL, is refused; one on a timeline the server left
+// after it, on the server's timeline, or from a version that wrote no
+// timeline, is used.
+func TestExactlyOnceRefusesAStoredPositionFromAnotherHistory(t *testing.T) {
+	const slot, stored = checkpoint.LSN(0x1000), checkpoint.LSN(0x3000)
+	for _, c := range []struct {
+		name     string
+		recorded int32 // the stored record's timeline (0: not written)
+		fork     checkpoint.LSN
+		known    bool
+		walEnd   checkpoint.LSN
+		refused  bool
+	}{
+		{"recorded on a timeline left before it", 1, 0x2000, true, 0x9000, true},
+		{"recorded on a timeline not in the history", 1, 0, false, 0x9000, true},
+		{"recorded on a timeline left after it", 1, 0x4000, true, 0x9000, false},
+		{"recorded on the server's timeline", 2, 0, false, 0x9000, false},
+		{"no timeline recorded", 0, 0, false, 0x9000, false},
+		{"past the end of the server's WAL", 2, 0, false, 0x2000, true},
+		{"at the end of the server's WAL", 2, 0, false, stored, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Postgres.DSN, cfg.Kafka.Brokers, cfg.Kafka.ExactlyOnce = "postgres://fork", []string{"fork:9092"}, true
+			r, err := New(cfg, zap.NewNop(), withBackend(forkBackend{stored: stored, timeline: c.recorded, fork: c.fork, known: c.known}, realClock{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The state row agrees with the server: recreated since.
+			start := replication.Start{
+				Slot:     replication.SlotState{Name: "s", ConfirmedFlushLSN: slot},
+				Identity: replication.ServerIdentity{SystemIdentifier: "1", Database: "d", Timeline: 2, WALEnd: c.walEnd},
+				State:    replication.State{Timeline: 2}, HadState: true,
+			}
+			kcfg := cfg.Kafka
+			p, err := r.startTransactional(context.Background(), &kcfg, start)
+			if !c.refused {
+				if err != nil || p == nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var fe *FatalError
+			if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), "remove the slot's record") {
+				t.Fatalf("want a fatal ErrTimelineForked naming the way on, got %v", err)
+			}
+		})
+	}
+}
+
+// TestSlotFromAnotherHistoryIsRefused: a restored or rewound data
+// directory keeps pg_replslot as it was, so a slot may hold a position past
+// the end of the server's WAL, or past where the server left the timeline
+// the last session streamed on. PostgreSQL would skip the transactions
+// committed since up to that position: the start stops (fatal). A slot at
+// the end of WAL, or at the fork, starts.
+func TestSlotFromAnotherHistoryIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		slot, walEnd   checkpoint.LSN
+		recorded, now  int32
+		fork           checkpoint.LSN
+		known, created bool
+		refused        bool
+	}{
+		{"past the end of WAL", 0x3000, 0x2000, 1, 1, 0, false, false, true},
+		{"at the end of WAL", 0x3000, 0x3000, 1, 1, 0, false, false, false},
+		{"end of WAL not known", 0x3000, 0, 1, 1, 0, false, false, false},
+		{"past the fork", 0x3000, 0x9000, 1, 2, 0x2000, true, false, true},
+		{"at the fork", 0x2000, 0x9000, 1, 2, 0x2000, true, false, false},
+		{"fork not known", 0x3000, 0x9000, 1, 2, 0, false, false, false},
+		{"created on this timeline", 0x3000, 0x9000, 1, 2, 0x2000, true, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Postgres.DSN, cfg.Kafka.Brokers = "postgres://fork", []string{"fork:9092"}
+			r, err := New(cfg, zap.NewNop(), withBackend(forkBackend{}, realClock{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := replication.Start{
+				Slot:     replication.SlotState{Name: "s", ConfirmedFlushLSN: c.slot},
+				Identity: replication.ServerIdentity{SystemIdentifier: "1", Database: "d", Timeline: c.now, WALEnd: c.walEnd},
+				State:    replication.State{Timeline: c.recorded}, HadState: true,
+				Fork: c.fork, ForkKnown: c.known, Created: c.created,
+			}
+			err = r.checkHistory(start)
+			var fe *FatalError
+			if c.refused != (err != nil) || (err != nil && (!errors.As(err, &fe) || !errors.Is(err, replication.ErrSlotAdvanced))) {
+				t.Fatalf("checkHistory: %v; want refused %v (fatal, ErrSlotAdvanced)", err, c.refused)
 			}
 		})
 	}

@@ -63,6 +63,10 @@ func (b *liveBackend) ReadSlot(ctx context.Context, cfg replication.Config) (rep
 	return replication.ReadSlot(ctx, conn, cfg.Slot)
 }
 
+func (b *liveBackend) TimelineFork(ctx context.Context, cfg replication.Config, from, to int32) (checkpoint.LSN, bool, error) {
+	return replication.TimelineFork(ctx, cfg, from, to)
+}
+
 func (b *liveBackend) Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error) {
 	st, err := replication.Open(ctx, cfg, start, b.log)
 	if err != nil {

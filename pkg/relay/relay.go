@@ -497,6 +497,19 @@ func (r *Relay) judgesFence() bool { return !r.history.slotSeen || r.history.oth
 // again.
 func (r *Relay) checkHistory(start replication.Start) error {
 	slot, pcfg := start.Slot, r.cfg.Postgres
+	// A slot whose position this server's WAL never reached, or reached on
+	// another timeline only, came with a restore or a rewind (a restored
+	// or rewound data directory keeps pg_replslot as it was): PostgreSQL
+	// skips every transaction committing before the slot's position,
+	// which are new ones here.
+	if end := start.Identity.WALEnd; end != 0 && slot.ConfirmedFlushLSN > end {
+		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, and PostgreSQL would skip the transactions committed since up to the slot's position, which were never relayed; check what was written since the restore, then recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the missing rows from the outbox table",
+			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, end)}
+	}
+	if start.TimelineChanged() && start.ForkKnown && !start.Created && slot.ConfirmedFlushLSN > start.Fork {
+		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, where this server left timeline %d for %d (a promotion or a restore): its position comes from the old timeline's WAL, and PostgreSQL would skip the transactions this timeline committed in between, which were never relayed; recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the rows written on this timeline before its position from the outbox table",
+			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.Fork, start.State.Timeline, start.Identity.Timeline)}
+	}
 	if start.HadState && slot.ConfirmedFlushLSN < start.State.ConfirmedLSN {
 		r.log.Warn("the slot is behind the position pgoutbox recorded as confirmed: the transactions in between will be sent to Kafka again (duplicates with the same event ids)",
 			zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN),

@@ -127,6 +127,9 @@ type backend interface {
 	// EnsureOffsetsTopic creates exactly-once mode's offsets topic if it
 	// does not exist.
 	EnsureOffsetsTopic(ctx context.Context, cfg kafka.Config) error
+	// TimelineFork says where timeline from ended in the history of
+	// timeline to (see replication.TimelineFork).
+	TimelineFork(ctx context.Context, cfg replication.Config, from, to int32) (checkpoint.LSN, bool, error)
 	// CheckTopics asks Kafka about topics (start-up checks).
 	CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error)
 	// StartTopicChecker and StartCatalogWatcher start the session's

@@ -105,6 +105,7 @@ func (p *simTxnProducer) Commit(lsn uint64) {
 
 func (p *simTxnProducer) Commits() <-chan kafka.CommitResult { return p.commits }
 func (p *simTxnProducer) Stored() (uint64, bool)             { return uint64(p.stored), p.found }
+func (p *simTxnProducer) StoredTimeline() int32              { return 0 }
 func (p *simTxnProducer) Fenced() error                      { return nil }
 
 // answer answers the oldest commit once its records are all answered.

@@ -665,6 +665,10 @@ func (b *simBackend) ReadSlot(_ context.Context, cfg replication.Config) (replic
 	return replication.SlotState{Name: cfg.Slot, SlotType: "logical", Plugin: "pgoutput", ConfirmedFlushLSN: b.w.confirmed, WALStatus: "reserved", Active: b.w.stream != nil}, nil
 }
 
+func (b *simBackend) TimelineFork(context.Context, replication.Config, int32, int32) (checkpoint.LSN, bool, error) {
+	return 0, false, nil
+}
+
 func (b *simBackend) Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error) {
 	w := b.w
 	b.opens++

@@ -148,6 +148,37 @@ func (p *Pair) Promote(t testing.TB) {
 	})
 }
 
+// StopPrimary stops the primary (a fast shutdown), and StartPrimary starts
+// it again.
+func (p *Pair) StopPrimary(t testing.TB) {
+	t.Helper()
+	p.must(t, "pg_ctl", "-D", p.data("primary"), "-m", "fast", "-w", "-t", "60", "stop")
+}
+
+func (p *Pair) StartPrimary(t testing.TB) {
+	t.Helper()
+	p.start(t, "primary")
+}
+
+// SaveData copies the stopped primary's data directory aside under name:
+// a backup (or a disk snapshot) of that moment.
+func (p *Pair) SaveData(t testing.TB, name string) {
+	t.Helper()
+	p.must(t, "cp", "-a", p.data("primary"), p.data(name))
+}
+
+// RestoreKeepingSlots puts the copy saved under name back in place of the
+// stopped primary's data directory, but with the primary's pg_replslot of
+// now, as pg_rewind leaves it, or a restore that keeps the slots'
+// directory: the slots may then hold positions past the end of the WAL.
+func (p *Pair) RestoreKeepingSlots(t testing.TB, name string) {
+	t.Helper()
+	p.must(t, "mv", p.data("primary"), p.data("replaced"))
+	p.must(t, "mv", p.data(name), p.data("primary"))
+	p.must(t, "rm", "-rf", filepath.Join(p.data("primary"), "pg_replslot"))
+	p.must(t, "cp", "-a", filepath.Join(p.data("replaced"), "pg_replslot"), filepath.Join(p.data("primary"), "pg_replslot"))
+}
+
 // Log returns the tail of a server's log ("primary" or "standby").
 func (p *Pair) Log(which string) string {
 	b, _ := os.ReadFile(filepath.Join(p.Dir, which+".log"))
@@ -229,7 +260,9 @@ func (p *Pair) must(t testing.TB, prog string, args ...string) {
 // asPG runs a program as PostgreSQL's user (the server refuses root).
 func (p *Pair) asPG(prog string, args ...string) (string, error) {
 	path := prog
-	if prog != "cp" {
+	switch prog {
+	case "cp", "mv", "rm": // the system's
+	default:
 		path = filepath.Join(p.bin, prog)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -12,7 +12,7 @@ func BenchmarkMessageRow(b *testing.B) {
 	b.SetBytes(int64(len(content)))
 	b.ReportAllocs()
 	for b.Loop() {
-		row, err := messageRow("outbox", content)
+		row, err := messageRow("outbox", "payload", content)
 		if err != nil {
 			b.Fatal(err)
 		}

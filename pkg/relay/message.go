@@ -24,11 +24,13 @@ var errNotObject = errors.New("content is not a JSON object")
 // messageRow turns the JSON object of a table-less outbox message
 // (pg_logical_emit_message(true, '<prefix>', '{"id": ..., "aggregatetype":
 // ..., "aggregateid": ..., "type": ..., "payload": {...}}')) into a row the
-// router maps exactly like an outbox table row: string fields are text,
-// objects and arrays are jsonb (a payload object becomes the record value as
-// JSON), numbers and booleans keep their JSON text, null is NULL. The row's
-// table is "message:<prefix>".
-func messageRow(prefix string, content []byte) (router.Row, error) {
+// router maps like a row of the outbox table pgoutbox migrate makes: the
+// payload field (payloadField) is jsonb, whatever its JSON (a string stays a
+// JSON string, as in the table's jsonb column: "" is no empty payload, "x"
+// keeps its quotes); of the others, string fields are text, objects and
+// arrays are jsonb, numbers and booleans keep their JSON text; null is NULL.
+// The row's table is "message:<prefix>".
+func messageRow(prefix, payloadField string, content []byte) (router.Row, error) {
 	var fields map[string]json.RawMessage
 	trimmed := bytes.TrimSpace(content)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
@@ -54,6 +56,8 @@ func messageRow(prefix string, content []byte) (router.Row, error) {
 		switch {
 		case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
 			row.Types[i] = oidText
+		case k == payloadField:
+			row.Types[i], row.Values[i] = oidJSONB, raw
 		case raw[0] == '"':
 			var s string
 			if err := json.Unmarshal(raw, &s); err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 func TestMessageIsRoutedLikeAnOutboxRow(t *testing.T) {
-	row, err := messageRow("outbox", []byte(`{"id":"406c07f3-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"1","type":"OrderCreated","payload":{"total":12}}`))
+	row, err := messageRow("outbox", "payload", []byte(`{"id":"406c07f3-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"1","type":"OrderCreated","payload":{"total":12}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestMessageIsRoutedLikeAnOutboxRow(t *testing.T) {
 }
 
 func TestMessageFieldTypes(t *testing.T) {
-	row, err := messageRow("p", []byte(` {"s":"a\"b","n":12.5,"b":true,"z":null,"arr":[1,2]} `))
+	row, err := messageRow("p", "payload", []byte(` {"s":"a\"b","n":12.5,"b":true,"z":null,"arr":[1,2]} `))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +50,41 @@ func TestMessageFieldTypes(t *testing.T) {
 
 func TestMessageThatIsNotAJSONObjectIsAnError(t *testing.T) {
 	for _, c := range []string{``, `[1]`, `"x"`, `{"a":`, `not json`} {
-		if _, err := messageRow("p", []byte(c)); err == nil {
+		if _, err := messageRow("p", "payload", []byte(c)); err == nil {
 			t.Errorf("%q: no error", c)
 		}
+	}
+}
+
+// TestMessagePayloadIsJSONLikeTheTablesColumn: the payload of the outbox
+// table pgoutbox migrate makes is jsonb, so a JSON string payload is a JSON
+// string there: "" is two bytes (no empty payload: no tombstone with
+// route.tombstone.on.empty.payload), "x" keeps its quotes. A message's
+// payload field is routed the same, whatever its JSON.
+func TestMessagePayloadIsJSONLikeTheTablesColumn(t *testing.T) {
+	opts := router.DefaultOptions()
+	opts.RouteTombstoneOnEmptyPayload = true
+	r, err := router.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for payload, want := range map[string]string{`""`: `""`, `"  "`: `"  "`, `"x"`: `"x"`, `12.50`: `12.50`, `true`: `true`, `{"a":1}`: `{"a":1}`} {
+		row, err := messageRow("outbox", "payload", []byte(`{"id":"406c07f3-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"1","type":"T","payload":`+payload+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec router.Record
+		if act, err := r.Route(&row, time.Now(), &rec); err != nil || act != router.Emit {
+			t.Fatalf("payload %s: route: %v %v", payload, act, err)
+		}
+		if rec.Value == nil || string(rec.Value) != want {
+			t.Errorf("payload %s: value %q (nil %v), want %s", payload, rec.Value, rec.Value == nil, want)
+		}
+	}
+	// null is still the empty payload: a tombstone.
+	row, _ := messageRow("outbox", "payload", []byte(`{"id":"406c07f3-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"1","type":"T","payload":null}`))
+	var rec router.Record
+	if _, err := r.Route(&row, time.Now(), &rec); err != nil || rec.Value != nil {
+		t.Fatalf("payload null: value %q (%v), want a tombstone", rec.Value, err)
 	}
 }

@@ -848,7 +848,7 @@ func (s *session) message(m *replication.Message) error {
 }
 
 func (s *session) emitMessage(m *replication.Message) error {
-	row, err := messageRow(m.Prefix, m.Content)
+	row, err := messageRow(m.Prefix, s.r.cfg.Router.EventPayloadField, m.Content)
 	if err != nil {
 		err = fmt.Errorf("logical decoding message with prefix %q at %s in the transaction committing at %s: %w", m.Prefix, m.LSN, s.commit, err)
 		// The message's bytes as they are, so that the dead-letter

@@ -113,7 +113,13 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		if st.State, st.HadState, err = ReadState(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
 			return st, err
 		}
-		if changes := st.State.ChangesSince(&st.Catalog, cfg); len(changes) > 0 && !cfg.RecreateVanishedSlot {
+		changes := st.State.ChangesSince(&st.Catalog, cfg)
+		if len(changes) == 0 && !cfg.RecreateVanishedSlot {
+			if changes, err = JoinedWithOlderRows(ctx, conn, cfg, &st.State, &st.Catalog); err != nil {
+				return st, err
+			}
+		}
+		if len(changes) > 0 && !cfg.RecreateVanishedSlot {
 			// The slot has passed the events of the gap: cleanup, which
 			// deletes by its position, is held from now on, not only
 			// once someone runs migrate --accept-catalog.

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -608,6 +610,42 @@ func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
 		}
 	}
 	return out
+}
+
+// JoinedWithOlderRows names the outbox tables new to the relay (configured
+// now, not in the last session's record, which names others) that hold
+// rows committed before the table joined the publication: those were never
+// decoded, so never relayed, and pgoutbox cleanup, which deletes by the
+// slot's position, would delete them as relayed. (Rows committed after it
+// joined are in the slot's stream.) The table's row of pg_publication_rel
+// is when it joined; without one (FOR ALL TABLES, FOR TABLES IN SCHEMA),
+// the publication's or the schema's row. Compared as 32-bit ages: right
+// for a membership younger than 2^31 transactions, which one just made is.
+func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *State, c *Catalog) ([]string, error) {
+	if s.PublicationOID == 0 || len(s.TableOIDs) == 0 || s.PublicationOID != c.Publication {
+		return nil, nil
+	}
+	var out []string
+	for _, t := range c.Tables {
+		if _, ok := s.TableOIDs[t.Name]; ok || t.OID == 0 {
+			continue
+		}
+		var older bool
+		err := conn.QueryRow(ctx, `WITH m AS (SELECT coalesce(
+				(SELECT pr.xmin FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = $2::oid),
+				(SELECT pn.xmin FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid
+					WHERE pn.pnpubid = p.oid AND c.oid = $2::oid),
+				p.xmin) AS x FROM pg_publication p WHERE p.oid = $1::oid)
+			SELECT EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r, m WHERE age(r.xmin) > age(m.x))`, c.Publication, t.OID).Scan(&older)
+		if err != nil {
+			return nil, fmt.Errorf("replication: look for rows of %s from before it joined publication %q: %w", t.Name, cfg.Publication, err)
+		}
+		if older {
+			out = append(out, fmt.Sprintf("outbox table %s is new to pgoutbox (the last session relayed %s) and holds rows committed before it joined publication %q: they were never in the stream, so never relayed (pgoutbox relays what is written from now on, as Debezium's snapshot.mode no_data does); relay them yourself if they are events (a poll relay, or the rows' ids), or delete them",
+				t.Name, strings.Join(slices.Sorted(maps.Keys(s.TableOIDs)), ", "), cfg.Publication))
+		}
+	}
+	return out, nil
 }
 
 // GuardSQL returns the statements of migrate --guard: an event trigger

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 	"github.com/pgoutbox/pgoutbox/replication"
@@ -638,5 +639,67 @@ func TestAllTablesPublicationNamesTheTablesItSkips(t *testing.T) {
 			got = append(got, fmt.Sprint(l.Message, l.ContextMap()))
 		}
 		t.Fatalf("log lines naming skipped tables: %v, want one naming public.outbox_other", got)
+	}
+}
+
+// TestTableJoiningWithOlderRowsIsRefused: an outbox table added to the
+// relay's tables later is streamed from its joining the publication on;
+// rows committed into it before that were never decoded, so never relayed,
+// and pgoutbox cleanup, which deletes by the slot's position, would delete
+// them as relayed. A table that joins empty, with rows written after it
+// joined the publication, streams as before (its rows arrive); one that
+// joins with older rows stops the start (fatal, naming it and the way on)
+// and holds cleanup. (Before, nothing was said, and cleanup deleted them.)
+func TestTableJoiningWithOlderRowsIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	c := env.NewConsumer(t, f.topics)
+	cfg := f.config()
+	w := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	first := f.insertEvents(t, "0001", 2, nil)
+	c.WaitFor(t, len(first), time.Minute)
+	if err := w.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(table, id string) {
+		f.exec(t, "INSERT INTO "+table+" (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k', 'T', '{}')", id, f.shape.AggregateTypes[0])
+	}
+	pub := pgx.Identifier{f.pub}.Sanitize()
+
+	// Joins first, then written into: streamed.
+	if err := outboxtest.Setup(ctx, f.conn, "outbox3"); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(t, "ALTER PUBLICATION "+pub+" ADD TABLE outbox3")
+	later := "00000000-0000-4000-8000-000300000001"
+	insert("outbox3", later)
+	cfg.Postgres.Tables = []string{"public.outbox", "public.outbox3"}
+	w = runInProcess(t, cfg)
+	c.WaitFor(t, len(first)+1, time.Minute)
+	if err := w.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if hold := f.cleanupHold(t); hold != "" {
+		t.Fatalf("cleanup held after a table joined empty: %q", hold)
+	}
+
+	// Written into, then joins: refused.
+	if err := outboxtest.Setup(ctx, f.conn, "outbox2"); err != nil {
+		t.Fatal(err)
+	}
+	older := "00000000-0000-4000-8000-000200000001"
+	insert("outbox2", older)
+	f.exec(t, "ALTER PUBLICATION "+pub+" ADD TABLE outbox2")
+	cfg.Postgres.Tables = []string{"public.outbox", "public.outbox2", "public.outbox3"}
+	err := runInProcess(t, cfg).exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogChanged) || !strings.Contains(err.Error(), "outbox table public.outbox2 is new to pgoutbox") ||
+		strings.Contains(err.Error(), "public.outbox3 is new") {
+		t.Fatalf("start with public.outbox2 joining with an older row: %v; want a fatal ErrCatalogChanged naming it alone", err)
+	}
+	if hold := f.cleanupHold(t); hold == "" {
+		t.Fatal("cleanup is not held after the refused start")
 	}
 }

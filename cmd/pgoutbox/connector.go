@@ -209,7 +209,8 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		v = debeziumSnapshotMode
 	}
 	switch v {
-	case "no_data", "never":
+	case "no_data", "never": // over a file's initial too: the connector applies over the file
+		cfg.Snapshot.Mode = relay.SnapshotNoData
 	case "initial": // the rows already in the outbox tables, then the stream
 		cfg.Snapshot.Mode = relay.SnapshotInitial
 	default:

@@ -154,6 +154,7 @@ func TestConnectorSnapshotModeInitialMapsToTheInitialSnapshot(t *testing.T) {
 		conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox",
 			"transforms.outbox.type": eventRouter, "snapshot.mode": mode, "key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"}
 		cfg := defaultFileConfig()
+		cfg.Snapshot.Mode = "initial" // the file's, which the connector's overrides
 		if _, err := applyConnector(&cfg, conn); err != nil {
 			t.Fatalf("snapshot.mode=%s: %v", mode, err)
 		}

@@ -558,7 +558,13 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	// Create the slot now too: events are captured from the slot's creation
 	// on, so an application that writes between the migration and the
-	// relay's first start loses nothing.
+	// relay's first start loses nothing. After an initial snapshot that a
+	// relay (of another configuration) may be reading: a slot made during
+	// it would start after its consistent point.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "pgoutbox.snapshot:"+cfg.Postgres.Slot); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: create slot %s: wait for an initial snapshot of it: %v\n", cfg.Postgres.Slot, err)
+		return exitRuntime
+	}
 	start, err := replication.Prepare(ctx, cfg.Postgres, zap.NewNop())
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: create slot %s: %v\n", cfg.Postgres.Slot, err)

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
@@ -176,4 +180,48 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		refused(t, f, "unlogged", "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_3 FOR VALUES FROM (20) TO (30)")
 		f.exec(t, "CREATE TABLE public.outbox_4 PARTITION OF public.outbox FOR VALUES FROM (30) TO (40)")
 	})
+}
+
+// TestMigrateWaitsForAnInitialSnapshotOfTheSlot: a relay with
+// snapshot.mode=initial reads the outbox while holding the snapshot's lock
+// of its slot, and makes the slot where the snapshot ends. A migrate that
+// made the slot meanwhile would start it after the snapshot's consistent
+// point, and what was committed in between would be in neither: migrate
+// waits for the lock (here held by the test, standing in for a running
+// snapshot, which cannot be held open on demand), then makes the slot.
+func TestMigrateWaitsForAnInitialSnapshotOfTheSlot(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	lock, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(ctx)
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "pgoutbox.snapshot:"+f.slot); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan cmdResult, 1)
+	go func() { done <- invoke(cmdMigrate, nil, f.environ(f.dsn)) }()
+	// migrate waits on the lock, with no slot made.
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		var waiting int
+		err := f.conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgoutbox-migrate' AND wait_event_type = 'Lock' AND wait_event = 'advisory'").Scan(&waiting)
+		return err == nil && waiting == 1, fmt.Sprintf("migrate does not wait on the snapshot's lock (%d, %v)", waiting, err)
+	})
+	var slots int
+	if err := f.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("%d slots named %s while the snapshot's lock is held (%v)", slots, f.slot, err)
+	}
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_unlock(hashtext($1))", "pgoutbox.snapshot:"+f.slot); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.code != exitOK || !strings.Contains(r.stdout, "slot "+f.slot+" ready") {
+			t.Fatalf("migrate after the snapshot:\n%s", r)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("migrate did not end within a minute of the lock's release")
+	}
 }

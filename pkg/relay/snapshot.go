@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/poll"
@@ -112,6 +113,15 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 		return nil // stopped: no slot, the next start begins again
 	}
 	st, err := snap.Persist(ctx, conn, pc.Slot)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
+		// Made by something that did not wait for the snapshot (another
+		// tool, an earlier pgoutbox migrate): it starts after the
+		// snapshot's consistent point, and what was committed in between
+		// is in neither. Streaming from it would skip that: never.
+		return &FatalError{Err: fmt.Errorf("relay: slot %q was created by something else while the initial snapshot was read (its %d rows are published): the transactions committed between the snapshot's consistent point %s and that slot's creation are in neither; drop that slot and start again (the snapshot is published again: duplicates with the same event ids, nothing lost): %w",
+			pc.Slot, n, snap.ConsistentPoint, err)}
+	}
 	if err != nil {
 		return err
 	}

@@ -270,6 +270,19 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 		return fmt.Errorf("%w: %q; create it with %s, or set publication.autocreate.mode=filtered",
 			ErrPublicationMissing, cfg.Publication, CreatePublicationSQL(Config{Publication: cfg.Publication, Tables: cfg.Tables}))
 	}
+	// A slot made before its publication cannot decode what was written
+	// between the two with it: PostgreSQL 15-17 fail on those changes, and
+	// 18 skips them with a warning in the server's log only. Making the
+	// publication now would hide that window.
+	var slotAt *string
+	err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()", cfg.Slot).Scan(&slotAt)
+	if err == nil {
+		return fmt.Errorf("%w: %q, and slot %q exists already (confirmed at %s): a publication made now is not seen by the changes written between the slot's position and it (PostgreSQL 18 skips them with a warning in its log only; 15-17 fail on them), so outbox events written there would never be relayed; create the publication first and then the slot (pgoutbox migrate does both), or, if nothing was written to the outbox tables since the slot was made, create the publication (%s) and move the slot past it (SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn()))",
+			ErrPublicationMissing, cfg.Publication, cfg.Slot, deref(slotAt), CreatePublicationSQL(cfg), quoteLiteral(cfg.Slot))
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("replication: read slot %q: %w", cfg.Slot, err)
+	}
 	if _, err := conn.Exec(ctx, CreatePublicationSQL(cfg)); err != nil {
 		var pe *pgconn.PgError
 		switch {

@@ -197,6 +197,9 @@ func TestRelayStreamsFromAFailoverSlot(t *testing.T) {
 	}
 	f := newFixture(t, env, 3)
 	ctx := context.Background()
+	// The publication first: a slot made before it cannot decode the
+	// changes in between with it (the relay refuses to make it then).
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox WITH (publish = 'insert', publish_via_partition_root = true)")
 	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)", f.slot); err != nil {
 		t.Fatal(err)
 	}

@@ -749,3 +749,28 @@ func TestRestoredDatabaseWithALaterSlotIsRefused(t *testing.T) {
 		t.Fatalf("cleanup with a slot from after the restore: %v\n%s", err, out)
 	}
 }
+
+// TestPublicationIsNotMadeAfterItsSlot: a slot made before its publication
+// cannot decode the changes written between the two with it: PostgreSQL
+// 15-17 fail on them, and 18 skips them with a warning in its own log
+// only, so an outbox event written there would never be relayed. With the
+// slot there and no publication, the start must not make the publication
+// (which hid the window on 18) but stop, naming both and the way on.
+func TestPublicationIsNotMadeAfterItsSlot(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	f.insertEvents(t, "0001", 1, nil) // between the slot and any publication
+	err := runInProcess(t, f.config()).exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrPublicationMissing) || !strings.Contains(err.Error(), "exists already") {
+		t.Fatalf("start with the slot made before its publication: %v; want a fatal ErrPublicationMissing", err)
+	}
+	var n int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", f.pub).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d publications named %s after the refused start (%v)", n, f.pub, err)
+	}
+}

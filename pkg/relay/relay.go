@@ -454,6 +454,10 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 // position, would skip the events in between.
 func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotState) error {
 	now, err := r.be.ReadSlot(ctx, r.cfg.Postgres)
+	if errors.Is(err, replication.ErrSlotMissing) {
+		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped as pgoutbox started streaming from it (it was at %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w",
+			r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, err)}
+	}
 	if err != nil {
 		return fmt.Errorf("relay: read slot %q after starting to stream from it: %w", r.cfg.Postgres.Slot, err)
 	}

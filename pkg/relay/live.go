@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -54,13 +55,21 @@ func (b *liveBackend) RecordSession(ctx context.Context, cfg replication.Config,
 	return replication.WriteState(ctx, conn, cfg.StateTable, st)
 }
 
-func (b *liveBackend) ReadSlot(ctx context.Context, cfg replication.Config) (replication.SlotState, error) {
+func (b *liveBackend) ReadSlot(ctx context.Context, cfg replication.Config) (replication.SlotState, time.Time, error) {
 	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-slot", cfg.ConnectTimeout)
 	if err != nil {
-		return replication.SlotState{}, err
+		return replication.SlotState{}, time.Time{}, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return replication.ReadSlot(ctx, conn, cfg.Slot)
+	st, err := replication.ReadSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return st, time.Time{}, err
+	}
+	var now time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		return st, now, fmt.Errorf("replication: read the server's clock: %w", err)
+	}
+	return st, now, nil
 }
 
 func (b *liveBackend) TimelineFork(ctx context.Context, cfg replication.Config, from, to int32) (checkpoint.LSN, bool, error) {

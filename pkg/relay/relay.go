@@ -401,7 +401,8 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	// who advanced the slot meanwhile skipped the events in between: the
 	// stream starts at the slot's position, not at the one judged. Now the
 	// slot is the stream's, so it can be read once more, for good.
-	if err := r.checkSlotAtStart(ctx, slot); err != nil {
+	serverNow, err := r.checkSlotAtStart(ctx, slot)
+	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = st.Close(cctx)
 		cancel()
@@ -410,7 +411,13 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	}
 	// Recorded once this instance holds the slot, and before it confirms
 	// anything: another instance that finds the slot moved on knows who did.
-	sessionStart := r.clock.Now()
+	// By the server's clock: the next start compares it with the server's
+	// start time (CheckFence), and a relay host's clock ahead or behind
+	// would tell a restart where there was none, or miss one.
+	sessionStart := serverNow
+	if sessionStart.IsZero() {
+		sessionStart = r.clock.Now()
+	}
 	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.instance, sessionStart)); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = st.Close(cctx)
@@ -452,20 +459,20 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 // that moved past where Prepare found it (judged was) was advanced by
 // someone else in between, and the stream, which starts at the slot's
 // position, would skip the events in between.
-func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotState) error {
-	now, err := r.be.ReadSlot(ctx, r.cfg.Postgres)
+func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotState) (serverNow time.Time, err error) {
+	now, serverNow, err := r.be.ReadSlot(ctx, r.cfg.Postgres)
 	if errors.Is(err, replication.ErrSlotMissing) {
-		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped as pgoutbox started streaming from it (it was at %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w",
+		return serverNow, &FatalError{Err: fmt.Errorf("relay: slot %q was dropped as pgoutbox started streaming from it (it was at %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w",
 			r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, err)}
 	}
 	if err != nil {
-		return fmt.Errorf("relay: read slot %q after starting to stream from it: %w", r.cfg.Postgres.Slot, err)
+		return serverNow, fmt.Errorf("relay: read slot %q after starting to stream from it: %w", r.cfg.Postgres.Slot, err)
 	}
 	if now.ConfirmedFlushLSN > judged.ConfirmedFlushLSN {
-		return &FatalError{Err: fmt.Errorf("%w: slot %q moved from %s to %s while pgoutbox started (between its checks and the start of the stream), and the events committed in between were skipped; investigate (pg_replication_slot_advance, or another client streaming from the slot) before starting again",
+		return serverNow, &FatalError{Err: fmt.Errorf("%w: slot %q moved from %s to %s while pgoutbox started (between its checks and the start of the stream), and the events committed in between were skipped; investigate (pg_replication_slot_advance, or another client streaming from the slot) before starting again",
 			replication.ErrSlotAdvanced, r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, now.ConfirmedFlushLSN)}
 	}
-	return nil
+	return serverNow, nil
 }
 
 // prepareError classifies a failure of Prepare: a missing, vanished or lost

@@ -117,8 +117,8 @@ type backend interface {
 	RecordSession(ctx context.Context, cfg replication.Config, st replication.State) error
 	Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error)
 	// ReadSlot reads the slot as it is now (after Open: the slot is the
-	// stream's, and no one else can move it).
-	ReadSlot(ctx context.Context, cfg replication.Config) (replication.SlotState, error)
+	// stream's, and no one else can move it), and the server's clock then.
+	ReadSlot(ctx context.Context, cfg replication.Config) (replication.SlotState, time.Time, error)
 	NewProducer(ctx context.Context, cfg kafka.Config) (producer, error)
 	// NewTxnProducer starts exactly-once mode's producer for the slot: it
 	// fences earlier producers of cfg.TransactionalID, then reads the

@@ -194,6 +194,9 @@ type simWorld struct {
 	// advanceAtOpen: someone advances the slot to the end of the WAL
 	// between the relay's Prepare and its stream's start (once).
 	advanceAtOpen bool
+	// wrap, when set, wraps the backend a run gives the relay (a test's
+	// stand-in for one server behaviour).
+	wrap func(backend) backend
 }
 
 func (w *simWorld) fail(format string, args ...any) {
@@ -335,7 +338,11 @@ func (w *simWorld) run() error {
 	if w.verbose {
 		lg = zap.NewExample()
 	}
-	r, err := New(w.cfg, lg, withBackend(&simBackend{w: w}, &simClock{w}), WithForceStop(w.force))
+	var be backend = &simBackend{w: w}
+	if w.wrap != nil {
+		be = w.wrap(be)
+	}
+	r, err := New(w.cfg, lg, withBackend(be, &simClock{w}), WithForceStop(w.force))
 	if err != nil {
 		return err
 	}
@@ -661,8 +668,8 @@ func (b *simBackend) RecordSession(context.Context, replication.Config, replicat
 	return nil
 }
 
-func (b *simBackend) ReadSlot(_ context.Context, cfg replication.Config) (replication.SlotState, error) {
-	return replication.SlotState{Name: cfg.Slot, SlotType: "logical", Plugin: "pgoutput", ConfirmedFlushLSN: b.w.confirmed, WALStatus: "reserved", Active: b.w.stream != nil}, nil
+func (b *simBackend) ReadSlot(_ context.Context, cfg replication.Config) (replication.SlotState, time.Time, error) {
+	return replication.SlotState{Name: cfg.Slot, SlotType: "logical", Plugin: "pgoutput", ConfirmedFlushLSN: b.w.confirmed, WALStatus: "reserved", Active: b.w.stream != nil}, b.w.now, nil
 }
 
 func (b *simBackend) TimelineFork(context.Context, replication.Config, int32, int32) (checkpoint.LSN, bool, error) {

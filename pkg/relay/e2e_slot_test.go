@@ -650,13 +650,9 @@ func TestSlotAdvancedByAnotherHolderIsFatal(t *testing.T) {
 	// pgoutbox finds it busy, and waits as a standby.
 	p.waitLog(t, "standby: the slot is in use", time.Minute)
 
-	// The intruder streams three transactions and confirms them.
-	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 42)
-	for range 3 {
-		if err := lost.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The intruder streams three transactions (one insert each) and
+	// confirms them.
+	f.insertEvents(t, "0009", 3, nil)
 	var endText string
 	if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&endText); err != nil {
 		t.Fatal(err)

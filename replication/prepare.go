@@ -180,7 +180,11 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		}
 		s.SetCatalog(&st.Catalog)
 		s.Publication = cfg.Publication
-		if err := WriteState(ctx, conn, cfg.StateTable, s); err != nil {
+		write := WriteState // a slot made anew: its row is replaced
+		if !st.HadState {
+			write = WriteStateIfAbsent // another instance may have written it since
+		}
+		if err := write(ctx, conn, cfg.StateTable, s); err != nil {
 			return st, err
 		}
 	}

@@ -300,6 +300,17 @@ const writeStateSQL = `INSERT INTO %[1]s (slot_name, system_identifier, database
 
 // WriteState inserts or replaces the state row of s.Slot.
 func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) error {
+	return writeState(ctx, conn, table, s, true)
+}
+
+// WriteStateIfAbsent inserts the state row of s.Slot unless there is one:
+// a start that found none must not replace the row of an instance that
+// started streaming meanwhile (its fence would then be lost to it).
+func WriteStateIfAbsent(ctx context.Context, conn *pgx.Conn, table string, s State) error {
+	return writeState(ctx, conn, table, s, false)
+}
+
+func writeState(ctx context.Context, conn *pgx.Conn, table string, s State, replace bool) error {
 	q, err := qualifiedIdent(table)
 	if err != nil {
 		return err
@@ -336,7 +347,11 @@ func WriteState(ctx context.Context, conn *pgx.Conn, table string, s State) erro
 			vals += fmt.Sprintf(", $%d%s", 16+i, c.cast)
 			sets += ", " + c.name + " = EXCLUDED." + c.name
 		}
-		_, err = conn.Exec(ctx, fmt.Sprintf(writeStateSQL, q, cols, vals, sets), args[:15+n]...)
+		sql := fmt.Sprintf(writeStateSQL, q, cols, vals, sets)
+		if !replace {
+			sql = sql[:strings.Index(sql, "ON CONFLICT")] + "ON CONFLICT (slot_name) DO NOTHING"
+		}
+		_, err = conn.Exec(ctx, sql, args[:15+n]...)
 		if n == 0 || !undefinedColumn(err) {
 			break
 		}

@@ -104,3 +104,37 @@ func TestGuardSQLRefusesADollarInTheStateTable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStartDoesNotReplaceARowWrittenMeanwhile: two instances starting
+// together both find no state row; the first to stream records its own
+// (its instance, its fence). The other one's start, which writes a row for
+// the slot it found, must not replace it: the streaming instance could
+// then raise no fence and confirm nothing more, and WAL would pile up.
+func TestStartDoesNotReplaceARowWrittenMeanwhile(t *testing.T) {
+	env := testenv.Require(t)
+	conn := connectStats(t, env.NewDatabase(t))
+	ctx := context.Background()
+	if err := replication.EnsureStateTable(ctx, conn, "public.state_race"); err != nil {
+		t.Fatal(err)
+	}
+	streaming := replication.State{Slot: "s", SystemIdentifier: "1", Database: "d", Timeline: 1, ConfirmedLSN: 0x100,
+		ConfirmedAt: time.Now(), Instance: "a", SessionStartedAt: time.Now(), StoppedLSN: 0x200}
+	if err := replication.WriteState(ctx, conn, "public.state_race", streaming); err != nil {
+		t.Fatal(err)
+	}
+	found := streaming
+	found.Instance, found.StoppedLSN, found.Note = "", 0, "found the slot already there"
+	if err := replication.WriteStateIfAbsent(ctx, conn, "public.state_race", found); err != nil {
+		t.Fatal(err)
+	}
+	st, ok, err := replication.ReadState(ctx, conn, "public.state_race", "s")
+	if err != nil || !ok || st.Instance != "a" || st.StoppedLSN != 0x200 {
+		t.Fatalf("row after the other start: %+v (%v %v); want instance a's with its fence", st, ok, err)
+	}
+	if err := replication.WriteStateIfAbsent(ctx, conn, "public.state_race", replication.State{Slot: "t", SystemIdentifier: "1", Database: "d", Timeline: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := replication.ReadState(ctx, conn, "public.state_race", "t"); err != nil || !ok {
+		t.Fatalf("a row where there was none: %v %v", ok, err)
+	}
+}

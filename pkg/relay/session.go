@@ -901,8 +901,19 @@ func (s *session) classified(rel *replication.Relation, c relClass) {
 			s.othersLogged = map[string]bool{}
 		}
 		s.othersLogged[rel.Table] = true
-		s.log.Info("skipping the changes of a table that is not an outbox table (the publication is FOR ALL TABLES); if it is one, add it to postgres.table.include.list",
-			zap.String("table", rel.Table), zap.Uint32("oid", rel.ID))
+		// A table with the event columns is most likely an outbox table
+		// left out of the list: its events are skipped, so say so louder.
+		o := s.r.cfg.Router
+		looksLikeOutbox := true
+		for _, col := range []string{o.EventIDField, o.EventPayloadField, o.RouteByField} {
+			looksLikeOutbox = looksLikeOutbox && col != "" && slices.Contains(rel.Columns, col)
+		}
+		log := s.log.Info
+		if looksLikeOutbox {
+			log = s.log.Warn
+		}
+		log("skipping the changes of a table that is not an outbox table (the publication is FOR ALL TABLES); if it is one, add it to postgres.table.include.list",
+			zap.String("table", rel.Table), zap.Uint32("oid", rel.ID), zap.Bool("has_the_event_columns", looksLikeOutbox))
 	}
 }
 

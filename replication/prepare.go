@@ -115,7 +115,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		}
 		changes := st.State.ChangesSince(&st.Catalog, cfg)
 		if len(changes) == 0 && !cfg.RecreateVanishedSlot {
-			if changes, err = JoinedWithOlderRows(ctx, conn, cfg, &st.State, &st.Catalog); err != nil {
+			if changes, err = JoinedWithOlderRows(ctx, conn, cfg, &st.State, &st.Catalog, log); err != nil {
 				return st, err
 			}
 		}
@@ -144,6 +144,9 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	}
 	if st.Identity.WALEnd, err = ReadWALEnd(ctx, conn); err != nil {
 		return st, err
+	}
+	if end := st.Identity.WALEnd; end != 0 && st.Slot.ConfirmedFlushLSN > end && !st.Created && cfg.StateTable != "" && st.HadState {
+		return st, slotPastWALEnd(ctx, conn, cfg, st, log)
 	}
 	if cfg.StateTable != "" && st.HadState && st.State.StoppedLSN != 0 {
 		// The fence read again after the slot: a session still running
@@ -189,6 +192,34 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		}
 	}
 	return st, nil
+}
+
+// slotPastWALEnd handles a slot confirmed past the end of the server's WAL:
+// a database put back to an earlier point (a disk snapshot, a
+// crash-consistent copy, pg_rewind) with pg_replslot as it was. PostgreSQL
+// would skip every transaction committed since, up to the slot's position.
+// New WAL soon passes that position, and then nothing shows it any more:
+// so the state row is made to refuse every later start too, through the
+// fence (a fence below the slot with no server restart since the recorded
+// session start: the strict refusal, whose way on is to clear stopped_lsn
+// once investigated), and cleanup is held.
+func slotPastWALEnd(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *zap.Logger) error {
+	end := st.Identity.WALEnd
+	why := fmt.Sprintf("slot %s was found confirmed up to %s, past %s, the end of the server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, and events committed since then up to the slot's position were skipped",
+		cfg.Slot, st.Slot.ConfirmedFlushLSN, end)
+	if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
+		log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events since the restore are relayed", zap.Error(err))
+	}
+	q, err := qualifiedIdent(cfg.StateTable)
+	if err == nil {
+		_, err = conn.Exec(ctx, `UPDATE `+q+` SET stopped_lsn = least(coalesce(stopped_lsn, $2::pg_lsn), $2::pg_lsn), session_started_at = now()
+			WHERE slot_name = $1`, cfg.Slot, end.String())
+	}
+	if err != nil {
+		log.Warn("cannot record in the state table that the slot's history is broken: a later start, once new WAL has passed the slot's position, will not see it; do not start pgoutbox on this slot before recreating it", zap.Error(err))
+	}
+	return fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, and PostgreSQL would skip the transactions committed since up to the slot's position, which were never relayed; the state table now refuses every start on this slot and cleanup is held: check what was written since the restore, recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the missing rows from the outbox table",
+		ErrSlotAdvanced, cfg.Slot, st.Slot.ConfirmedFlushLSN, end)
 }
 
 // shutdownCheckpointMax bounds the length of a shutdown checkpoint's WAL
@@ -274,18 +305,8 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 		return fmt.Errorf("%w: %q; create it with %s, or set publication.autocreate.mode=filtered",
 			ErrPublicationMissing, cfg.Publication, CreatePublicationSQL(Config{Publication: cfg.Publication, Tables: cfg.Tables}))
 	}
-	// A slot made before its publication cannot decode what was written
-	// between the two with it: PostgreSQL 15-17 fail on those changes, and
-	// 18 skips them with a warning in the server's log only. Making the
-	// publication now would hide that window.
-	var slotAt *string
-	err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()", cfg.Slot).Scan(&slotAt)
-	if err == nil {
-		return fmt.Errorf("%w: %q, and slot %q exists already (confirmed at %s): a publication made now is not seen by the changes written between the slot's position and it (PostgreSQL 18 skips them with a warning in its log only; 15-17 fail on them), so outbox events written there would never be relayed; create the publication first and then the slot (pgoutbox migrate does both), or, if nothing was written to the outbox tables since the slot was made, create the publication (%s) and move the slot past it (SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn()))",
-			ErrPublicationMissing, cfg.Publication, cfg.Slot, deref(slotAt), CreatePublicationSQL(cfg), quoteLiteral(cfg.Slot))
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("replication: read slot %q: %w", cfg.Slot, err)
+	if err := PublicationAfterSlot(ctx, conn, cfg); err != nil {
+		return err
 	}
 	if _, err := conn.Exec(ctx, CreatePublicationSQL(cfg)); err != nil {
 		var pe *pgconn.PgError
@@ -301,6 +322,28 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 	}
 	log.Info("created publication", zap.String("publication", cfg.Publication), zap.Strings("tables", cfg.QualifiedTables()), zap.String("mode", cfg.PublicationAutocreate))
 	return nil
+}
+
+// PublicationAfterSlot refuses to make cfg's publication (missing) when its
+// slot exists already: a slot made before its publication cannot decode
+// what was written between the two with it (PostgreSQL 15-17 fail on those
+// changes; 18 skips them with a warning in the server's log only), so
+// making the publication now would hide that window. pgoutbox run and
+// pgoutbox migrate ask it before they make the publication. (A lost slot is
+// left to the start's own refusal of it.)
+func PublicationAfterSlot(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	var slotAt *string
+	err := conn.QueryRow(ctx, `SELECT s.confirmed_flush_lsn::text FROM pg_replication_slots s
+		WHERE s.slot_name = $1 AND s.database = current_database() AND s.wal_status IS DISTINCT FROM 'lost'
+		AND NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2)`, cfg.Slot, cfg.Publication).Scan(&slotAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("replication: read slot %q: %w", cfg.Slot, err)
+	}
+	return fmt.Errorf("%w: %q, and slot %q exists already (confirmed at %s): a publication made now is not seen by the changes written between the slot's position and it (PostgreSQL 18 skips them with a warning in its log only; 15-17 fail on them), so outbox events written there would never be relayed, and pgoutbox does not make it; find the rows written since the slot was made in the outbox tables, then either drop the slot and let pgoutbox make the publication and then the slot (relaying those rows yourself), or create the publication yourself (%s) and, if none of those rows is left to relay, move the slot past it (SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn()); a slot pgoutbox streamed from is refused at the next start until its state row is cleared as that start says)",
+		ErrPublicationMissing, cfg.Publication, cfg.Slot, deref(slotAt), CreatePublicationSQL(cfg), quoteLiteral(cfg.Slot))
 }
 
 // ReadSlot reads the slot's row from pg_replication_slots.

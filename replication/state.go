@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
 )
 
 // ErrSlotVanished is wrapped by the error of a slot that the relay's history
@@ -135,13 +136,13 @@ func ReadServerIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, er
 	return id, nil
 }
 
-// ReadWALEnd reads the end of the server's WAL: the insert position, or on
-// a standby the furthest received or replayed. Read after a slot, it is at
-// or past anything a client of the slot can have confirmed.
+// ReadWALEnd reads the end of the server's WAL, its insert position: read
+// after a slot, it is at or past anything a client of the slot can have
+// confirmed. 0 on a standby, where what was received and replayed so far
+// may trail a synchronized slot for a while after a restart.
 func ReadWALEnd(ctx context.Context, conn *pgx.Conn) (LSN, error) {
 	var end string
-	if err := conn.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery()
-		THEN coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), '0/0')
+	if err := conn.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN '0/0'
 		ELSE pg_current_wal_insert_lsn() END)::text`).Scan(&end); err != nil {
 		return 0, fmt.Errorf("replication: read the end of WAL: %w", err)
 	}
@@ -629,14 +630,19 @@ func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
 
 // JoinedWithOlderRows names the outbox tables new to the relay (configured
 // now, not in the last session's record, which names others) that hold
-// rows committed before the table joined the publication: those were never
-// decoded, so never relayed, and pgoutbox cleanup, which deletes by the
-// slot's position, would delete them as relayed. (Rows committed after it
-// joined are in the slot's stream.) The table's row of pg_publication_rel
-// is when it joined; without one (FOR ALL TABLES, FOR TABLES IN SCHEMA),
-// the publication's or the schema's row. Compared as 32-bit ages: right
-// for a membership younger than 2^31 transactions, which one just made is.
-func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *State, c *Catalog) ([]string, error) {
+// rows it may never have relayed, which pgoutbox cleanup, deleting by the
+// slot's position, would delete as relayed:
+//   - in a publication that names the table, rows committed before it
+//     joined the publication (its row of pg_publication_rel): they were
+//     never decoded. (Rows committed after it are in the slot's stream.)
+//     Compared as 32-bit ages, a row older than 2^31 transactions (a
+//     negative age) counting as older;
+//   - in a FOR ALL TABLES or FOR TABLES IN SCHEMA publication, any row:
+//     the relay skipped the table's changes while it was not configured.
+//
+// A role that may not read a table cannot tell: a warning says so and
+// cleanup is held.
+func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *State, c *Catalog, log *zap.Logger) ([]string, error) {
 	if s.PublicationOID == 0 || len(s.TableOIDs) == 0 || s.PublicationOID != c.Publication {
 		return nil, nil
 	}
@@ -645,20 +651,34 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 		if _, ok := s.TableOIDs[t.Name]; ok || t.OID == 0 {
 			continue
 		}
-		var older bool
-		err := conn.QueryRow(ctx, `WITH m AS (SELECT coalesce(
-				(SELECT pr.xmin FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = $2::oid),
-				(SELECT pn.xmin FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid
-					WHERE pn.pnpubid = p.oid AND c.oid = $2::oid),
-				p.xmin) AS x FROM pg_publication p WHERE p.oid = $1::oid)
-			SELECT EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r, m WHERE age(r.xmin) > age(m.x))`, c.Publication, t.OID).Scan(&older)
+		var older, named bool
+		err := conn.QueryRow(ctx, `WITH m AS (SELECT pr.xmin AS x FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = $2::oid)
+			SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r
+				WHERE NOT EXISTS (SELECT 1 FROM m) OR age(r.xmin) < 0 OR age(r.xmin) > (SELECT age(x) FROM m))`, c.Publication, t.OID).Scan(&named, &older)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			why := fmt.Sprintf("outbox table %s is new to pgoutbox and its role may not read it to look for rows it may never have relayed (%s)", t.Name, pe.Message)
+			log.Warn(why+": if it holds rows written before it joined publication "+cfg.Publication+" (or, in a FOR ALL TABLES publication, while it was not configured), they were never relayed; pgoutbox cleanup is held until someone has looked",
+				zap.String("table", t.Name))
+			if cfg.StateTable != "" {
+				if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
+					log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself", zap.Error(err))
+				}
+			}
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("replication: look for rows of %s from before it joined publication %q: %w", t.Name, cfg.Publication, err)
+			return nil, fmt.Errorf("replication: look for rows of %s from before pgoutbox relayed it: %w", t.Name, err)
 		}
-		if older {
-			out = append(out, fmt.Sprintf("outbox table %s is new to pgoutbox (the last session relayed %s) and holds rows committed before it joined publication %q: they were never in the stream, so never relayed (pgoutbox relays what is written from now on, as Debezium's snapshot.mode no_data does); relay them yourself if they are events (a poll relay, or the rows' ids), or delete them",
-				t.Name, strings.Join(slices.Sorted(maps.Keys(s.TableOIDs)), ", "), cfg.Publication))
+		if !older {
+			continue
 		}
+		when := fmt.Sprintf("committed before it joined publication %q: they were never in the stream", cfg.Publication)
+		if !named {
+			when = fmt.Sprintf("while publication %q carried it but pgoutbox was not configured for it, its changes were skipped", cfg.Publication)
+		}
+		out = append(out, fmt.Sprintf("outbox table %s is new to pgoutbox (the last session relayed %s) and holds rows it never relayed (%s); pgoutbox relays what is written from now on, as Debezium's snapshot.mode no_data does: relay them yourself if they are events (a poll relay, or the rows' ids), or delete them",
+			t.Name, strings.Join(slices.Sorted(maps.Keys(s.TableOIDs)), ", "), when))
 	}
 	return out, nil
 }

@@ -147,7 +147,7 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
 		return exitRuntime
 	}
-	if slot.ConfirmedFlushLSN > end {
+	if end != 0 && slot.ConfirmedFlushLSN > end {
 		fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is confirmed up to %s, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, so its position says nothing of the rows written since, and nothing was deleted; start pgoutbox run, which stops and says how to go on\n", pc.Slot, slot.ConfirmedFlushLSN, end)
 		return exitRuntime
 	}

@@ -513,6 +513,10 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	if isPoll(cfg) { // the poll table instead: poll.go
 		return migratePoll(ctx, conn, cfg, stdout, stderr)
 	}
+	if err := replication.PublicationAfterSlot(ctx, conn, cfg.Postgres); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
+		return exitRuntime
+	}
 	if err := migrations.Apply(ctx, conn, p); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
@@ -561,8 +565,8 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	// relay's first start loses nothing. After an initial snapshot that a
 	// relay (of another configuration) may be reading: a slot made during
 	// it would start after its consistent point.
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "pgoutbox.snapshot:"+cfg.Postgres.Slot); err != nil {
-		fmt.Fprintf(stderr, "pgoutbox: create slot %s: wait for an initial snapshot of it: %v\n", cfg.Postgres.Slot, err)
+	if err := waitForSnapshot(ctx, conn, cfg.Postgres.Slot, stdout); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: create slot %s: %v\n", cfg.Postgres.Slot, err)
 		return exitRuntime
 	}
 	start, err := replication.Prepare(ctx, cfg.Postgres, zap.NewNop())
@@ -652,6 +656,26 @@ func holdCleanup(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, s
 // failure later leaves cleanup held rather than free to delete the rows of
 // the gap, and then lets Prepare create the slot and replace the row's
 // history (the hold, and any older hold not yet released, stay).
+// waitForSnapshot takes the lock of an initial snapshot of slot on conn
+// (held until conn closes), waiting, and saying so, while a relay with
+// snapshot.mode=initial reads one: a slot made meanwhile would start after
+// the snapshot's consistent point.
+func waitForSnapshot(ctx context.Context, conn *pgx.Conn, slot string, stdout io.Writer) error {
+	lock := "pgoutbox.snapshot:" + slot
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1))", lock).Scan(&got); err != nil {
+		return fmt.Errorf("take the lock of an initial snapshot of the slot: %w", err)
+	}
+	if got {
+		return nil
+	}
+	fmt.Fprintf(stdout, "waiting for the initial snapshot of slot %s to end (a pgoutbox run with snapshot.mode=initial is publishing the outbox tables' rows; it makes the slot where the snapshot ends)\n", slot)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", lock); err != nil {
+		return fmt.Errorf("wait for the initial snapshot of the slot: %w", err)
+	}
+	return nil
+}
+
 func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
 	if pcfg.StateTable == "" {
 		return errors.New("postgres.state.table is empty: there is no history to correct; pgoutbox run creates a missing slot by itself")
@@ -691,6 +715,9 @@ func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, 
 		return err
 	}
 	pcfg.CreateSlot, pcfg.RecreateVanishedSlot = true, true
+	if err := waitForSnapshot(ctx, conn, pcfg.Slot, stdout); err != nil {
+		return err
+	}
 	start, err := replication.Prepare(ctx, pcfg, zap.NewNop())
 	if err != nil {
 		return err

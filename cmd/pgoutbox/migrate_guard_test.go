@@ -218,7 +218,7 @@ func TestMigrateWaitsForAnInitialSnapshotOfTheSlot(t *testing.T) {
 	}
 	select {
 	case r := <-done:
-		if r.code != exitOK || !strings.Contains(r.stdout, "slot "+f.slot+" ready") {
+		if r.code != exitOK || !strings.Contains(r.stdout, "slot "+f.slot+" ready") || !strings.Contains(r.stdout, "waiting for the initial snapshot of slot "+f.slot) {
 			t.Fatalf("migrate after the snapshot:\n%s", r)
 		}
 	case <-time.After(time.Minute):

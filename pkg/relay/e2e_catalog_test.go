@@ -711,3 +711,35 @@ func TestTableJoiningWithOlderRowsIsRefused(t *testing.T) {
 		t.Fatal("cleanup is not held after the refused start")
 	}
 }
+
+// TestTableJoiningAnAllTablesStreamWithSkippedRowsIsRefused: in a FOR ALL
+// TABLES publication an outbox table pgoutbox is not configured for is
+// decoded and skipped (named at Warn). Added to the configuration later,
+// its rows written while it was skipped were never relayed: the start
+// refuses, as for rows older than a table's membership.
+func TestTableJoiningAnAllTablesStreamWithSkippedRowsIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR ALL TABLES WITH (publish = 'insert', publish_via_partition_root = true)")
+	if err := outboxtest.Setup(ctx, f.conn, "outbox_later"); err != nil {
+		t.Fatal(err)
+	}
+	c := env.NewConsumer(t, f.topics)
+	cfg := f.config()
+	w := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	f.exec(t, "INSERT INTO outbox_later (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k', 'T', '{}')",
+		"00000000-0000-4000-8000-000400000001", f.shape.AggregateTypes[0])
+	first := f.insertEvents(t, "0001", 1, nil)
+	c.WaitFor(t, len(first), time.Minute)
+	if err := w.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Postgres.Tables = []string{"public.outbox", "public.outbox_later"}
+	err := runInProcess(t, cfg).exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogChanged) || !strings.Contains(err.Error(), "its changes were skipped") {
+		t.Fatalf("start with public.outbox_later joining after its rows were skipped: %v; want a fatal ErrCatalogChanged naming it", err)
+	}
+}

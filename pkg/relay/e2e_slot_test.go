@@ -744,6 +744,23 @@ func TestRestoredDatabaseWithALaterSlotIsRefused(t *testing.T) {
 	if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "the end of this server's WAL") {
 		t.Fatalf("cleanup with a slot from after the restore: %v\n%s", err, out)
 	}
+	// New WAL passes the slot's position, and nothing shows the restore
+	// any more but what the refused start recorded: the next start is
+	// refused all the same, and cleanup stays held.
+	f.exec(t, "SELECT pg_switch_wal()")
+	f.insertEvents(t, "0002", 1, nil)
+	if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := parseLSN(text); err != nil || end <= slotAt {
+		t.Fatalf("the WAL ends at %s (%v), not yet past the slot's %s", end, err, slotAt)
+	}
+	startRefused(t, f, "fourth.log", "once new WAL passed the slot from after the restore", f.slot, "no pgoutbox session held it")
+	cl = exec.Command(pgoutboxBinary(t), "cleanup", "--retention", "0s")
+	cl.Env = f.environ()
+	if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "nothing was deleted") {
+		t.Fatalf("cleanup once new WAL passed the slot from after the restore: %v\n%s", err, out)
+	}
 }
 
 // TestPublicationIsNotMadeAfterItsSlot: a slot made before its publication
@@ -765,8 +782,14 @@ func TestPublicationIsNotMadeAfterItsSlot(t *testing.T) {
 	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrPublicationMissing) || !strings.Contains(err.Error(), "exists already") {
 		t.Fatalf("start with the slot made before its publication: %v; want a fatal ErrPublicationMissing", err)
 	}
+	// Nor does pgoutbox migrate, which the way on leads to.
+	mig := exec.Command(pgoutboxBinary(t), "migrate")
+	mig.Env = f.environ()
+	if out, err := mig.CombinedOutput(); err == nil || !strings.Contains(string(out), "exists already") {
+		t.Fatalf("migrate with the slot made before its publication: %v\n%s", err, out)
+	}
 	var n int
 	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", f.pub).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("%d publications named %s after the refused start (%v)", n, f.pub, err)
+		t.Fatalf("%d publications named %s after the refused start and migrate (%v)", n, f.pub, err)
 	}
 }

@@ -561,6 +561,15 @@ func (r *Relay) storedOnThisHistory(ctx context.Context, start replication.Start
 		}
 	}
 	if end := start.Identity.WALEnd; end != 0 && stored > end {
+		// Read in Prepare, before the offsets topic: another instance may
+		// have streamed and committed past it since. Read it again.
+		var err error
+		if end, err = r.be.WALEnd(ctx, r.cfg.Postgres); err != nil {
+			return fmt.Errorf("relay: exactly-once: read the end of the server's WAL: %w", err)
+		}
+		if end == 0 || stored <= end {
+			return nil
+		}
 		return &FatalError{Err: fmt.Errorf("%w: the offsets topic holds %s for slot %q, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore from a snapshot or a backup) after Kafka got those transactions, and the transactions it commits there now are new ones, which exactly-once would skip; %s",
 			ErrTimelineForked, stored, start.Slot.Name, end, way)}
 	}

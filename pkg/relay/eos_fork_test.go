@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -22,6 +23,12 @@ type forkBackend struct {
 	// fork and known answer TimelineFork for any pair of timelines.
 	fork  checkpoint.LSN
 	known bool
+	// walEnd answers WALEnd.
+	walEnd checkpoint.LSN
+}
+
+func (b forkBackend) WALEnd(context.Context, replication.Config) (checkpoint.LSN, error) {
+	return b.walEnd, nil
 }
 
 func (b forkBackend) TimelineFork(context.Context, replication.Config, int32, int32) (checkpoint.LSN, bool, error) {
@@ -114,19 +121,23 @@ func TestExactlyOnceRefusesAStoredPositionFromAnotherHistory(t *testing.T) {
 		known    bool
 		walEnd   checkpoint.LSN
 		refused  bool
+		walNow   checkpoint.LSN // read again (0: as walEnd)
 	}{
-		{"recorded on a timeline left before it", 1, 0x2000, true, 0x9000, true},
-		{"recorded on a timeline not in the history", 1, 0, false, 0x9000, true},
-		{"recorded on a timeline left after it", 1, 0x4000, true, 0x9000, false},
-		{"recorded on the server's timeline", 2, 0, false, 0x9000, false},
-		{"no timeline recorded", 0, 0, false, 0x9000, false},
-		{"past the end of the server's WAL", 2, 0, false, 0x2000, true},
-		{"at the end of the server's WAL", 2, 0, false, stored, false},
+		{"recorded on a timeline left before it", 1, 0x2000, true, 0x9000, true, 0},
+		{"recorded on a timeline not in the history", 1, 0, false, 0x9000, true, 0},
+		{"recorded on a timeline left after it", 1, 0x4000, true, 0x9000, false, 0},
+		{"recorded on the server's timeline", 2, 0, false, 0x9000, false, 0},
+		{"no timeline recorded", 0, 0, false, 0x9000, false, 0},
+		{"past the end of the server's WAL", 2, 0, false, 0x2000, true, 0},
+		{"at the end of the server's WAL", 2, 0, false, stored, false, 0},
+		// Another instance streamed past the end read at Prepare before
+		// this one read the offsets topic.
+		{"past the end of WAL read at Prepare, not past it now", 2, 0, false, 0x2000, false, 0x9000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Postgres.DSN, cfg.Kafka.Brokers, cfg.Kafka.ExactlyOnce = "postgres://fork", []string{"fork:9092"}, true
-			r, err := New(cfg, zap.NewNop(), withBackend(forkBackend{stored: stored, timeline: c.recorded, fork: c.fork, known: c.known}, realClock{}))
+			r, err := New(cfg, zap.NewNop(), withBackend(forkBackend{stored: stored, timeline: c.recorded, fork: c.fork, known: c.known, walEnd: cmp.Or(c.walNow, c.walEnd)}, realClock{}))
 			if err != nil {
 				t.Fatal(err)
 			}

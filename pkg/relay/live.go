@@ -72,6 +72,15 @@ func (b *liveBackend) ReadSlot(ctx context.Context, cfg replication.Config) (rep
 	return st, now, nil
 }
 
+func (b *liveBackend) WALEnd(ctx context.Context, cfg replication.Config) (checkpoint.LSN, error) {
+	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-slot", cfg.ConnectTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return replication.ReadWALEnd(ctx, conn)
+}
+
 func (b *liveBackend) TimelineFork(ctx context.Context, cfg replication.Config, from, to int32) (checkpoint.LSN, bool, error) {
 	return replication.TimelineFork(ctx, cfg, from, to)
 }

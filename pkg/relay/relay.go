@@ -468,7 +468,17 @@ func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotSta
 	if err != nil {
 		return serverNow, fmt.Errorf("relay: read slot %q after starting to stream from it: %w", r.cfg.Postgres.Slot, err)
 	}
+	if now.ConfirmedFlushLSN > judged.ConfirmedFlushLSN && r.cfg.Postgres.StateTable != "" {
+		// Another pgoutbox instance may have streamed from the slot in
+		// between (it raises the state row's fence before it confirms);
+		// anything else moved it past the fence. The next session's start
+		// judges it by the fence, as after any other holder.
+		r.history.slotBusy()
+		return serverNow, fmt.Errorf("%w: slot %q moved from %s to %s between pgoutbox's checks and the start of its stream; the next start judges it by the state row's fence",
+			replication.ErrSlotInUse, r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, now.ConfirmedFlushLSN)
+	}
 	if now.ConfirmedFlushLSN > judged.ConfirmedFlushLSN {
+		// Without a state table there is no fence to judge by.
 		return serverNow, &FatalError{Err: fmt.Errorf("%w: slot %q moved from %s to %s while pgoutbox started (between its checks and the start of the stream), and the events committed in between were skipped; investigate (pg_replication_slot_advance, or another client streaming from the slot) before starting again",
 			replication.ErrSlotAdvanced, r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, now.ConfirmedFlushLSN)}
 	}
@@ -483,7 +493,7 @@ func (r *Relay) prepareError(err error) error {
 	switch {
 	case r.history.slotSeen && errors.Is(err, replication.ErrSlotMissing):
 		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w", pcfg.Slot, r.history.lastConfirmed, err)}
-	case errors.Is(err, replication.ErrPublicationMissing), errors.Is(err, replication.ErrSlotMissing),
+	case errors.Is(err, replication.ErrPublicationMissing), errors.Is(err, replication.ErrSlotMissing), errors.Is(err, replication.ErrSlotAdvanced),
 		errors.Is(err, replication.ErrSlotLost), errors.Is(err, replication.ErrSlotVanished),
 		errors.Is(err, replication.ErrCatalogUnusable), errors.Is(err, replication.ErrCatalogChanged):
 		return &FatalError{Err: err}
@@ -561,7 +571,7 @@ func (r *Relay) checkHistory(start replication.Start) error {
 				zap.String("instance", start.State.Instance), zap.Time("session_started_at", start.State.SessionStartedAt))
 			return nil
 		case replication.FencePassed:
-			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while no pgoutbox session held it (pg_replication_slot_advance, or another client streamed from it), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
+			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while no pgoutbox session held it (pg_replication_slot_advance, or another client streamed from it; or the database was put back to an earlier point with a later slot), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
 				replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, start.State.Instance,
 				start.State.SessionStartedAt.UTC().Format(time.RFC3339), pcfg.StateTable, quoteLiteral(pcfg.Slot))}
 		}

@@ -127,6 +127,8 @@ type backend interface {
 	// EnsureOffsetsTopic creates exactly-once mode's offsets topic if it
 	// does not exist.
 	EnsureOffsetsTopic(ctx context.Context, cfg kafka.Config) error
+	// WALEnd reads the end of the server's WAL (replication.ReadWALEnd).
+	WALEnd(ctx context.Context, cfg replication.Config) (checkpoint.LSN, error)
 	// TimelineFork says where timeline from ended in the history of
 	// timeline to (see replication.TimelineFork).
 	TimelineFork(ctx context.Context, cfg replication.Config, from, to int32) (checkpoint.LSN, bool, error)

@@ -191,12 +191,16 @@ type simWorld struct {
 	visible   map[string]bool
 	stored    checkpoint.LSN
 	storedSet bool
-	// advanceAtOpen: someone advances the slot to the end of the WAL
+	// advanceAtOpen: someone advances the slot half way through the WAL
 	// between the relay's Prepare and its stream's start (once).
 	advanceAtOpen bool
 	// wrap, when set, wraps the backend a run gives the relay (a test's
 	// stand-in for one server behaviour).
 	wrap func(backend) backend
+	// movedUnderStart: the slot was moved between a Prepare and its
+	// stream's start; preparesJudged: each Prepare's HoldOnFencePassed.
+	movedUnderStart bool
+	preparesJudged  []bool
 }
 
 func (w *simWorld) fail(format string, args ...any) {
@@ -652,9 +656,11 @@ type simBackend struct {
 
 func (b *simBackend) Prepare(ctx context.Context, cfg replication.Config) (replication.Start, error) {
 	w := b.w
-	if cfg.HoldOnFencePassed != (b.opens == 0) {
-		w.fail("Prepare with HoldOnFencePassed=%v after %d streams opened: only the first session judges the fence", cfg.HoldOnFencePassed, b.opens)
+	if cfg.HoldOnFencePassed != (b.opens == 0 || w.movedUnderStart) {
+		w.fail("Prepare with HoldOnFencePassed=%v after %d streams opened (slot moved under a start: %v): only the first session, and one after another holder, judges the fence", cfg.HoldOnFencePassed, b.opens, w.movedUnderStart)
 	}
+	w.preparesJudged = append(w.preparesJudged, cfg.HoldOnFencePassed)
+	w.movedUnderStart = false
 	cat := replication.Catalog{CheckedAt: w.confirmed, Publication: 500, Insert: true, ViaRoot: true,
 		Tables: []replication.TableInfo{{Name: "public.outbox", OID: 1001, Kind: 'r', Persistence: 'p', Published: true}}}
 	return replication.Start{
@@ -672,6 +678,10 @@ func (b *simBackend) ReadSlot(_ context.Context, cfg replication.Config) (replic
 	return replication.SlotState{Name: cfg.Slot, SlotType: "logical", Plugin: "pgoutput", ConfirmedFlushLSN: b.w.confirmed, WALStatus: "reserved", Active: b.w.stream != nil}, b.w.now, nil
 }
 
+func (b *simBackend) WALEnd(context.Context, replication.Config) (checkpoint.LSN, error) {
+	return b.w.end(), nil
+}
+
 func (b *simBackend) TimelineFork(context.Context, replication.Config, int32, int32) (checkpoint.LSN, bool, error) {
 	return 0, false, nil
 }
@@ -681,7 +691,8 @@ func (b *simBackend) Open(ctx context.Context, cfg replication.Config, start che
 	b.opens++
 	if w.advanceAtOpen {
 		w.advanceAtOpen = false
-		w.confirmed = w.end()
+		w.movedUnderStart = true
+		w.confirmed = w.wal[len(w.wal)/2].commitEnd
 		w.logf("someone advanced the slot to %s before the stream started", w.confirmed)
 	}
 	s := &simStream{w: w, lastStatus: w.now, rels: map[string]*replication.Relation{}}

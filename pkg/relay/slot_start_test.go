@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // broker that does not answer) and starts the stream, which begins at the
 // slot's position then. Someone who advanced the slot in between skipped
 // the events in between: the session reads the slot again once its stream
-// holds it, and stops (fatal) without sending or confirming anything.
+// holds it. Without a state table (no fence to judge by) it stops (fatal)
+// without sending or confirming anything.
 //
 // The simulated harness stands in for the servers: a real one cannot be
 // made to advance the slot at exactly that moment on demand.
@@ -22,6 +24,7 @@ func TestSlotAdvancedWhileStartingIsFatal(t *testing.T) {
 	for seed := range uint64(20) {
 		w := newSimWorld(seed)
 		w.log = t.Logf
+		w.cfg.Postgres.StateTable = ""
 		w.advanceAtOpen = true
 		from := w.confirmed
 		err := w.run()
@@ -35,8 +38,8 @@ func TestSlotAdvancedWhileStartingIsFatal(t *testing.T) {
 		if len(w.delivered) != 0 {
 			t.Fatalf("seed %d: %d events sent after the slot was found moved", seed, len(w.delivered))
 		}
-		if w.confirmed != w.end() || from == w.confirmed {
-			t.Fatalf("seed %d: slot at %s (was %s, advanced to %s)", seed, w.confirmed, from, w.end())
+		if mid := w.wal[len(w.wal)/2].commitEnd; w.confirmed != mid || from == w.confirmed {
+			t.Fatalf("seed %d: slot at %s (was %s, advanced to %s)", seed, w.confirmed, from, mid)
 		}
 	}
 }
@@ -83,5 +86,50 @@ func TestSessionStartIsRecordedByTheServersClock(t *testing.T) {
 	got := sk.recorded[0].SessionStartedAt
 	if got.Sub(relayNow) < serverSkew-time.Minute || got.Sub(relayNow) > serverSkew+time.Minute {
 		t.Fatalf("session recorded as started at %s; the relay's clock said %s, the server's %s", got, relayNow, relayNow.Add(serverSkew))
+	}
+}
+
+// fenceJudge stands in for the state row's fence in the simulated
+// harness (which has none): it records whether each start judges the fence,
+// and its verdict on the second start is that the slot is past it.
+type fenceJudge struct {
+	backend
+	judged []bool
+}
+
+func (b *fenceJudge) Prepare(ctx context.Context, cfg replication.Config) (replication.Start, error) {
+	b.judged = append(b.judged, cfg.HoldOnFencePassed)
+	if len(b.judged) == 2 && cfg.HoldOnFencePassed {
+		return replication.Start{}, fmt.Errorf("%w: past the fence (the harness's verdict)", replication.ErrSlotAdvanced)
+	}
+	return b.backend.Prepare(ctx, cfg)
+}
+
+// TestSlotMovedUnderAStartIsJudgedByTheFence: with a state table, the slot
+// found moved once the stream holds it may have been moved by another
+// pgoutbox instance that streamed in between (it raises the fence before
+// it confirms): the session ends without sending anything, and the next
+// start judges the slot by the state row's fence, as after any other
+// holder; a slot past the fence then stops the relay (on a real server:
+// TestSlotAdvancedByAnotherHolderIsFatal).
+func TestSlotMovedUnderAStartIsJudgedByTheFence(t *testing.T) {
+	w := newSimWorld(5)
+	w.log = t.Logf
+	w.faulty = false
+	w.advanceAtOpen = true
+	if w.cfg.Postgres.StateTable == "" {
+		t.Fatal("the default configuration has no state table")
+	}
+	var j *fenceJudge
+	w.wrap = func(b backend) backend { j = &fenceJudge{backend: b}; return j }
+	err := w.run()
+	if !errors.Is(err, replication.ErrSlotAdvanced) {
+		t.Fatalf("Run: %v; want the fence's verdict, ErrSlotAdvanced", err)
+	}
+	if len(j.judged) != 2 || !j.judged[0] || !j.judged[1] {
+		t.Fatalf("starts that judged the fence: %v; want the first and the one after the moved slot", j.judged)
+	}
+	if len(w.delivered) != 0 {
+		t.Fatalf("%d events sent from the moved slot", len(w.delivered))
 	}
 }

@@ -52,6 +52,25 @@ func (p *forkProducer) Stored() (uint64, bool)      { return uint64(p.stored), t
 func (p *forkProducer) StoredTimeline() int32       { return p.timeline }
 func (p *forkProducer) Close(context.Context) error { p.closed = true; return nil }
 
+// startEOS starts exactly-once mode's producer for start with r, and
+// checks the verdict: started, or refused (fatal, ErrTimelineForked,
+// naming the way on).
+func startEOS(t *testing.T, r *Relay, start replication.Start, refused bool) {
+	t.Helper()
+	kcfg := r.cfg.Kafka
+	p, err := r.startTransactional(context.Background(), &kcfg, start)
+	if !refused {
+		if err != nil || p == nil {
+			t.Fatalf("refused: %v", err)
+		}
+		return
+	}
+	var fe *FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), "remove the slot's record") {
+		t.Fatalf("want a fatal ErrTimelineForked naming the way on, got %v", err)
+	}
+}
+
 // TestExactlyOnceRefusesAStoredPositionPastATimelineFork: exactly-once
 // skips every transaction committing before the position Kafka holds.
 // After a promotion or a restore that left the old timeline below that
@@ -87,18 +106,7 @@ func TestExactlyOnceRefusesAStoredPositionPastATimelineFork(t *testing.T) {
 				State:    replication.State{Timeline: c.recorded}, HadState: true,
 				Fork: c.fork, ForkKnown: c.known,
 			}
-			kcfg := cfg.Kafka
-			p, err := r.startTransactional(context.Background(), &kcfg, start)
-			if !c.refused {
-				if err != nil || p == nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			var fe *FatalError
-			if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), "remove the slot's record") {
-				t.Fatalf("want a fatal ErrTimelineForked naming the way on, got %v", err)
-			}
+			startEOS(t, r, start, c.refused)
 		})
 	}
 }
@@ -147,18 +155,7 @@ func TestExactlyOnceRefusesAStoredPositionFromAnotherHistory(t *testing.T) {
 				Identity: replication.ServerIdentity{SystemIdentifier: "1", Database: "d", Timeline: 2, WALEnd: c.walEnd},
 				State:    replication.State{Timeline: 2}, HadState: true,
 			}
-			kcfg := cfg.Kafka
-			p, err := r.startTransactional(context.Background(), &kcfg, start)
-			if !c.refused {
-				if err != nil || p == nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			var fe *FatalError
-			if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), "remove the slot's record") {
-				t.Fatalf("want a fatal ErrTimelineForked naming the way on, got %v", err)
-			}
+			startEOS(t, r, start, c.refused)
 		})
 	}
 }

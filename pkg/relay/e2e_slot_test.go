@@ -623,11 +623,7 @@ func TestSlotAdvancedByAnotherHolderIsFatal(t *testing.T) {
 	c := env.NewConsumer(t, f.topics)
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 41)
 	p := startBinary(t, f, "relay.log")
-	for range 3 {
-		if err := w.Txn(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTxns(t, w, 3)
 	waitAll(t, c, w, time.Minute)
 
 	// Take the slot: end pgoutbox's walsender and start streaming from the

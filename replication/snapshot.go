@@ -63,6 +63,12 @@ func CreateSnapshotSlot(ctx context.Context, cfg Config) (*SnapshotSlot, error) 
 	return &SnapshotSlot{conn: conn, Name: name, Snapshot: res.SnapshotName, ConsistentPoint: LSN(at)}, nil
 }
 
+// SnapshotLock names the advisory lock (pg_advisory_lock(hashtext(name)))
+// held while an initial snapshot of slot is read and its slot made: a
+// slot made by anyone else meanwhile would start after the snapshot's
+// consistent point.
+func SnapshotLock(slot string) string { return "pgoutbox.snapshot:" + slot }
+
 // Persist copies the temporary slot into the permanent slot named slot, at
 // the same consistent point, over conn (an ordinary connection), and
 // returns it.

@@ -650,18 +650,12 @@ func holdCleanup(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, s
 	return nil
 }
 
-// recreateSlot is the deliberate recreation of a slot that vanished: it
-// refuses while the slot exists. Otherwise it first holds cleanup in the
-// state row (writing a placeholder row when there is none), so that a
-// failure later leaves cleanup held rather than free to delete the rows of
-// the gap, and then lets Prepare create the slot and replace the row's
-// history (the hold, and any older hold not yet released, stay).
 // waitForSnapshot takes the lock of an initial snapshot of slot on conn
 // (held until conn closes), waiting, and saying so, while a relay with
 // snapshot.mode=initial reads one: a slot made meanwhile would start after
 // the snapshot's consistent point.
 func waitForSnapshot(ctx context.Context, conn *pgx.Conn, slot string, stdout io.Writer) error {
-	lock := "pgoutbox.snapshot:" + slot
+	lock := replication.SnapshotLock(slot)
 	var got bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1))", lock).Scan(&got); err != nil {
 		return fmt.Errorf("take the lock of an initial snapshot of the slot: %w", err)
@@ -676,6 +670,12 @@ func waitForSnapshot(ctx context.Context, conn *pgx.Conn, slot string, stdout io
 	return nil
 }
 
+// recreateSlot is the deliberate recreation of a slot that vanished: it
+// refuses while the slot exists. Otherwise it first holds cleanup in the
+// state row (writing a placeholder row when there is none), so that a
+// failure later leaves cleanup held rather than free to delete the rows of
+// the gap, and then lets Prepare create the slot and replace the row's
+// history (the hold, and any older hold not yet released, stay).
 func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
 	if pcfg.StateTable == "" {
 		return errors.New("postgres.state.table is empty: there is no history to correct; pgoutbox run creates a missing slot by itself")

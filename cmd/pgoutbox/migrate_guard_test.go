@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // TestMigrateGuardRefusesToDropWhatPgoutboxStreams: after `migrate --guard`,
@@ -198,7 +199,7 @@ func TestMigrateWaitsForAnInitialSnapshotOfTheSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Close(ctx)
-	if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "pgoutbox.snapshot:"+f.slot); err != nil {
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", replication.SnapshotLock(f.slot)); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan cmdResult, 1)
@@ -213,7 +214,7 @@ func TestMigrateWaitsForAnInitialSnapshotOfTheSlot(t *testing.T) {
 	if err := f.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&slots); err != nil || slots != 0 {
 		t.Fatalf("%d slots named %s while the snapshot's lock is held (%v)", slots, f.slot, err)
 	}
-	if _, err := lock.Exec(ctx, "SELECT pg_advisory_unlock(hashtext($1))", "pgoutbox.snapshot:"+f.slot); err != nil {
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_unlock(hashtext($1))", replication.SnapshotLock(f.slot)); err != nil {
 		t.Fatal(err)
 	}
 	select {

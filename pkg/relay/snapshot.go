@@ -70,7 +70,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 	}
 	defer closeConn(conn)
 	// One instance at a time: the others find the slot made.
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", "pgoutbox.snapshot:"+pc.Slot); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", replication.SnapshotLock(pc.Slot)); err != nil {
 		return fmt.Errorf("relay: lock the initial snapshot of slot %q: %w", pc.Slot, err)
 	}
 	// The server, the publication (created when missing: it must exist

@@ -218,8 +218,14 @@ func slotPastWALEnd(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, l
 	if err != nil {
 		log.Warn("cannot record in the state table that the slot's history is broken: a later start, once new WAL has passed the slot's position, will not see it; do not start pgoutbox on this slot before recreating it", zap.Error(err))
 	}
-	return fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, and PostgreSQL would skip the transactions committed since up to the slot's position, which were never relayed; the state table now refuses every start on this slot and cleanup is held: check what was written since the restore, recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the missing rows from the outbox table",
-		ErrSlotAdvanced, cfg.Slot, st.Slot.ConfirmedFlushLSN, end)
+	return fmt.Errorf("%w; the state table now refuses every start on this slot, and cleanup is held", SlotPastWALEndError(cfg.Slot, st.Slot.ConfirmedFlushLSN, end))
+}
+
+// SlotPastWALEndError is the error of slot found confirmed at at, past end,
+// the end of the server's WAL (it wraps ErrSlotAdvanced).
+func SlotPastWALEndError(slot string, at, end LSN) error {
+	return fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, and PostgreSQL would skip the transactions committed since up to the slot's position, which were never relayed; check what was written since the restore, then recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the missing rows from the outbox table",
+		ErrSlotAdvanced, slot, at, end)
 }
 
 // shutdownCheckpointMax bounds the length of a shutdown checkpoint's WAL

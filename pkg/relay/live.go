@@ -47,38 +47,41 @@ func (b *liveBackend) RecordSession(ctx context.Context, cfg replication.Config,
 	if cfg.StateTable == "" {
 		return nil
 	}
-	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-state", cfg.ConnectTimeout)
+	return withSQL(ctx, cfg, "pgoutbox-state", func(conn *pgx.Conn) error {
+		return replication.WriteState(ctx, conn, cfg.StateTable, st)
+	})
+}
+
+// withSQL runs f on an ordinary connection of its own, named app, closed
+// after.
+func withSQL(ctx context.Context, cfg replication.Config, app string, f func(*pgx.Conn) error) error {
+	conn, err := replication.ConnectSQL(ctx, cfg, app, cfg.ConnectTimeout)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return replication.WriteState(ctx, conn, cfg.StateTable, st)
+	return f(conn)
 }
 
-func (b *liveBackend) ReadSlot(ctx context.Context, cfg replication.Config) (replication.SlotState, time.Time, error) {
-	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-slot", cfg.ConnectTimeout)
-	if err != nil {
-		return replication.SlotState{}, time.Time{}, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	st, err := replication.ReadSlot(ctx, conn, cfg.Slot)
-	if err != nil {
-		return st, time.Time{}, err
-	}
-	var now time.Time
-	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
-		return st, now, fmt.Errorf("replication: read the server's clock: %w", err)
-	}
-	return st, now, nil
+func (b *liveBackend) ReadSlot(ctx context.Context, cfg replication.Config) (st replication.SlotState, now time.Time, err error) {
+	err = withSQL(ctx, cfg, "pgoutbox-slot", func(conn *pgx.Conn) error {
+		if st, err = replication.ReadSlot(ctx, conn, cfg.Slot); err != nil {
+			return err
+		}
+		if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+			return fmt.Errorf("replication: read the server's clock: %w", err)
+		}
+		return nil
+	})
+	return st, now, err
 }
 
-func (b *liveBackend) WALEnd(ctx context.Context, cfg replication.Config) (checkpoint.LSN, error) {
-	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-slot", cfg.ConnectTimeout)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return replication.ReadWALEnd(ctx, conn)
+func (b *liveBackend) WALEnd(ctx context.Context, cfg replication.Config) (end checkpoint.LSN, err error) {
+	err = withSQL(ctx, cfg, "pgoutbox-slot", func(conn *pgx.Conn) error {
+		end, err = replication.ReadWALEnd(ctx, conn)
+		return err
+	})
+	return end, err
 }
 
 func (b *liveBackend) TimelineFork(ctx context.Context, cfg replication.Config, from, to int32) (checkpoint.LSN, bool, error) {

@@ -401,12 +401,17 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	// who advanced the slot meanwhile skipped the events in between: the
 	// stream starts at the slot's position, not at the one judged. Now the
 	// slot is the stream's, so it can be read once more, for good.
-	serverNow, err := r.checkSlotAtStart(ctx, slot)
-	if err != nil {
+	// abandon ends the stream and the producer of a session that fails
+	// before it streams.
+	abandon := func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = st.Close(cctx)
 		cancel()
 		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+	}
+	serverNow, err := r.checkSlotAtStart(ctx, slot)
+	if err != nil {
+		abandon()
 		return false, err
 	}
 	// Recorded once this instance holds the slot, and before it confirms
@@ -419,10 +424,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		sessionStart = r.clock.Now()
 	}
 	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.instance, sessionStart)); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = st.Close(cctx)
-		cancel()
-		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+		abandon()
 		return false, err
 	}
 	r.history.slotSeen, r.history.othersHeld = true, false
@@ -468,7 +470,10 @@ func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotSta
 	if err != nil {
 		return serverNow, fmt.Errorf("relay: read slot %q after starting to stream from it: %w", r.cfg.Postgres.Slot, err)
 	}
-	if now.ConfirmedFlushLSN > judged.ConfirmedFlushLSN && r.cfg.Postgres.StateTable != "" {
+	if now.ConfirmedFlushLSN <= judged.ConfirmedFlushLSN {
+		return serverNow, nil
+	}
+	if r.cfg.Postgres.StateTable != "" {
 		// Another pgoutbox instance may have streamed from the slot in
 		// between (it raises the state row's fence before it confirms);
 		// anything else moved it past the fence. The next session's start
@@ -477,12 +482,9 @@ func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotSta
 		return serverNow, fmt.Errorf("%w: slot %q moved from %s to %s between pgoutbox's checks and the start of its stream; the next start judges it by the state row's fence",
 			replication.ErrSlotInUse, r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, now.ConfirmedFlushLSN)
 	}
-	if now.ConfirmedFlushLSN > judged.ConfirmedFlushLSN {
-		// Without a state table there is no fence to judge by.
-		return serverNow, &FatalError{Err: fmt.Errorf("%w: slot %q moved from %s to %s while pgoutbox started (between its checks and the start of the stream), and the events committed in between were skipped; investigate (pg_replication_slot_advance, or another client streaming from the slot) before starting again",
-			replication.ErrSlotAdvanced, r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, now.ConfirmedFlushLSN)}
-	}
-	return serverNow, nil
+	// Without a state table there is no fence to judge by.
+	return serverNow, &FatalError{Err: fmt.Errorf("%w: slot %q moved from %s to %s while pgoutbox started (between its checks and the start of the stream), and the events committed in between were skipped; investigate (pg_replication_slot_advance, or another client streaming from the slot) before starting again",
+		replication.ErrSlotAdvanced, r.cfg.Postgres.Slot, judged.ConfirmedFlushLSN, now.ConfirmedFlushLSN)}
 }
 
 // prepareError classifies a failure of Prepare: a missing, vanished or lost
@@ -523,9 +525,9 @@ func (r *Relay) checkHistory(start replication.Start) error {
 	// or rewound data directory keeps pg_replslot as it was): PostgreSQL
 	// skips every transaction committing before the slot's position,
 	// which are new ones here.
+	// (Prepare refuses it first where there is a state row, and records it.)
 	if end := start.Identity.WALEnd; end != 0 && slot.ConfirmedFlushLSN > end {
-		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, the end of this server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, and PostgreSQL would skip the transactions committed since up to the slot's position, which were never relayed; check what was written since the restore, then recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the missing rows from the outbox table",
-			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, end)}
+		return &FatalError{Err: replication.SlotPastWALEndError(pcfg.Slot, slot.ConfirmedFlushLSN, end)}
 	}
 	if start.TimelineChanged() && start.ForkKnown && !start.Created && slot.ConfirmedFlushLSN > start.Fork {
 		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, where this server left timeline %d for %d (a promotion or a restore): its position comes from the old timeline's WAL, and PostgreSQL would skip the transactions this timeline committed in between, which were never relayed; recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the rows written on this timeline before its position from the outbox table",

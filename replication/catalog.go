@@ -281,6 +281,16 @@ type PartitionInfo struct {
 	// itself with a row filter or a column list: without
 	// publish_via_partition_root, pgoutput applies the partition's own.
 	RowFilter, ColumnList bool
+	// Joined is the transaction that made the partition part of the outbox
+	// table (its pg_inherits row, or its ancestor's, whichever is the
+	// newest) when that made a table which already existed part of it:
+	// ATTACH PARTITION. Rows the table held before were decoded as its
+	// own, not the outbox's, so never relayed. 0 when the partition was
+	// created as one (CREATE TABLE ... PARTITION OF), whose rows all came
+	// after: told by its row type's pg_type row, written when the table
+	// was created (and by a rename or a change of owner, after which the
+	// partition is taken for attached: its rows are looked at, no more).
+	Joined uint32
 }
 
 // Membership is a table's pg_publication_rel and pg_publication_namespace
@@ -330,8 +340,9 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // catalogTableSQL reads one table by schema and name: its OID, kind and
 // persistence, whether the publication carries it and filters it, the OIDs
 // of its membership rows, its partitions as a text array of
-// "oid:kind:persistence:filtered:schema.name" (filtered: "r" for a row
-// filter, "c" for a column list of the partition's own), the tables that
+// "oid:kind:persistence:filtered:joined:schema.name" (filtered: "r" for a
+// row filter, "c" for a column list of the partition's own; joined: see
+// PartitionInfo.Joined, "0" for none), the tables that
 // inherit from it without being partitions, its columns as
 // "generated:name", and its columns' user types as userTypesSQL gives
 // them. A partition's columns have its table's types.
@@ -341,6 +352,11 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':'
 			|| coalesce((SELECT CASE WHEN pr.prqual IS NOT NULL THEN 'r' ELSE '' END || CASE WHEN pr.prattrs IS NOT NULL THEN 'c' ELSE '' END
 				FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = t.relid), '')
+			|| ':' || coalesce((SELECT CASE WHEN ty.xmin = i.xmin THEN '0' ELSE i.xmin::text END
+				FROM pg_partition_ancestors(t.relid) a JOIN pg_inherits i ON i.inhrelid = a.relid
+				JOIN pg_class ac ON ac.oid = a.relid JOIN pg_type ty ON ty.oid = ac.reltype
+				WHERE a.relid <> c.oid AND a.relid IN (SELECT pt.relid FROM pg_partition_tree(c.oid) pt)
+				ORDER BY age(i.xmin), ty.xmin = i.xmin LIMIT 1), '0')
 			|| ':' || pn.nspname || '.' || pc.relname
 		FROM pg_partition_tree(c.oid) t JOIN pg_class pc ON pc.oid = t.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace
 		WHERE t.relid <> c.oid ORDER BY t.relid),
@@ -586,15 +602,19 @@ func scanTable(row pgx.Row, name string, t *TableInfo, c *Catalog) error {
 }
 
 func parsePartition(s string) (PartitionInfo, error) {
-	f := strings.SplitN(s, ":", 5)
-	if len(f) != 5 || len(f[1]) != 1 || len(f[2]) != 1 {
+	f := strings.SplitN(s, ":", 6)
+	if len(f) != 6 || len(f[1]) != 1 || len(f[2]) != 1 {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition row %q", s)
 	}
-	var oid uint32
-	if _, err := fmt.Sscan(f[0], &oid); err != nil {
+	oid, err := strconv.ParseUint(f[0], 10, 32)
+	if err != nil {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition OID in %q", s)
 	}
-	return PartitionInfo{OID: oid, Kind: f[1][0], Persistence: f[2][0], Name: f[4],
+	joined, err := strconv.ParseUint(f[4], 10, 32)
+	if err != nil {
+		return PartitionInfo{}, fmt.Errorf("unexpected partition transaction in %q", s)
+	}
+	return PartitionInfo{OID: uint32(oid), Kind: f[1][0], Persistence: f[2][0], Name: f[5], Joined: uint32(joined),
 		RowFilter: strings.Contains(f[3], "r"), ColumnList: strings.Contains(f[3], "c")}, nil
 }
 

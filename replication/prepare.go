@@ -119,6 +119,15 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 				return st, err
 			}
 		}
+		if len(changes) == 0 && !cfg.RecreateVanishedSlot && st.State.PublicationOID != 0 {
+			// Partitions attached since the last session started (its
+			// start looked at those before); a table new to the relay
+			// was looked at whole above.
+			newTable := func(name string) bool { _, ok := st.State.TableOIDs[name]; return !ok }
+			if changes, _, err = AttachedWithOlderRows(ctx, conn, cfg, &st.Catalog, st.State.Attached, newTable, log); err != nil {
+				return st, err
+			}
+		}
 		if len(changes) > 0 && !cfg.RecreateVanishedSlot {
 			// The slot has passed the events of the gap: cleanup, which
 			// deletes by its position, is held from now on, not only

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,12 @@ type State struct {
 	// recorded (a version from before them).
 	PublicationXmin uint32
 	Membership      map[string]Membership
+	// Attached are the partitions that joined an outbox table as tables
+	// that already existed (ATTACH PARTITION) when the last session
+	// started, by OID, with the transaction that attached them
+	// (PartitionInfo.Joined): they were looked at for rows from before
+	// that (see AttachedWithOlderRows), or accepted.
+	Attached map[uint32]uint32
 	// RetiredOIDs are the OIDs of outbox tables that were dropped and
 	// created again (recorded by migrate --accept-catalog), by the table's
 	// name: rows of the old table may still be in the WAL to read.
@@ -182,6 +189,7 @@ const stateAddColumnsDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn 
 type membershipRecord struct {
 	PublicationXmin uint32                `json:"publication_xmin"`
 	Tables          map[string]Membership `json:"tables"`
+	Partitions      map[uint32]uint32     `json:"attached_partitions,omitempty"`
 }
 
 // StateTableDDL returns the statements that create the state table, or
@@ -257,7 +265,7 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
 		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs, &stopped, &membership)
 	if membership != nil {
-		s.PublicationXmin, s.Membership = membership.PublicationXmin, membership.Tables
+		s.PublicationXmin, s.Membership, s.Attached = membership.PublicationXmin, membership.Tables, membership.Partitions
 	}
 	if pubOID != nil {
 		s.PublicationOID = *pubOID
@@ -334,7 +342,7 @@ func writeState(ctx context.Context, conn *pgx.Conn, table string, s State, repl
 	}
 	var membership *membershipRecord
 	if s.Membership != nil {
-		membership = &membershipRecord{PublicationXmin: s.PublicationXmin, Tables: s.Membership}
+		membership = &membershipRecord{PublicationXmin: s.PublicationXmin, Tables: s.Membership, Partitions: s.Attached}
 	}
 	args := []any{s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
 		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped, membership}
@@ -598,9 +606,18 @@ func (s *State) SetCatalog(c *Catalog) {
 	s.PublicationOID, s.PublicationXmin = c.Publication, c.PublicationXmin
 	s.TableOIDs = make(map[string]uint32, len(c.Tables))
 	s.Membership = make(map[string]Membership, len(c.Tables))
+	s.Attached = nil
 	for _, t := range c.Tables {
 		s.TableOIDs[t.Name] = t.OID
 		s.Membership[t.Name] = t.Membership
+		for _, p := range t.Partitions {
+			if p.Joined != 0 {
+				if s.Attached == nil {
+					s.Attached = map[uint32]uint32{}
+				}
+				s.Attached[p.OID] = p.Joined
+			}
+		}
 	}
 }
 
@@ -683,6 +700,110 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 	return out, nil
 }
 
+// AttachedWithOlderRows names the partitions of outbox tables that joined
+// them as tables that already held rows: ATTACH PARTITION of a table
+// written into before (rows of a transaction older than the attach, or too
+// old to compare as 32-bit ages). PostgreSQL decoded those rows as the
+// table's own, which the publication did not carry, so they never reached
+// the stream, and pgoutbox cleanup, deleting by the slot's position, would
+// delete them as relayed. (A partition detached and attached again holds
+// rows that may have been relayed while it was attached before: it is
+// named too, and accepted with migrate --accept-catalog.) Rows written in
+// the attaching transaction itself are not told apart (the guard of
+// migrate --guard refuses an attach of a table that holds rows).
+//
+// Only partitions not in known (by OID, with the same attaching
+// transaction) are looked at, and checked returns those that passed. A
+// partition created as one (Joined 0) has no rows from before it joined.
+// Tables in skip (new to the relay: JoinedWithOlderRows looks at all their
+// rows) are passed over. A role that may not read a partition cannot tell:
+// a warning says so and cleanup is held (when a state table is kept).
+func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, c *Catalog, known map[uint32]uint32, skip func(table string) bool, log *zap.Logger) (problems []string, checked map[uint32]uint32, err error) {
+	for _, t := range c.Tables {
+		if skip != nil && skip(t.Name) {
+			continue
+		}
+		for _, p := range t.Partitions {
+			if p.Joined == 0 || p.Kind != 'r' || known[p.OID] == p.Joined {
+				continue
+			}
+			// By OID: a partition's name need not be one the include list
+			// could spell.
+			var q string
+			err := conn.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, k.relname) FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace
+				WHERE k.oid = $1::oid`, p.OID).Scan(&q)
+			if errors.Is(err, pgx.ErrNoRows) { // detached and dropped meanwhile
+				continue
+			}
+			var older bool
+			if err == nil {
+				err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r
+					WHERE age(r.xmin) < 0 OR age(r.xmin) > age($1::text::xid))`, strconv.FormatUint(uint64(p.Joined), 10)).Scan(&older)
+			}
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+				why := fmt.Sprintf("partition %s was attached to outbox table %s as a table that already existed, and pgoutbox's role may not read it to look for rows from before that (%s)", p.Name, t.Name, pe.Message)
+				log.Warn(why+": rows it held before it was attached were never relayed; pgoutbox cleanup is held until someone has looked",
+					zap.String("partition", p.Name), zap.String("table", t.Name))
+				if cfg.StateTable != "" {
+					if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
+						log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself", zap.Error(err))
+					}
+				}
+				continue
+			}
+			if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table: detached and dropped meanwhile
+				continue
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("replication: look for rows of partition %s from before it was attached to %s: %w", p.Name, t.Name, err)
+			}
+			if older {
+				problems = append(problems, fmt.Sprintf("partition %s (OID %d) was attached to outbox table %s by transaction %d holding rows written before that: PostgreSQL decoded them as %s's own rows, not %s's, so they were never in the stream; relay them yourself if they are events (a poll relay, or the rows' ids), or delete them (if the partition was detached and attached again, they may have been relayed while it was attached before)",
+					p.Name, p.OID, t.Name, p.Joined, p.Name, t.Name))
+				continue
+			}
+			if checked == nil {
+				checked = map[uint32]uint32{}
+			}
+			checked[p.OID] = p.Joined
+		}
+	}
+	return problems, checked, nil
+}
+
+// NeverStreamed names what the relay's next start would find since its
+// last session (st) that holds rows never in the stream, which whatever
+// takes the slot's position for what was relayed (pgoutbox cleanup, the
+// poll relay's handover) must not: the outbox table or publication
+// changed, a table new to the relay with older rows, a partition attached
+// with rows from before. Nothing when st recorded no catalog. A role that
+// may not read a table or partition holds cleanup (read the hold after).
+func NeverStreamed(ctx context.Context, conn *pgx.Conn, cfg Config, st State) ([]string, error) {
+	if st.PublicationOID == 0 {
+		return nil, nil
+	}
+	if st.Publication != "" {
+		// The one the relay streamed through (a poll relay's handover may
+		// be configured with another).
+		cfg.Publication = st.Publication
+	}
+	cat, err := ReadCatalog(ctx, conn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if p := st.ChangesSince(&cat, cfg); len(p) > 0 {
+		return p, nil
+	}
+	log := zap.NewNop()
+	if p, err := JoinedWithOlderRows(ctx, conn, cfg, &st, &cat, log); err != nil || len(p) > 0 {
+		return p, err
+	}
+	newTable := func(name string) bool { _, ok := st.TableOIDs[name]; return !ok }
+	p, _, err := AttachedWithOlderRows(ctx, conn, cfg, &cat, st.Attached, newTable, log)
+	return p, err
+}
+
 // GuardSQL returns the statements of migrate --guard: an event trigger
 // that refuses to drop a publication pgoutbox streams from, or to take an
 // outbox table out of it (DROP TABLE, ALTER PUBLICATION ... DROP TABLE,
@@ -743,8 +864,10 @@ $pgoutbox_guard$`,
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $pgoutbox_guard$
 DECLARE
 	c record;
+	leaf record;
 	outbox oid[];
 	root oid;
+	held boolean;
 BEGIN
 	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on'
 		OR to_regclass(` + lit + `) IS NULL
@@ -766,6 +889,24 @@ BEGIN
 			THEN
 				RAISE EXCEPTION 'pgoutbox: % makes a foreign table part of outbox table %, which pgoutbox streams: the rows written to it are stored by another server and never reach this database''s WAL', c.command_tag, root::regclass
 					USING HINT = 'keep the partitions of outbox tables local tables; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
+			END IF;
+			-- A table attached by this transaction that holds rows written
+			-- before (by another transaction, or by an earlier command of
+			-- this one): they were decoded as its own, never as the
+			-- outbox's. Rows written after the attach in this transaction
+			-- (a partition created and written into) are the outbox's.
+			IF root = ANY (outbox) THEN
+				FOR leaf IN SELECT l.relid, i.cmin::text::bigint AS at FROM pg_partition_tree(root) t
+					JOIN pg_inherits i ON i.inhrelid = t.relid, pg_partition_tree(t.relid) l
+					WHERE i.xmin = xid(pg_current_xact_id()) AND l.isleaf
+				LOOP
+					EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s r WHERE r.xmin <> $1 OR r.cmin::text::bigint < $2)', leaf.relid::regclass)
+						INTO held USING xid(pg_current_xact_id()), leaf.at;
+					IF held THEN
+						RAISE EXCEPTION 'pgoutbox: % makes %, which holds rows, part of outbox table %, which pgoutbox streams: PostgreSQL decoded those rows as %''s own, so they never reach the stream, and pgoutbox cleanup would take them for relayed', c.command_tag, leaf.relid::regclass, root::regclass, leaf.relid::regclass
+							USING HINT = 'attach empty tables (or create partitions with PARTITION OF) and write events into them afterwards; if the rows were relayed before (a partition detached and attached again), SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway, and run pgoutbox migrate --accept-catalog afterwards';
+					END IF;
+				END LOOP;
 			END IF;
 			IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
 				WHERE i.inhrelid = c.objid AND i.inhparent = ANY (outbox) AND NOT k.relispartition)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -178,6 +179,18 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		}
 		if st.FencePassedBy(slot.ConfirmedFlushLSN) {
 			fmt.Fprintf(stderr, "pgoutbox: cleanup: slot %s is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down), so nothing was deleted; start pgoutbox run: it tells these apart, and holds cleanup where events may have been skipped\n", pc.Slot, slot.ConfirmedFlushLSN, st.StoppedLSN)
+			return exitRuntime
+		}
+		// What the relay's next start would refuse, cleanup must not take
+		// for relayed meanwhile: rows of a table or partition that joined
+		// the outbox since the last session, which were never in the
+		// stream. Before the hold: a partition this role may not read holds
+		// cleanup.
+		if problems, err := replication.NeverStreamed(ctx, conn, pc, st); err != nil || len(problems) > 0 {
+			if err != nil {
+				problems = []string{err.Error()}
+			}
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s: nothing was deleted: %s; start pgoutbox run, which stops and says how to go on\n", pc.Slot, strings.Join(problems, "; "))
 			return exitRuntime
 		}
 		hold, err := replication.CleanupHold(ctx, conn, pc.StateTable, pc.Slot)

@@ -595,8 +595,9 @@ func applyGuard(ctx context.Context, conn *pgx.Conn, pcfg replication.Config) er
 	return nil
 }
 
-// acceptCatalog records the publication's and the outbox tables' OIDs as
-// they are now in the state table, so that the next start accepts them.
+// acceptCatalog records the publication's and the outbox tables' OIDs (and
+// the partitions attached to them) as they are now in the state table, so
+// that the next start accepts them.
 func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
 	if pcfg.StateTable == "" {
 		return errors.New("postgres.state.table is empty: there is nothing recorded to accept")
@@ -608,12 +609,16 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	if !had {
 		return fmt.Errorf("no state recorded for slot %q", pcfg.Slot)
 	}
-	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
+	never, err := replication.NeverStreamed(ctx, conn, pcfg, st)
 	if err != nil {
 		return err
 	}
-	for _, ch := range st.ChangesSince(&cat, pcfg) {
+	for _, ch := range never {
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
+	}
+	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
+	if err != nil {
+		return err
 	}
 	// The old tables' rows may still be in the WAL still to be read: their
 	// OIDs stay known as the outbox's.

@@ -181,6 +181,34 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		refused(t, f, "unlogged", "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_3 FOR VALUES FROM (20) TO (30)")
 		f.exec(t, "CREATE TABLE public.outbox_4 PARTITION OF public.outbox FOR VALUES FROM (30) TO (40)")
 	})
+
+	// A table attached with rows in it: they were decoded as its own, so
+	// never reach the stream. An empty one attached, or a partition made
+	// and written into in one transaction, goes on.
+	t.Run("attached with rows", func(t *testing.T) {
+		t.Parallel()
+		f := partitioned(t)
+		guard(t, f)
+		row := " (id, aggregatetype, aggregateid, type, payload, n) VALUES (gen_random_uuid(), 'a', 'k', 'T', '{}', "
+		f.exec(t, "CREATE TABLE public.outbox_2 (LIKE public.outbox)")
+		f.exec(t, "INSERT INTO public.outbox_2"+row+"15)")
+		refused(t, f, "which holds rows", "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_2 FOR VALUES FROM (10) TO (20)")
+		// Written in the attaching transaction itself, before the attach.
+		f.exec(t, "CREATE TABLE public.outbox_3 (LIKE public.outbox)")
+		refused(t, f, "which holds rows", "INSERT INTO public.outbox_3"+row+"25); ALTER TABLE public.outbox ATTACH PARTITION public.outbox_3 FOR VALUES FROM (20) TO (30)")
+		// A partitioned table whose partition holds rows.
+		f.exec(t, "CREATE TABLE public.outbox_4 (LIKE public.outbox) PARTITION BY RANGE (n)")
+		f.exec(t, "CREATE TABLE public.outbox_4a PARTITION OF public.outbox_4 FOR VALUES FROM (30) TO (40)")
+		f.exec(t, "INSERT INTO public.outbox_4"+row+"35)")
+		refused(t, f, "which holds rows", "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_4 FOR VALUES FROM (30) TO (40)")
+		f.exec(t, "DELETE FROM public.outbox_3")
+		f.exec(t, "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_3 FOR VALUES FROM (20) TO (30)")
+		f.exec(t, "INSERT INTO public.outbox"+row+"25)")
+		f.exec(t, "BEGIN; CREATE TABLE public.outbox_5 PARTITION OF public.outbox FOR VALUES FROM (50) TO (60); INSERT INTO public.outbox"+row+"55); ALTER TABLE public.outbox ADD COLUMN extra int; COMMIT")
+		f.exec(t, "ALTER TABLE public.outbox_2 ADD COLUMN extra int")
+		f.exec(t, "SET pgoutbox.allow_outbox_ddl = on")
+		f.exec(t, "ALTER TABLE public.outbox ATTACH PARTITION public.outbox_2 FOR VALUES FROM (10) TO (20)")
+	})
 }
 
 // TestMigrateWaitsForAnInitialSnapshotOfTheSlot: a relay with

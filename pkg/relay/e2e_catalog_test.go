@@ -743,3 +743,98 @@ func TestTableJoiningAnAllTablesStreamWithSkippedRowsIsRefused(t *testing.T) {
 		t.Fatalf("start with public.outbox_later joining after its rows were skipped: %v; want a fatal ErrCatalogChanged naming it", err)
 	}
 }
+
+// TestPartitionAttachedWithOlderRowsIsRefused: a table written into and
+// then attached as a partition of the outbox table (ATTACH PARTITION)
+// brings rows PostgreSQL decoded as that table's own, never as the
+// outbox's: they are not in the stream, and cleanup would delete them as
+// relayed. Attached while the relay streams, it stops, naming the
+// partition, and holds cleanup; attached while it is stopped, cleanup
+// refuses before any start, and the start refuses, until migrate
+// --accept-catalog records the partition. A table attached empty and
+// written into afterwards streams as any partition.
+func TestPartitionAttachedWithOlderRowsIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	f.exec(t, "DROP TABLE outbox")
+	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY RANGE (created_at)`)
+	f.exec(t, "CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')")
+	c := env.NewConsumer(t, f.topics[:1])
+	cfg := f.config()
+	w := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	want := f.insertEvents(t, "0001", 2, nil)
+	// Attached empty, then written into: streamed, nothing held.
+	f.exec(t, "CREATE TABLE outbox_2100 (LIKE outbox INCLUDING DEFAULTS)")
+	f.exec(t, "ALTER TABLE outbox ATTACH PARTITION outbox_2100 FOR VALUES FROM ('2100-01-01') TO ('2200-01-01')")
+	at := func(year string) func(int) string { return func(int) string { return "'" + year + "-06-01'" } }
+	want = append(want, f.insertEvents(t, "0002", 2, at("2150"))...)
+	slices.Sort(want)
+	if got := receivedIDs(c.WaitFor(t, len(want), time.Minute)); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	before := func(table, year, id string) {
+		f.exec(t, "CREATE TABLE "+table+" (LIKE outbox INCLUDING DEFAULTS)")
+		f.exec(t, "INSERT INTO "+table+" (id, aggregatetype, aggregateid, type, payload, created_at) VALUES ($1, $2, 'k', 'T', '{}', '"+year+"-06-01')",
+			id, f.shape.AggregateTypes[0])
+	}
+
+	// Written into, then attached while the relay streams: it stops.
+	before("outbox_2200", "2250", "00000000-0000-4000-8000-000300000001")
+	f.exec(t, "ALTER TABLE outbox ATTACH PARTITION outbox_2200 FOR VALUES FROM ('2200-01-01') TO ('2300-01-01')")
+	err := w.exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogChanged) || !strings.Contains(err.Error(), "partition public.outbox_2200") ||
+		!strings.Contains(err.Error(), "holding rows written before that") || strings.Contains(err.Error(), "outbox_2100") {
+		t.Fatalf("relay with public.outbox_2200 attached holding a row: %v; want a fatal ErrCatalogChanged naming it alone", err)
+	}
+	if hold := f.cleanupHold(t); hold == "" {
+		t.Fatal("cleanup is not held after the relay stopped on the attached rows")
+	}
+	if err := runInProcess(t, cfg).exited(t, time.Minute); !errors.Is(err, replication.ErrCatalogChanged) || !strings.Contains(err.Error(), "partition public.outbox_2200") {
+		t.Fatalf("the next start: %v; want it refused as well", err)
+	}
+	accept := func() {
+		t.Helper()
+		cmd := exec.Command(pgoutboxBinary(t), "migrate", "--accept-catalog")
+		cmd.Env = f.environ()
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted: partition public.outbox_2") {
+			t.Fatalf("migrate --accept-catalog: %v\n%s", err, out)
+		}
+	}
+	accept()
+	w = runInProcess(t, cfg)
+	f.waitStreaming(t)
+	want = append(want, f.insertEvents(t, "0004", 1, at("2250"))...)
+	slices.Sort(want)
+	// The attached row is not among them: it is the user's to relay.
+	if got := receivedIDs(c.WaitFor(t, len(want), time.Minute)); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	if err := w.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.checkDB.Exec(ctx, "UPDATE pgoutbox_state SET cleanup_hold = NULL WHERE slot_name = $1", f.slot); err != nil {
+		t.Fatal(err)
+	}
+
+	// Written into, then attached while the relay is stopped: cleanup
+	// deletes nothing before any start, and the start refuses.
+	before("outbox_2300", "2350", "00000000-0000-4000-8000-000500000001")
+	f.exec(t, "ALTER TABLE outbox ATTACH PARTITION outbox_2300 FOR VALUES FROM ('2300-01-01') TO ('2400-01-01')")
+	cl := exec.Command(pgoutboxBinary(t), "cleanup", "--retention", "0s")
+	cl.Env = f.environ()
+	if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "nothing was deleted") || !strings.Contains(string(out), "partition public.outbox_2300") {
+		t.Fatalf("cleanup with public.outbox_2300 attached holding a row: %v\n%s", err, out)
+	}
+	if err := runInProcess(t, cfg).exited(t, time.Minute); !errors.Is(err, replication.ErrCatalogChanged) ||
+		!strings.Contains(err.Error(), "partition public.outbox_2300") || strings.Contains(err.Error(), "outbox_2200") {
+		t.Fatalf("start with public.outbox_2300 attached holding a row: %v; want a refusal naming it alone", err)
+	}
+	if hold := f.cleanupHold(t); hold == "" {
+		t.Fatal("cleanup is not held after the refused start")
+	}
+	accept()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -340,10 +341,18 @@ func (c *liveTopicChecker) warnSlow(now time.Time, topics []string, err error, s
 	}
 }
 
-func (b *liveBackend) StartCatalogWatcher(cfg replication.Config, instance string, wake func()) catalogWatcher {
+func (b *liveBackend) StartCatalogWatcher(cfg replication.Config, instance string, start *replication.Catalog, wake func()) catalogWatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &liveWatcher{cfg: cfg, instance: instance, log: b.log, wake: wake, cancel: cancel,
-		kick: make(chan struct{}, 1), results: make(chan catalogResult, 4), stopped: make(chan struct{})}
+		kick: make(chan struct{}, 1), results: make(chan catalogResult, 4), stopped: make(chan struct{}),
+		attached: map[uint32]uint32{}}
+	for _, t := range start.Tables {
+		for _, p := range t.Partitions {
+			if p.Joined != 0 {
+				w.attached[p.OID] = p.Joined
+			}
+		}
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -389,6 +398,10 @@ type liveWatcher struct {
 	fence         checkpoint.LSN // the fence the state row holds
 	fenceOff      bool
 	fenceFailed   int
+	// attached are the partitions attached to outbox tables that were
+	// looked at for rows from before (by OID, with the attaching
+	// transaction): at the start, or by an earlier check.
+	attached map[uint32]uint32
 }
 
 func (w *liveWatcher) Check() {
@@ -482,8 +495,12 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 			w.conn = conn
 		}
 		cat, err := replication.ReadCatalogSeeing(cctx, w.conn, w.cfg, see)
+		var attached []string
 		if err == nil {
-			res := catalogResult{Catalog: cat, Saw: see}
+			attached, err = w.checkAttached(cctx, &cat)
+		}
+		if err == nil {
+			res := catalogResult{Catalog: cat, Saw: see, Attached: attached}
 			w.raiseFence(cctx, &res)
 			return res
 		}
@@ -497,6 +514,24 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 		}
 	}
 	return res
+}
+
+// checkAttached looks at the partitions attached since the last check for
+// rows from before they were attached, which were never in the stream,
+// and holds cleanup (which would delete them as relayed) when it finds
+// some: the session then stops, naming them.
+func (w *liveWatcher) checkAttached(ctx context.Context, cat *replication.Catalog) ([]string, error) {
+	problems, checked, err := replication.AttachedWithOlderRows(ctx, w.conn, w.cfg, cat, w.attached, nil, w.log)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(w.attached, checked)
+	if len(problems) > 0 && w.cfg.StateTable != "" {
+		if _, err := replication.SetCleanupHold(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot, replication.CatalogChangedHold); err != nil {
+			w.log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the rows named are relayed", zap.Error(err))
+		}
+	}
+	return problems, nil
 }
 
 // raiseFence raises the state row's fence when the session asked for more

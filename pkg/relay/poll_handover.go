@@ -214,6 +214,20 @@ func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot repli
 	if !found {
 		return noRecord("the state table has no row for it")
 	}
+	// Rows that joined the outbox table without being streamed (a
+	// partition attached with older rows, the table dropped and made
+	// again) are before the slot's position but were never relayed.
+	// Before the hold: a partition this role may not read holds cleanup.
+	pcfg := r.cfg.Postgres
+	pcfg.Tables = []string{pr.table.Name}
+	never, err := replication.NeverStreamed(ctx, conn, pcfg, st)
+	if err != nil {
+		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+	}
+	if len(never) > 0 {
+		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: rows of %s before the slot's position were never in its stream, so the position does not say which rows were relayed; nothing was marked: %s; start the WAL relay (pgoutbox run with the WAL source) once: it stops, holds cleanup and says how to go on",
+			slot.Name, pr.table.Name, strings.Join(never, "; "))}
+	}
 	hold, err := replication.CleanupHold(ctx, conn, table, slot.Name)
 	if err != nil {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)

@@ -94,6 +94,9 @@ type catalogResult struct {
 	// session confirms without one.
 	Fence    checkpoint.LSN
 	FenceOff bool
+	// Attached names the partitions attached since the session started
+	// that held rows from before (replication.AttachedWithOlderRows).
+	Attached []string
 }
 
 // clock is time for the loop: the real one, or the tests' fake.
@@ -135,7 +138,9 @@ type backend interface {
 	// CheckTopics asks Kafka about topics (start-up checks).
 	CheckTopics(ctx context.Context, cfg kafka.Config, topics []string) ([]kafka.TopicState, error)
 	// StartTopicChecker and StartCatalogWatcher start the session's
-	// checkers; wake is called after each result is posted.
+	// checkers; wake is called after each result is posted. start is the
+	// catalog the session started with: the partitions attached in it were
+	// looked at by the start.
 	StartTopicChecker(cfg kafka.Config, wake func()) topicChecker
-	StartCatalogWatcher(cfg replication.Config, instance string, wake func()) catalogWatcher
+	StartCatalogWatcher(cfg replication.Config, instance string, start *replication.Catalog, wake func()) catalogWatcher
 }

@@ -188,7 +188,7 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		warnedXmin:    start.Catalog.PublicationXmin,
 	}
 	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
-	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, s.wake)
+	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, &start.Catalog, s.wake)
 	return s
 }
 
@@ -488,7 +488,7 @@ func (s *session) catalog(res catalogResult) error {
 		s.log.Info("the publication check passes again", zap.Int("failed_checks", s.catalogFailed))
 	}
 	s.catalogFailed = 0
-	if changes := s.start.Catalog.Changes(&res.Catalog, cfg); len(changes) > 0 {
+	if changes := append(s.start.Catalog.Changes(&res.Catalog, cfg), res.Attached...); len(changes) > 0 {
 		return &FatalError{Err: &replication.CatalogError{Publication: cfg.Publication, Problems: changes, Err: replication.ErrCatalogChanged}}
 	}
 	if res.Catalog.Publication == s.start.Catalog.Publication && res.Catalog.PublicationXmin != s.warnedXmin {

@@ -751,7 +751,7 @@ func (b *simBackend) StartTopicChecker(cfg kafka.Config, wake func()) topicCheck
 	return c
 }
 
-func (b *simBackend) StartCatalogWatcher(cfg replication.Config, instance string, wake func()) catalogWatcher {
+func (b *simBackend) StartCatalogWatcher(cfg replication.Config, instance string, _ *replication.Catalog, wake func()) catalogWatcher {
 	c := &simWatcher{w: b.w, results: make(chan catalogResult, 4)}
 	b.w.watcher = c
 	// The session's state row, written at its start, fences it at the slot.

@@ -441,6 +441,11 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *
 		return s, false, fmt.Errorf("replication: slot %q is a %s slot; pgoutbox needs a logical slot with plugin pgoutput", cfg.Slot, s.SlotType)
 	case s.Plugin != "pgoutput":
 		return s, false, fmt.Errorf("replication: slot %q uses plugin %q; pgoutbox needs pgoutput: drop it or choose another slot.name", cfg.Slot, s.Plugin)
+	case s.TwoPhase:
+		// pgoutput keeps a slot's two_phase for every client: it would
+		// send BEGIN PREPARE, PREPARE and COMMIT PREPARED, which protocol
+		// version 1 does not have and pgoutbox does not read.
+		return s, false, fmt.Errorf("%w: slot %q was created with two_phase on: PostgreSQL then decodes each prepared transaction (PREPARE TRANSACTION) at its PREPARE, in messages pgoutbox does not read; use a slot made without it: choose another slot.name (pgoutbox creates its own without two_phase), and drop this one once nothing is left to relay from it", ErrSlotUnusable, cfg.Slot)
 	case s.Database != st.Identity.Database && st.Identity.Database != "":
 		return s, false, fmt.Errorf("replication: slot %q belongs to database %q, not %q", cfg.Slot, s.Database, st.Identity.Database)
 	case s.WALStatus == "lost" || s.InvalidationReason != "":

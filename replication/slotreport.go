@@ -26,6 +26,8 @@ type SlotReport struct {
 	SafeWALSize        *int64
 	Failover           *bool
 	InvalidationReason *string
+	// TwoPhase is the slot's two_phase flag.
+	TwoPhase *bool
 	// CurrentLSN is pg_current_wal_lsn() on a primary, and on a standby
 	// (which holds logical slots from PostgreSQL 16 on, and synchronized
 	// failover slots from 17 on) the last replayed position: what a slot
@@ -36,7 +38,8 @@ type SlotReport struct {
 
 const slotReportSQL = `SELECT s.slot_name::text, s.plugin::text, s.slot_type, s.database::text, s.active, s.active_pid,
 	s.restart_lsn::text, s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size,
-	(to_jsonb(s) ->> 'failover')::bool, to_jsonb(s) ->> 'invalidation_reason', w.lsn::text, w.recovery
+	(to_jsonb(s) ->> 'failover')::bool, to_jsonb(s) ->> 'invalidation_reason', w.lsn::text, w.recovery,
+	(to_jsonb(s) ->> 'two_phase')::bool
 	FROM pg_replication_slots s,
 	(SELECT pg_is_in_recovery() AS recovery,
 		CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
@@ -48,7 +51,7 @@ func ReadSlotReport(ctx context.Context, conn *pgx.Conn, slot string) (SlotRepor
 	r := SlotReport{Name: slot}
 	var restart, confirmed, current *string
 	err := conn.QueryRow(ctx, slotReportSQL, slot).Scan(&r.Name, &r.Plugin, &r.SlotType, &r.Database, &r.Active, &r.ActivePID,
-		&restart, &confirmed, &r.WALStatus, &r.SafeWALSize, &r.Failover, &r.InvalidationReason, &current, &r.InRecovery)
+		&restart, &confirmed, &r.WALStatus, &r.SafeWALSize, &r.Failover, &r.InvalidationReason, &current, &r.InRecovery, &r.TwoPhase)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%w: %q", ErrSlotMissing, slot)
 	}
@@ -106,6 +109,7 @@ func (r SlotReport) State() SlotState {
 		s.ConfirmedFlushLSN = *r.ConfirmedFlushLSN
 	}
 	s.Failover = r.Failover != nil && *r.Failover
+	s.TwoPhase = r.TwoPhase != nil && *r.TwoPhase
 	return s
 }
 

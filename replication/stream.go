@@ -22,6 +22,7 @@ var (
 	ErrPublicationMissing = errors.New("replication: publication does not exist")
 	ErrStreamEnded        = errors.New("replication: server ended the replication stream")
 	ErrSlotLost           = errors.New("replication: slot has wal_status 'lost'")
+	ErrSlotUnusable       = errors.New("replication: slot cannot be streamed by pgoutbox")
 	ErrReceive            = errors.New("replication: connection lost")
 )
 
@@ -66,6 +67,9 @@ type SlotState struct {
 	InvalidationReason string
 	// Failover is a PostgreSQL 17+ failover slot's flag (false before 17).
 	Failover bool
+	// TwoPhase is the slot's two_phase flag: PostgreSQL then decodes a
+	// prepared transaction at its PREPARE, whatever the client asks.
+	TwoPhase bool
 }
 
 // Stream is one logical replication session on a slot.

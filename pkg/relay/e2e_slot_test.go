@@ -789,3 +789,20 @@ func TestPublicationIsNotMadeAfterItsSlot(t *testing.T) {
 		t.Fatalf("%d publications named %s after the refused start and migrate (%v)", n, f.pub, err)
 	}
 }
+
+// TestTwoPhaseSlotIsRefused: pgoutput keeps a slot's two_phase for every
+// client, and then sends each prepared transaction at its PREPARE, in
+// messages protocol version 1 does not have: a relay on such a slot would
+// stop on the first one, again after every restart. The start refuses the
+// slot, naming it and the way on.
+func TestTwoPhaseSlotIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "CREATE PUBLICATION "+pgx.Identifier{f.pub}.Sanitize()+" FOR TABLE outbox WITH (publish = 'insert', publish_via_partition_root = true)")
+	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, true)", f.slot)
+	err := runInProcess(t, f.config()).exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrSlotUnusable) || !strings.Contains(err.Error(), "two_phase") || !strings.Contains(err.Error(), f.slot) {
+		t.Fatalf("start on a two_phase slot: %v; want a fatal ErrSlotUnusable naming it", err)
+	}
+}

@@ -496,7 +496,7 @@ func (r *Relay) prepareError(err error) error {
 	case r.history.slotSeen && errors.Is(err, replication.ErrSlotMissing):
 		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w", pcfg.Slot, r.history.lastConfirmed, err)}
 	case errors.Is(err, replication.ErrPublicationMissing), errors.Is(err, replication.ErrSlotMissing), errors.Is(err, replication.ErrSlotAdvanced),
-		errors.Is(err, replication.ErrSlotLost), errors.Is(err, replication.ErrSlotVanished),
+		errors.Is(err, replication.ErrSlotLost), errors.Is(err, replication.ErrSlotVanished), errors.Is(err, replication.ErrSlotUnusable),
 		errors.Is(err, replication.ErrCatalogUnusable), errors.Is(err, replication.ErrCatalogChanged):
 		return &FatalError{Err: err}
 	}

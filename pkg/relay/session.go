@@ -275,6 +275,12 @@ func (s *session) loop() error {
 			if s.forced() {
 				return errForced
 			}
+			if de := (*replication.DecodeError)(nil); errors.As(err, &de) {
+				// The same bytes come again after every restart: said
+				// once, loudly, not retried at Warn for ever.
+				return &FatalError{Err: fmt.Errorf("relay: the stream carries a message pgoutbox cannot read, after %s (the last position confirmed: %s); every restart would stop on it again, and nothing past it is relayed or confirmed: %w",
+					s.received, s.confirmable(), err)}
+			}
 			return err
 		}
 		if ev.WALStart > s.received {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -131,5 +133,57 @@ func TestSlotMovedUnderAStartIsJudgedByTheFence(t *testing.T) {
 	}
 	if len(w.delivered) != 0 {
 		t.Fatalf("%d events sent from the moved slot", len(w.delivered))
+	}
+}
+
+// undecodable is a backend whose streams, after a few messages, return
+// what the walsender's next message decodes to: a DecodeError (a message
+// type protocol version 1 does not have, say).
+type undecodable struct {
+	backend
+	opens int
+}
+
+func (b *undecodable) Open(ctx context.Context, cfg replication.Config, start checkpoint.LSN) (stream, error) {
+	st, err := b.backend.Open(ctx, cfg, start)
+	b.opens++
+	return &undecodableStream{stream: st}, err
+}
+
+type undecodableStream struct {
+	stream
+	n int
+}
+
+func (s *undecodableStream) Receive(ctx context.Context, deadline time.Time) (replication.Event, error) {
+	if s.n++; s.n > 5 {
+		return replication.Event{}, fmt.Errorf("at WAL 0/1: %w", &replication.DecodeError{Type: 'b', Field: "type", Err: errors.New("unknown message type")})
+	}
+	return s.stream.Receive(ctx, deadline)
+}
+
+// TestUndecodableMessageIsFatal: a message the decoder cannot read comes
+// again after every restart (the walsender sends the same bytes from the
+// slot's position), so the relay stops at once with a fatal error naming
+// it, rather than restarting for ever with a warning each time; nothing
+// past it is confirmed. (Simulated: a real walsender sends no malformed
+// message on demand.)
+func TestUndecodableMessageIsFatal(t *testing.T) {
+	w := newSimWorld(5)
+	w.log = t.Logf
+	w.faulty = false
+	var u *undecodable
+	w.wrap = func(b backend) backend { u = &undecodable{backend: b}; return u }
+	err := w.run()
+	var fe *FatalError
+	var de *replication.DecodeError
+	if !errors.As(err, &fe) || !errors.As(err, &de) || !strings.Contains(err.Error(), "cannot read") {
+		t.Fatalf("Run returned %v; want a fatal error wrapping the DecodeError", err)
+	}
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	if u.opens != 1 {
+		t.Fatalf("the stream was opened %d times: the relay restarted on an undecodable message", u.opens)
 	}
 }

@@ -269,6 +269,12 @@ type TableInfo struct {
 	// in the children of that moment only, and nothing maps them back to
 	// the outbox table.
 	Inheritors []string
+	// ReportedAs is, for an outbox table that is itself a partition, the
+	// ancestor (schema.table) under whose name and OID the publication
+	// reports its changes: with publish_via_partition_root, the topmost one
+	// the publication carries (the root in a FOR ALL TABLES one). Empty
+	// when they are reported under its own.
+	ReportedAs string
 }
 
 // PartitionInfo is one partition of a partitioned outbox table.
@@ -366,6 +372,13 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 		SELECT dn.nspname || '.' || dc.relname FROM d JOIN pg_class dc ON dc.oid = d.oid
 		JOIN pg_namespace dn ON dn.oid = dc.relnamespace
 		WHERE NOT dc.relispartition ORDER BY 1),
+	coalesce((SELECT an.nspname || '.' || ac.relname
+		FROM pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, n)
+		JOIN pg_class ac ON ac.oid = a.relid JOIN pg_namespace an ON an.oid = ac.relnamespace
+		WHERE c.relispartition AND p.pubviaroot AND a.relid <> c.oid
+			AND (p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel ar WHERE ar.prpubid = p.oid AND ar.prrelid = a.relid)
+				OR EXISTS (SELECT 1 FROM pg_publication_namespace ans WHERE ans.pnpubid = p.oid AND ans.pnnspid = ac.relnamespace))
+		ORDER BY a.n DESC LIMIT 1), ''),
 	ARRAY(SELECT a.attgenerated::text || ':' || a.attname FROM pg_attribute a
 		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
 	ARRAY(` + userTypesSQL(`SELECT a.atttypid FROM pg_attribute a
@@ -567,7 +580,7 @@ func scanTable(row pgx.Row, name string, t *TableInfo, c *Catalog) error {
 	*t = TableInfo{Name: name}
 	var kind, persistence string
 	var parts, cols, types []string
-	err := row.Scan(&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &cols, &types)
+	err := row.Scan(&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &t.ReportedAs, &cols, &types)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
@@ -664,6 +677,13 @@ func (c *Catalog) Problems(cfg Config) []string {
 		if t.ColumnList {
 			out = append(out, fmt.Sprintf("publication %q publishes only some columns of %s: ALTER PUBLICATION %s SET TABLE %s without a column list",
 				cfg.Publication, t.Name, pub, quoteTable(t.Name)))
+		}
+		if t.ReportedAs != "" && !slices.Contains(cfg.QualifiedTables(), t.ReportedAs) {
+			// Its rows arrive as the ancestor's, which is no outbox table:
+			// in a FOR ALL TABLES or schema stream they would be skipped as
+			// another table's.
+			out = append(out, fmt.Sprintf("outbox table %s is a partition of %s, and publication %q reports the changes of partitions under the topmost table it carries (publish_via_partition_root), so its inserts arrive as %s's, which is not an outbox table: configure %s as the outbox table (its rows are all events), or publish %s on its own in a publication without publish_via_partition_root",
+				t.Name, t.ReportedAs, cfg.Publication, t.ReportedAs, t.ReportedAs, t.Name))
 		}
 		for _, h := range t.Inheritors {
 			out = append(out, fmt.Sprintf("table %s inherits from outbox table %s by table inheritance (INHERITS, not as a partition), so PostgreSQL decodes the rows inserted into it as %s's, not the outbox's, and a publication of %s takes in only the children it had when it was made; events inserted into %s would be missed: insert into %s itself, or partition it declaratively (PARTITION BY) and attach such tables as partitions",

@@ -838,3 +838,39 @@ func TestPartitionAttachedWithOlderRowsIsRefused(t *testing.T) {
 	}
 	accept()
 }
+
+// TestOutboxTableThatIsAPartitionUnderItsRootIsRefused: with
+// publish_via_partition_root, a publication reports a partition's changes
+// under the topmost table it carries (the root, in a FOR ALL TABLES one).
+// An outbox table that is itself a partition then streams as that table,
+// which is not an outbox table: in a stream of every table its events were
+// skipped as another table's, with nothing but a warning. Refused at start;
+// and an outbox table attached to a partitioned table while the relay
+// streams stops it, with nothing confirmed past the attach.
+func TestOutboxTableThatIsAPartitionUnderItsRootIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR ALL TABLES WITH (publish = 'insert', publish_via_partition_root = true)")
+	c := env.NewConsumer(t, f.topics[:1])
+	w := runInProcess(t, f.config())
+	f.waitStreaming(t)
+	want := f.insertEvents(t, "0001", 2, nil)
+	c.WaitFor(t, len(want), time.Minute)
+	f.exec(t, `CREATE TABLE events (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY LIST (aggregatetype)`)
+	f.exec(t, "ALTER TABLE events ATTACH PARTITION outbox FOR VALUES IN ('"+f.shape.AggregateTypes[0]+"')")
+	attached := f.walLSN(t)
+	f.insertEvents(t, "0002", 2, nil)
+	err := w.exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogChanged) || !strings.Contains(err.Error(), "outbox table public.outbox is a partition of public.events") {
+		t.Fatalf("relay with its outbox table attached to public.events: %v; want a fatal ErrCatalogChanged naming both", err)
+	}
+	if confirmed, _ := f.slotState(t); confirmed > attached {
+		t.Fatalf("slot confirmed %s, past %s, where the outbox table became a partition", confirmed, attached)
+	}
+	err = runInProcess(t, f.config()).exited(t, time.Minute)
+	if !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), "outbox table public.outbox is a partition of public.events") {
+		t.Fatalf("start with the outbox table a partition of public.events: %v; want ErrCatalogUnusable naming both", err)
+	}
+}

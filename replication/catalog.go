@@ -275,6 +275,12 @@ type TableInfo struct {
 	// the publication carries (the root in a FOR ALL TABLES one). Empty
 	// when they are reported under its own.
 	ReportedAs string
+	// InsteadRules are the rules ON INSERT DO INSTEAD of the table and its
+	// partitions ("schema.table: rule"): an insert they replace never
+	// reaches the table, nor the WAL as the outbox's. BeforeInsert are its
+	// (and its partitions') enabled BEFORE INSERT row triggers, which may
+	// skip a row by returning NULL: nothing then reaches the WAL either.
+	InsteadRules, BeforeInsert []string
 }
 
 // PartitionInfo is one partition of a partitioned outbox table.
@@ -372,6 +378,14 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 		SELECT dn.nspname || '.' || dc.relname FROM d JOIN pg_class dc ON dc.oid = d.oid
 		JOIN pg_namespace dn ON dn.oid = dc.relnamespace
 		WHERE NOT dc.relispartition ORDER BY 1),
+	ARRAY(SELECT rn.nspname || '.' || rc.relname || ': ' || rw.rulename FROM pg_rewrite rw
+		JOIN pg_class rc ON rc.oid = rw.ev_class JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+		WHERE rw.ev_class IN (SELECT c.oid UNION SELECT rt.relid FROM pg_partition_tree(c.oid) rt)
+			AND rw.ev_type = '3' AND rw.is_instead ORDER BY 1),
+	ARRAY(SELECT tn.nspname || '.' || tc.relname || ': ' || tg.tgname FROM pg_trigger tg
+		JOIN pg_class tc ON tc.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
+		WHERE tg.tgrelid IN (SELECT c.oid UNION SELECT tt.relid FROM pg_partition_tree(c.oid) tt)
+			AND NOT tg.tgisinternal AND tg.tgenabled <> 'D' AND tg.tgtype::int & 7 = 7 ORDER BY 1),
 	coalesce((SELECT an.nspname || '.' || ac.relname
 		FROM pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, n)
 		JOIN pg_class ac ON ac.oid = a.relid JOIN pg_namespace an ON an.oid = ac.relnamespace
@@ -580,7 +594,7 @@ func scanTable(row pgx.Row, name string, t *TableInfo, c *Catalog) error {
 	*t = TableInfo{Name: name}
 	var kind, persistence string
 	var parts, cols, types []string
-	err := row.Scan(&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &t.ReportedAs, &cols, &types)
+	err := row.Scan(&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &t.InsteadRules, &t.BeforeInsert, &t.ReportedAs, &cols, &types)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
@@ -684,6 +698,10 @@ func (c *Catalog) Problems(cfg Config) []string {
 			// another table's.
 			out = append(out, fmt.Sprintf("outbox table %s is a partition of %s, and publication %q reports the changes of partitions under the topmost table it carries (publish_via_partition_root), so its inserts arrive as %s's, which is not an outbox table: configure %s as the outbox table (its rows are all events), or publish %s on its own in a publication without publish_via_partition_root",
 				t.Name, t.ReportedAs, cfg.Publication, t.ReportedAs, t.ReportedAs, t.Name))
+		}
+		for _, r := range t.InsteadRules {
+			out = append(out, fmt.Sprintf("rule %s replaces the inserts into outbox table %s (ON INSERT DO INSTEAD): the rows it keeps out are never written there, so their events would never reach the stream; drop the rule (DROP RULE), or configure the table it writes into",
+				r, t.Name))
 		}
 		for _, h := range t.Inheritors {
 			out = append(out, fmt.Sprintf("table %s inherits from outbox table %s by table inheritance (INHERITS, not as a partition), so PostgreSQL decodes the rows inserted into it as %s's, not the outbox's, and a publication of %s takes in only the children it had when it was made; events inserted into %s would be missed: insert into %s itself, or partition it declaratively (PARTITION BY) and attach such tables as partitions",

@@ -98,6 +98,12 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	if p := st.Catalog.Problems(cfg); len(p) > 0 {
 		return st, &CatalogError{Publication: cfg.Publication, Problems: p, Err: ErrCatalogUnusable}
 	}
+	for _, t := range st.Catalog.Tables {
+		if len(t.BeforeInsert) > 0 {
+			log.Warn("outbox table "+t.Name+" has BEFORE INSERT row triggers: one that returns NULL keeps the row out of the table and of the WAL, and pgoutbox cannot see such an event (pkg/outbox's writer fails a write that inserted fewer rows than it had events)",
+				zap.String("table", t.Name), zap.Strings("triggers", t.BeforeInsert))
+		}
+	}
 	if st.Catalog.Partitioned() && !st.Catalog.ViaRoot {
 		log.Warn("the publication reports changes under each partition's name (publish_via_partition_root is off); pgoutbox maps them to their outbox table, but a partition created and dropped while pgoutbox is stopped cannot be mapped: turn it on while pgoutbox is stopped and caught up",
 			zap.String("publication", cfg.Publication),

@@ -351,6 +351,24 @@ func TestWriteReportsDatabaseErrors(t *testing.T) {
 		}
 		_ = tx.rollback(ctx)
 	}
+	// A trigger that skips a row (and a rule DO INSTEAD NOTHING) keeps it
+	// out of the table and of the WAL: the write must fail, with both
+	// drivers, rather than report an event that no relay can see.
+	mustExec(t, admin, `CREATE FUNCTION public.skip_odd() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.aggregateid = 'skip' THEN RETURN NULL; END IF; RETURN NEW; END $$`)
+	mustExec(t, admin, `CREATE TRIGGER skip_odd BEFORE INSERT ON public.outbox FOR EACH ROW EXECUTE FUNCTION public.skip_odd()`)
+	for _, drv := range drivers {
+		conn := drv.open(t, dsn)
+		tx, err := conn.begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.write(ctx, mustWriter(t, Config{}), Event{AggregateType: "Order", AggregateID: "1"}, Event{AggregateType: "Order", AggregateID: "skip"})
+		if err == nil || !strings.Contains(err.Error(), "inserted 1 of 2 events into public.outbox") {
+			t.Errorf("%s: a write one of whose rows a trigger skipped: %v", drv.name, err)
+		}
+		_ = tx.rollback(ctx)
+	}
 	if _, err := w.Write(ctx, nil, Event{AggregateType: "Order", AggregateID: "1"}); !errors.Is(err, ErrNoTx) {
 		t.Errorf("nil pgx.Tx: %v", err)
 	}

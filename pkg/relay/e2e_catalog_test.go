@@ -874,3 +874,36 @@ func TestOutboxTableThatIsAPartitionUnderItsRootIsRefused(t *testing.T) {
 		t.Fatalf("start with the outbox table a partition of public.events: %v; want ErrCatalogUnusable naming both", err)
 	}
 }
+
+// TestInsertsKeptFromTheOutboxTableAreRefusedOrNamed: a rule ON INSERT DO
+// INSTEAD replaces the inserts into the outbox table, so their events never
+// reach the WAL as the outbox's; the start refuses, naming it. A BEFORE
+// INSERT row trigger may skip a row (returning NULL), which no relay can
+// see: the start names it at Warn (the writer library fails such a write:
+// TestWriteReportsDatabaseErrors).
+func TestInsertsKeptFromTheOutboxTableAreRefusedOrNamed(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "CREATE RULE swallow AS ON INSERT TO outbox DO INSTEAD NOTHING")
+	err := runInProcess(t, f.config()).exited(t, time.Minute)
+	if !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), "rule public.outbox: swallow replaces the inserts into outbox table public.outbox") {
+		t.Fatalf("start with an INSTEAD rule on the outbox table: %v; want ErrCatalogUnusable naming it", err)
+	}
+	f.exec(t, "DROP RULE swallow ON outbox")
+	f.exec(t, `CREATE FUNCTION skip_some() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$`)
+	f.exec(t, "CREATE TRIGGER maybe_skip BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION skip_some()")
+	f.exec(t, "CREATE TRIGGER after_insert AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION skip_some()")
+	core, logs := observer.New(zapcore.WarnLevel)
+	consumer := env.NewConsumer(t, f.topics[:1])
+	stop := runRelayLog(t, f.config(), zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core())))
+	f.waitStreaming(t)
+	want := f.insertEvents(t, "0001", 1, nil)
+	consumer.WaitFor(t, len(want), time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	lines := logs.FilterMessageSnippet("has BEFORE INSERT row triggers").All()
+	if len(lines) != 1 || fmt.Sprint(lines[0].ContextMap()["triggers"]) != "[public.outbox: maybe_skip]" {
+		t.Fatalf("warnings naming BEFORE INSERT triggers: %v, want one naming maybe_skip alone", lines)
+	}
+}

@@ -50,6 +50,10 @@ func TestPoisonRowsFollowThePolicy(t *testing.T) {
 		// One such message once crash-looped every relay on the database.
 		{"message that is not a JSON object", nil,
 			`SELECT pg_logical_emit_message(true, 'outbox', '["not", "an object"]')`, "not a JSON object", "", ""},
+		// Without its key field it would go keyless, its order per key
+		// lost, where a table without the column is refused.
+		{"message without its key field", nil,
+			`SELECT pg_logical_emit_message(true, 'outbox', '{"id": "` + bad + `", "aggregatetype": "$P", "type": "T", "payload": {}}')`, `table.field.event.key "aggregateid" is not a field of the message`, "", ""},
 	}
 	for _, c := range cases {
 		for _, policy := range []string{"fail", "dead-letter"} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -855,6 +856,16 @@ func (s *session) message(m *replication.Message) error {
 
 func (s *session) emitMessage(m *replication.Message) error {
 	row, err := messageRow(m.Prefix, s.r.cfg.Router.EventPayloadField, m.Content)
+	if err == nil {
+		// A field left out is no column NULL: as a table without the
+		// column is refused, a message without the key would go keyless
+		// (its order per key lost) without a word.
+		if missing := s.r.eventColumnProblems(row.Table, func(col string) (bool, string) {
+			return slices.Contains(row.Names, col), "is not a field of the message (a field that is null is)"
+		}); len(missing) > 0 {
+			err = errors.New(strings.Join(missing, "; "))
+		}
+	}
 	if err != nil {
 		err = fmt.Errorf("logical decoding message with prefix %q at %s in the transaction committing at %s: %w", m.Prefix, m.LSN, s.commit, err)
 		// The message's bytes as they are, so that the dead-letter

@@ -293,16 +293,17 @@ type PartitionInfo struct {
 	// itself with a row filter or a column list: without
 	// publish_via_partition_root, pgoutput applies the partition's own.
 	RowFilter, ColumnList bool
-	// Joined is the transaction that made the partition part of the outbox
-	// table (its pg_inherits row, or its ancestor's, whichever is the
-	// newest) when that made a table which already existed part of it:
-	// ATTACH PARTITION. Rows the table held before were decoded as its
-	// own, not the outbox's, so never relayed. 0 when the partition was
-	// created as one (CREATE TABLE ... PARTITION OF), whose rows all came
-	// after: told by its row type's pg_type row, written when the table
-	// was created (and by a rename or a change of owner, after which the
-	// partition is taken for attached: its rows are looked at, no more).
-	Joined uint32
+	// Own says the publication carries the partition on its own (it is
+	// listed, or its schema is), not only as part of its outbox table.
+	Own bool
+	// Joined and JoinedCmd are the transaction and command that made the
+	// partition part of the outbox table: the pg_inherits row of the
+	// youngest link between them (its own, or an ancestor's). Rows written
+	// before that (an older transaction, or an earlier command of that
+	// one) were decoded as the table's own, not the outbox's: a table
+	// written into, then attached (ATTACH PARTITION). A partition created
+	// as one (CREATE TABLE ... PARTITION OF) has no such rows.
+	Joined, JoinedCmd uint32
 }
 
 // Membership is a table's pg_publication_rel and pg_publication_namespace
@@ -329,12 +330,19 @@ func (c *Catalog) Table(name string) (TableInfo, bool) {
 	return TableInfo{}, false
 }
 
-// Root returns the configured table that the relation with OID oid is, or
-// that it is a partition of.
+// Root returns the configured table that the relation with OID oid is, or,
+// when the publication reports partitions under their own names
+// (publish_via_partition_root off), that it is a partition of. With it on,
+// a partition's changes arrive as its table's: a relation under a
+// partition's name is no part of the outbox (detached since, and published
+// on its own).
 func (c *Catalog) Root(oid uint32) (string, bool) {
 	for _, t := range c.Tables {
 		if t.OID == oid && oid != 0 {
 			return t.Name, true
+		}
+		if c.ViaRoot {
+			continue
 		}
 		for _, p := range t.Partitions {
 			if p.OID == oid {
@@ -352,9 +360,10 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // catalogTableSQL reads one table by schema and name: its OID, kind and
 // persistence, whether the publication carries it and filters it, the OIDs
 // of its membership rows, its partitions as a text array of
-// "oid:kind:persistence:filtered:joined:schema.name" (filtered: "r" for a
-// row filter, "c" for a column list of the partition's own; joined: see
-// PartitionInfo.Joined, "0" for none), the tables that
+// "oid:kind:persistence:flags:joined:schema.name" (flags: "r" for a row
+// filter, "c" for a column list of the partition's own, "o" when the
+// publication carries it on its own; joined: "xmin/cmin", see
+// PartitionInfo.Joined), the tables that
 // inherit from it without being partitions, its columns as
 // "generated:name", and its columns' user types as userTypesSQL gives
 // them. A partition's columns have its table's types.
@@ -364,11 +373,12 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	ARRAY(SELECT t.relid::oid::text || ':' || pc.relkind::text || ':' || pc.relpersistence::text || ':'
 			|| coalesce((SELECT CASE WHEN pr.prqual IS NOT NULL THEN 'r' ELSE '' END || CASE WHEN pr.prattrs IS NOT NULL THEN 'c' ELSE '' END
 				FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = t.relid), '')
-			|| ':' || coalesce((SELECT CASE WHEN ty.xmin = i.xmin THEN '0' ELSE i.xmin::text END
+			|| CASE WHEN EXISTS (SELECT 1 FROM pg_publication_rel po WHERE po.prpubid = p.oid AND po.prrelid = t.relid)
+				OR EXISTS (SELECT 1 FROM pg_publication_namespace ps WHERE ps.pnpubid = p.oid AND ps.pnnspid = pc.relnamespace) THEN 'o' ELSE '' END
+			|| ':' || coalesce((SELECT i.xmin::text || '/' || i.cmin::text
 				FROM pg_partition_ancestors(t.relid) a JOIN pg_inherits i ON i.inhrelid = a.relid
-				JOIN pg_class ac ON ac.oid = a.relid JOIN pg_type ty ON ty.oid = ac.reltype
 				WHERE a.relid <> c.oid AND a.relid IN (SELECT pt.relid FROM pg_partition_tree(c.oid) pt)
-				ORDER BY age(i.xmin), ty.xmin = i.xmin LIMIT 1), '0')
+				ORDER BY age(i.xmin), i.cmin::text::bigint DESC LIMIT 1), '0/0')
 			|| ':' || pn.nspname || '.' || pc.relname
 		FROM pg_partition_tree(c.oid) t JOIN pg_class pc ON pc.oid = t.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace
 		WHERE t.relid <> c.oid ORDER BY t.relid),
@@ -637,12 +647,17 @@ func parsePartition(s string) (PartitionInfo, error) {
 	if err != nil {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition OID in %q", s)
 	}
-	joined, err := strconv.ParseUint(f[4], 10, 32)
+	x, cmd, _ := strings.Cut(f[4], "/")
+	joined, err := strconv.ParseUint(x, 10, 32)
 	if err != nil {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition transaction in %q", s)
 	}
-	return PartitionInfo{OID: uint32(oid), Kind: f[1][0], Persistence: f[2][0], Name: f[5], Joined: uint32(joined),
-		RowFilter: strings.Contains(f[3], "r"), ColumnList: strings.Contains(f[3], "c")}, nil
+	joinedCmd, err := strconv.ParseUint(cmd, 10, 32)
+	if err != nil {
+		return PartitionInfo{}, fmt.Errorf("unexpected partition command in %q", s)
+	}
+	return PartitionInfo{OID: uint32(oid), Kind: f[1][0], Persistence: f[2][0], Name: f[5], Joined: uint32(joined), JoinedCmd: uint32(joinedCmd),
+		RowFilter: strings.Contains(f[3], "r"), ColumnList: strings.Contains(f[3], "c"), Own: strings.Contains(f[3], "o")}, nil
 }
 
 // Problems lists what, in this catalog alone, keeps inserts into an outbox
@@ -714,6 +729,12 @@ func (c *Catalog) Problems(cfg Config) []string {
 			case p.Persistence != 'p':
 				out = append(out, fmt.Sprintf("partition %s of outbox table %s is %s: its rows are never written to the WAL: ALTER TABLE %s SET LOGGED",
 					p.Name, t.Name, persistenceName(p.Persistence), quoteTable(p.Name)))
+			}
+			if !c.ViaRoot && p.Own {
+				// Its rows arrive under its own OID, attached or not: once
+				// detached, they could not be told from the outbox's.
+				out = append(out, fmt.Sprintf("publication %q carries partition %s of outbox table %s on its own (it is listed, or its schema is) and reports partitions under their own names (publish_via_partition_root is off): once detached, its rows would still arrive under the same OID and be taken for %s's: ALTER PUBLICATION %s SET (publish_via_partition_root = true), or publish the partition only through its table",
+					cfg.Publication, p.Name, t.Name, t.Name, pub))
 			}
 			// Through the root, PostgreSQL applies the root's filters.
 			if !c.ViaRoot && p.RowFilter {

@@ -120,18 +120,29 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			return st, err
 		}
 		changes := st.State.ChangesSince(&st.Catalog, cfg)
-		if len(changes) == 0 && !cfg.RecreateVanishedSlot {
-			if changes, err = JoinedWithOlderRows(ctx, conn, cfg, &st.State, &st.Catalog, log); err != nil {
+		if !cfg.RecreateVanishedSlot {
+			joined, unknown, err := JoinedWithOlderRows(ctx, conn, cfg, &st.State, &st.Catalog)
+			if err != nil {
 				return st, err
 			}
-		}
-		if len(changes) == 0 && !cfg.RecreateVanishedSlot && st.State.PublicationOID != 0 {
-			// Partitions attached since the last session started (its
-			// start looked at those before); a table new to the relay
-			// was looked at whole above.
-			newTable := func(name string) bool { _, ok := st.State.TableOIDs[name]; return !ok }
-			if changes, _, err = AttachedWithOlderRows(ctx, conn, cfg, &st.Catalog, st.State.Attached, newTable, log); err != nil {
-				return st, err
+			changes = append(changes, joined...)
+			switch {
+			case st.State.Attached != nil:
+				// Partitions attached since the last session started (its
+				// start, or the session, looked at those before).
+				attached, more, _, err := AttachedWithOlderRows(ctx, conn, &st.Catalog, st.State.Attached, partitionScanTimeout)
+				if err != nil {
+					return st, err
+				}
+				changes, unknown = append(changes, attached...), append(unknown, more...)
+			case st.State.PublicationOID != 0 && st.Catalog.Partitioned():
+				log.Info("the state row records no partitions (an earlier version wrote it): the outbox tables' partitions are taken as they are, and those attached from now on are looked at for rows written before their attach")
+			}
+			for _, u := range unknown {
+				log.Warn(u+"; pgoutbox cleanup is held until someone has looked", zap.String("state_table", cfg.StateTable))
+				if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, u); err != nil {
+					log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself", zap.Error(err))
+				}
 			}
 		}
 		if len(changes) > 0 && !cfg.RecreateVanishedSlot {

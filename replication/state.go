@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.uber.org/zap"
 )
 
 // ErrSlotVanished is wrapped by the error of a slot that the relay's history
@@ -71,11 +70,11 @@ type State struct {
 	// recorded (a version from before them).
 	PublicationXmin uint32
 	Membership      map[string]Membership
-	// Attached are the partitions that joined an outbox table as tables
-	// that already existed (ATTACH PARTITION) when the last session
-	// started, by OID, with the transaction that attached them
-	// (PartitionInfo.Joined): they were looked at for rows from before
-	// that (see AttachedWithOlderRows), or accepted.
+	// Attached are the outbox tables' partitions when the last session
+	// started, by OID, with the transaction that made each part of its
+	// table (PartitionInfo.Joined): they were looked at for rows from
+	// before that (see AttachedWithOlderRows), or accepted. nil when none
+	// were recorded (a version from before them).
 	Attached map[uint32]uint32
 	// RetiredOIDs are the OIDs of outbox tables that were dropped and
 	// created again (recorded by migrate --accept-catalog), by the table's
@@ -189,7 +188,8 @@ const stateAddColumnsDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn 
 type membershipRecord struct {
 	PublicationXmin uint32                `json:"publication_xmin"`
 	Tables          map[string]Membership `json:"tables"`
-	Partitions      map[uint32]uint32     `json:"attached_partitions,omitempty"`
+	// Absent (nil) in a record from before it: nothing was looked at.
+	Partitions map[uint32]uint32 `json:"partitions"`
 }
 
 // StateTableDDL returns the statements that create the state table, or
@@ -606,17 +606,12 @@ func (s *State) SetCatalog(c *Catalog) {
 	s.PublicationOID, s.PublicationXmin = c.Publication, c.PublicationXmin
 	s.TableOIDs = make(map[string]uint32, len(c.Tables))
 	s.Membership = make(map[string]Membership, len(c.Tables))
-	s.Attached = nil
+	s.Attached = map[uint32]uint32{}
 	for _, t := range c.Tables {
 		s.TableOIDs[t.Name] = t.OID
 		s.Membership[t.Name] = t.Membership
 		for _, p := range t.Partitions {
-			if p.Joined != 0 {
-				if s.Attached == nil {
-					s.Attached = map[uint32]uint32{}
-				}
-				s.Attached[p.OID] = p.Joined
-			}
+			s.Attached[p.OID] = p.Joined
 		}
 	}
 }
@@ -657,13 +652,12 @@ func (s *State) ChangesSince(c *Catalog, cfg Config) []string {
 //   - in a FOR ALL TABLES or FOR TABLES IN SCHEMA publication, any row:
 //     the relay skipped the table's changes while it was not configured.
 //
-// A role that may not read a table cannot tell: a warning says so and
-// cleanup is held.
-func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *State, c *Catalog, log *zap.Logger) ([]string, error) {
+// A role that may not read a table cannot tell: unknown names those
+// (their caller holds cleanup).
+func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *State, c *Catalog) (problems, unknown []string, err error) {
 	if s.PublicationOID == 0 || len(s.TableOIDs) == 0 || s.PublicationOID != c.Publication {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var out []string
 	for _, t := range c.Tables {
 		if _, ok := s.TableOIDs[t.Name]; ok || t.OID == 0 {
 			continue
@@ -674,18 +668,12 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 				WHERE NOT EXISTS (SELECT 1 FROM m) OR age(r.xmin) < 0 OR age(r.xmin) > (SELECT age(x) FROM m))`, c.Publication, t.OID).Scan(&named, &older)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
-			why := fmt.Sprintf("outbox table %s is new to pgoutbox and its role may not read it to look for rows it may never have relayed (%s)", t.Name, pe.Message)
-			log.Warn(why+": if it holds rows written before it joined publication "+cfg.Publication+" (or, in a FOR ALL TABLES publication, while it was not configured), they were never relayed; pgoutbox cleanup is held until someone has looked",
-				zap.String("table", t.Name))
-			if cfg.StateTable != "" {
-				if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
-					log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself", zap.Error(err))
-				}
-			}
+			unknown = append(unknown, fmt.Sprintf("outbox table %s is new to pgoutbox and its role may not read it to look for rows it may never have relayed (%s): if it holds rows written before it joined publication %s (or, in a FOR ALL TABLES publication, while it was not configured), they were never relayed",
+				t.Name, pe.Message, cfg.Publication))
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("replication: look for rows of %s from before pgoutbox relayed it: %w", t.Name, err)
+			return nil, nil, fmt.Errorf("replication: look for rows of %s from before pgoutbox relayed it: %w", t.Name, err)
 		}
 		if !older {
 			continue
@@ -694,115 +682,133 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 		if !named {
 			when = fmt.Sprintf("while publication %q carried it but pgoutbox was not configured for it, its changes were skipped", cfg.Publication)
 		}
-		out = append(out, fmt.Sprintf("outbox table %s is new to pgoutbox (the last session relayed %s) and holds rows it never relayed (%s); pgoutbox relays what is written from now on, as Debezium's snapshot.mode no_data does: relay them yourself if they are events (a poll relay, or the rows' ids), or delete them",
+		problems = append(problems, fmt.Sprintf("outbox table %s is new to pgoutbox (the last session relayed %s) and holds rows it never relayed (%s); pgoutbox relays what is written from now on, as Debezium's snapshot.mode no_data does: relay them yourself if they are events (a poll relay, or the rows' ids), or delete them",
 			t.Name, strings.Join(slices.Sorted(maps.Keys(s.TableOIDs)), ", "), when))
 	}
-	return out, nil
+	return problems, unknown, nil
 }
 
-// AttachedWithOlderRows names the partitions of outbox tables that joined
-// them as tables that already held rows: ATTACH PARTITION of a table
-// written into before (rows of a transaction older than the attach, or too
-// old to compare as 32-bit ages). PostgreSQL decoded those rows as the
-// table's own, which the publication did not carry, so they never reached
-// the stream, and pgoutbox cleanup, deleting by the slot's position, would
-// delete them as relayed. (A partition detached and attached again holds
-// rows that may have been relayed while it was attached before: it is
-// named too, and accepted with migrate --accept-catalog.) Rows written in
-// the attaching transaction itself are not told apart (the guard of
-// migrate --guard refuses an attach of a table that holds rows).
+// AttachedWithOlderRows names the partitions of outbox tables that hold
+// rows written before they became part of them: a table written into, then
+// attached (ATTACH PARTITION), even in one transaction. PostgreSQL decoded
+// those rows as the table's own, which the publication did not carry as the
+// outbox's, so they were never relayed, and pgoutbox cleanup, deleting by
+// the slot's position, would delete them as relayed. A row counts as
+// written before when its transaction is older than the attaching one (or
+// too old to compare as a 32-bit age), or it is that one's and an earlier
+// command wrote it. (A partition detached and attached again holds rows
+// that may have been relayed while it was attached before: it is named
+// too, and accepted with migrate --accept-catalog. Rows written by a
+// subtransaction before an attach in its parent transaction are newer than
+// the attach and are not told apart: migrate --guard refuses that attach.)
 //
 // Only partitions not in known (by OID, with the same attaching
-// transaction) are looked at, and checked returns those that passed. A
-// partition created as one (Joined 0) has no rows from before it joined.
-// Tables in skip (new to the relay: JoinedWithOlderRows looks at all their
-// rows) are passed over. A role that may not read a partition cannot tell:
-// a warning says so and cleanup is held (when a state table is kept).
-func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, c *Catalog, known map[uint32]uint32, skip func(table string) bool, log *zap.Logger) (problems []string, checked map[uint32]uint32, err error) {
+// transaction) are looked at, each scanned until a row from before is
+// found, for at most scanTimeout: checked returns those that passed.
+// unknown names those that could not be looked at (this role may not read
+// them, or the scan took too long): their caller holds cleanup.
+func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, known map[uint32]uint32, scanTimeout time.Duration) (problems, unknown []string, checked map[uint32]uint32, err error) {
+	checked = map[uint32]uint32{}
 	for _, t := range c.Tables {
-		if skip != nil && skip(t.Name) {
-			continue
-		}
 		for _, p := range t.Partitions {
-			if p.Joined == 0 || p.Kind != 'r' || known[p.OID] == p.Joined {
+			if p.Kind != 'r' || p.Joined == 0 {
 				continue
 			}
-			// By OID: a partition's name need not be one the include list
-			// could spell.
-			var q string
-			err := conn.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, k.relname) FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace
-				WHERE k.oid = $1::oid`, p.OID).Scan(&q)
-			if errors.Is(err, pgx.ErrNoRows) { // detached and dropped meanwhile
+			if x, ok := known[p.OID]; ok && x == p.Joined {
 				continue
 			}
-			var older bool
-			if err == nil {
-				err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r
-					WHERE age(r.xmin) < 0 OR age(r.xmin) > age($1::text::xid))`, strconv.FormatUint(uint64(p.Joined), 10)).Scan(&older)
-			}
+			older, err := partitionHoldsOlderRows(ctx, conn, p, scanTimeout)
 			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
-				why := fmt.Sprintf("partition %s was attached to outbox table %s as a table that already existed, and pgoutbox's role may not read it to look for rows from before that (%s)", p.Name, t.Name, pe.Message)
-				log.Warn(why+": rows it held before it was attached were never relayed; pgoutbox cleanup is held until someone has looked",
-					zap.String("partition", p.Name), zap.String("table", t.Name))
-				if cfg.StateTable != "" {
-					if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
-						log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself", zap.Error(err))
-					}
-				}
+			switch {
+			case errors.Is(err, errPartitionGone):
 				continue
-			}
-			if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table: detached and dropped meanwhile
+			case errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "57014"): // insufficient_privilege, query_canceled (the timeout)
+				unknown = append(unknown, fmt.Sprintf("partition %s of outbox table %s could not be looked at for rows written before it became part of it (%s): if it holds some, they were never relayed",
+					p.Name, t.Name, pe.Message))
+				checked[p.OID] = p.Joined
 				continue
-			}
-			if err != nil {
-				return nil, nil, fmt.Errorf("replication: look for rows of partition %s from before it was attached to %s: %w", p.Name, t.Name, err)
+			case err != nil:
+				return nil, nil, nil, fmt.Errorf("replication: look for rows of partition %s from before it became part of %s: %w", p.Name, t.Name, err)
 			}
 			if older {
-				problems = append(problems, fmt.Sprintf("partition %s (OID %d) was attached to outbox table %s by transaction %d holding rows written before that: PostgreSQL decoded them as %s's own rows, not %s's, so they were never in the stream; relay them yourself if they are events (a poll relay, or the rows' ids), or delete them (if the partition was detached and attached again, they may have been relayed while it was attached before)",
+				problems = append(problems, fmt.Sprintf("partition %s (OID %d) of outbox table %s holds rows written before it became part of it (transaction %d attached it): PostgreSQL decoded them as %s's own rows, not as %s's, so they were never relayed; relay them yourself if they are events (a poll relay, or the rows' ids), or delete them (if the partition was detached and attached again, they may have been relayed while it was attached before)",
 					p.Name, p.OID, t.Name, p.Joined, p.Name, t.Name))
 				continue
-			}
-			if checked == nil {
-				checked = map[uint32]uint32{}
 			}
 			checked[p.OID] = p.Joined
 		}
 	}
-	return problems, checked, nil
+	return problems, unknown, checked, nil
+}
+
+var errPartitionGone = errors.New("replication: partition dropped")
+
+// partitionHoldsOlderRows scans partition p for a row written before its
+// attach, in a transaction of its own whose statement_timeout is timeout
+// (the server stops a scan the client gave up on only so).
+func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInfo, timeout time.Duration) (bool, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", max(timeout.Milliseconds(), 1))); err != nil {
+		return false, err
+	}
+	// By OID: a partition's name need not be one the include list could
+	// spell.
+	var q string
+	err = tx.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, k.relname) FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace
+		WHERE k.oid = $1::oid`, p.OID).Scan(&q)
+	if errors.Is(err, pgx.ErrNoRows) { // detached and dropped meanwhile
+		return false, errPartitionGone
+	}
+	if err != nil {
+		return false, err
+	}
+	var older bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE age(r.xmin) < 0 OR age(r.xmin) > age($1::text::xid)
+		OR (r.xmin = $1::text::xid AND r.cmin::text::bigint < $2))`,
+		strconv.FormatUint(uint64(p.Joined), 10), int64(p.JoinedCmd)).Scan(&older)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table: dropped meanwhile
+		return false, errPartitionGone
+	}
+	return older, err
 }
 
 // NeverStreamed names what the relay's next start would find since its
 // last session (st) that holds rows never in the stream, which whatever
 // takes the slot's position for what was relayed (pgoutbox cleanup, the
-// poll relay's handover) must not: the outbox table or publication
-// changed, a table new to the relay with older rows, a partition attached
-// with rows from before. Nothing when st recorded no catalog. A role that
-// may not read a table or partition holds cleanup (read the hold after).
-func NeverStreamed(ctx context.Context, conn *pgx.Conn, cfg Config, st State) ([]string, error) {
-	if st.PublicationOID == 0 {
-		return nil, nil
+// poll relay's handover, migrate --accept-catalog) must not: the outbox
+// table or publication changed, a table new to the relay with older rows,
+// a partition with rows from before it was attached, and what could not
+// be looked at. cat is the catalog it read. Nothing when st recorded no
+// catalog.
+func NeverStreamed(ctx context.Context, conn *pgx.Conn, cfg Config, st State) (problems []string, cat Catalog, err error) {
+	if cat, err = ReadCatalog(ctx, conn, cfg); err != nil || st.PublicationOID == 0 {
+		return nil, cat, err
 	}
-	if st.Publication != "" {
-		// The one the relay streamed through (a poll relay's handover may
-		// be configured with another).
-		cfg.Publication = st.Publication
-	}
-	cat, err := ReadCatalog(ctx, conn, cfg)
+	problems = st.ChangesSince(&cat, cfg)
+	joined, unknown, err := JoinedWithOlderRows(ctx, conn, cfg, &st, &cat)
 	if err != nil {
-		return nil, err
+		return nil, cat, err
 	}
-	if p := st.ChangesSince(&cat, cfg); len(p) > 0 {
-		return p, nil
+	problems = append(append(problems, joined...), unknown...)
+	if st.Attached != nil {
+		attached, unknown, _, err := AttachedWithOlderRows(ctx, conn, &cat, st.Attached, partitionScanTimeout)
+		if err != nil {
+			return nil, cat, err
+		}
+		problems = append(append(problems, attached...), unknown...)
 	}
-	log := zap.NewNop()
-	if p, err := JoinedWithOlderRows(ctx, conn, cfg, &st, &cat, log); err != nil || len(p) > 0 {
-		return p, err
-	}
-	newTable := func(name string) bool { _, ok := st.TableOIDs[name]; return !ok }
-	p, _, err := AttachedWithOlderRows(ctx, conn, cfg, &cat, st.Attached, newTable, log)
-	return p, err
+	return problems, cat, nil
 }
+
+// partitionScanTimeout bounds each scan of a partition for rows from before
+// its attach at start and in pgoutbox cleanup (the running relay's checks
+// have a budget of their own).
+const partitionScanTimeout = time.Minute
 
 // GuardSQL returns the statements of migrate --guard: an event trigger
 // that refuses to drop a publication pgoutbox streams from, or to take an
@@ -825,8 +831,17 @@ func GuardSQL(stateTable string) ([]string, error) {
 	}
 	lit := "'" + strings.ReplaceAll(q, "'", "''") + "'"
 	schema, _, _ := splitTable(stateTable)
-	fn, fnDDL := quoteIdent(schema)+".pgoutbox_guard", quoteIdent(schema)+".pgoutbox_guard_ddl"
+	fn, fnDDL, fnOurs := quoteIdent(schema)+".pgoutbox_guard", quoteIdent(schema)+".pgoutbox_guard_ddl", quoteIdent(schema)+".pgoutbox_guard_ours"
 	return []string{
+		// Whether transaction x (a row's xmin, 32 bits) is this one or one
+		// of its subtransactions: in progress, and its row visible. Widened
+		// to 64 bits by the epoch of the next transaction ID.
+		`CREATE OR REPLACE FUNCTION ` + fnOurs + `(x xid) RETURNS boolean LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $pgoutbox_guard$
+	SELECT coalesce(pg_xact_status((CASE WHEN g.f >= s.u AND g.f >= 4294967296 THEN g.f - 4294967296 ELSE g.f END)::text::xid8), '') = 'in progress'
+	FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS u) s,
+		LATERAL (SELECT ((s.u >> 32) << 32) | x::text::bigint AS f) g
+$pgoutbox_guard$`,
 		// SECURITY DEFINER: it runs on every DROP of the database, by roles
 		// that may not read the state table; and it lets every DROP pass
 		// once the state table itself is gone.
@@ -890,18 +905,18 @@ BEGIN
 				RAISE EXCEPTION 'pgoutbox: % makes a foreign table part of outbox table %, which pgoutbox streams: the rows written to it are stored by another server and never reach this database''s WAL', c.command_tag, root::regclass
 					USING HINT = 'keep the partitions of outbox tables local tables; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
 			END IF;
-			-- A table attached by this transaction that holds rows written
-			-- before (by another transaction, or by an earlier command of
-			-- this one): they were decoded as its own, never as the
-			-- outbox's. Rows written after the attach in this transaction
+			-- A table attached by this transaction (or a subtransaction of
+			-- it) that holds rows written before (by another transaction,
+			-- or by an earlier command of this one): they were decoded as
+			-- its own, never as the outbox's. Rows written after the attach in this transaction
 			-- (a partition created and written into) are the outbox's.
 			IF root = ANY (outbox) THEN
 				FOR leaf IN SELECT l.relid, i.cmin::text::bigint AS at FROM pg_partition_tree(root) t
 					JOIN pg_inherits i ON i.inhrelid = t.relid, pg_partition_tree(t.relid) l
-					WHERE i.xmin = xid(pg_current_xact_id()) AND l.isleaf
+					WHERE ` + fnOurs + `(i.xmin) AND l.isleaf
 				LOOP
-					EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s r WHERE r.xmin <> $1 OR r.cmin::text::bigint < $2)', leaf.relid::regclass)
-						INTO held USING xid(pg_current_xact_id()), leaf.at;
+					EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s r WHERE NOT ` + strings.ReplaceAll(fnOurs, "'", "''") + `(r.xmin) OR r.cmin::text::bigint < $1)', leaf.relid::regclass)
+						INTO held USING leaf.at;
 					IF held THEN
 						RAISE EXCEPTION 'pgoutbox: % makes %, which holds rows, part of outbox table %, which pgoutbox streams: PostgreSQL decoded those rows as %''s own, so they never reach the stream, and pgoutbox cleanup would take them for relayed', c.command_tag, leaf.relid::regclass, root::regclass, leaf.relid::regclass
 							USING HINT = 'attach empty tables (or create partitions with PARTITION OF) and write events into them afterwards; if the rows were relayed before (a partition detached and attached again), SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway, and run pgoutbox migrate --accept-catalog afterwards';

@@ -184,9 +184,8 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		// What the relay's next start would refuse, cleanup must not take
 		// for relayed meanwhile: rows of a table or partition that joined
 		// the outbox since the last session, which were never in the
-		// stream. Before the hold: a partition this role may not read holds
-		// cleanup.
-		if problems, err := replication.NeverStreamed(ctx, conn, pc, st); err != nil || len(problems) > 0 {
+		// stream, and what cannot be looked at.
+		if problems, _, err := replication.NeverStreamed(ctx, conn, pc, st); err != nil || len(problems) > 0 {
 			if err != nil {
 				problems = []string{err.Error()}
 			}

@@ -609,16 +609,13 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	if !had {
 		return fmt.Errorf("no state recorded for slot %q", pcfg.Slot)
 	}
-	never, err := replication.NeverStreamed(ctx, conn, pcfg, st)
+	// What is recorded is the catalog that was looked at and shown.
+	never, cat, err := replication.NeverStreamed(ctx, conn, pcfg, st)
 	if err != nil {
 		return err
 	}
 	for _, ch := range never {
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
-	}
-	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
-	if err != nil {
-		return err
 	}
 	// The old tables' rows may still be in the WAL still to be read: their
 	// OIDs stay known as the outbox's.

@@ -196,6 +196,11 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		// Written in the attaching transaction itself, before the attach.
 		f.exec(t, "CREATE TABLE public.outbox_3 (LIKE public.outbox)")
 		refused(t, f, "which holds rows", "INSERT INTO public.outbox_3"+row+"25); ALTER TABLE public.outbox ATTACH PARTITION public.outbox_3 FOR VALUES FROM (20) TO (30)")
+		// Attached in a subtransaction (a savepoint, as ORMs nest
+		// transactions), written into before in another.
+		f.exec(t, "CREATE TABLE public.outbox_6 (LIKE public.outbox)")
+		refused(t, f, "which holds rows", "BEGIN; SAVEPOINT a; "+"INSERT INTO public.outbox_6"+row+"65); RELEASE a; SAVEPOINT b; ALTER TABLE public.outbox ATTACH PARTITION public.outbox_6 FOR VALUES FROM (60) TO (70); RELEASE b; COMMIT")
+		_, _ = f.conn.Exec(context.Background(), "ROLLBACK")
 		// A partitioned table whose partition holds rows.
 		f.exec(t, "CREATE TABLE public.outbox_4 (LIKE public.outbox) PARTITION BY RANGE (n)")
 		f.exec(t, "CREATE TABLE public.outbox_4a PARTITION OF public.outbox_4 FOR VALUES FROM (30) TO (40)")

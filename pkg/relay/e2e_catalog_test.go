@@ -787,7 +787,7 @@ func TestPartitionAttachedWithOlderRowsIsRefused(t *testing.T) {
 	err := w.exited(t, time.Minute)
 	var fe *relay.FatalError
 	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrCatalogChanged) || !strings.Contains(err.Error(), "partition public.outbox_2200") ||
-		!strings.Contains(err.Error(), "holding rows written before that") || strings.Contains(err.Error(), "outbox_2100") {
+		!strings.Contains(err.Error(), "holds rows written before it became part of it") || strings.Contains(err.Error(), "outbox_2100") {
 		t.Fatalf("relay with public.outbox_2200 attached holding a row: %v; want a fatal ErrCatalogChanged naming it alone", err)
 	}
 	if hold := f.cleanupHold(t); hold == "" {
@@ -905,5 +905,57 @@ func TestInsertsKeptFromTheOutboxTableAreRefusedOrNamed(t *testing.T) {
 	lines := logs.FilterMessageSnippet("has BEFORE INSERT row triggers").All()
 	if len(lines) != 1 || fmt.Sprint(lines[0].ContextMap()["triggers"]) != "[public.outbox: maybe_skip]" {
 		t.Fatalf("warnings naming BEFORE INSERT triggers: %v, want one naming maybe_skip alone", lines)
+	}
+}
+
+// TestPartitionDetachedWhileStreamingIsNoLongerTheOutbox: a partition
+// the publication carries on its own (listed, or its schema) keeps
+// streaming once detached, under its own OID. With partitions reported
+// under their own names that OID was all that told its rows from the
+// outbox's, before and after the detach alike: such a publication is
+// refused, naming the fix. With publish_via_partition_root on, an attached
+// partition's rows arrive as its table's, so rows under the partition's
+// own name are no outbox rows: the relay stops on them, naming the table,
+// where it relayed them as events before.
+func TestPartitionDetachedWhileStreamingIsNoLongerTheOutbox(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	f.exec(t, "DROP TABLE outbox")
+	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY RANGE (created_at)`)
+	f.exec(t, "CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM ('2000-01-01') TO ('2020-01-01')")
+	f.exec(t, "CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')")
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox, outbox_old WITH (publish = 'insert')")
+	err := runInProcess(t, f.config()).exited(t, time.Minute)
+	if !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), "carries partition public.outbox_old of outbox table public.outbox on its own") {
+		t.Fatalf("start with a partition published on its own, under its own name: %v; want ErrCatalogUnusable naming it", err)
+	}
+	f.exec(t, "ALTER PUBLICATION "+f.pub+" SET (publish_via_partition_root = true)")
+	c := env.NewConsumer(t, f.topics[:1])
+	w := runInProcess(t, f.config())
+	f.waitStreaming(t)
+	want := f.insertEvents(t, "0001", 4, func(i int) string {
+		if i%2 == 0 {
+			return "'2010-06-01'"
+		}
+		return "now()"
+	})
+	slices.Sort(want)
+	if got := receivedIDs(c.WaitFor(t, len(want), time.Minute)); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	f.exec(t, "ALTER TABLE outbox DETACH PARTITION outbox_old")
+	const notAnEvent = "00000000-0000-4000-8000-000600000001"
+	f.exec(t, "INSERT INTO outbox_old (id, aggregatetype, aggregateid, type, payload, created_at) VALUES ($1, $2, 'k', 'T', '{}', '2010-06-01')",
+		notAnEvent, f.shape.AggregateTypes[0])
+	err = w.exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "table public.outbox_old") || !strings.Contains(err.Error(), "is not an outbox table") {
+		t.Fatalf("relay after outbox_old was detached and written into: %v; want a fatal error naming it", err)
+	}
+	for _, id := range receivedIDs(c.Messages()) {
+		if id == notAnEvent {
+			t.Fatalf("the row written into the detached table was relayed as an event")
+		}
 	}
 }

@@ -348,9 +348,7 @@ func (b *liveBackend) StartCatalogWatcher(cfg replication.Config, instance strin
 		attached: map[uint32]uint32{}}
 	for _, t := range start.Tables {
 		for _, p := range t.Partitions {
-			if p.Joined != 0 {
-				w.attached[p.OID] = p.Joined
-			}
+			w.attached[p.OID] = p.Joined
 		}
 	}
 	b.wg.Add(1)
@@ -521,17 +519,35 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 // and holds cleanup (which would delete them as relayed) when it finds
 // some: the session then stops, naming them.
 func (w *liveWatcher) checkAttached(ctx context.Context, cat *replication.Catalog) ([]string, error) {
-	problems, checked, err := replication.AttachedWithOlderRows(ctx, w.conn, w.cfg, cat, w.attached, nil, w.log)
+	problems, unknown, checked, err := replication.AttachedWithOlderRows(ctx, w.conn, cat, w.attached, partitionScanTimeout)
 	if err != nil {
 		return nil, err
 	}
-	maps.Copy(w.attached, checked)
-	if len(problems) > 0 && w.cfg.StateTable != "" {
-		if _, err := replication.SetCleanupHold(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot, replication.CatalogChangedHold); err != nil {
-			w.log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the rows named are relayed", zap.Error(err))
-		}
+	for _, u := range unknown {
+		w.log.Warn(u+"; pgoutbox cleanup is held until someone has looked", zap.String("state_table", w.cfg.StateTable))
+		w.hold(ctx, u)
 	}
+	if len(problems) > 0 {
+		w.hold(ctx, replication.CatalogChangedHold)
+	}
+	maps.Copy(w.attached, checked)
 	return problems, nil
+}
+
+// partitionScanTimeout bounds each look at a partition attached while the
+// relay streams (usually a table just attached): one that takes longer
+// holds cleanup and is named, rather than keep the checks, and so the
+// confirmations, waiting.
+const partitionScanTimeout = 5 * time.Second
+
+// hold records a cleanup hold (when a state table is kept).
+func (w *liveWatcher) hold(ctx context.Context, why string) {
+	if w.cfg.StateTable == "" {
+		return
+	}
+	if _, err := replication.SetCleanupHold(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot, why); err != nil {
+		w.log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the rows named are relayed", zap.Error(err))
+	}
 }
 
 // raiseFence raises the state row's fence when the session asked for more

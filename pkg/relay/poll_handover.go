@@ -217,10 +217,14 @@ func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot repli
 	// Rows that joined the outbox table without being streamed (a
 	// partition attached with older rows, the table dropped and made
 	// again) are before the slot's position but were never relayed.
-	// Before the hold: a partition this role may not read holds cleanup.
 	pcfg := r.cfg.Postgres
-	pcfg.Tables = []string{pr.table.Name}
-	never, err := replication.NeverStreamed(ctx, conn, pcfg, st)
+	pcfg.Tables, pcfg.Slot = []string{pr.table.Name}, slot.Name
+	if st.Publication != "" {
+		// The one the WAL relay streamed through (this relay's may be
+		// another).
+		pcfg.Publication = st.Publication
+	}
+	never, _, err := replication.NeverStreamed(ctx, conn, pcfg, st)
 	if err != nil {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
 	}

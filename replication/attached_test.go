@@ -1,0 +1,107 @@
+package replication_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+// TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore builds,
+// on a real server, partitions that came to an outbox table every way
+// PostgreSQL allows, each with a row written before or after it became a
+// partition (which is what the scenario makes true, not what the check
+// says), and asks the check which hold rows from before: a table written
+// into and attached later; the same in one transaction; the same with a
+// rename in the attaching transaction (which rewrites the row type's
+// catalog row); a partitioned table whose partition was written into
+// before it was attached; an empty table attached and written into
+// afterwards; CREATE TABLE ... PARTITION OF written into in its own
+// transaction and after; a partition whose owner changed. Known partitions
+// (with the same attaching transaction) are not looked at again.
+func TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore(t *testing.T) {
+	env := testenv.Require(t)
+	dsn := env.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	role := strings.ToLower(testenv.UniqueName(t, "owner"))
+	row := func(table string, n int) string {
+		return "INSERT INTO " + table + " (id, n) VALUES (gen_random_uuid(), " + strconv.Itoa(n) + ")"
+	}
+	for _, sql := range []string{
+		"CREATE ROLE " + role,
+		"CREATE TABLE outbox (id uuid, n int NOT NULL) PARTITION BY RANGE (n)",
+		"CREATE PUBLICATION attached_pub FOR TABLE outbox WITH (publish_via_partition_root = true)",
+		// Before, in separate transactions.
+		"CREATE TABLE p_before (LIKE outbox)", row("p_before", 5),
+		"ALTER TABLE outbox ATTACH PARTITION p_before FOR VALUES FROM (0) TO (10)",
+		// Before, in the attaching transaction.
+		"BEGIN; CREATE TABLE p_one_txn (LIKE outbox); " + row("p_one_txn", 15) + "; ALTER TABLE outbox ATTACH PARTITION p_one_txn FOR VALUES FROM (10) TO (20); COMMIT",
+		// Before, renamed in the attaching transaction.
+		"CREATE TABLE staging (LIKE outbox)", row("staging", 25),
+		"BEGIN; ALTER TABLE staging RENAME TO p_renamed; ALTER TABLE outbox ATTACH PARTITION p_renamed FOR VALUES FROM (20) TO (30); COMMIT",
+		// Before, one level down.
+		"CREATE TABLE p_mid (LIKE outbox) PARTITION BY RANGE (n)",
+		"CREATE TABLE p_leaf PARTITION OF p_mid FOR VALUES FROM (30) TO (40)", row("p_mid", 35),
+		"ALTER TABLE outbox ATTACH PARTITION p_mid FOR VALUES FROM (30) TO (40)",
+		// After: attached empty, written into afterwards, in its
+		// transaction and later.
+		"BEGIN; CREATE TABLE p_empty (LIKE outbox); ALTER TABLE outbox ATTACH PARTITION p_empty FOR VALUES FROM (40) TO (50); " + row("outbox", 45) + "; COMMIT",
+		row("outbox", 46),
+		// After: created as a partition, written into in its transaction
+		// and later; its owner changed since.
+		"BEGIN; CREATE TABLE p_created PARTITION OF outbox FOR VALUES FROM (50) TO (60); " + row("outbox", 55) + "; COMMIT",
+		row("outbox", 56),
+		"ALTER TABLE p_created OWNER TO " + role,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS outbox CASCADE; DROP TABLE IF EXISTS p_before CASCADE; DROP ROLE IF EXISTS "+role)
+	})
+	cfg := replication.Config{Publication: "attached_pub", Tables: []string{"public.outbox"}}
+	cat, err := replication.ReadCatalog(ctx, conn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, unknown, checked, err := replication.AttachedWithOlderRows(ctx, conn, &cat, nil, time.Minute)
+	if err != nil || len(unknown) != 0 {
+		t.Fatalf("check: %v, unknown %v", err, unknown)
+	}
+	var named []string
+	for _, p := range problems {
+		name, _, _ := strings.Cut(strings.TrimPrefix(p, "partition "), " ")
+		named = append(named, name)
+	}
+	slices.Sort(named)
+	if want := []string{"public.p_before", "public.p_leaf", "public.p_one_txn", "public.p_renamed"}; !slices.Equal(named, want) {
+		t.Fatalf("partitions named as holding rows from before their attach: %v, want %v\n%s", named, want, strings.Join(problems, "\n"))
+	}
+	if len(checked) != 2 {
+		t.Fatalf("partitions that passed: %v, want p_empty and p_created", checked)
+	}
+	// Known with the same attaching transaction: not looked at again.
+	known := map[uint32]uint32{}
+	for _, tb := range cat.Tables {
+		for _, p := range tb.Partitions {
+			known[p.OID] = p.Joined
+		}
+	}
+	if problems, _, checked, err := replication.AttachedWithOlderRows(ctx, conn, &cat, known, time.Minute); err != nil || len(problems) != 0 || len(checked) != 0 {
+		t.Fatalf("known partitions looked at again: %v %v %v", problems, checked, err)
+	}
+}

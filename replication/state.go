@@ -892,7 +892,9 @@ BEGIN
 	SELECT coalesce(array_agg(DISTINCT v.value::oid), '{}') INTO outbox FROM ` + q + ` s, jsonb_each_text(s.table_oids) v;
 	FOR c IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
 		IF c.classid = 'pg_class'::regclass THEN
-			root := coalesce(pg_partition_root(c.objid), c.objid);
+			-- The outbox table it is part of (itself a partition, maybe).
+			root := coalesce((SELECT a.relid FROM pg_partition_ancestors(c.objid) a WHERE a.relid = ANY (outbox) LIMIT 1),
+				pg_partition_root(c.objid), c.objid);
 			IF root = ANY (outbox) AND EXISTS (SELECT 1 FROM pg_class r
 				WHERE r.oid IN (SELECT t.relid FROM pg_partition_tree(root) t UNION SELECT root) AND r.relpersistence <> 'p')
 			THEN

@@ -111,9 +111,11 @@ func (w *Writer) writeBatch(ctx context.Context, db execer, events []Event, ids 
 		return fmt.Errorf("outbox: insert %d events into %s: %w", len(events), w.cfg.Table, err)
 	}
 	if n != int64(len(events)) {
-		// A BEFORE INSERT trigger that returned NULL, or a rule DO INSTEAD:
-		// the rows not inserted never reach the WAL, so no relay sees them.
-		return fmt.Errorf("outbox: inserted %d of %d events into %s: a BEFORE INSERT trigger (returning NULL) or a rule (DO INSTEAD) kept the others out, and their events would never be relayed", n, len(events), w.cfg.Table)
+		// A BEFORE INSERT trigger that returned NULL, or a rule DO INSTEAD
+		// NOTHING: the rows not inserted never reach the WAL, so no relay
+		// sees them. (A rule that inserts elsewhere instead reports its
+		// own count: pgoutbox run refuses an outbox table with one.)
+		return fmt.Errorf("outbox: inserted %d of %d events into %s: a BEFORE INSERT trigger (returning NULL) or a rule (DO INSTEAD NOTHING) kept the others out, and their events would never be relayed", n, len(events), w.cfg.Table)
 	}
 	if w.cfg.Mode == ModeTableDeleteAfterInsert {
 		query, args := w.deleteStatement(ids)

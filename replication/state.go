@@ -397,6 +397,27 @@ func RecordConfirmed(ctx context.Context, conn *pgx.Conn, table, slot, instance 
 	return nil
 }
 
+// RecordPartitions adds to the state row of slot, while instance holds
+// it, partitions looked at for rows from before their attach (OID to
+// attaching transaction, as State.Attached), so that the next start and
+// pgoutbox cleanup do not look at them again. A row that records no
+// partitions (an earlier version's) is left so.
+func RecordPartitions(ctx context.Context, conn *pgx.Conn, table, slot, instance string, parts map[uint32]uint32) error {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `UPDATE `+q+` SET membership = jsonb_set(membership, '{partitions}', (membership -> 'partitions') || $3::jsonb)
+		WHERE slot_name = $1 AND instance = $2 AND jsonb_typeof(membership -> 'partitions') = 'object'`, slot, instance, parts)
+	if undefinedColumn(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("replication: record partitions of slot %q in %s: %w", slot, table, err)
+	}
+	return nil
+}
+
 // RecordStopped records where a session of instance stopped: the furthest
 // position its process may have confirmed to the slot. A state table made
 // before stopped_lsn keeps no such record.

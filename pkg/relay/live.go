@@ -531,6 +531,12 @@ func (w *liveWatcher) checkAttached(ctx context.Context, cat *replication.Catalo
 		w.hold(ctx, replication.CatalogChangedHold)
 	}
 	maps.Copy(w.attached, checked)
+	if len(checked) > 0 && w.cfg.StateTable != "" && w.instance != "" {
+		if err := replication.RecordPartitions(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot, w.instance, checked); err != nil {
+			// The next start looks at them again.
+			w.log.Debug("record the partitions looked at", zap.Error(err))
+		}
+	}
 	return problems, nil
 }
 

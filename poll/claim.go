@@ -453,6 +453,10 @@ type arena struct{ cur []byte }
 const arenaChunk = 64 << 10
 
 func (a *arena) copy(v []byte) []byte {
+	if len(v) == 0 {
+		// Not a slice of a chunk not made yet, which is nil: NULL.
+		return []byte{}
+	}
 	if len(v) > arenaChunk/8 {
 		return append([]byte(nil), v...)
 	}

@@ -16,6 +16,11 @@ import (
 // different buckets, and one key could be published by both at once.
 var ErrBucketsMismatch = errors.New("poll: another instance on the table uses a different poll.buckets")
 
+// ErrNotOwnSession is returned by Rebalance when the session did not hold
+// buckets it took: its statements reach another server session than the
+// one that took them, as through a pooler in transaction mode.
+var ErrNotOwnSession = errors.New("poll: the connection's statements do not all reach one server session")
+
 // Membership is an instance's place among the instances relaying one
 // table, and the key buckets it owns.
 //
@@ -142,8 +147,14 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 	if excess := len(m.owned) - o.Target; excess > 0 {
 		give := m.byPreference(m.owned)
 		give = give[len(give)-excess:] // the least preferred
-		if _, err := m.conn.Exec(ctx, "SELECT pg_advisory_unlock($1::int, b) FROM unnest($2::int[]) b", m.bucketNS, give); err != nil {
+		var held bool
+		if err := m.conn.QueryRow(ctx, "SELECT bool_and(pg_advisory_unlock($1::int, b)) FROM unnest($2::int[]) b", m.bucketNS, give).Scan(&held); err != nil {
 			return o, fmt.Errorf("poll: give up buckets of %s: %w", m.table, err)
+		}
+		if !held {
+			// The locks stay with the session that took them, and no one
+			// claims those buckets while it lives.
+			return o, fmt.Errorf("%w: giving up buckets %v of %s, this session held none of them (a pooler in transaction mode between pgoutbox and PostgreSQL?): the poll source keeps its buckets as session locks and needs a server session of its own (a direct connection, or a pooler in session mode)", ErrNotOwnSession, give, m.table)
 		}
 		m.owned = slices.DeleteFunc(m.owned, func(b int) bool { return slices.Contains(give, b) })
 		o.Released = give

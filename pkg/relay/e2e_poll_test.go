@@ -508,3 +508,34 @@ func newPollTopicFixture(t *testing.T, env *testenv.Env) (*fixture, string) {
 	env.CreateTopic(t, topic, 1)
 	return f, topic
 }
+
+// TestPollClaimOutlivesTheServersTransactionTimeouts: a claim keeps its
+// transaction open while Kafka acknowledges its rows. A database whose
+// sessions end transactions idle for 1 ms (managed services set such
+// defaults) ended every claim there, released its buckets and had the
+// rows claimed and sent again: the poll session turns the timeouts off for
+// itself, and every event arrives once.
+func TestPollClaimOutlivesTheServersTransactionTimeouts(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	ctx := context.Background()
+	f.exec(t, "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET idle_in_transaction_session_timeout = ''1ms''', current_database()); END$$")
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	f.runBalanced(t, f.pollConfig(), 1)
+	c := env.NewConsumer(t, []string{topic})
+	const n = 30
+	for range n {
+		if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), $1, 'k', 'T', '{}')`, f.slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		left := f.unpublished(t)
+		return left == 0, fmt.Sprintf("%d rows still unpublished", left)
+	})
+	msgs := c.WaitFor(t, n, time.Minute)
+	if ids := receivedIDs(msgs); len(ids) != n || len(c.Messages()) != n {
+		t.Fatalf("%d records, %d distinct events; want %d once each", len(c.Messages()), len(ids), n)
+	}
+}

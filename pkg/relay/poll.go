@@ -163,6 +163,15 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		return false, err
 	}
 	defer closeConn(conn) // last: it releases the bucket locks
+	// A claim keeps its transaction open until Kafka acknowledges: a
+	// server that ended idle transactions (or long ones) would end the
+	// session, release its buckets, and have another instance send the
+	// same rows meanwhile. Any role may set these for its session.
+	// (transaction_timeout is PostgreSQL 17's.)
+	if _, err := conn.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', '0', false);
+		SELECT set_config('transaction_timeout', '0', false) WHERE current_setting('transaction_timeout', true) IS NOT NULL`); err != nil {
+		return false, fmt.Errorf("relay: poll session: turn off the server's transaction timeouts: %w", err)
+	}
 	if err := t.Check(ctx, conn); err != nil {
 		if errors.Is(err, poll.ErrLayout) {
 			return false, &FatalError{Err: err}
@@ -288,7 +297,7 @@ func (s *pollSession) rebalance() error {
 	defer cancel()
 	o, err := s.members.Rebalance(ctx)
 	s.nextRebal = s.r.clock.Now().Add(s.r.cfg.Poll.RebalanceInterval)
-	if errors.Is(err, poll.ErrBucketsMismatch) {
+	if errors.Is(err, poll.ErrBucketsMismatch) || errors.Is(err, poll.ErrNotOwnSession) {
 		return &FatalError{Err: err}
 	}
 	if err != nil {

@@ -8,15 +8,16 @@ import (
 
 // IsPoison reports whether a produce error is about the record itself or
 // its topic, so that sending it again cannot succeed: it is larger than the
-// producer or the broker accepts, its topic does not exist or is invalid,
-// or the credentials may not write to it. Broker outages, leader changes and
+// producer or the broker accepts, its topic does not exist or is invalid
+// or lacks the partition it is placed on, or the credentials may not write
+// to it. Broker outages, leader changes and
 // timeouts are retriable and never poison.
 func IsPoison(err error) bool {
 	if err == nil {
 		return false
 	}
 	var tl *RecordTooLargeError
-	if errors.Is(err, ErrTopicMissing) || errors.As(err, &tl) {
+	if errors.Is(err, ErrTopicMissing) || errors.As(err, &tl) || errors.Is(err, sarama.ErrInvalidPartition) {
 		return true
 	}
 	var ce sarama.ConfigurationError

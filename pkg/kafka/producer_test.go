@@ -246,6 +246,23 @@ func TestRecordOverMaxMessageBytesFailsWithErrorAck(t *testing.T) {
 	}
 }
 
+// TestRecordForAPartitionTheTopicLacksIsPoison: a record placed on a
+// partition the topic does not have (table.fields.additional.placement
+// ...:partition) can never be sent until the topic grows: poison, under
+// the poison policy, rather than an error retried for ever (the poll
+// source sent its whole batch again each time).
+func TestRecordForAPartitionTheTopicLacksIsPoison(t *testing.T) {
+	c := newCluster(t, map[string]int32{"orders": 1})
+	p := newTestProducer(t, testConfig(c.ListenAddrs()))
+	rec := keyed("orders", "k", "v")
+	rec.Partition = 5
+	p.Send(rec, Meta{Ref: 1})
+	a := waitAcks(t, p, 1, 10*time.Second)[0]
+	if a.Err == nil || !IsPoison(a.Err) || !strings.Contains(a.Err.Error(), "partition 5 does not exist") {
+		t.Fatalf("ack = %+v (%v), want a poison error naming the partition", a, a.Err)
+	}
+}
+
 func TestCheckTopicsReportsMissingTopicsAndPartitions(t *testing.T) {
 	c := newCluster(t, map[string]int32{"orders": 6})
 	st, err := CheckTopics(context.Background(), testConfig(c.ListenAddrs()), []string{"no-such-topic", "orders"})

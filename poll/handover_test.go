@@ -77,7 +77,8 @@ func TestMarkRelayedKnowsThePeekedIDsByTheirOutputText(t *testing.T) {
 // columns that are missing, so a table may already have a published_at
 // that every row gets when it is written (an event time, a default of
 // now()): its rows would be born published and never relayed, with no
-// error. Check must refuse it, and a seq that cannot order the rows.
+// error. Check must refuse it, and a seq that cannot order the rows (not
+// an integer, NULL, numbered by a sequence with a cache or that cycles).
 func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
 	ctx := context.Background()
 	conn := newDatabase(t)
@@ -89,6 +90,13 @@ func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
 		{"timestamptz DEFAULT now()", "bigint GENERATED ALWAYS AS IDENTITY", "born published"},
 		{"text", "bigint GENERATED ALWAYS AS IDENTITY", "not timestamptz"},
 		{"timestamptz", "text", "not an integer"},
+		// The sequence that numbers the rows must hand out its numbers in
+		// the order they are asked for, across sessions, and once.
+		{"timestamptz", "bigint GENERATED ALWAYS AS IDENTITY (CACHE 20)", "CACHE 20"},
+		{"timestamptz", "bigint GENERATED ALWAYS AS IDENTITY (CYCLE)", "cycles"},
+		{"timestamptz", "bigserial", ""},
+		{"timestamptz", "bigint", "may be NULL"},
+		{"timestamptz", "bigint NOT NULL", ""},
 	} {
 		table := fmt.Sprintf("public.c%d", i)
 		if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" (id uuid, aggregatetype text, aggregateid text, type text, payload jsonb, seq "+c.seq+

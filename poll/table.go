@@ -144,10 +144,32 @@ func (t *Table) checkColumns(ctx context.Context, conn *pgx.Conn) error {
 			if typ != "bigint" && typ != "integer" && typ != "smallint" {
 				problems = append(problems, fmt.Sprintf("%s is %s, not an integer that orders the rows as they are written", name, typ))
 			}
+			if !notNull {
+				problems = append(problems, fmt.Sprintf("%s may be NULL: a row without one cannot be ordered (and would stop every claim that reaches it); make it NOT NULL", name))
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)
+	}
+	rows.Close()
+	// The sequence that numbers the rows, when the column owns one (an
+	// identity column, a serial): with a cache, each session hands out
+	// numbers from a block of its own, so the numbers of two sessions'
+	// rows are not in the order they were written; and a sequence that
+	// cycles starts again below the rows not yet published.
+	var cache int64
+	var cycle bool
+	err = conn.QueryRow(ctx, `SELECT s.seqcache, s.seqcycle FROM pg_sequence s
+		WHERE s.seqrelid = pg_get_serial_sequence($1, $2)::regclass`, t.quoted, ColumnSeq).Scan(&cache, &cycle)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("poll: read the sequence of %s.%s: %w", t.Name, ColumnSeq, err)
+	case cache > 1:
+		problems = append(problems, fmt.Sprintf("the sequence of %s has CACHE %d: each session numbers its rows from a block of its own, so rows of one key written by two sessions are not numbered in the order they were written, and would be published out of order; ALTER SEQUENCE ... CACHE 1", ColumnSeq, cache))
+	case cycle:
+		problems = append(problems, fmt.Sprintf("the sequence of %s cycles: after its last value it numbers new rows below those not yet published; ALTER SEQUENCE ... NO CYCLE", ColumnSeq))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s: %s", ErrLayout, t.Name, strings.Join(problems, "; "))

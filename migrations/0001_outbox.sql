@@ -10,3 +10,7 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     payload       jsonb,
     created_at    timestamptz  NOT NULL DEFAULT now()
 );
+-- The poll source's trigger that keeps unpublished rows (0002_poll.sql),
+-- left from a move to the WAL source, would skip the deletes of the
+-- delete-after-insert mode.
+DROP TRIGGER IF EXISTS {{.KeepTrigger}} ON {{.Table}};

@@ -31,3 +31,22 @@ ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS last_error text;
 CREATE INDEX IF NOT EXISTS {{.UnpublishedIndex}} ON {{.Table}} (seq) WHERE published_at IS NULL;
 -- Cleanup's index: the published rows by age.
 CREATE INDEX IF NOT EXISTS {{.PublishedIndex}} ON {{.Table}} (published_at) WHERE published_at IS NOT NULL;
+-- Unpublished rows stay until they are published: a writer that deletes
+-- its row in its own transaction (the WAL source's delete-after-insert
+-- mode) would leave nothing for the poll source to read, and its event
+-- would be lost without a word. Such a delete is skipped, with a warning,
+-- and the poll source publishes the row. The relay's own deletes
+-- (poll.on.publish: delete), and a purge meant as one, set
+-- pgoutbox.delete_unpublished = on first. pgoutbox migrate with the WAL
+-- source drops the trigger.
+CREATE OR REPLACE FUNCTION {{.KeepFunction}}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(current_setting('pgoutbox.delete_unpublished', true), '') = 'on' THEN
+        RETURN OLD;
+    END IF;
+    RAISE WARNING 'pgoutbox: a row of % is not published yet: the delete is skipped, and the poll source publishes it (SET pgoutbox.delete_unpublished = on to delete it anyway)', TG_TABLE_NAME;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER {{.KeepTrigger}} BEFORE DELETE ON {{.Table}}
+    FOR EACH ROW WHEN (OLD.published_at IS NULL) EXECUTE FUNCTION {{.KeepFunction}}();

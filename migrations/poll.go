@@ -35,6 +35,13 @@ type PollParams struct {
 // NotifyTrigger is the name of the poll source's trigger on its table.
 const NotifyTrigger = "pgoutbox_notify"
 
+// KeepTrigger is the poll source's trigger that skips the deletes of rows
+// not published yet, unless DeleteUnpublished is on in the session.
+const (
+	KeepTrigger       = "pgoutbox_keep_unpublished"
+	DeleteUnpublished = "pgoutbox.delete_unpublished"
+)
+
 // pollStatements renders the statements of the poll migration, in order.
 func pollStatements(p PollParams) ([]string, error) {
 	schema, rel, ok := strings.Cut(p.Table, ".")
@@ -58,6 +65,8 @@ func pollStatements(p PollParams) ([]string, error) {
 		"PublishedIndex":   index("_published_at_idx"),
 		"Function":         pgx.Identifier{schema, "pgoutbox_notify"}.Sanitize(),
 		"Trigger":          pgx.Identifier{NotifyTrigger}.Sanitize(),
+		"KeepFunction":     pgx.Identifier{schema, KeepTrigger}.Sanitize(),
+		"KeepTrigger":      pgx.Identifier{KeepTrigger}.Sanitize(),
 		"Channel":          "'" + strings.ReplaceAll(p.Channel, "'", "''") + "'",
 	}
 	var b bytes.Buffer

@@ -365,6 +365,11 @@ func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) e
 		var q pgx.Batch
 		what := []string{fmt.Sprintf("mark the claim of %d rows of %s", len(b.Rows), c.t.Name)}
 		q.Queue(markSetting)
+		if c.onPublish == OnPublishDelete {
+			// Past the trigger that keeps unpublished rows: these are.
+			q.Queue(deleteSetting)
+			what = append(what, "allow the delete of published rows")
+		}
 		for rel, a := range tried {
 			q.Queue("UPDATE "+rel+" t SET "+ColumnAttempts+" = t."+ColumnAttempts+" + 1, "+ColumnLastError+" = v.err, "+
 				ColumnPublishedAt+" = CASE WHEN v.dead THEN now() ELSE t."+ColumnPublishedAt+" END"+
@@ -410,6 +415,10 @@ func sendAll(ctx context.Context, tx pgx.Tx, q *pgx.Batch, what []string) error 
 // the relay fell behind for good. Rows are fetched by ctid instead, in this
 // transaction only.
 const markSetting = "SET LOCAL enable_seqscan = off"
+
+// deleteSetting lets the relay delete the rows it published, which the
+// trigger of migrations' KeepTrigger takes for unpublished ones.
+const deleteSetting = "SET LOCAL pgoutbox.delete_unpublished = on"
 
 // markSQL marks the rows of rel at the ctids of $1 (text) published.
 func markSQL(rel, onPublish string) string {

@@ -209,6 +209,11 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 	if err != nil {
 		return 0, err
 	}
+	// Relayed from the WAL: past the poll source's trigger that keeps
+	// unpublished rows (a table on its way to the poll source has it).
+	if _, err := conn.Exec(ctx, "SELECT set_config('pgoutbox.delete_unpublished', 'on', false)"); err != nil {
+		return 0, fmt.Errorf("poll: delete relayed rows of %s: %w", table, err)
+	}
 	// The leaf partitions of a partitioned table, or the table itself.
 	rows, err := conn.Query(ctx, `SELECT r::regclass::text, pg_relation_size(r) / current_setting('block_size')::bigint FROM (
 		SELECT relid AS r FROM pg_partition_tree($1::regclass) WHERE isleaf

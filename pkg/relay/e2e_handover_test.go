@@ -84,6 +84,11 @@ func TestHandoverRefusesPendingEventsAPollRelayCannotRelay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// (Past the poll table's trigger, which keeps such rows: as
+			// a writer did before pgoutbox migrate added it.)
+			if _, err := tx.Exec(ctx, "SET LOCAL pgoutbox.delete_unpublished = on"); err != nil {
+				t.Fatal(err)
+			}
 			for _, sql := range []string{
 				`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'd1', 'T', '{}')`,
 				`DELETE FROM outbox WHERE id = $1`,

@@ -539,3 +539,39 @@ func TestPollClaimOutlivesTheServersTransactionTimeouts(t *testing.T) {
 		t.Fatalf("%d records, %d distinct events; want %d once each", len(c.Messages()), len(ids), n)
 	}
 }
+
+// TestPollKeepsARowItsWriterDeletes: a writer still in the WAL source's
+// delete-after-insert mode (its row deleted in its own transaction) left
+// nothing for the poll source to read: its events were lost without a
+// word. The poll table's trigger skips the delete of an unpublished row,
+// with a warning, and the event is published; a purge meant as one sets
+// pgoutbox.delete_unpublished first.
+func TestPollKeepsARowItsWriterDeletes(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	ctx := context.Background()
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	c := env.NewConsumer(t, []string{topic})
+	const kept = "00000000-0000-4000-8000-000700000001"
+	if _, err := f.conn.Exec(ctx, `BEGIN; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+kept+`', '`+f.slot+`', 'k', 'T', '{}');
+		DELETE FROM outbox WHERE id = '`+kept+`'; COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	const purged = "00000000-0000-4000-8000-000700000002"
+	if _, err := f.conn.Exec(ctx, `BEGIN; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+purged+`', '`+f.slot+`', 'k', 'T', '{}');
+		SET LOCAL pgoutbox.delete_unpublished = on; DELETE FROM outbox WHERE id = '`+purged+`'; COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.pollConfig()
+	f.runBalanced(t, cfg, 1)
+	waitIDs(t, c, []string{kept}, time.Minute)
+	if f.unpublished(t) != 0 {
+		t.Fatal("rows left unpublished")
+	}
+	for _, id := range receivedIDs(c.Messages()) {
+		if id == purged {
+			t.Fatal("the purged row was published")
+		}
+	}
+}

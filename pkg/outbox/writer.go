@@ -125,7 +125,7 @@ func (w *Writer) writeBatch(ctx context.Context, db execer, events []Event, ids 
 		}
 		if n != int64(len(ids)) {
 			// A trigger or rule that renamed the ids would leave rows behind.
-			return fmt.Errorf("outbox: deleted %d of the %d events just inserted into %s", n, len(ids), w.cfg.Table)
+			return fmt.Errorf("outbox: deleted %d of the %d events just inserted into %s (a table of pgoutbox's poll source keeps its rows until they are published: write to it with ModeTable)", n, len(ids), w.cfg.Table)
 		}
 	}
 	return nil

@@ -253,6 +253,8 @@ func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []er
 		p.prod.Send(rec, kafka.Meta{Ref: uint64(i), Stamp: stamps[i], Held: kafka.RecordSize(rec)})
 	}
 	var retriable *ProduceError
+	acked, resent := make([]bool, len(recs)), make([]bool, len(recs))
+	defer func() { p.reportReordered(recs, acked, resent) }()
 	for left := len(recs); left > 0; left-- {
 		res, err := p.next(p.onWait)
 		for err == nil && res.ack == nil { // a topic answer: keep it, wait on
@@ -266,6 +268,7 @@ func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []er
 		now := p.r.clock.Now()
 		if a.Err == nil {
 			p.r.obs.Acked(a.Topic, a.Bytes, now.Sub(time.Unix(0, a.Stamp)), now.Sub(a.Sent))
+			acked[a.Ref] = true
 			continue
 		}
 		p.r.obs.Failed(a.Topic, a.Err)
@@ -273,6 +276,7 @@ func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []er
 			errs[a.Ref] = a.Err
 			continue
 		}
+		resent[a.Ref] = true
 		if retriable == nil {
 			retriable = &ProduceError{EventID: string(a.EventID), Topic: a.Topic, Err: a.Err}
 			p.r.log.Error("Kafka did not accept a record; the batch is not recorded and will be sent again",
@@ -283,6 +287,31 @@ func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []er
 		return nil, retriable
 	}
 	return errs, nil
+}
+
+// reportReordered names, at Error, the keys whose order Kafka now holds
+// broken: a record acknowledged while an earlier record of its key (in
+// sequence order) failed, to be sent again (resent). That happens when the broker refuses a whole
+// batch and accepts the next (the producer starts a new epoch): the
+// earlier record, sent again, lands after the later one. Nothing can take
+// it back; consumers that need the order see it here.
+func (p *rowPublisher) reportReordered(recs []*router.Record, acked, resent []bool) {
+	failed := map[string]int{}
+	reported := 0
+	for i, rec := range recs {
+		k := string(rec.Key)
+		if resent[i] {
+			if _, ok := failed[k]; !ok {
+				failed[k] = i
+			}
+			continue
+		}
+		if j, ok := failed[k]; ok && acked[i] && reported < 10 {
+			reported++
+			p.r.log.Error("Kafka holds a record before an earlier one of its key, which failed and is sent again: the order of this key is broken in the topic",
+				zap.ByteString("key", rec.Key), zap.ByteString("event_id", rec.EventID), zap.ByteString("earlier_event_id", recs[j].EventID), zap.String("topic", rec.Topic))
+		}
+	}
 }
 
 // waited is what next got: an acknowledgement or a topic answer.

@@ -15,6 +15,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -574,4 +575,36 @@ func TestPollKeepsARowItsWriterDeletes(t *testing.T) {
 			t.Fatal("the purged row was published")
 		}
 	}
+}
+
+// TestPollOnPublishDeleteDeletesWhatItPublished: with poll.on.publish
+// delete the relay deletes the rows it published in the claim's
+// transaction, past the trigger that keeps unpublished rows (which takes
+// them for unpublished: their published_at is never set).
+func TestPollOnPublishDeleteDeletesWhatItPublished(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	ctx := context.Background()
+	topic := "outbox.event." + f.slot
+	env.CreateTopic(t, topic, 1)
+	c := env.NewConsumer(t, []string{topic})
+	cfg := f.pollConfig()
+	cfg.Poll.OnPublish = poll.OnPublishDelete
+	f.runBalanced(t, cfg, 1)
+	var ids []string
+	for i := range 5 {
+		id := fmt.Sprintf("00000000-0000-4000-8000-0008%08d", i)
+		ids = append(ids, id)
+		if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'k', 'T', '{}')`, id, f.slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIDs(t, c, ids, time.Minute)
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		var n int
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0, fmt.Sprintf("%d published rows not deleted", n)
+	})
 }

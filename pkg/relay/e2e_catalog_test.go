@@ -122,6 +122,19 @@ func (f *fixture) insertEvents(t *testing.T, prefix string, n int, at func(i int
 	return ids
 }
 
+// partitionedOutbox replaces the fixture's outbox table with one
+// partitioned by by, and creates each of partitions ("name PARTITION OF
+// outbox FOR VALUES ...").
+func (f *fixture) partitionedOutbox(t *testing.T, by string, partitions ...string) {
+	t.Helper()
+	f.exec(t, "DROP TABLE outbox")
+	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
+		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY `+by)
+	for _, p := range partitions {
+		f.exec(t, "CREATE TABLE "+p)
+	}
+}
+
 func receivedIDs(msgs []testenv.Message) []string {
 	var ids []string
 	for _, m := range msgs {
@@ -160,12 +173,7 @@ func TestPartitionedOutboxLosesNothing(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, env, 1)
-			f.exec(t, "DROP TABLE outbox")
-			f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
-				type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY `+c.partitionBy)
-			for _, p := range c.partitions {
-				f.exec(t, "CREATE TABLE "+p)
-			}
+			f.partitionedOutbox(t, c.partitionBy, c.partitions...)
 			if c.existingPub {
 				f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox WITH (publish = 'insert')")
 			}
@@ -224,11 +232,7 @@ func TestPartitionedOutboxLosesNothing(t *testing.T) {
 func TestAllTablesPublicationNeedsPartitionsThroughTheRoot(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
-	f.exec(t, "DROP TABLE outbox")
-	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
-		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY HASH (id)`)
-	f.exec(t, "CREATE TABLE outbox_h0 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 0)")
-	f.exec(t, "CREATE TABLE outbox_h1 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 1)")
+	f.partitionedOutbox(t, "HASH (id)", "outbox_h0 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 0)", "outbox_h1 PARTITION OF outbox FOR VALUES WITH (MODULUS 2, REMAINDER 1)")
 	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR ALL TABLES WITH (publish = 'insert')")
 	err := runInProcess(t, f.config()).exited(t, time.Minute)
 	if !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), "is FOR ALL TABLES and reports the changes of partitions under their own names") ||
@@ -757,10 +761,7 @@ func TestPartitionAttachedWithOlderRowsIsRefused(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
-	f.exec(t, "DROP TABLE outbox")
-	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
-		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY RANGE (created_at)`)
-	f.exec(t, "CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')")
+	f.partitionedOutbox(t, "RANGE (created_at)", "outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')")
 	c := env.NewConsumer(t, f.topics[:1])
 	cfg := f.config()
 	w := runInProcess(t, cfg)
@@ -929,11 +930,7 @@ func TestInsertsKeptFromTheOutboxTableAreRefusedOrNamed(t *testing.T) {
 func TestPartitionDetachedWhileStreamingIsNoLongerTheOutbox(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
-	f.exec(t, "DROP TABLE outbox")
-	f.exec(t, `CREATE TABLE outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,
-		type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now()) PARTITION BY RANGE (created_at)`)
-	f.exec(t, "CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM ('2000-01-01') TO ('2020-01-01')")
-	f.exec(t, "CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')")
+	f.partitionedOutbox(t, "RANGE (created_at)", "outbox_old PARTITION OF outbox FOR VALUES FROM ('2000-01-01') TO ('2020-01-01')", "outbox_now PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2100-01-01')")
 	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR TABLE outbox, outbox_old WITH (publish = 'insert')")
 	err := runInProcess(t, f.config()).exited(t, time.Minute)
 	if !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), "carries partition public.outbox_old of outbox table public.outbox on its own") {

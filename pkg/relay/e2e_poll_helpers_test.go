@@ -31,6 +31,15 @@ func newPollFixture(t *testing.T, env *testenv.Env, partitions int) *fixture {
 	return f
 }
 
+// pollTopic creates, with one partition, the topic the fixture's rows go
+// to when their aggregatetype is the slot's name.
+func (f *fixture) pollTopic(t *testing.T) string {
+	t.Helper()
+	topic := "outbox.event." + f.slot
+	f.env.CreateTopic(t, topic, 1)
+	return topic
+}
+
 // pollConfig is config for the poll source, with quick rebalancing.
 func (f *fixture) pollConfig() relay.Config {
 	cfg := f.config()

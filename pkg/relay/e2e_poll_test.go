@@ -63,8 +63,7 @@ func TestPollDeliversEveryCommittedEventWithFourInstances(t *testing.T) {
 func TestPollPublishesARowWhoseTransactionCommitsLate(t *testing.T) {
 	env := testenv.Require(t)
 	f := newPollFixture(t, env, 1)
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	topic := f.pollTopic(t)
 	cfg := f.pollConfig()
 	f.runBalanced(t, cfg, 4)
 	ctx := context.Background()
@@ -186,8 +185,7 @@ func TestPollCleanupUnderLoadBlocksNoWriter(t *testing.T) {
 func TestPollNotificationWakesTheRelayAtOnce(t *testing.T) {
 	env := testenv.Require(t)
 	f := newPollFixture(t, env, 1)
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	topic := f.pollTopic(t)
 	cfg := f.pollConfig()
 	cfg.Poll.Interval = 30 * time.Second
 	cfg.Poll.RebalanceInterval = 30 * time.Second
@@ -274,8 +272,7 @@ func TestPollPartitionedTablePublishesEachRowOnce(t *testing.T) {
 func TestPollRefusesATableWhoseRowSecurityHidesRows(t *testing.T) {
 	env := testenv.Require(t)
 	f := newPollFixture(t, env, 1)
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	topic := f.pollTopic(t)
 	role := "rls_" + f.slot
 	f.exec(t, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOBYPASSRLS")
 	t.Cleanup(func() {
@@ -505,8 +502,7 @@ func TestPollKeepsOrderPastARowAnotherTransactionLocks(t *testing.T) {
 func newPollTopicFixture(t *testing.T, env *testenv.Env) (*fixture, string) {
 	t.Helper()
 	f := newPollFixture(t, env, 1)
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	topic := f.pollTopic(t)
 	return f, topic
 }
 
@@ -521,8 +517,7 @@ func TestPollClaimOutlivesTheServersTransactionTimeouts(t *testing.T) {
 	f := newPollFixture(t, env, 1)
 	ctx := context.Background()
 	f.exec(t, "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET idle_in_transaction_session_timeout = ''1ms''', current_database()); END$$")
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	topic := f.pollTopic(t)
 	f.runBalanced(t, f.pollConfig(), 1)
 	c := env.NewConsumer(t, []string{topic})
 	const n = 30
@@ -551,8 +546,7 @@ func TestPollKeepsARowItsWriterDeletes(t *testing.T) {
 	env := testenv.Require(t)
 	f := newPollFixture(t, env, 1)
 	ctx := context.Background()
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	topic := f.pollTopic(t)
 	c := env.NewConsumer(t, []string{topic})
 	const kept = "00000000-0000-4000-8000-000700000001"
 	if _, err := f.conn.Exec(ctx, `BEGIN; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+kept+`', '`+f.slot+`', 'k', 'T', '{}');
@@ -585,8 +579,7 @@ func TestPollOnPublishDeleteDeletesWhatItPublished(t *testing.T) {
 	env := testenv.Require(t)
 	f := newPollFixture(t, env, 1)
 	ctx := context.Background()
-	topic := "outbox.event." + f.slot
-	env.CreateTopic(t, topic, 1)
+	topic := f.pollTopic(t)
 	c := env.NewConsumer(t, []string{topic})
 	cfg := f.pollConfig()
 	cfg.Poll.OnPublish = poll.OnPublishDelete

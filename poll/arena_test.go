@@ -3,7 +3,7 @@ package poll
 import "testing"
 
 // TestArenaKeepsAnEmptyValueNotNULL: a value is NULL when its slice is
-// nil. An empty one (” in a text column) copied before the arena had a
+// nil. An empty one (an empty text) copied before the arena had a
 // chunk came back nil, and went to Kafka as null (an empty key, then, to a
 // random partition).
 func TestArenaKeepsAnEmptyValueNotNULL(t *testing.T) {

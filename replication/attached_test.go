@@ -24,7 +24,8 @@ import (
 // catalog row); a partitioned table whose partition was written into
 // before it was attached; an empty table attached and written into
 // afterwards; CREATE TABLE ... PARTITION OF written into in its own
-// transaction and after; a partition whose owner changed. Known partitions
+// transaction and after, and by a transaction older than it; a partition
+// whose owner changed. Known partitions
 // (with the same attaching transaction) are not looked at again.
 func TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore(t *testing.T) {
 	env := testenv.Require(t)
@@ -73,12 +74,33 @@ func TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore(t *testing.
 	t.Cleanup(func() {
 		_, _ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS outbox CASCADE; DROP TABLE IF EXISTS p_before CASCADE; DROP ROLE IF EXISTS "+role)
 	})
+	// After: created as a partition while an older transaction was open,
+	// which then wrote into it. Its transaction is older than the
+	// partition, but no transaction could see the partition before it
+	// was committed: the row is the outbox's.
+	older, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Close(context.Background())
+	for _, step := range []struct {
+		c   *pgx.Conn
+		sql string
+	}{
+		{older, "BEGIN"}, {older, "SELECT pg_current_xact_id()"},
+		{conn, "CREATE TABLE p_concurrent PARTITION OF outbox FOR VALUES FROM (60) TO (70)"},
+		{older, row("outbox", 65)}, {older, "COMMIT"},
+	} {
+		if _, err := step.c.Exec(ctx, step.sql); err != nil {
+			t.Fatalf("%s: %v", step.sql, err)
+		}
+	}
 	cfg := replication.Config{Publication: "attached_pub", Tables: []string{"public.outbox"}}
 	cat, err := replication.ReadCatalog(ctx, conn, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	problems, unknown, checked, err := replication.AttachedWithOlderRows(ctx, conn, &cat, nil, time.Minute)
+	problems, unknown, checked, err := replication.AttachedWithOlderRows(ctx, conn, &cat, map[uint32]uint32{}, time.Minute)
 	if err != nil || len(unknown) != 0 {
 		t.Fatalf("check: %v, unknown %v", err, unknown)
 	}
@@ -91,8 +113,13 @@ func TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore(t *testing.
 	if want := []string{"public.p_before", "public.p_leaf", "public.p_one_txn", "public.p_renamed"}; !slices.Equal(named, want) {
 		t.Fatalf("partitions named as holding rows from before their attach: %v, want %v\n%s", named, want, strings.Join(problems, "\n"))
 	}
-	if len(checked) != 2 {
-		t.Fatalf("partitions that passed: %v, want p_empty and p_created", checked)
+	if len(checked) != 3 {
+		t.Fatalf("partitions that passed: %v, want p_empty, p_created and p_concurrent", checked)
+	}
+	// Nothing recorded (a state row from before partitions were): those
+	// created by their attaching transaction are taken as they are.
+	if problems, _, _, err := replication.AttachedWithOlderRows(ctx, conn, &cat, nil, time.Minute); err != nil || len(problems) != 3 || strings.Contains(strings.Join(problems, " "), "p_one_txn") {
+		t.Fatalf("with nothing recorded: %v, %v; want p_before, p_renamed and p_leaf", problems, err)
 	}
 	// Known with the same attaching transaction: not looked at again.
 	known := map[uint32]uint32{}

@@ -304,6 +304,30 @@ type PartitionInfo struct {
 	// written into, then attached (ATTACH PARTITION). A partition created
 	// as one (CREATE TABLE ... PARTITION OF) has no such rows.
 	Joined, JoinedCmd uint32
+	// Created is the transaction that created the partition: the catalog
+	// row that makes its row type depend on it (pg_depend), which a rename
+	// or a change of owner does not rewrite (0 when not found). A partition
+	// created by the transaction that made it part of the outbox table
+	// can hold rows from before only from that transaction: no other could
+	// see it before then.
+	Created uint32
+}
+
+// CreatedJoining says the partition was created by the transaction that
+// made it part of its outbox table.
+func (p PartitionInfo) CreatedJoining() bool { return p.Created != 0 && p.Created == p.Joined }
+
+// PartitionOf returns the configured table the relation with OID oid is a
+// partition of, whatever the publication reports partitions under.
+func (c *Catalog) PartitionOf(oid uint32) (string, bool) {
+	for _, t := range c.Tables {
+		for _, p := range t.Partitions {
+			if p.OID == oid {
+				return t.Name, true
+			}
+		}
+	}
+	return "", false
 }
 
 // Membership is a table's pg_publication_rel and pg_publication_namespace
@@ -362,7 +386,7 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // of its membership rows, its partitions as a text array of
 // "oid:kind:persistence:flags:joined:schema.name" (flags: "r" for a row
 // filter, "c" for a column list of the partition's own, "o" when the
-// publication carries it on its own; joined: "xmin/cmin", see
+// publication carries it on its own; joined: "xmin/cmin/created", see
 // PartitionInfo.Joined), the tables that
 // inherit from it without being partitions, its columns as
 // "generated:name", and its columns' user types as userTypesSQL gives
@@ -379,6 +403,8 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 				FROM pg_partition_ancestors(t.relid) a JOIN pg_inherits i ON i.inhrelid = a.relid
 				WHERE a.relid <> c.oid AND a.relid IN (SELECT pt.relid FROM pg_partition_tree(c.oid) pt)
 				ORDER BY age(i.xmin), i.cmin::text::bigint DESC LIMIT 1), '0/0')
+			|| '/' || coalesce((SELECT d.xmin::text FROM pg_depend d WHERE d.classid = 'pg_type'::regclass AND d.objid = pc.reltype
+				AND d.refclassid = 'pg_class'::regclass AND d.refobjid = t.relid AND d.deptype = 'i' LIMIT 1), '0')
 			|| ':' || pn.nspname || '.' || pc.relname
 		FROM pg_partition_tree(c.oid) t JOIN pg_class pc ON pc.oid = t.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace
 		WHERE t.relid <> c.oid ORDER BY t.relid),
@@ -647,16 +673,19 @@ func parsePartition(s string) (PartitionInfo, error) {
 	if err != nil {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition OID in %q", s)
 	}
-	x, cmd, _ := strings.Cut(f[4], "/")
-	joined, err := strconv.ParseUint(x, 10, 32)
-	if err != nil {
+	j := strings.Split(f[4], "/")
+	if len(j) != 3 {
 		return PartitionInfo{}, fmt.Errorf("unexpected partition transaction in %q", s)
 	}
-	joinedCmd, err := strconv.ParseUint(cmd, 10, 32)
-	if err != nil {
-		return PartitionInfo{}, fmt.Errorf("unexpected partition command in %q", s)
+	var n [3]uint32
+	for i, v := range j {
+		u, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return PartitionInfo{}, fmt.Errorf("unexpected partition transaction in %q", s)
+		}
+		n[i] = uint32(u)
 	}
-	return PartitionInfo{OID: uint32(oid), Kind: f[1][0], Persistence: f[2][0], Name: f[5], Joined: uint32(joined), JoinedCmd: uint32(joinedCmd),
+	return PartitionInfo{OID: uint32(oid), Kind: f[1][0], Persistence: f[2][0], Name: f[5], Joined: n[0], JoinedCmd: n[1], Created: n[2],
 		RowFilter: strings.Contains(f[3], "r"), ColumnList: strings.Contains(f[3], "c"), Own: strings.Contains(f[3], "o")}, nil
 }
 

@@ -180,11 +180,11 @@ func TestCatalogProblemsNameAPartitionsOwnFilter(t *testing.T) {
 	if p := cat.Problems(cfg); len(p) != 0 {
 		t.Errorf("through the root: problems %q", p)
 	}
-	p, err := parsePartition("11:r:p:rco:0/0:public.outbox_1")
+	p, err := parsePartition("11:r:p:rco:0/0/0:public.outbox_1")
 	if err != nil || !p.RowFilter || !p.ColumnList || !p.Own || p.Name != "public.outbox_1" || p.OID != 11 {
 		t.Errorf("parsePartition: %+v, %v", p, err)
 	}
-	if p, err := parsePartition("12:r:p::4000000000/7:s.a:b"); err != nil || p.RowFilter || p.ColumnList || p.Own || p.Name != "s.a:b" || p.Joined != 4000000000 || p.JoinedCmd != 7 {
+	if p, err := parsePartition("12:r:p::4000000000/7/4000000000:s.a:b"); err != nil || p.RowFilter || p.ColumnList || p.Own || p.Name != "s.a:b" || p.Joined != 4000000000 || p.JoinedCmd != 7 || !p.CreatedJoining() {
 		t.Errorf("parsePartition of a name with a colon: %+v, %v", p, err)
 	}
 }

@@ -126,22 +126,26 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 				return st, err
 			}
 			changes = append(changes, joined...)
-			switch {
-			case st.State.Attached != nil:
+			if st.State.PublicationOID != 0 {
 				// Partitions attached since the last session started (its
-				// start, or the session, looked at those before).
+				// start, or the session, looked at those before); with no
+				// record of them (an earlier version's), those that were
+				// tables before they were attached.
 				attached, more, _, err := AttachedWithOlderRows(ctx, conn, &st.Catalog, st.State.Attached, partitionScanTimeout)
 				if err != nil {
 					return st, err
 				}
-				changes, unknown = append(changes, attached...), append(unknown, more...)
-			case st.State.PublicationOID != 0 && st.Catalog.Partitioned():
-				log.Info("the state row records no partitions (an earlier version wrote it): the outbox tables' partitions are taken as they are, and those attached from now on are looked at for rows written before their attach")
+				changes = append(changes, attached...)
+				for _, u := range more {
+					unknown = append(unknown, u.Why)
+				}
 			}
 			for _, u := range unknown {
 				log.Warn(u+"; pgoutbox cleanup is held until someone has looked", zap.String("state_table", cfg.StateTable))
+				// The session records the partition as looked at: only
+				// once the hold is there.
 				if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, u); err != nil {
-					log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself", zap.Error(err))
+					return st, fmt.Errorf("replication: hold pgoutbox cleanup for what could not be looked at (%s): %w", u, err)
 				}
 			}
 		}

@@ -727,15 +727,20 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 // transaction) are looked at, each scanned until a row from before is
 // found, for at most scanTimeout: checked returns those that passed.
 // unknown names those that could not be looked at (this role may not read
-// them, or the scan took too long): their caller holds cleanup.
-func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, known map[uint32]uint32, scanTimeout time.Duration) (problems, unknown []string, checked map[uint32]uint32, err error) {
+// them, or the scan took too long): their caller holds cleanup. With known
+// nil (nothing recorded), partitions created by the transaction that
+// attached them are passed over.
+func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, known map[uint32]uint32, scanTimeout time.Duration) (problems []string, unknown []Unlooked, checked map[uint32]uint32, err error) {
 	checked = map[uint32]uint32{}
 	for _, t := range c.Tables {
 		for _, p := range t.Partitions {
 			if p.Kind != 'r' || p.Joined == 0 {
 				continue
 			}
-			if x, ok := known[p.OID]; ok && x == p.Joined {
+			if x, ok := known[p.OID]; ok && x == p.Joined || known == nil && p.CreatedJoining() {
+				// Looked at before; or, with nothing recorded (a record
+				// from before partitions were), created as a partition,
+				// whose rows are taken as they are.
 				continue
 			}
 			older, err := partitionHoldsOlderRows(ctx, conn, p, scanTimeout)
@@ -744,9 +749,8 @@ func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, know
 			case errors.Is(err, errPartitionGone):
 				continue
 			case errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "57014"): // insufficient_privilege, query_canceled (the timeout)
-				unknown = append(unknown, fmt.Sprintf("partition %s of outbox table %s could not be looked at for rows written before it became part of it (%s): if it holds some, they were never relayed",
-					p.Name, t.Name, pe.Message))
-				checked[p.OID] = p.Joined
+				unknown = append(unknown, Unlooked{OID: p.OID, Joined: p.Joined, Why: fmt.Sprintf("partition %s of outbox table %s could not be looked at for rows written before it became part of it (%s): if it holds some, they were never relayed",
+					p.Name, t.Name, pe.Message)})
 				continue
 			case err != nil:
 				return nil, nil, nil, fmt.Errorf("replication: look for rows of partition %s from before it became part of %s: %w", p.Name, t.Name, err)
@@ -760,6 +764,12 @@ func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, know
 		}
 	}
 	return problems, unknown, checked, nil
+}
+
+// Unlooked is a partition AttachedWithOlderRows could not look at.
+type Unlooked struct {
+	OID, Joined uint32
+	Why         string
 }
 
 var errPartitionGone = errors.New("replication: partition dropped")
@@ -787,9 +797,16 @@ func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInf
 	if err != nil {
 		return false, err
 	}
+	// Rows of the attaching transaction's earlier commands; and, for a
+	// table that existed before, rows of older transactions. (A table
+	// created by the attaching transaction may hold rows of an older one
+	// written after the attach: no other could see it before.)
+	cond := `(r.xmin = $1::text::xid AND r.cmin::text::bigint < $2)`
+	if !p.CreatedJoining() {
+		cond += ` OR age(r.xmin) < 0 OR age(r.xmin) > age($1::text::xid)`
+	}
 	var older bool
-	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE age(r.xmin) < 0 OR age(r.xmin) > age($1::text::xid)
-		OR (r.xmin = $1::text::xid AND r.cmin::text::bigint < $2))`,
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE `+cond+`)`,
 		strconv.FormatUint(uint64(p.Joined), 10), int64(p.JoinedCmd)).Scan(&older)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table: dropped meanwhile
@@ -816,12 +833,13 @@ func NeverStreamed(ctx context.Context, conn *pgx.Conn, cfg Config, st State) (p
 		return nil, cat, err
 	}
 	problems = append(append(problems, joined...), unknown...)
-	if st.Attached != nil {
-		attached, unknown, _, err := AttachedWithOlderRows(ctx, conn, &cat, st.Attached, partitionScanTimeout)
-		if err != nil {
-			return nil, cat, err
-		}
-		problems = append(append(problems, attached...), unknown...)
+	attached, unlooked, _, err := AttachedWithOlderRows(ctx, conn, &cat, st.Attached, partitionScanTimeout)
+	if err != nil {
+		return nil, cat, err
+	}
+	problems = append(problems, attached...)
+	for _, u := range unlooked {
+		problems = append(problems, u.Why)
 	}
 	return problems, cat, nil
 }

@@ -524,8 +524,11 @@ func (w *liveWatcher) checkAttached(ctx context.Context, cat *replication.Catalo
 		return nil, err
 	}
 	for _, u := range unknown {
-		w.log.Warn(u+"; pgoutbox cleanup is held until someone has looked", zap.String("state_table", w.cfg.StateTable))
-		w.hold(ctx, u)
+		w.log.Warn(u.Why+"; pgoutbox cleanup is held until someone has looked", zap.String("state_table", w.cfg.StateTable))
+		if w.hold(ctx, u.Why) {
+			// Not looked at again: the hold says it.
+			checked[u.OID] = u.Joined
+		}
 	}
 	if len(problems) > 0 {
 		w.hold(ctx, replication.CatalogChangedHold)
@@ -546,14 +549,17 @@ func (w *liveWatcher) checkAttached(ctx context.Context, cat *replication.Catalo
 // confirmations, waiting.
 const partitionScanTimeout = 5 * time.Second
 
-// hold records a cleanup hold (when a state table is kept).
-func (w *liveWatcher) hold(ctx context.Context, why string) {
+// hold records a cleanup hold (when a state table is kept), and says
+// whether cleanup is held now.
+func (w *liveWatcher) hold(ctx context.Context, why string) bool {
 	if w.cfg.StateTable == "" {
-		return
+		return false
 	}
 	if _, err := replication.SetCleanupHold(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot, why); err != nil {
 		w.log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the rows named are relayed", zap.Error(err))
+		return false
 	}
+	return true
 }
 
 // raiseFence raises the state row's fence when the session asked for more

@@ -968,6 +968,22 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 	// If that check knows the name under the session's OID again, a table
 	// had the name for a while: its rows are not skipped as another
 	// table's, but refused by name.
+	// A partition of an outbox table under its own name although the
+	// publication reports partitions under their table's: written before
+	// publish_via_partition_root was turned on (PostgreSQL decodes each
+	// change with the catalog of its moment), or a table detached since and
+	// published on its own. A check after this transaction tells: still a
+	// partition, it is the outbox's; else the relay stops (never skips it).
+	if t, ok := cat.PartitionOf(rel.ID); ok && cat.ViaRoot {
+		if !final {
+			return relClass{}, false
+		}
+		return relClass{table: t}, true
+	}
+	if t, ok := s.start.Catalog.PartitionOf(rel.ID); ok && final {
+		return relClass{unexpected: fmt.Sprintf("table %s (OID %d), a partition of outbox table %s when the session started, arrives under its own name and is not one any more: it was detached since (and the publication carries it on its own), or its rows were written before publish_via_partition_root was turned on and it was detached since; its rows are not relayed: relay what is missing yourself, and start again",
+			rel.Table, rel.ID, t)}, true
+	}
 	if _, outbox := s.start.Catalog.Table(rel.Table); outbox {
 		if !final {
 			return relClass{}, false

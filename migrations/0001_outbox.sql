@@ -10,7 +10,18 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     payload       jsonb,
     created_at    timestamptz  NOT NULL DEFAULT now()
 );
--- The poll source's trigger that keeps unpublished rows (0002_poll.sql),
+-- The poll source's triggers that keep unpublished rows (0002_poll.sql),
 -- left from a move to the WAL source, would skip the deletes of the
--- delete-after-insert mode.
-DROP TRIGGER IF EXISTS {{.KeepTrigger}} ON {{.Table}};
+-- delete-after-insert mode. Dropped only when there: DROP TRIGGER locks
+-- the table even when there is nothing to drop.
+DO $pgoutbox$
+DECLARE
+    t text;
+BEGIN
+    FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass($t${{.Table}}$t$)
+        AND tgname IN ($t${{.KeepTriggerName}}$t$, $t${{.KeepTriggerName}}_truncate$t$)
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', t, $t${{.Table}}$t$);
+    END LOOP;
+END
+$pgoutbox$;

@@ -50,3 +50,22 @@ END
 $$;
 CREATE OR REPLACE TRIGGER {{.KeepTrigger}} BEFORE DELETE ON {{.Table}}
     FOR EACH ROW WHEN (OLD.published_at IS NULL) EXECUTE FUNCTION {{.KeepFunction}}();
+-- TRUNCATE fires no row trigger: one of the table (not of a partition on
+-- its own) is refused while it holds unpublished rows.
+CREATE OR REPLACE FUNCTION {{.KeepTruncateFunction}}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    unpublished boolean;
+BEGIN
+    IF coalesce(current_setting('pgoutbox.delete_unpublished', true), '') = 'on' THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE published_at IS NULL)', TG_RELID::regclass) INTO unpublished;
+    IF unpublished THEN
+        RAISE EXCEPTION 'pgoutbox: % holds rows not published yet: TRUNCATE would discard their events', TG_RELID::regclass
+            USING HINT = 'let the poll source publish them, or SET pgoutbox.delete_unpublished = on to discard them anyway';
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER {{.KeepTruncateTrigger}} BEFORE TRUNCATE ON {{.Table}}
+    FOR EACH STATEMENT EXECUTE FUNCTION {{.KeepTruncateFunction}}();

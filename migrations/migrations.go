@@ -63,7 +63,7 @@ func tableSQL(table string) (string, error) {
 		return "", err
 	}
 	var b bytes.Buffer
-	if err := outboxTemplate.Execute(&b, map[string]string{"Table": q, "KeepTrigger": pgx.Identifier{KeepTrigger}.Sanitize()}); err != nil {
+	if err := outboxTemplate.Execute(&b, map[string]string{"Table": q, "KeepTriggerName": KeepTrigger}); err != nil {
 		return "", fmt.Errorf("migrations: render %s: %w", table, err)
 	}
 	return b.String(), nil

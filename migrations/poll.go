@@ -37,9 +37,12 @@ const NotifyTrigger = "pgoutbox_notify"
 
 // KeepTrigger is the poll source's trigger that skips the deletes of rows
 // not published yet, unless DeleteUnpublished is on in the session.
+// KeepTruncateTrigger refuses a TRUNCATE of the table while it holds
+// unpublished rows.
 const (
-	KeepTrigger       = "pgoutbox_keep_unpublished"
-	DeleteUnpublished = "pgoutbox.delete_unpublished"
+	KeepTrigger         = "pgoutbox_keep_unpublished"
+	KeepTruncateTrigger = "pgoutbox_keep_unpublished_truncate"
+	DeleteUnpublished   = "pgoutbox.delete_unpublished"
 )
 
 // pollStatements renders the statements of the poll migration, in order.
@@ -60,14 +63,16 @@ func pollStatements(p PollParams) ([]string, error) {
 		return pgx.Identifier{name + suffix}.Sanitize()
 	}
 	vals := map[string]string{
-		"Table":            table,
-		"UnpublishedIndex": index("_unpublished_seq_idx"),
-		"PublishedIndex":   index("_published_at_idx"),
-		"Function":         pgx.Identifier{schema, "pgoutbox_notify"}.Sanitize(),
-		"Trigger":          pgx.Identifier{NotifyTrigger}.Sanitize(),
-		"KeepFunction":     pgx.Identifier{schema, KeepTrigger}.Sanitize(),
-		"KeepTrigger":      pgx.Identifier{KeepTrigger}.Sanitize(),
-		"Channel":          "'" + strings.ReplaceAll(p.Channel, "'", "''") + "'",
+		"Table":                table,
+		"UnpublishedIndex":     index("_unpublished_seq_idx"),
+		"PublishedIndex":       index("_published_at_idx"),
+		"Function":             pgx.Identifier{schema, "pgoutbox_notify"}.Sanitize(),
+		"Trigger":              pgx.Identifier{NotifyTrigger}.Sanitize(),
+		"KeepFunction":         pgx.Identifier{schema, KeepTrigger}.Sanitize(),
+		"KeepTrigger":          pgx.Identifier{KeepTrigger}.Sanitize(),
+		"KeepTruncateFunction": pgx.Identifier{schema, KeepTruncateTrigger}.Sanitize(),
+		"KeepTruncateTrigger":  pgx.Identifier{KeepTruncateTrigger}.Sanitize(),
+		"Channel":              "'" + strings.ReplaceAll(p.Channel, "'", "''") + "'",
 	}
 	var b bytes.Buffer
 	if err := pollTemplate.Execute(&b, vals); err != nil {

@@ -558,6 +558,10 @@ func TestPollKeepsARowItsWriterDeletes(t *testing.T) {
 		SET LOCAL pgoutbox.delete_unpublished = on; DELETE FROM outbox WHERE id = '`+purged+`'; COMMIT`); err != nil {
 		t.Fatal(err)
 	}
+	// TRUNCATE fires no row trigger: refused while a row is unpublished.
+	if _, err := f.conn.Exec(ctx, "TRUNCATE outbox"); err == nil || !strings.Contains(err.Error(), "TRUNCATE would discard their events") {
+		t.Fatalf("TRUNCATE of a table with an unpublished row: %v, want the trigger's refusal", err)
+	}
 	cfg := f.pollConfig()
 	f.runBalanced(t, cfg, 1)
 	waitIDs(t, c, []string{kept}, time.Minute)

@@ -36,9 +36,9 @@ type PollParams struct {
 const NotifyTrigger = "pgoutbox_notify"
 
 // KeepTrigger is the poll source's trigger that skips the deletes of rows
-// not published yet, unless DeleteUnpublished is on in the session.
-// KeepTruncateTrigger refuses a TRUNCATE of the table while it holds
-// unpublished rows.
+// not published yet, unless DeleteUnpublished is on in the session (the
+// setting 0002_poll.sql's functions read). KeepTruncateTrigger refuses a
+// TRUNCATE of the table while it holds unpublished rows.
 const (
 	KeepTrigger         = "pgoutbox_keep_unpublished"
 	KeepTruncateTrigger = "pgoutbox_keep_unpublished_truncate"

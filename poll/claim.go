@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // Row is one claimed outbox row. Names, Types and Values are parallel, as
@@ -418,7 +420,7 @@ const markSetting = "SET LOCAL enable_seqscan = off"
 
 // deleteSetting lets the relay delete the rows it published, which the
 // trigger of migrations' KeepTrigger takes for unpublished ones.
-const deleteSetting = "SET LOCAL pgoutbox.delete_unpublished = on"
+const deleteSetting = "SET LOCAL " + migrations.DeleteUnpublished + " = on"
 
 // markSQL marks the rows of rel at the ctids of $1 (text) published.
 func markSQL(rel, onPublish string) string {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // Cleanup deletes old rows in small batches, each its own short
@@ -211,7 +213,7 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 	}
 	// Relayed from the WAL: past the poll source's trigger that keeps
 	// unpublished rows (a table on its way to the poll source has it).
-	if _, err := conn.Exec(ctx, "SELECT set_config('pgoutbox.delete_unpublished', 'on', false)"); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT set_config($1, 'on', false)", migrations.DeleteUnpublished); err != nil {
 		return 0, fmt.Errorf("poll: delete relayed rows of %s: %w", table, err)
 	}
 	// The leaf partitions of a partitioned table, or the table itself.

@@ -317,6 +317,19 @@ type PartitionInfo struct {
 // made it part of its outbox table.
 func (p PartitionInfo) CreatedJoining() bool { return p.Created != 0 && p.Created == p.Joined }
 
+// PartitionJoins returns every partition of the configured tables by OID,
+// with the transaction that made it part of its table (as State.Attached
+// records them).
+func (c *Catalog) PartitionJoins() map[uint32]uint32 {
+	out := map[uint32]uint32{}
+	for _, t := range c.Tables {
+		for _, p := range t.Partitions {
+			out[p.OID] = p.Joined
+		}
+	}
+	return out
+}
+
 // PartitionOf returns the configured table the relation with OID oid is a
 // partition of, whatever the publication reports partitions under.
 func (c *Catalog) PartitionOf(oid uint32) (string, bool) {
@@ -357,9 +370,9 @@ func (c *Catalog) Table(name string) (TableInfo, bool) {
 // Root returns the configured table that the relation with OID oid is, or,
 // when the publication reports partitions under their own names
 // (publish_via_partition_root off), that it is a partition of. With it on,
-// a partition's changes arrive as its table's: a relation under a
-// partition's name is no part of the outbox (detached since, and published
-// on its own).
+// a relation under a partition's own name was written before the setting
+// was turned on, or is a table detached since: PartitionOf finds it, and
+// only a check made after its transaction tells which.
 func (c *Catalog) Root(oid uint32) (string, bool) {
 	for _, t := range c.Tables {
 		if t.OID == oid && oid != 0 {

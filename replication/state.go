@@ -627,13 +627,10 @@ func (s *State) SetCatalog(c *Catalog) {
 	s.PublicationOID, s.PublicationXmin = c.Publication, c.PublicationXmin
 	s.TableOIDs = make(map[string]uint32, len(c.Tables))
 	s.Membership = make(map[string]Membership, len(c.Tables))
-	s.Attached = map[uint32]uint32{}
+	s.Attached = c.PartitionJoins()
 	for _, t := range c.Tables {
 		s.TableOIDs[t.Name] = t.OID
 		s.Membership[t.Name] = t.Membership
-		for _, p := range t.Partitions {
-			s.Attached[p.OID] = p.Joined
-		}
 	}
 }
 

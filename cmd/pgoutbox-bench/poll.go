@@ -214,7 +214,7 @@ func (h *harness) pollCatchup(ctx context.Context, instances int) (PollCatchupRe
 	if err := h.createTopic(r.Topic, nil); err != nil {
 		return r, err
 	}
-	if _, err := h.admin.Exec(ctx, "SET pgoutbox.delete_unpublished = on; TRUNCATE "+pollTable); err != nil {
+	if _, err := h.admin.Exec(ctx, "SET "+migrations.DeleteUnpublished+" = on; TRUNCATE "+pollTable); err != nil {
 		return r, err
 	}
 	t0 := time.Now()
@@ -307,7 +307,7 @@ func (h *harness) pollCatchup(ctx context.Context, instances int) (PollCatchupRe
 	}
 	h.logf("  poll, %d instances: %.2f s (first record after %.2f s), %.0f events/s, all marked after %.2f s, CPU %.2f s, peak RSS %d MB, %d records",
 		instances, r.WallSeconds, r.FirstRecordSeconds, r.EventsPerSec, r.PublishedSeconds, r.CPUSeconds, r.PeakRSSBytes>>20, r.RecordsInKafka)
-	if _, err := h.admin.Exec(ctx, "SET pgoutbox.delete_unpublished = on; TRUNCATE "+pollTable); err != nil {
+	if _, err := h.admin.Exec(ctx, "SET "+migrations.DeleteUnpublished+" = on; TRUNCATE "+pollTable); err != nil {
 		return r, err
 	}
 	return r, nil
@@ -326,7 +326,7 @@ func (h *harness) triggerCost(ctx context.Context) (TriggerCostResult, error) {
 		if err := h.setupPoll(ctx, with); err != nil {
 			return r, err
 		}
-		if _, err := h.admin.Exec(ctx, "SET pgoutbox.delete_unpublished = on; TRUNCATE "+pollTable); err != nil {
+		if _, err := h.admin.Exec(ctx, "SET "+migrations.DeleteUnpublished+" = on; TRUNCATE "+pollTable); err != nil {
 			return r, err
 		}
 		var stopListen func() int64
@@ -355,7 +355,7 @@ func (h *harness) triggerCost(ctx context.Context) (TriggerCostResult, error) {
 		r.CostPct = (r.WithoutTxPerSec - r.WithTxPerSec) / r.WithoutTxPerSec * 100
 	}
 	h.logf("  without the trigger %.0f transactions/s, with it %.0f: %.1f%% fewer", r.WithoutTxPerSec, r.WithTxPerSec, r.CostPct)
-	if _, err := h.admin.Exec(ctx, "SET pgoutbox.delete_unpublished = on; TRUNCATE "+pollTable); err != nil {
+	if _, err := h.admin.Exec(ctx, "SET "+migrations.DeleteUnpublished+" = on; TRUNCATE "+pollTable); err != nil {
 		return r, err
 	}
 	return r, nil

@@ -345,12 +345,7 @@ func (b *liveBackend) StartCatalogWatcher(cfg replication.Config, instance strin
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &liveWatcher{cfg: cfg, instance: instance, log: b.log, wake: wake, cancel: cancel,
 		kick: make(chan struct{}, 1), results: make(chan catalogResult, 4), stopped: make(chan struct{}),
-		attached: map[uint32]uint32{}}
-	for _, t := range start.Tables {
-		for _, p := range t.Partitions {
-			w.attached[p.OID] = p.Joined
-		}
-	}
+		attached: start.PartitionJoins()}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()

@@ -959,15 +959,6 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 	if t, ok := s.start.State.RetiredOIDs[rel.ID]; ok {
 		return relClass{table: t}, true
 	}
-	// An outbox table's name with an OID the session does not know: the
-	// table was dropped and created again (or another renamed to its name)
-	// since the catalog was read. In a stream of every table its rows would
-	// read as another table's until a check stops the relay, and
-	// exactly-once mode would store a position past them: ask the catalog
-	// first (a check after this transaction's commit reports the change).
-	// If that check knows the name under the session's OID again, a table
-	// had the name for a while: its rows are not skipped as another
-	// table's, but refused by name.
 	// A partition of an outbox table under its own name although the
 	// publication reports partitions under their table's: written before
 	// publish_via_partition_root was turned on (PostgreSQL decodes each
@@ -984,6 +975,15 @@ func (s *session) classify(rel *replication.Relation, cat *replication.Catalog, 
 		return relClass{unexpected: fmt.Sprintf("table %s (OID %d), a partition of outbox table %s when the session started, arrives under its own name and is not one any more: it was detached since (and the publication carries it on its own), or its rows were written before publish_via_partition_root was turned on and it was detached since; its rows are not relayed: relay what is missing yourself, and start again",
 			rel.Table, rel.ID, t)}, true
 	}
+	// An outbox table's name with an OID the session does not know: the
+	// table was dropped and created again (or another renamed to its name)
+	// since the catalog was read. In a stream of every table its rows would
+	// read as another table's until a check stops the relay, and
+	// exactly-once mode would store a position past them: ask the catalog
+	// first (a check after this transaction's commit reports the change).
+	// If that check knows the name under the session's OID again, a table
+	// had the name for a while: its rows are not skipped as another
+	// table's, but refused by name.
 	if _, outbox := s.start.Catalog.Table(rel.Table); outbox {
 		if !final {
 			return relClass{}, false

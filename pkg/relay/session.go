@@ -237,7 +237,11 @@ func (s *session) loop() error {
 					s.clock.Now().Sub(s.stopBy.Add(-lim.ShutdownTimeout)).Round(time.Millisecond), lim.ShutdownTimeout)
 			}
 		}
-		if s.r.singleUntil > 0 && s.tr.Confirmed() >= s.r.singleUntil && !s.tr.Open() && s.tr.InFlight() == 0 {
+		// singleUntil is where a commit record begins; the tracker confirms
+		// where one ends. Only past it was that transaction resent: the
+		// confirmed position may begin there already (the transaction
+		// before ends there, or an idle keepalive put it there).
+		if s.r.singleUntil > 0 && s.tr.Confirmed() > s.r.singleUntil && !s.tr.Open() && s.tr.InFlight() == 0 {
 			s.r.singleUntil = 0
 			return errNewProducer
 		}

@@ -201,6 +201,9 @@ type simWorld struct {
 	// stream's start; preparesJudged: each Prepare's HoldOnFencePassed.
 	movedUnderStart bool
 	preparesJudged  []bool
+	// refuse names an event Kafka refuses as too large, alone or in a
+	// batch (not on the dead-letter topic).
+	refuse string
 }
 
 func (w *simWorld) fail(format string, args ...any) {
@@ -996,6 +999,8 @@ func (p *simProducer) deliver() bool {
 		p.queue[k] = p.queue[k][1:]
 		a := kafka.Ack{Meta: m.meta, EventID: m.rec.EventID, Topic: m.rec.Topic, Partition: 0, Bytes: len(m.rec.Value), Sent: w.now}
 		switch {
+		case w.refuse != "" && string(m.rec.EventID) == w.refuse && m.rec.Topic != w.cfg.Relay.DeadLetterTopic:
+			a.Err = &kafka.ProduceError{Topic: a.Topic, Err: sarama.ErrMessageSizeTooLarge}
 		case w.faulty && w.failAfter && w.rng.IntN(60) == 0:
 			a.Err = &kafka.ProduceError{Topic: a.Topic, Err: errors.New("sim: retries exhausted")}
 			w.failedKeys[m.rec.Topic+"|"+k] = true

@@ -47,21 +47,46 @@ type offsetValue struct {
 	// Timeline: the server's timeline when the position was written (0
 	// in records of versions before it was written).
 	Timeline int32 `json:"timeline,omitempty"`
+	// At: a time of the server's clock (RFC 3339) by which every
+	// transaction committing before the position had committed: the
+	// latest commit time the relay had read, or a keepalive's. Empty in
+	// records of versions before it was written, or when not known.
+	At string `json:"at,omitempty"`
 }
 
-func encodeOffset(id SlotIdentity, txnID string, lsn uint64) []byte {
-	b, _ := json.Marshal(offsetValue{LSN: formatLSN(lsn), SystemIdentifier: id.SystemIdentifier,
-		Database: id.Database, Slot: id.Slot, TransactionalID: txnID, Timeline: id.Timeline})
+func encodeOffset(id SlotIdentity, txnID string, lsn uint64, at time.Time) []byte {
+	v := offsetValue{LSN: formatLSN(lsn), SystemIdentifier: id.SystemIdentifier,
+		Database: id.Database, Slot: id.Slot, TransactionalID: txnID, Timeline: id.Timeline}
+	if !at.IsZero() {
+		v.At = at.UTC().Format(time.RFC3339Nano)
+	}
+	b, _ := json.Marshal(v)
 	return b
 }
 
-func decodeOffset(b []byte) (lsn uint64, timeline int32, err error) {
+// storedOffset is what an offsets record says.
+type storedOffset struct {
+	lsn      uint64
+	timeline int32
+	at       time.Time
+}
+
+func decodeOffset(b []byte) (storedOffset, error) {
 	var v offsetValue
 	if err := json.Unmarshal(b, &v); err != nil {
-		return 0, 0, fmt.Errorf("not a pgoutbox offsets record: %w", err)
+		return storedOffset{}, fmt.Errorf("not a pgoutbox offsets record: %w", err)
 	}
-	lsn, err = parseLSN(v.LSN)
-	return lsn, v.Timeline, err
+	lsn, err := parseLSN(v.LSN)
+	if err != nil {
+		return storedOffset{}, err
+	}
+	o := storedOffset{lsn: lsn, timeline: v.Timeline}
+	if v.At != "" {
+		if o.at, err = time.Parse(time.RFC3339Nano, v.At); err != nil {
+			return storedOffset{}, fmt.Errorf("at %q: %w", v.At, err)
+		}
+	}
+	return o, nil
 }
 
 func formatLSN(l uint64) string { return fmt.Sprintf("%X/%X", l>>32, uint32(l)) }
@@ -160,41 +185,41 @@ func offsetsPartition(client sarama.Client, topic string, key []byte) (int32, er
 // read backwards in growing windows, as the record sought is usually near
 // it. It waits (within ctx) while open transactions of other producers
 // hold the last stable offset below that end.
-func readStored(ctx context.Context, client sarama.Client, topic string, key []byte) (lsn uint64, timeline int32, found bool, err error) {
+func readStored(ctx context.Context, client sarama.Client, topic string, key []byte) (o storedOffset, found bool, err error) {
 	p, err := offsetsPartition(client, topic, key)
 	if err != nil {
-		return 0, 0, false, err
+		return storedOffset{}, false, err
 	}
 	end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("kafka: end offset of %s/%d: %w", topic, p, err)
+		return storedOffset{}, false, fmt.Errorf("kafka: end offset of %s/%d: %w", topic, p, err)
 	}
 	start, err := client.GetOffset(topic, p, sarama.OffsetOldest)
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("kafka: start offset of %s/%d: %w", topic, p, err)
+		return storedOffset{}, false, fmt.Errorf("kafka: start offset of %s/%d: %w", topic, p, err)
 	}
 	window := int64(256)
 	for hi := end; hi > start; window *= 4 {
 		from := max(start, hi-window)
 		v, ok, err := scanCommitted(ctx, client, topic, p, key, from, hi)
 		if err != nil {
-			return 0, 0, false, err
+			return storedOffset{}, false, err
 		}
 		if ok && v == nil {
 			// A tombstone: the slot's position was deleted on purpose, to
 			// start exactly-once afresh from the slot's own.
-			return 0, 0, false, nil
+			return storedOffset{}, false, nil
 		}
 		if ok {
-			lsn, timeline, err := decodeOffset(v)
+			o, err := decodeOffset(v)
 			if err != nil {
-				return 0, 0, false, fmt.Errorf("kafka: offsets topic %q, key %q: %w", topic, key, err)
+				return storedOffset{}, false, fmt.Errorf("kafka: offsets topic %q, key %q: %w", topic, key, err)
 			}
-			return lsn, timeline, true, nil
+			return o, true, nil
 		}
 		hi = from
 	}
-	return 0, 0, false, nil
+	return storedOffset{}, false, nil
 }
 
 // scanCommitted returns the value of the last committed record with key in

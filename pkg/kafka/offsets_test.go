@@ -1,22 +1,33 @@
 package kafka
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
-// TestOffsetRecordCarriesItsTimeline: the offsets record holds the
-// server's timeline beside the position (the relay compares it with the
-// server's history at start); a record written before it was added reads
-// as timeline 0, which the relay takes for "not known".
-func TestOffsetRecordCarriesItsTimeline(t *testing.T) {
+// TestOffsetRecordCarriesItsTimelineAndTime: the offsets record holds the
+// server's timeline and a time of its clock beside the position (the relay
+// compares them with the server's history at start); a record written
+// before they were added reads as timeline 0 and no time, which the relay
+// takes for "not known".
+func TestOffsetRecordCarriesItsTimelineAndTime(t *testing.T) {
 	id := SlotIdentity{SystemIdentifier: "7", Database: "shop", Slot: "s", Timeline: 3}
-	lsn, tl, err := decodeOffset(encodeOffset(id, "txn", 0x1_0000_2000))
-	if err != nil || lsn != 0x1_0000_2000 || tl != 3 {
-		t.Fatalf("decoded %X on timeline %d (%v); want 1/2000 on 3", lsn, tl, err)
+	at := time.Date(2026, 12, 6, 23, 59, 1, 123456789, time.FixedZone("x", 3600))
+	o, err := decodeOffset(encodeOffset(id, "txn", 0x1_0000_2000, at))
+	if err != nil || o.lsn != 0x1_0000_2000 || o.timeline != 3 || !o.at.Equal(at) {
+		t.Fatalf("decoded %+v (%v); want 1/2000 on 3 at %s", o, err, at)
+	}
+	if o, err := decodeOffset(encodeOffset(id, "txn", 0x2000, time.Time{})); err != nil || !o.at.IsZero() {
+		t.Fatalf("no time: decoded %+v (%v)", o, err)
 	}
 	if string(id.Key()) != "pgoutbox/7/shop/s" || id.TransactionalID() != "pgoutbox-7-shop-s" {
 		t.Fatalf("the timeline must not change the key (%s) or the transactional id (%s)", id.Key(), id.TransactionalID())
 	}
 	old := `{"lsn":"1/2000","system_identifier":"7","database":"shop","slot":"s","transactional_id":"txn"}`
-	if lsn, tl, err := decodeOffset([]byte(old)); err != nil || lsn != 0x1_0000_2000 || tl != 0 {
-		t.Fatalf("an earlier version's record: %X on timeline %d (%v); want 1/2000 on 0", lsn, tl, err)
+	if o, err := decodeOffset([]byte(old)); err != nil || o.lsn != 0x1_0000_2000 || o.timeline != 0 || !o.at.IsZero() {
+		t.Fatalf("an earlier version's record: %+v (%v); want 1/2000 on 0, no time", o, err)
+	}
+	if _, err := decodeOffset([]byte(`{"lsn":"1/2000","at":"yesterday"}`)); err == nil {
+		t.Fatal("a record with an unreadable time was read")
 	}
 }

@@ -49,6 +49,7 @@ type TxnProducer struct {
 	fenced     atomic.Pointer[error]
 	stored     uint64
 	storedTL   int32
+	storedAt   time.Time
 	found      bool
 	// pending is the outcome of a CommitTxn that run stopped waiting for
 	// (a failure it saw first); run waits for it before it returns.
@@ -58,6 +59,7 @@ type TxnProducer struct {
 type txnItem struct {
 	pm     *sarama.ProducerMessage // a record; nil for a commit
 	lsn    uint64
+	at     time.Time // a commit's: see offsetValue.At
 	sentAt time.Time
 }
 
@@ -135,7 +137,9 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 	rctx, cancel := context.WithTimeout(ctx, cfg.TransactionTimeout+cfg.ReadTimeout)
 	defer cancel()
 	stop := context.AfterFunc(rctx, func() { _ = p.client.Close() })
-	t.stored, t.storedTL, t.found, err = readStored(rctx, p.client, cfg.OffsetsTopic, t.key)
+	var o storedOffset
+	o, t.found, err = readStored(rctx, p.client, cfg.OffsetsTopic, t.key)
+	t.stored, t.storedTL, t.storedAt = o.lsn, o.timeline, o.at
 	if !stop() {
 		err = errors.Join(err, context.Cause(rctx))
 	}
@@ -174,6 +178,12 @@ func (t *TxnProducer) Stored() (lsn uint64, ok bool) { return t.stored, t.found 
 // written.
 func (t *TxnProducer) StoredTimeline() int32 { return t.storedTL }
 
+// StoredAt is the time of the server's clock the stored position was
+// written with (every transaction before it had committed by then): zero
+// when none is stored, or the record is of a version before it was
+// written.
+func (t *TxnProducer) StoredAt() time.Time { return t.storedAt }
+
 // Send queues rec for the current transaction (one begins with the first
 // record after a commit); its outcome arrives on Acks. As for
 // [Producer.Send], it never blocks while the caller keeps to AckBuffer, and
@@ -188,12 +198,13 @@ func (t *TxnProducer) Send(rec *router.Record, m Meta) {
 	}
 }
 
-// Commit ends the current transaction with an offsets record saying lsn (a
-// transaction without records of its own holds only that). It never blocks
+// Commit ends the current transaction with an offsets record saying lsn
+// and at (see offsetValue.At; a transaction without records of its own
+// holds only that). It never blocks
 // while the caller has at most 8 commits outstanding; the outcome arrives on
 // Commits, in order.
-func (t *TxnProducer) Commit(lsn uint64) {
-	t.queue <- txnItem{lsn: lsn, sentAt: time.Now()}
+func (t *TxnProducer) Commit(lsn uint64, at time.Time) {
+	t.queue <- txnItem{lsn: lsn, at: at, sentAt: time.Now()}
 }
 
 // Commits returns the channel of commit outcomes, one per Commit, in order.
@@ -260,7 +271,7 @@ func (t *TxnProducer) run() {
 			t.ap.Input() <- it.pm
 			continue
 		}
-		t.ap.Input() <- t.offsetsMessage(it.lsn)
+		t.ap.Input() <- t.offsetsMessage(it.lsn, it.at)
 		start := time.Now()
 		err := t.commit()
 		open = false
@@ -385,11 +396,11 @@ func (t *TxnProducer) refuse(it txnItem, err error) {
 	t.commits <- CommitResult{LSN: it.lsn, Err: err}
 }
 
-func (t *TxnProducer) offsetsMessage(lsn uint64) *sarama.ProducerMessage {
+func (t *TxnProducer) offsetsMessage(lsn uint64, at time.Time) *sarama.ProducerMessage {
 	return &sarama.ProducerMessage{
 		Topic:     t.cfg.OffsetsTopic,
 		Key:       sarama.ByteEncoder(t.key),
-		Value:     sarama.ByteEncoder(encodeOffset(t.id, t.cfg.TransactionalID, lsn)),
+		Value:     sarama.ByteEncoder(encodeOffset(t.id, t.cfg.TransactionalID, lsn, at)),
 		Partition: -1,
 		Timestamp: time.Now(),
 		Metadata:  offsetsRecord{},

@@ -48,6 +48,15 @@ type eosSession struct {
 	// slot's, with none); committed the last position Kafka committed
 	// since. Nothing past committed is confirmed.
 	stored, committed checkpoint.LSN
+	// storedAt is the time the stored position was written with (zero:
+	// not known): every transaction before it had committed by then.
+	storedAt time.Time
+	// read is how far the stream has been read past the slot's position,
+	// every transaction skipped on the way checked (skipTxn): until it
+	// reaches stored, nothing past it is confirmed, or a transaction that
+	// skipTxn refuses would be skipped by PostgreSQL itself at the next
+	// start.
+	read checkpoint.LSN
 	// skipOpen: the open transaction ends at or below the stored position.
 	skipOpen bool
 	// abandoned: the session ends inside a transaction none of whose
@@ -56,6 +65,10 @@ type eosSession struct {
 	// lastEnd is the commit end of the last transaction read (or the idle
 	// position), requested the last position asked to be committed.
 	lastEnd, requested checkpoint.LSN
+	// lastEndAt is a time of the server's clock by which everything up to
+	// lastEnd had committed: the latest commit time read, or a keepalive's
+	// (written with the position; see skipTxn).
+	lastEndAt time.Time
 	// The group: records sent since the last commit request, and when the
 	// first of them was sent.
 	groupRecords int
@@ -82,14 +95,18 @@ type txnProducer interface {
 	producer
 	// Commit ends the Kafka transaction holding every record sent so far,
 	// with the offsets record saying lsn. It never blocks; its outcome
-	// arrives on Commits, in order.
-	Commit(lsn uint64)
+	// arrives on Commits, in order. at is a time of the server's clock by
+	// which every transaction before lsn had committed.
+	Commit(lsn uint64, at time.Time)
 	Commits() <-chan kafka.CommitResult
 	// Stored is what the offsets topic held for the slot at start.
 	Stored() (lsn uint64, ok bool)
 	// StoredTimeline is the server's timeline that position was written
 	// on (0: not known).
 	StoredTimeline() int32
+	// StoredAt is the time that position was written with (zero: not
+	// known).
+	StoredAt() time.Time
 	// Fenced is the error with which Kafka refused the producer's epoch,
 	// if it met one; final once Close returned.
 	Fenced() error
@@ -108,12 +125,24 @@ func (e *eosSession) results() <-chan kafka.CommitResult {
 	return e.prod.Commits()
 }
 
-// cap bounds what may be confirmed by what Kafka committed.
+// cap bounds what may be confirmed by what Kafka committed, and by how far
+// the transactions to skip were read.
 func (e *eosSession) cap(c checkpoint.LSN) checkpoint.LSN {
 	if e == nil {
 		return c
 	}
+	if e.read < e.stored {
+		c = min(c, e.read)
+	}
 	return min(c, e.committed)
+}
+
+// readTo notes that the stream was read up to pos: every transaction
+// committing before it was sent.
+func (e *eosSession) readTo(pos checkpoint.LSN) {
+	if e != nil {
+		e.read = max(e.read, pos)
+	}
 }
 
 // skip says whether the transaction or non-transactional message ending
@@ -142,12 +171,19 @@ func (e *eosSession) ended(end checkpoint.LSN) {
 		return
 	}
 	e.lastEnd = max(e.lastEnd, end)
+	if e.s.lastCommit.After(e.lastEndAt) {
+		e.lastEndAt = e.s.lastCommit
+	}
 }
 
 // idle notes a position the tracker adopted from a keepalive.
-func (e *eosSession) idle(pos checkpoint.LSN) {
+func (e *eosSession) idle(pos checkpoint.LSN, serverTime time.Time) {
 	if e == nil || e.s.tr.Open() {
 		return
+	}
+	if pos > e.lastEnd && serverTime.After(e.lastEndAt) {
+		// Sent once the walsender had sent everything up to its WAL end.
+		e.lastEndAt = serverTime
 	}
 	e.lastEnd = max(e.lastEnd, pos)
 }
@@ -261,7 +297,7 @@ func (e *eosSession) step() {
 	if now := s.clock.Now(); now.Before(at) && !s.stopping {
 		return
 	}
-	e.prod.Commit(uint64(e.lastEnd))
+	e.prod.Commit(uint64(e.lastEnd), e.lastEndAt)
 	e.requested = e.lastEnd
 	e.outstanding++
 	e.groupRecords = 0
@@ -432,16 +468,42 @@ func (e *eosSession) checkAge() error {
 // startEOS makes s an exactly-once session whose Kafka truth is stored
 // (the slot's position when the offsets topic held none): the tracker
 // starts there, as everything up to it is in Kafka.
-func (s *session) startEOS(p txnProducer, stored checkpoint.LSN) {
+func (s *session) startEOS(p txnProducer, stored checkpoint.LSN, storedAt time.Time) {
 	pos := max(stored, s.start.Slot.ConfirmedFlushLSN)
 	s.tr = checkpoint.New(pos)
 	s.eos = newEOSSession(s, p, pos)
+	// A slot past the stored position is refused (startTransactional):
+	// everything before pos had committed by storedAt.
+	s.eos.storedAt, s.eos.lastEndAt = storedAt, storedAt
+	s.eos.read = s.start.Slot.ConfirmedFlushLSN
 }
 
 // skipping says the open transaction is one Kafka has already.
 func (e *eosSession) skipping() bool { return e != nil && e.skipOpen }
 
-func (e *eosSession) skipTxn() { e.skipOpen = true }
+// skipTxn skips the transaction b begins, as one Kafka has already, unless
+// it committed after the stored position was written: then it is not the
+// transaction Kafka got, but one a database put back to an earlier point
+// (a restore from a disk snapshot or a crash-consistent copy, which starts
+// no new timeline) committed there since. The end of the server's WAL
+// (storedOnThisHistory) tells only while the database has not yet written
+// past the stored position again.
+func (e *eosSession) skipTxn(b *replication.Begin) error {
+	if !e.storedAt.IsZero() && b.CommitTime.After(e.storedAt.Add(commitTimeSkew)) {
+		return &FatalError{Err: fmt.Errorf("%w: transaction %d committed at %s, at %s, before %s, the position the offsets topic holds for slot %q, but after %s, when that position was written: the database was put back to an earlier point (a restore from a snapshot or a backup) after Kafka got the transactions there, and this one is new; exactly-once would skip it. To resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record from the offsets topic %q",
+			ErrTimelineForked, b.XID, b.CommitTime.UTC().Format(time.RFC3339Nano), b.FinalLSN, e.stored, e.s.start.Slot.Name,
+			e.storedAt.UTC().Format(time.RFC3339Nano), e.s.start.Slot.ConfirmedFlushLSN, e.cfg.OffsetsTopic)}
+	}
+	e.skipOpen = true
+	return nil
+}
+
+// commitTimeSkew is how much later than the stored position's time a
+// transaction committed before that position may say it committed:
+// commit times are taken before the commit record is written, so two
+// commits may carry them in the other order (by microseconds), and the
+// server's clock may be stepped back a little.
+const commitTimeSkew = time.Second
 
 // skipMessage says whether a non-transactional message whose record ends
 // at end is in Kafka already.
@@ -454,6 +516,7 @@ func (s *session) skipped(ev replication.Event) error {
 	switch {
 	case ev.Commit != nil:
 		s.eos.skipOpen = false
+		s.eos.readTo(ev.Commit.EndLSN)
 	case ev.Relation != nil:
 		s.relation(ev.Relation)
 	case ev.Keepalive != nil:

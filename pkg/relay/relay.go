@@ -437,7 +437,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	s := newSession(r, ctx, start, st, prod)
 	if txn != nil {
 		stored, _ := txn.Stored()
-		s.startEOS(txn, checkpoint.LSN(stored))
+		s.startEOS(txn, checkpoint.LSN(stored), txn.StoredAt())
 	}
 	r.obs.SessionStarted(slot.ConfirmedFlushLSN)
 	err = s.loop()

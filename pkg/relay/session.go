@@ -759,9 +759,10 @@ func (s *session) handle(ev replication.Event) error {
 	case ev.Begin != nil:
 		s.xid = ev.Begin.XID
 		if s.eos.skip(ev.Begin.FinalLSN) {
-			s.eos.skipTxn()
-			return nil
+			return s.eos.skipTxn(ev.Begin)
 		}
+		// Every transaction before it, the ones to skip, was read.
+		s.eos.readTo(ev.Begin.FinalLSN)
 		id, err := s.tr.Begin()
 		if err != nil {
 			return fmt.Errorf("relay: BEGIN of xid %d at %s: %w", ev.Begin.XID, ev.Begin.FinalLSN, err)
@@ -791,7 +792,12 @@ func (s *session) handle(ev replication.Event) error {
 		// Adopting the WAL end is safe only with nothing open or in flight;
 		// the tracker checks that. It keeps an idle outbox from pinning WAL.
 		s.tr.Idle(k.WALEnd)
-		s.eos.idle(s.tr.Confirmed())
+		if !s.tr.Open() {
+			// Between transactions the walsender has sent every commit
+			// before its WAL end.
+			s.eos.readTo(k.WALEnd)
+		}
+		s.eos.idle(s.tr.Confirmed(), k.ServerTime)
 		s.requestCheck()
 		if k.ReplyRequested {
 			s.replyAsked(k.WALEnd)
@@ -832,6 +838,7 @@ func (s *session) message(m *replication.Message) error {
 			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
 		}
 		if s.eos.skipMessage(m.LSN) {
+			s.eos.readTo(m.LSN)
 			return nil
 		}
 		id, err := s.tr.Begin()

@@ -37,6 +37,11 @@ import (
 //	E4. Records unacknowledged stay within twice relay.max.inflight.records
 //	    (the loop reads on while a commit drains what was sent before it;
 //	    AckBuffer holds that much).
+//	E5. The time written with the stored position, when one is, is no
+//	    earlier than the commit time of any transaction before it (a start
+//	    that finds a
+//	    transaction to skip committed later takes the database for put
+//	    back to an earlier point, and stops).
 //
 // And at the end, per key, the visible records are exactly the committed
 // events in commit order, each once (invariant 5 without sarama's
@@ -77,15 +82,17 @@ func runSimEOS(seed uint64, verbose bool, logf func(string, ...any)) error {
 // simTxnProducer is Kafka with transactions.
 type simTxnProducer struct {
 	*simProducer
-	commits chan kafka.CommitResult
-	cur     []simMsg    // the open transaction's records
-	waiting []simCommit // commits requested, not answered
-	stored  checkpoint.LSN
-	found   bool
+	commits  chan kafka.CommitResult
+	cur      []simMsg    // the open transaction's records
+	waiting  []simCommit // commits requested, not answered
+	stored   checkpoint.LSN
+	storedAt time.Time
+	found    bool
 }
 
 type simCommit struct {
 	lsn  checkpoint.LSN
+	at   time.Time
 	recs []simMsg
 }
 
@@ -98,14 +105,15 @@ func (p *simTxnProducer) Send(rec *router.Record, m kafka.Meta) {
 	p.cur = append(p.cur, q[len(q)-1])
 }
 
-func (p *simTxnProducer) Commit(lsn uint64) {
-	p.waiting = append(p.waiting, simCommit{lsn: checkpoint.LSN(lsn), recs: p.cur})
+func (p *simTxnProducer) Commit(lsn uint64, at time.Time) {
+	p.waiting = append(p.waiting, simCommit{lsn: checkpoint.LSN(lsn), at: at, recs: p.cur})
 	p.cur = nil
 }
 
 func (p *simTxnProducer) Commits() <-chan kafka.CommitResult { return p.commits }
 func (p *simTxnProducer) Stored() (uint64, bool)             { return uint64(p.stored), p.found }
 func (p *simTxnProducer) StoredTimeline() int32              { return 0 }
+func (p *simTxnProducer) StoredAt() time.Time                { return p.storedAt }
 func (p *simTxnProducer) Fenced() error                      { return nil }
 
 // answer answers the oldest commit once its records are all answered.
@@ -152,11 +160,16 @@ func (w *simWorld) commitTxn(c simCommit) {
 		w.log2[key] = append(w.log2[key], id)
 	}
 	if c.lsn > w.stored {
-		w.stored, w.storedSet = c.lsn, true
+		w.stored, w.storedAt, w.storedSet = c.lsn, c.at, true
 	}
 	for _, e := range w.wal {
 		if e.commitEnd > w.stored {
 			break
+		}
+		if t, ok := w.commitTimes[e.commitStart]; ok && e.kind == 't' && !w.storedAt.IsZero() && t.After(w.storedAt) {
+			w.fail("invariant E5: the stored position %s says everything before it had committed at %s, but the transaction ending at %s committed at %s",
+				w.stored, w.storedAt, e.commitEnd, t)
+			return
 		}
 		for _, ev := range e.events {
 			if ev.emits() && !w.visible[ev.id] {

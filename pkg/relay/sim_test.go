@@ -191,6 +191,11 @@ type simWorld struct {
 	visible   map[string]bool
 	stored    checkpoint.LSN
 	storedSet bool
+	// storedAt is the time written with the stored position; commitTimes
+	// the commit time of each transaction, by its commit record's start,
+	// fixed when the walsender first sends it.
+	storedAt    time.Time
+	commitTimes map[checkpoint.LSN]time.Time
 	// advanceAtOpen: someone advances the slot half way through the WAL
 	// between the relay's Prepare and its stream's start (once).
 	advanceAtOpen bool
@@ -726,7 +731,7 @@ func (b *simBackend) NewTxnProducer(ctx context.Context, cfg kafka.Config, id ka
 		return nil, errors.New("sim: exactly-once mode is off")
 	}
 	p := &simTxnProducer{simProducer: &simProducer{w: w, acks: make(chan kafka.Ack, cfg.AckBuffer), single: cfg.SingleRecordBatches},
-		commits: make(chan kafka.CommitResult, 16), stored: w.stored, found: w.storedSet}
+		commits: make(chan kafka.CommitResult, 16), stored: w.stored, storedAt: w.storedAt, found: w.storedSet}
 	w.prod, w.txnProd = p.simProducer, p
 	return p, nil
 }
@@ -840,8 +845,16 @@ func (s *simStream) fill(e simEntry) {
 			LSN: e.commitEnd, Prefix: "outbox", Content: messageContent(ev)}})
 		return
 	}
+	if w.commitTimes == nil {
+		w.commitTimes = map[checkpoint.LSN]time.Time{}
+	}
+	at, ok := w.commitTimes[e.commitStart]
+	if !ok {
+		at = w.now
+		w.commitTimes[e.commitStart] = at
+	}
 	s.queue = append(s.queue, replication.Event{WALStart: e.commitStart,
-		Begin: &replication.Begin{FinalLSN: e.commitStart, CommitTime: w.now, XID: uint32(e.commitStart)}})
+		Begin: &replication.Begin{FinalLSN: e.commitStart, CommitTime: at, XID: uint32(e.commitStart)}})
 	for _, ev := range e.events {
 		if ev.message {
 			s.queue = append(s.queue, replication.Event{WALStart: e.commitStart, Message: &replication.Message{
@@ -862,7 +875,7 @@ func (s *simStream) fill(e simEntry) {
 			Op: op, Rel: rel, Values: [][]byte{[]byte(ev.id), []byte(strings.TrimPrefix(ev.topic, "outbox.event.")), []byte(ev.key), []byte("Created"), []byte(`{"n":1}`)}}})
 	}
 	s.queue = append(s.queue, replication.Event{WALStart: e.commitStart,
-		Commit: &replication.Commit{CommitLSN: e.commitStart, EndLSN: e.commitEnd, CommitTime: w.now}})
+		Commit: &replication.Commit{CommitLSN: e.commitStart, EndLSN: e.commitEnd, CommitTime: at}})
 }
 
 func messageContent(ev simEvent) []byte {

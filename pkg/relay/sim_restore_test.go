@@ -1,0 +1,91 @@
+package relay
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/checkpoint"
+)
+
+// TestSimulatedExactlyOnceRefusesToSkipATransactionCommittedAfterTheStoredPosition:
+// exactly-once skips the transactions before the position the offsets topic
+// holds, as Kafka has them. A database put back to an earlier point (a
+// restore from a disk snapshot, which starts no new timeline) and written
+// past that position again before pgoutbox starts holds new transactions
+// there: the end of its WAL no longer tells. Their commit times do: they
+// committed after the position was written. The start stops, naming the
+// transaction; a transaction that committed before (a crash between
+// Kafka's commit and the slot's confirmation) is skipped as before. The
+// harness, not a real server: the offsets record's time and the commit
+// times are set by the script.
+func TestSimulatedExactlyOnceRefusesToSkipATransactionCommittedAfterTheStoredPosition(t *testing.T) {
+	written := time.Unix(1_700_000_000, 0).Add(-time.Hour)
+	for _, c := range []struct {
+		name      string
+		committed time.Duration // after the position was written
+		refused   bool
+	}{
+		{"committed before the position was written", -time.Minute, false},
+		{"committed with it, within the clock's skew", 500 * time.Millisecond, false},
+		{"committed after: the database was put back", time.Minute, true},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			for seed := uint64(1); seed <= 20; seed++ {
+				w := newSimWorld(seed)
+				w.eos = true
+				w.visible = map[string]bool{}
+				w.cfg.Kafka.ExactlyOnce = true
+				w.cfg.Kafka.TransactionTimeout = 15 * time.Minute
+				w.failAfter, w.tooLarge, w.missing, w.catChange, w.faulty = false, false, "", 0, false
+				w.verbose, w.log = *simLog, t.Logf
+				a := simSlotStart + 0x100
+				old := simEntry{kind: 't', commitStart: a, commitEnd: a + 32,
+					events: []simEvent{{id: "e0000", key: "k1", topic: "outbox.event.Order", seq: 0}}}
+				next := simEntry{kind: 't', commitStart: a + 64, commitEnd: a + 96,
+					events: []simEvent{{id: "e0001", key: "k1", topic: "outbox.event.Order", seq: 1}}}
+				after := simEntry{kind: 't', commitStart: a + 128, commitEnd: a + 160,
+					events: []simEvent{{id: "e0002", key: "k2", topic: "outbox.event.Order", seq: 2}}}
+				w.wal = []simEntry{old, next, after}
+				// Kafka holds the position past next, and old's event (and
+				// next's, unless next is new); the slot is behind.
+				w.stored, w.storedSet, w.storedAt = next.commitEnd, true, written
+				w.visible["e0000"], w.delivered["e0000"] = true, true
+				if !c.refused {
+					w.visible["e0001"], w.delivered["e0001"] = true, true
+				}
+				w.commitTimes = map[checkpoint.LSN]time.Time{
+					old.commitStart:   written.Add(-time.Hour),
+					next.commitStart:  written.Add(c.committed),
+					after.commitStart: written.Add(2 * time.Hour),
+				}
+				err := w.run()
+				if w.err != nil {
+					t.Fatalf("seed %d: %v", seed, w.err)
+				}
+				var fe *FatalError
+				if c.refused {
+					if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), "transaction 16777536") {
+						t.Fatalf("seed %d: Run returned %v; want a fatal ErrTimelineForked naming the transaction", seed, err)
+					}
+					if w.visible["e0001"] || w.visible["e0002"] {
+						t.Fatalf("seed %d: events were committed past the refusal: %v", seed, w.visible)
+					}
+					// Confirmed at next's commit, PostgreSQL would skip it.
+					if w.confirmed > next.commitStart {
+						t.Fatalf("seed %d: the slot was confirmed at %s, past %s, where the new transaction commits", seed, w.confirmed, next.commitStart)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("seed %d: Run returned %v", seed, err)
+				}
+				// Invariant E1 fails a run that commits e0000 or e0001 again.
+				if !w.visible["e0002"] || len(w.log2) != 1 {
+					t.Fatalf("seed %d: committed %v; want only e0002 (the others are Kafka's already)", seed, w.log2)
+				}
+			}
+		})
+	}
+}

@@ -533,6 +533,13 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, where this server left timeline %d for %d (a promotion or a restore): its position comes from the old timeline's WAL, and PostgreSQL would skip the transactions this timeline committed in between, which were never relayed; recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the rows written on this timeline before its position from the outbox table",
 			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.Fork, start.State.Timeline, start.Identity.Timeline)}
 	}
+	if slot.ConfirmedFlushLSN < r.history.lastConfirmed {
+		// The slot went back (a failover to a standby whose slot lagged):
+		// this process has confirmed nothing of what lies past it since.
+		// Kept, the furthest position of before would pass a slot someone
+		// else advanced to below it, and be written as the fence at stop.
+		r.history.lastConfirmed = slot.ConfirmedFlushLSN
+	}
 	if start.HadState && slot.ConfirmedFlushLSN < start.State.ConfirmedLSN {
 		r.log.Warn("the slot is behind the position pgoutbox recorded as confirmed: the transactions in between will be sent to Kafka again (duplicates with the same event ids)",
 			zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN),

@@ -36,6 +36,17 @@ func IsPoison(err error) bool {
 	return false
 }
 
+// MayBeStaleMetadata reports whether a produce error may come from the
+// producer's view of the cluster rather than from the record: sarama
+// checks an explicit partition against the partition count it cached
+// (refreshed every Metadata.RefreshFrequency, 10 minutes), so a partition
+// added since is "missing", and a topic whose metadata it just dropped
+// (a leader move) is unknown. Such a record is poison only if a producer
+// with fresh metadata refuses it too.
+func MayBeStaleMetadata(err error) bool {
+	return errors.Is(err, sarama.ErrInvalidPartition) || errors.Is(err, sarama.ErrUnknownTopicOrPartition)
+}
+
 // IsBatchRefused reports whether the broker refused a whole batch for what
 // a record in it is: too large (the broker limits whole batches by the
 // topic's max.message.bytes), a timestamp out of the topic's range, or a

@@ -52,6 +52,11 @@ type Relay struct {
 	// one per produce request: the broker refused a batch as too large,
 	// and only a record refused on its own is poison.
 	singleUntil checkpoint.LSN
+	// staleRetried is the commit LSN of the transaction a record of which
+	// Kafka refused for what may be the producer's stale metadata (see
+	// kafka.MayBeStaleMetadata): the session ended, and the next one, with
+	// a new producer, takes the same refusal for poison.
+	staleRetried checkpoint.LSN
 	// Exactly-once mode: whether the offsets topic is known to exist; the
 	// records Kafka refused, which sessions from then on dead-letter; the
 	// transaction that did not fit in kafka.transaction.timeout once.

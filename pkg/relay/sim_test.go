@@ -209,6 +209,9 @@ type simWorld struct {
 	// refuse names an event Kafka refuses as too large, alone or in a
 	// batch (not on the dead-letter topic).
 	refuse string
+	// staleRefusals counts, per event, how many more times the producer
+	// refuses it for a partition its metadata lacks (-1: always).
+	staleRefusals map[string]int
 }
 
 func (w *simWorld) fail(format string, args ...any) {
@@ -1014,6 +1017,12 @@ func (p *simProducer) deliver() bool {
 		switch {
 		case w.refuse != "" && string(m.rec.EventID) == w.refuse && m.rec.Topic != w.cfg.Relay.DeadLetterTopic:
 			a.Err = &kafka.ProduceError{Topic: a.Topic, Err: sarama.ErrMessageSizeTooLarge}
+		case w.staleRefusals[string(m.rec.EventID)] != 0 && m.rec.Topic != w.cfg.Relay.DeadLetterTopic:
+			if w.staleRefusals[string(m.rec.EventID)] > 0 {
+				w.staleRefusals[string(m.rec.EventID)]--
+			}
+			a.Err = &kafka.ProduceError{Topic: a.Topic, Err: fmt.Errorf("kafka: partition 2 does not exist: topic %q has 1 partitions: %w", a.Topic, sarama.ErrInvalidPartition)}
+			w.failedKeys[m.rec.Topic+"|"+k] = true
 		case w.faulty && w.failAfter && w.rng.IntN(60) == 0:
 			a.Err = &kafka.ProduceError{Topic: a.Topic, Err: errors.New("sim: retries exhausted")}
 			w.failedKeys[m.rec.Topic+"|"+k] = true

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,6 +57,8 @@ type session struct {
 	xid uint32
 	// othersLogged: the other tables classified already named in the log.
 	othersLogged map[string]bool
+	// prefixesLogged: the prefixes of other messages named in the log.
+	prefixesLogged map[string]bool
 
 	cur    checkpoint.TxnID
 	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
@@ -835,6 +838,7 @@ func (s *session) handle(ev replication.Event) error {
 func (s *session) message(m *replication.Message) error {
 	cfg := s.r.cfg.Messages
 	if cfg.Prefix == "" || m.Prefix != cfg.Prefix {
+		s.otherMessage(m)
 		return nil
 	}
 	if !m.Transactional {
@@ -915,6 +919,35 @@ func (s *session) relation(rel *replication.Relation) {
 	// not be visible yet to a check that read a WAL position past it.
 	s.watcher.See(s.xid)
 	s.watcher.Check()
+}
+
+// otherMessage names in the log, once per prefix and session, a prefix of
+// logical decoding messages that are not outbox events: louder when the
+// message looks like one (its JSON has the event id and payload fields),
+// since a misspelt messages.prefix skips every table-less event.
+func (s *session) otherMessage(m *replication.Message) {
+	if s.prefixesLogged[m.Prefix] || len(s.prefixesLogged) >= 100 {
+		return
+	}
+	if s.prefixesLogged == nil {
+		s.prefixesLogged = map[string]bool{}
+	}
+	s.prefixesLogged[m.Prefix] = true
+	o := s.r.cfg.Router
+	var fields map[string]json.RawMessage
+	looksLikeEvent := json.Unmarshal(m.Content, &fields) == nil && o.EventIDField != "" && o.EventPayloadField != ""
+	if looksLikeEvent {
+		_, id := fields[o.EventIDField]
+		_, payload := fields[o.EventPayloadField]
+		looksLikeEvent = id && payload
+	}
+	prefix := zap.String("messages.prefix", s.r.cfg.Messages.Prefix)
+	if looksLikeEvent {
+		s.log.Warn("skipping logical decoding messages whose prefix is not messages.prefix, though they look like outbox events (if they are, set messages.prefix to their prefix: every one is skipped until then)",
+			zap.String("prefix", m.Prefix), prefix, zap.Stringer("lsn", m.LSN))
+		return
+	}
+	s.log.Info("skipping logical decoding messages whose prefix is not messages.prefix", zap.String("prefix", m.Prefix), prefix, zap.Stringer("lsn", m.LSN))
 }
 
 // classified records rel's class; a table that is not an outbox table (of

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -135,12 +136,13 @@ type simEntry struct {
 
 type simEvent struct {
 	id, key, topic string
-	message        bool // sent as a transactional message, not a row
-	update         bool // an UPDATE (dropped by the router; no record)
-	seq            int  // order in the WAL
+	message        bool   // sent as a transactional message, not a row
+	prefix         string // a message's prefix when not the outbox's (skipped; no record)
+	update         bool   // an UPDATE (dropped by the router; no record)
+	seq            int    // order in the WAL
 }
 
-func (e simEvent) emits() bool { return !e.update }
+func (e simEvent) emits() bool { return !e.update && e.prefix == "" }
 
 // simWorld is one seed's whole scenario and the model of the servers.
 type simWorld struct {
@@ -196,6 +198,8 @@ type simWorld struct {
 	// fixed when the walsender first sends it.
 	storedAt    time.Time
 	commitTimes map[checkpoint.LSN]time.Time
+	// logger, when set, is the relay's.
+	logger *zap.Logger
 	// advanceAtOpen: someone advances the slot half way through the WAL
 	// between the relay's Prepare and its stream's start (once).
 	advanceAtOpen bool
@@ -352,6 +356,9 @@ func (w *simWorld) run() error {
 	lg := zap.NewNop()
 	if w.verbose {
 		lg = zap.NewExample()
+	}
+	if w.logger != nil {
+		lg = w.logger
 	}
 	var be backend = &simBackend{w: w}
 	if w.wrap != nil {
@@ -845,7 +852,7 @@ func (s *simStream) fill(e simEntry) {
 	case 'm':
 		ev := e.events[0]
 		s.queue = append(s.queue, replication.Event{WALStart: e.commitEnd, Message: &replication.Message{
-			LSN: e.commitEnd, Prefix: "outbox", Content: messageContent(ev)}})
+			LSN: e.commitEnd, Prefix: cmp.Or(ev.prefix, "outbox"), Content: messageContent(ev)}})
 		return
 	}
 	if w.commitTimes == nil {
@@ -861,7 +868,7 @@ func (s *simStream) fill(e simEntry) {
 	for _, ev := range e.events {
 		if ev.message {
 			s.queue = append(s.queue, replication.Event{WALStart: e.commitStart, Message: &replication.Message{
-				Transactional: true, LSN: e.commitStart, Prefix: "outbox", Content: messageContent(ev)}})
+				Transactional: true, LSN: e.commitStart, Prefix: cmp.Or(ev.prefix, "outbox"), Content: messageContent(ev)}})
 			continue
 		}
 		rel, ok := s.rels["public.outbox"]

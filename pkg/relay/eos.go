@@ -595,10 +595,19 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 	if ok {
 		r.log.Info("exactly-once: Kafka holds the slot's transactions up to the stored position; those at or below it are skipped",
 			zap.Stringer("stored_lsn", checkpoint.LSN(stored)), zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
+	} else if start.HadState && !r.eosStarted {
+		// pgoutbox streamed from the slot before: if that was with
+		// exactly-once, its record is gone (the offsets topic deleted and
+		// recreated, renamed, or its retention not compaction), and what
+		// Kafka holds past the slot is sent again.
+		r.log.Warn("exactly-once: the offsets topic holds no position for the slot, though pgoutbox streamed from it before: if that was with exactly-once, the record is gone (the topic deleted, renamed or not compacted), and the transactions between the slot's position and the lost one are sent again, visible twice to read_committed consumers; starting at the slot's",
+			zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID), zap.String("offsets_topic", kcfg.OffsetsTopic),
+			zap.String("last_instance", start.State.Instance), zap.Time("last_session_started_at", start.State.SessionStartedAt))
 	} else {
 		r.log.Info("exactly-once: the offsets topic holds no position for the slot yet; starting at the slot's",
 			zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
 	}
+	r.eosStarted = true
 	return p, nil
 }
 

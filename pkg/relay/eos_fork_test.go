@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
@@ -202,5 +204,48 @@ func TestSlotFromAnotherHistoryIsRefused(t *testing.T) {
 				t.Fatalf("checkHistory: %v; want refused %v (fatal, ErrSlotAdvanced)", err, c.refused)
 			}
 		})
+	}
+}
+
+// emptyOffsets is an offsets topic that holds no record for the slot.
+type emptyOffsets struct{ forkBackend }
+
+func (b emptyOffsets) NewTxnProducer(context.Context, kafka.Config, kafka.SlotIdentity) (txnProducer, error) {
+	return &noRecordProducer{}, nil
+}
+
+type noRecordProducer struct{ forkProducer }
+
+func (p *noRecordProducer) Stored() (uint64, bool) { return 0, false }
+
+// TestExactlyOnceWarnsOfAMissingRecordAfterEarlierSessions: exactly-once
+// starts at the slot's position when the offsets topic holds no record for
+// it. That is the first start; after earlier sessions (the state row says
+// so) it may also be a record that is gone (the topic deleted and
+// recreated, renamed, or not compacted): then what Kafka holds past the
+// slot is sent again, visible twice to read_committed consumers. That was
+// said at Info; it is a warning now, once per process (a record missing at
+// a later session of the same process is one its first session has not
+// committed yet). Seam-level: the offsets topic is scripted.
+func TestExactlyOnceWarnsOfAMissingRecordAfterEarlierSessions(t *testing.T) {
+	for _, hadState := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.Postgres.DSN, cfg.Kafka.Brokers, cfg.Kafka.ExactlyOnce = "postgres://fork", []string{"fork:9092"}, true
+		core, logs := observer.New(zapcore.InfoLevel)
+		r, err := New(cfg, zap.New(core), withBackend(emptyOffsets{}, realClock{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := replication.Start{
+			Slot:     replication.SlotState{Name: "s", ConfirmedFlushLSN: 0x1000},
+			Identity: replication.ServerIdentity{SystemIdentifier: "1", Database: "d", Timeline: 1},
+			HadState: hadState, State: replication.State{Timeline: 1, Instance: "other"},
+		}
+		startEOS(t, r, start, false)
+		startEOS(t, r, start, false)
+		warned := logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("holds no position for the slot").Len()
+		if want := map[bool]int{false: 0, true: 1}[hadState]; warned != want {
+			t.Errorf("state row %v: %d warnings over two starts; want %d", hadState, warned, want)
+		}
 	}
 }

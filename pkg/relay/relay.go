@@ -57,6 +57,9 @@ type Relay struct {
 	// kafka.MayBeStaleMetadata): the session ended, and the next one, with
 	// a new producer, takes the same refusal for poison.
 	staleRetried checkpoint.LSN
+	// eosStarted: a session of this process started exactly-once mode (a
+	// state row written since may be its own).
+	eosStarted bool
 	// Exactly-once mode: whether the offsets topic is known to exist; the
 	// records Kafka refused, which sessions from then on dead-letter; the
 	// transaction that did not fit in kafka.transaction.timeout once.

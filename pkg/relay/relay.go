@@ -57,6 +57,8 @@ type Relay struct {
 	// kafka.MayBeStaleMetadata): the session ended, and the next one, with
 	// a new producer, takes the same refusal for poison.
 	staleRetried checkpoint.LSN
+	// maxPending is maxPendingTxns (lower in tests).
+	maxPending int
 	// eosStarted: a session of this process started exactly-once mode (a
 	// state row written since may be its own).
 	eosStarted bool
@@ -181,7 +183,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
-		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}}
+		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, maxPending: maxPendingTxns}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)
@@ -240,6 +242,15 @@ const standbyPoll = 2 * time.Second
 // confirmEvery is the shortest time between two status updates sent because
 // the confirmed position moved.
 const confirmEvery = 100 * time.Millisecond
+
+// maxPendingTxns caps the transactions read and not yet confirmed, as
+// relay.max.inflight.records caps records: while Kafka holds back the
+// oldest record's acknowledgement (its retries last minutes), transactions
+// without records (of other tables in a FOR ALL TABLES publication, or
+// updates of the outbox) each took a place in the tracker and in the
+// session's list of commits, 40 bytes apiece, without bound. At the cap
+// the relay reads no more WAL until the oldest is confirmed: about 10 MB.
+const maxPendingTxns = 1 << 18
 
 var (
 	// errStopped ends a session that stopped because Run's context was

@@ -270,7 +270,8 @@ func (s *session) loop() error {
 			}
 			continue
 		}
-		if h := s.eos.headroom(); s.tr.InFlight() >= h*lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= int64(h)*lim.MaxInFlightBytes {
+		if h := s.eos.headroom(); s.tr.InFlight() >= h*lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= int64(h)*lim.MaxInFlightBytes ||
+			(s.tr.Pending() >= s.r.maxPending && !s.tr.Open()) {
 			// Back-pressure: stop reading WAL, keep sending status updates.
 			s.eos.pressed()
 			if err := s.wait(s.waitDeadline()); err != nil {

@@ -200,6 +200,14 @@ type simWorld struct {
 	commitTimes map[checkpoint.LSN]time.Time
 	// logger, when set, is the relay's.
 	logger *zap.Logger
+	// maxPending, when set, is the relay's cap on pending transactions;
+	// holdAck's acknowledgement is held back until holdUntil.
+	maxPending int
+	holdAck    string
+	holdUntil  time.Time
+	// sentWhileHeld counts the transactions the walsender sent while
+	// holdAck's acknowledgement was held back.
+	sentWhileHeld int
 	// advanceAtOpen: someone advances the slot half way through the WAL
 	// between the relay's Prepare and its stream's start (once).
 	advanceAtOpen bool
@@ -367,6 +375,9 @@ func (w *simWorld) run() error {
 	r, err := New(w.cfg, lg, withBackend(be, &simClock{w}), WithForceStop(w.force))
 	if err != nil {
 		return err
+	}
+	if w.maxPending > 0 {
+		r.maxPending = w.maxPending
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(w.ctx) }()
@@ -843,6 +854,9 @@ func (s *simStream) keepalive(end checkpoint.LSN) replication.Event {
 
 func (s *simStream) fill(e simEntry) {
 	w := s.w
+	if w.holdAck != "" && w.now.Before(w.holdUntil) {
+		w.sentWhileHeld++
+	}
 	s.sent = e.commitEnd
 	switch e.kind {
 	case 'o':
@@ -1009,7 +1023,7 @@ func (p *simProducer) deliver() bool {
 	for i := 0; i < n; i++ {
 		var ready []string
 		for _, k := range p.keys {
-			if len(p.queue[k]) > 0 {
+			if len(p.queue[k]) > 0 && !(w.holdAck != "" && string(p.queue[k][0].rec.EventID) == w.holdAck && w.now.Before(w.holdUntil)) {
 				ready = append(ready, k)
 			}
 		}

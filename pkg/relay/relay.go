@@ -57,8 +57,10 @@ type Relay struct {
 	// kafka.MayBeStaleMetadata): the session ended, and the next one, with
 	// a new producer, takes the same refusal for poison.
 	staleRetried checkpoint.LSN
-	// maxPending is maxPendingTxns (lower in tests).
-	maxPending int
+	// maxPending is maxPendingTxns, maxProducerRecords maxProducerRecords
+	// (lower in tests).
+	maxPending         int
+	maxProducerRecords int64
 	// eosStarted: a session of this process started exactly-once mode (a
 	// state row written since may be its own).
 	eosStarted bool
@@ -183,7 +185,8 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
-		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, maxPending: maxPendingTxns}
+		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, maxPending: maxPendingTxns,
+		maxProducerRecords: maxProducerRecords}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)
@@ -251,6 +254,16 @@ const confirmEvery = 100 * time.Millisecond
 // session's list of commits, 40 bytes apiece, without bound. At the cap
 // the relay reads no more WAL until the oldest is confirmed: about 10 MB.
 const maxPendingTxns = 1 << 18
+
+// maxProducerRecords is how many records one producer sends before the
+// session hands over to a new one (between transactions, with nothing in
+// flight). sarama numbers an idempotent producer's batches per partition
+// with an int32 that it does not wrap at 2^31 as the Java client does: the
+// broker then refuses the batch as out of sequence, sarama bumps the epoch
+// and sends the next, and the refused batch's keys are resent after later
+// records of theirs. A new producer starts its sequences at 0. (At
+// 100,000 records/s, once every three hours.)
+const maxProducerRecords = 1 << 30
 
 var (
 	// errStopped ends a session that stopped because Run's context was

@@ -57,6 +57,8 @@ type session struct {
 	xid uint32
 	// othersLogged: the other tables classified already named in the log.
 	othersLogged map[string]bool
+	// sent counts the records handed to this session's producer.
+	sent int64
 	// prefixesLogged: the prefixes of other messages named in the log.
 	prefixesLogged map[string]bool
 
@@ -248,6 +250,10 @@ func (s *session) loop() error {
 			s.r.singleUntil = 0
 			return errNewProducer
 		}
+		if s.sent >= s.r.maxProducerRecords && !s.tr.Open() && s.tr.InFlight() == 0 {
+			s.log.Info("handing over to a new producer: this one's sequence numbers near their limit", zap.Int64("records", s.sent))
+			return errNewProducer
+		}
 		now := s.clock.Now()
 		// Confirm promptly when the position moved (so a crash repeats
 		// little), but at most every confirmEvery; otherwise on the interval.
@@ -271,7 +277,7 @@ func (s *session) loop() error {
 			continue
 		}
 		if h := s.eos.headroom(); s.tr.InFlight() >= h*lim.MaxInFlightRecords || s.inflightBytes+s.pinned >= int64(h)*lim.MaxInFlightBytes ||
-			(s.tr.Pending() >= s.r.maxPending && !s.tr.Open()) {
+			(s.tr.Pending() >= s.r.maxPending || s.sent >= s.r.maxProducerRecords) && !s.tr.Open() {
 			// Back-pressure: stop reading WAL, keep sending status updates.
 			s.eos.pressed()
 			if err := s.wait(s.waitDeadline()); err != nil {

@@ -205,6 +205,8 @@ type simWorld struct {
 	maxPending int
 	holdAck    string
 	holdUntil  time.Time
+	// maxProducerRecords, when set, is the relay's.
+	maxProducerRecords int64
 	// sentWhileHeld counts the transactions the walsender sent while
 	// holdAck's acknowledgement was held back.
 	sentWhileHeld int
@@ -378,6 +380,9 @@ func (w *simWorld) run() error {
 	}
 	if w.maxPending > 0 {
 		r.maxPending = w.maxPending
+	}
+	if w.maxProducerRecords > 0 {
+		r.maxProducerRecords = w.maxProducerRecords
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(w.ctx) }()

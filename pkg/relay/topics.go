@@ -63,6 +63,7 @@ func newTopicGate(s *session, c topicChecker) *topicGate {
 func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 	s, cache := g.s, g.s.r.topics
 	if s.r.cfg.Kafka.AutoCreateTopics {
+		s.sent++
 		s.prod.Send(rec, m)
 		return
 	}
@@ -73,6 +74,7 @@ func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 				Option: fmt.Sprintf("the max.message.bytes of topic %q", topic)})
 			return
 		}
+		s.sent++
 		s.prod.Send(rec, m)
 		return
 	}

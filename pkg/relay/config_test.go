@@ -85,3 +85,30 @@ func TestExactlyOnceIsRefusedWhereItCannotHold(t *testing.T) {
 		t.Fatalf("at-least-once without a state table: %v", err)
 	}
 }
+
+// TestInFlightBytesMustFitTheRetryBuffer: while a broker is away sarama
+// keeps the records in flight in its retry buffer, and when that is full it
+// drops records from its middle and sends later ones (their keys' order
+// lost). A cap on bytes in flight larger than the buffer is refused, naming
+// both options.
+func TestInFlightBytesMustFitTheRetryBuffer(t *testing.T) {
+	for _, c := range []struct {
+		inflight, buffer int64
+		eos, refused     bool
+	}{
+		{8 << 20, 256 << 20, false, false},
+		{256 << 20, 256 << 20, false, false},
+		{300 << 20, 256 << 20, false, true},
+		{200 << 20, 256 << 20, true, true},
+		{100 << 20, 256 << 20, true, false},
+	} {
+		cfg := DefaultConfig()
+		cfg.Postgres.DSN, cfg.Kafka.Brokers = "postgres://x", []string{"k:9092"}
+		cfg.Relay.MaxInFlightBytes, cfg.Kafka.RetryBufferBytes, cfg.Kafka.ExactlyOnce = c.inflight, c.buffer, c.eos
+		err := cfg.Validate()
+		named := err != nil && strings.Contains(err.Error(), "retry.buffer.bytes") && strings.Contains(err.Error(), "max.inflight.bytes")
+		if named != c.refused {
+			t.Errorf("in flight %d, buffer %d, exactly-once %v: %v; want refused %v", c.inflight, c.buffer, c.eos, err, c.refused)
+		}
+	}
+}

@@ -443,3 +443,44 @@ func TestRecordKafkaRefusesAloneIsDeadLettered(t *testing.T) {
 		})
 	}
 }
+
+// TestCompressedRecordOverTheTopicsLimitUncompressedIsSent: the broker
+// applies a topic's max.message.bytes to batches after compression. With
+// kafka.compression on, a record larger than the limit uncompressed but far
+// smaller compressed is one Kafka accepts: it was refused as poison by the
+// relay's own size check (here: dead-lettered), and now arrives on its
+// topic. A record too large even compressed is still poison (the broker
+// refuses it alone).
+func TestCompressedRecordOverTheTopicsLimitUncompressedIsSent(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	small := "outbox.event." + f.slot + "_gz"
+	cfg := f.config()
+	cfg.Kafka.Compression = "gzip"
+	dlq := f.poisonPolicy(t, &cfg, "dead-letter")
+	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{small}, 1, 1,
+		map[string]string{"max.message.bytes": "6000"}); err != nil {
+		t.Fatal(err)
+	}
+	p := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	const compressible, random = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+		($1, $3, 'k', 'T', json_build_object('pad', repeat('x', 20000))),
+		($2, $3, 'k', 'T', json_build_object('pad', (SELECT string_agg(md5(g::text || random()::text), '') FROM generate_series(1, 400) g)))`,
+		compressible, random, f.slot+"_gz"); err != nil {
+		t.Fatal(err)
+	}
+	got := receivedIDs(env.ConsumeAll(t, []string{small}, time.Minute, func(n int) bool { return n >= 1 }))
+	if !slices.Equal(got, []string{compressible}) {
+		t.Fatalf("received %v on %s, want the compressible record only", got, small)
+	}
+	dl := env.ConsumeAll(t, []string{dlq}, time.Minute, func(n int) bool { return n >= 1 })
+	if id, _ := dl[0].Header("id"); string(id) != random {
+		t.Fatalf("dead-lettered %q, want %s (13 KB of hex does not compress under 6 KB)", id, random)
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

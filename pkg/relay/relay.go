@@ -61,6 +61,8 @@ type Relay struct {
 	// (lower in tests).
 	maxPending         int
 	maxProducerRecords int64
+	// compressed: records are compressed (kafka.compression is not none).
+	compressed bool
 	// eosStarted: a session of this process started exactly-once mode (a
 	// state row written since may be its own).
 	eosStarted bool
@@ -186,7 +188,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
 		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, maxPending: maxPendingTxns,
-		maxProducerRecords: maxProducerRecords}
+		maxProducerRecords: maxProducerRecords, compressed: cfg.Kafka.Compression != "" && cfg.Kafka.Compression != "none"}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)

@@ -69,7 +69,11 @@ func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 	}
 	topic := rec.Topic
 	if limit, ok := cache.ok[topic]; ok {
-		if size := kafka.RecordSize(rec); limit > 0 && size > limit {
+		// The broker applies the topic's limit to batches after
+		// compression: with compression on, only the broker can tell (a
+		// batch it refuses is resent one record per request, and a record
+		// refused alone is poison).
+		if size := kafka.RecordSize(rec); limit > 0 && size > limit && !s.r.compressed {
 			g.fail(rec, m, &kafka.RecordTooLargeError{Topic: topic, Size: size, Limit: limit,
 				Option: fmt.Sprintf("the max.message.bytes of topic %q", topic)})
 			return

@@ -493,12 +493,18 @@ func (e *eosSession) skipping() bool { return e != nil && e.skipOpen }
 // past the stored position again.
 func (e *eosSession) skipTxn(b *replication.Begin) error {
 	if !e.storedAt.IsZero() && b.CommitTime.After(e.storedAt.Add(commitTimeSkew)) {
-		return &FatalError{Err: fmt.Errorf("%w: transaction %d committed at %s, at %s, before %s, the position the offsets topic holds for slot %q, but after %s, when that position was written: the database was put back to an earlier point (a restore from a snapshot or a backup) after Kafka got the transactions there, and this one is new; exactly-once would skip it. To resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record from the offsets topic %q",
+		return &FatalError{Err: fmt.Errorf("%w: transaction %d committed at %s, at %s, before %s, the position the offsets topic holds for slot %q, but after %s, when that position was written: the database was put back to an earlier point (a restore from a snapshot or a backup) after Kafka got the transactions there, and this one is new; exactly-once would skip it. To resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic %q",
 			ErrTimelineForked, b.XID, b.CommitTime.UTC().Format(time.RFC3339Nano), b.FinalLSN, e.stored, e.s.start.Slot.Name,
-			e.storedAt.UTC().Format(time.RFC3339Nano), e.s.start.Slot.ConfirmedFlushLSN, e.cfg.OffsetsTopic)}
+			e.storedAt.UTC().Format(time.RFC3339Nano), e.s.start.Slot.ConfirmedFlushLSN, e.key(), e.cfg.OffsetsTopic)}
 	}
 	e.skipOpen = true
 	return nil
+}
+
+// key is the slot's record's key in the offsets topic.
+func (e *eosSession) key() []byte {
+	id := e.s.start.Identity
+	return kafka.SlotIdentity{SystemIdentifier: id.SystemIdentifier, Database: id.Database, Slot: e.s.start.Slot.Name}.Key()
 }
 
 // commitTimeSkew is how much later than the stored position's time a

@@ -391,7 +391,7 @@ func (e *eosSession) failedAck(a kafka.Ack, lsn checkpoint.LSN) (handled bool, e
 		// The coordinator's abort for the transaction's timeout bumps the
 		// epoch as a new instance's start does: the group's age tells.
 		return true, e.fenced(a.Err, e.openSince())
-	case kafka.MayBeStaleMetadata(a.Err) && s.r.staleRetried != lsn:
+	case kafka.MayBeStaleMetadata(a.Err) && !s.r.staleRetried[lsn]:
 		// The at-least-once path restarts once with fresh metadata.
 		return false, nil
 	case kafka.IsBatchRefused(a.Err) && s.r.singleUntil == 0:

@@ -52,11 +52,12 @@ type Relay struct {
 	// one per produce request: the broker refused a batch as too large,
 	// and only a record refused on its own is poison.
 	singleUntil checkpoint.LSN
-	// staleRetried is the commit LSN of the transaction a record of which
-	// Kafka refused for what may be the producer's stale metadata (see
-	// kafka.MayBeStaleMetadata): the session ended, and the next one, with
-	// a new producer, takes the same refusal for poison.
-	staleRetried checkpoint.LSN
+	// staleRetried holds the commit LSNs of the transactions a record of
+	// which Kafka refused for what may be the producer's stale metadata
+	// (see kafka.MayBeStaleMetadata): the session ended, and later ones,
+	// with a new producer, take the same refusal for poison. Those below
+	// the slot's position are dropped at each session's start.
+	staleRetried map[checkpoint.LSN]bool
 	// maxPending is maxPendingTxns, maxProducerRecords maxProducerRecords
 	// (lower in tests).
 	maxPending         int
@@ -187,7 +188,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
-		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, maxPending: maxPendingTxns,
+		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, staleRetried: map[checkpoint.LSN]bool{}, maxPending: maxPendingTxns,
 		maxProducerRecords: maxProducerRecords, compressed: cfg.Kafka.Compression != "" && cfg.Kafka.Compression != "none"}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
@@ -467,6 +468,12 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if r.singleUntil > 0 {
 		r.log.Warn("sending records one per produce request until the batch Kafka refused is confirmed",
 			zap.Stringer("until", r.singleUntil))
+	}
+	for lsn := range r.staleRetried {
+		// Confirmed: relayed or dead-lettered.
+		if lsn < slot.ConfirmedFlushLSN {
+			delete(r.staleRetried, lsn)
+		}
 	}
 	s := newSession(r, ctx, start, st, prod)
 	if txn != nil {

@@ -620,9 +620,9 @@ func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
 			return err
 		}
 	}
-	if kafka.MayBeStaleMetadata(a.Err) && s.r.staleRetried != lsn {
+	if kafka.MayBeStaleMetadata(a.Err) && !s.r.staleRetried[lsn] {
 		s.tr.Fail(id)
-		s.r.staleRetried = lsn
+		s.r.staleRetried[lsn] = true
 		s.log.Warn("Kafka refused a record for a partition or topic the producer's metadata lacks, which may be out of date (a partition added since, a leader moving): restarting with fresh metadata; refused again, the record is poison",
 			zap.String("topic", a.Topic), zap.ByteString("event_id", a.EventID), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
 		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}

@@ -224,8 +224,11 @@ type simWorld struct {
 	// batch (not on the dead-letter topic).
 	refuse string
 	// staleRefusals counts, per event, how many more times the producer
-	// refuses it for a partition its metadata lacks (-1: always).
+	// refuses it for a partition its metadata lacks (-1: always); with
+	// staleAtSend, at Send, as sarama's partitioner does, before any
+	// request.
 	staleRefusals map[string]int
+	staleAtSend   bool
 }
 
 func (w *simWorld) fail(format string, args ...any) {
@@ -994,6 +997,15 @@ type simMsg struct {
 }
 
 func (p *simProducer) Send(rec *router.Record, m kafka.Meta) {
+	if w := p.w; w.staleAtSend && w.staleRefusals[string(rec.EventID)] != 0 && rec.Topic != w.cfg.Relay.DeadLetterTopic {
+		if w.staleRefusals[string(rec.EventID)] > 0 {
+			w.staleRefusals[string(rec.EventID)]--
+		}
+		w.failedKeys[rec.Topic+"|"+string(rec.Key)] = true
+		p.acks <- kafka.Ack{Meta: m, EventID: rec.EventID, Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Sent: w.now,
+			Err: &kafka.ProduceError{Topic: rec.Topic, Err: fmt.Errorf("kafka: partition 2 does not exist: %w", sarama.ErrInvalidPartition)}}
+		return
+	}
 	if p.queue == nil {
 		p.queue = map[string][]simMsg{}
 	}

@@ -446,7 +446,7 @@ var ErrCloseTimeout = errors.New("kafka: producer did not close in time; its gor
 // producer's (kafka.max.message.bytes) or its topic's (max.message.bytes).
 type RecordTooLargeError struct {
 	Topic  string
-	Size   int // as RecordSize counts it
+	Size   int // as RecordSize (or CompressedRecordSize) counts it
 	Limit  int
 	Option string // the setting that sets Limit
 }

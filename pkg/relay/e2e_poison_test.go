@@ -484,3 +484,64 @@ func TestCompressedRecordOverTheTopicsLimitUncompressedIsSent(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// TestOversizeCompressedRecordKeepsOtherKeysInOrder: with compression on, a
+// record too large for its topic even compressed, sent to the broker,
+// takes its whole batch down with it: another key's records in that batch
+// fail too, sarama sends later batches meanwhile, and the restart resends
+// the failed ones after them, out of commit order. The relay judges such a
+// record by its size compressed and refuses it before sending (here: it is
+// dead-lettered), so key a's records arrive in commit order. One
+// transaction: a0, the large record of key b, then a1 to a2999.
+func TestOversizeCompressedRecordKeepsOtherKeysInOrder(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	topic := "outbox.event." + f.slot + "_gz"
+	cfg := f.config()
+	cfg.Kafka.Compression = "gzip"
+	dlq := f.poisonPolicy(t, &cfg, "dead-letter")
+	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{topic}, 1, 1,
+		map[string]string{"max.message.bytes": "200000"}); err != nil {
+		t.Fatal(err)
+	}
+	p := runInProcess(t, cfg)
+	f.waitStreaming(t)
+	const n = 3000
+	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1,
+			CASE WHEN g = 1 THEN 'b' ELSE 'a' END, 'T',
+			CASE WHEN g = 1 THEN json_build_object('pad', (SELECT string_agg(md5(h::text || random()::text), '') FROM generate_series(1, 20000) h))
+				ELSE json_build_object('n', g, 'pad', repeat('y', 1000)) END
+		FROM generate_series(0, $2) g ORDER BY g`, f.slot+"_gz", n); err != nil {
+		t.Fatal(err)
+	}
+	got := env.ConsumeAll(t, []string{topic}, 2*time.Minute, func(k int) bool { return k >= n })
+	var first []string
+	seen := map[string]bool{}
+	for _, m := range got {
+		id, _ := m.Header("id")
+		if string(m.Key) != "a" || seen[string(id)] {
+			continue
+		}
+		seen[string(id)] = true
+		first = append(first, string(id))
+	}
+	if len(first) != n {
+		t.Fatalf("%d distinct records of key a, want %d", len(first), n)
+	}
+	if !slices.IsSorted(first) {
+		for i := 1; i < len(first); i++ {
+			if first[i] < first[i-1] {
+				t.Fatalf("key a first delivered out of commit order: %s after %s (position %d of %d)", first[i], first[i-1], i, len(first))
+			}
+		}
+	}
+	d := env.NewConsumer(t, []string{dlq}).WaitFor(t, 1, time.Minute)[0]
+	if id, _ := d.Header("id"); string(id) != "00000000-0000-4000-8000-000000000001" {
+		t.Fatalf("dead-lettered %q, want the large record", id)
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -70,13 +70,20 @@ func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 	topic := rec.Topic
 	if limit, ok := cache.ok[topic]; ok {
 		// The broker applies the topic's limit to batches after
-		// compression: with compression on, only the broker can tell (a
-		// batch it refuses is resent one record per request, and a record
-		// refused alone is poison).
-		if size := kafka.RecordSize(rec); limit > 0 && size > limit && !s.r.compressed {
-			g.fail(rec, m, &kafka.RecordTooLargeError{Topic: topic, Size: size, Limit: limit,
-				Option: fmt.Sprintf("the max.message.bytes of topic %q", topic)})
-			return
+		// compression: a record over it uncompressed is judged by its size
+		// compressed (kafka.CompressedRecordSize). Sent to be refused, it
+		// would take its batch with it, and the other keys of that batch
+		// would reach Kafka after later records of theirs.
+		if size := kafka.RecordSize(rec); limit > 0 && size > limit {
+			option := fmt.Sprintf("the max.message.bytes of topic %q", topic)
+			if c := s.r.cfg.Kafka.Compression; s.r.compressed {
+				size = kafka.CompressedRecordSize(rec, c)
+				option += " (its size compressed with " + c + ")"
+			}
+			if size > limit {
+				g.fail(rec, m, &kafka.RecordTooLargeError{Topic: topic, Size: size, Limit: limit, Option: option})
+				return
+			}
 		}
 		s.sent++
 		s.prod.Send(rec, m)

@@ -1,0 +1,66 @@
+package kafka
+
+import (
+	"bytes"
+	"io"
+
+	"github.com/klauspost/compress/gzip"
+	snappy "github.com/klauspost/compress/snappy/xerial"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+
+	"github.com/pgoutbox/pgoutbox/router"
+)
+
+// CompressedRecordSize estimates what rec takes in a batch of its own
+// compressed with codec (none, gzip, snappy, lz4, zstd; as sarama compresses
+// a batch, at each codec's default level): the size the broker holds
+// against a topic's max.message.bytes. The record's bytes are compressed
+// as one stream, framing uncompressed. For codec none it is RecordSize.
+//
+// A record larger than a topic's limit uncompressed may be far smaller
+// compressed, and then Kafka takes it; one larger compressed too is
+// refused with the whole batch it shares, and sarama sends later batches
+// meanwhile: the other keys of that batch would reach Kafka after later
+// records of theirs. So the relay judges such a record by this estimate
+// before it sends it.
+func CompressedRecordSize(rec *router.Record, codec string) int {
+	size := RecordSize(rec)
+	var raw bytes.Buffer
+	raw.Grow(size)
+	raw.Write(rec.Key)
+	raw.Write(rec.Value)
+	for _, h := range rec.Headers {
+		raw.WriteString(h.Key)
+		raw.Write(h.Value)
+	}
+	framing := size - raw.Len()
+	var out []byte
+	switch codec {
+	case "gzip":
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		_, _ = w.Write(raw.Bytes())
+		_ = w.Close()
+		out = b.Bytes()
+	case "snappy":
+		out = snappy.Encode(nil, raw.Bytes())
+	case "lz4":
+		var b bytes.Buffer
+		w := lz4.NewWriter(&b)
+		_ = w.Apply(lz4.BlockSizeOption(lz4.Block64Kb))
+		_, _ = io.Copy(w, &raw)
+		_ = w.Close()
+		out = b.Bytes()
+	case "zstd":
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			return size
+		}
+		out = enc.EncodeAll(raw.Bytes(), nil)
+		_ = enc.Close()
+	default:
+		return size
+	}
+	return framing + len(out)
+}

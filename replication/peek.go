@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -188,4 +189,39 @@ func WaitFlushed(ctx context.Context, q interface {
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}
+}
+
+// CarriedAllAlong says whether publication has carried table (its own
+// row, its schema's, or FOR ALL TABLES), with its present options, since
+// before anything slot may still decode: the rows of pg_publication and of
+// its membership were written by transactions that ended before the
+// slot's catalog_xmin, so every catalog snapshot its pending changes are
+// decoded with sees them. A publication that gained the table later shows
+// none of the inserts written before that (decoding judges each change by
+// the publication as it was then), though the catalog says it carries
+// the table now. why names what is younger when it has not.
+func CarriedAllAlong(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, slot, publication, table string) (ok bool, why string, err error) {
+	var found, pubOld, allTables bool
+	var relOld, nsOld *bool
+	err = q.QueryRow(ctx, `SELECT true, age(p.xmin) > age(s.catalog_xmin), p.puballtables,
+			(SELECT age(r.xmin) > age(s.catalog_xmin) FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid),
+			(SELECT age(n.xmin) > age(s.catalog_xmin) FROM pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = c.relnamespace)
+		FROM pg_replication_slots s, pg_publication p, pg_class c
+		WHERE s.slot_name = $1 AND p.pubname = $2 AND c.oid = to_regclass($3) AND s.catalog_xmin IS NOT NULL`,
+		slot, publication, quoteTable(table)).Scan(&found, &pubOld, &allTables, &relOld, &nsOld)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Sprintf("slot %q, publication %q or table %s not found", slot, publication, table), nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("replication: when publication %q took in %s: %w", publication, table, err)
+	}
+	switch {
+	case !pubOld:
+		return false, fmt.Sprintf("publication %q was created or altered after the oldest change slot %q may still decode", publication, slot), nil
+	case allTables, relOld != nil && *relOld, nsOld != nil && *nsOld:
+		return true, "", nil
+	}
+	return false, fmt.Sprintf("publication %q took in %s after the oldest change slot %q may still decode", publication, table, slot), nil
 }

@@ -212,6 +212,9 @@ func TestHandoverKeepsThePendingInsertsOfPartitions(t *testing.T) {
 	wrong := f.pollConfig()
 	wrong.Poll.HandoverSlot = f.slot
 	wrong.Postgres.Publication = f.pub + "_none"
+	// Without the WAL relay's state row, which names its publication (the
+	// handover then reads through that one).
+	wrong.Postgres.StateTable = ""
 	bad := runInProcess(t, wrong)
 	err := bad.exited(t, time.Minute)
 	var fe *relay.FatalError

@@ -298,3 +298,67 @@ func TestHandoverRefusesASlotMovedPastItsFence(t *testing.T) {
 	handover("is held")
 	unpublished("after the second refused handover")
 }
+
+// TestHandoverReadsThroughAPublicationThatCarriedTheTableAllAlong: the
+// handover names the slot's pending inserts by decoding them through a
+// publication, and decoding judges each change by the publication as it
+// was when the change was written. The poll relay's
+// postgres.publication.name may be another than the WAL relay's: one
+// given the table after the pending inserts (as the handover's own
+// refusal of a publication without the table advised) passed the catalog
+// check, named none of them, and they were marked published without ever
+// being relayed. With the WAL relay's state row, the handover now reads
+// through the publication it recorded, and the pending row is published;
+// without one, a publication that took the table in after what the slot
+// still holds is refused, and nothing is marked.
+func TestHandoverReadsThroughAPublicationThatCarriedTheTableAllAlong(t *testing.T) {
+	env := testenv.Require(t)
+	ctx := context.Background()
+	for _, recorded := range []bool{true, false} {
+		t.Run(map[bool]string{true: "state_row", false: "no_state_row"}[recorded], func(t *testing.T) {
+			f, c, relayed := handoverFixture(t, env, nil)
+			pending := f.insertEvents(t, "0002", 2, nil)
+			late := "late_" + f.pub[len(f.pub)-10:]
+			f.exec(t, "CREATE PUBLICATION "+late+" FOR TABLE outbox WITH (publish = 'insert')")
+
+			pcfg := f.pollConfig()
+			pcfg.Poll.HandoverSlot = f.slot
+			pcfg.Postgres.Publication = late
+			if !recorded {
+				pcfg.Postgres.StateTable = ""
+				bad := runInProcess(t, pcfg)
+				err := bad.exited(t, time.Minute)
+				var fe *relay.FatalError
+				if !errors.As(err, &fe) || !strings.Contains(err.Error(), "after the oldest change slot") {
+					t.Fatalf("handover through a publication that took the table in later: %v, want a fatal error saying so", err)
+				}
+				// Nothing marked: the relayed rows too stay unpublished.
+				if n, want := f.unpublished(t), len(relayed)+len(pending); n != want {
+					t.Fatalf("%d unpublished rows after the refused handover, want %d", n, want)
+				}
+				if confirmed, _ := f.slotState(t); confirmed == 0 {
+					t.Fatal("the refused handover dropped the slot")
+				}
+				return
+			}
+			stop := runRelay(t, pcfg)
+			testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+				confirmed, _ := f.slotState(t)
+				return confirmed == 0, "the handover did not drop the slot"
+			})
+			want := append(slices.Clone(relayed), pending...)
+			msgs := c.WaitFor(t, len(want), time.Minute)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(want)
+			if got := receivedIDs(msgs); !slices.Equal(got, want) {
+				t.Fatalf("received %v, want %v: the pending rows must be published, not marked", got, want)
+			}
+			var unpublished int
+			if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published_at IS NULL").Scan(&unpublished); err != nil || unpublished != 0 {
+				t.Fatalf("%d rows unpublished (%v)", unpublished, err)
+			}
+		})
+	}
+}

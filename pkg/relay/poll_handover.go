@@ -63,15 +63,26 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	if st.Active {
 		return fmt.Errorf("%w: a WAL relay still streams from slot %q (walsender PID %d); stop it (SIGTERM), and this relay takes over", errWaitingForOthers, slot, st.ActivePID)
 	}
-	if err := pr.slotJudged(ctx, conn, st); err != nil {
+	recorded, err := pr.slotJudged(ctx, conn, st)
+	if err != nil {
 		return err
 	}
 	// The peek sees the pending inserts only through a publication that
 	// carries every one of them: through any other (missing, which
 	// PostgreSQL 18 only warns about; without the table; not publishing
 	// inserts; filtering rows) it names fewer, and every row it does not
-	// name would be marked published without ever being relayed.
+	// name would be marked published without ever being relayed. The WAL
+	// relay's own (its state row names it) carried them as it streamed;
+	// another must have carried the table since before anything the slot
+	// still holds, since decoding judges each change by the publication
+	// as it was then: one that took the table in later (as the refusal
+	// below advises) shows none of the inserts before.
 	pcfg := r.cfg.Postgres
+	if recorded != "" && recorded != pcfg.Publication {
+		r.log.Info("handover: reading the slot's pending changes through the publication the WAL relay streamed through",
+			zap.String("slot", slot), zap.String("publication", recorded), zap.String("postgres.publication.name", pcfg.Publication))
+		pcfg.Publication = recorded
+	}
 	pcfg.Tables = []string{t.Name}
 	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
 	if err != nil {
@@ -80,6 +91,16 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	if p := cat.Problems(pcfg); len(p) > 0 {
 		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q reads its pending inserts through publication %q (postgres.publication.name: set it to the WAL relay's), which cannot show them all, so rows it relayed cannot be told from rows it did not: %w",
 			slot, pcfg.Publication, &replication.CatalogError{Publication: pcfg.Publication, Problems: p, Err: replication.ErrCatalogUnusable})}
+	}
+	if recorded == "" {
+		ok, why, err := replication.CarriedAllAlong(ctx, conn, slot, pcfg.Publication, t.Name)
+		if err != nil {
+			return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
+		}
+		if !ok {
+			return &FatalError{Err: fmt.Errorf("relay: handover from slot %q reads its pending inserts through publication %q, and %s: decoding judges each change by the publication as it was then, so the inserts before would not be named, and would be marked published without being relayed; nothing was marked: set postgres.publication.name to the WAL relay's publication, or run the WAL relay until it has relayed everything and stop it",
+				slot, pcfg.Publication, why)}
+		}
 	}
 	walRelayed, known, err := pr.walTables(ctx, conn, slot)
 	if err != nil {
@@ -105,7 +126,7 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	if err := replication.WaitFlushed(ctx, tx, lsn, handoverFlushWait, waiting); err != nil {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
 	}
-	pending, err := replication.PeekPending(ctx, tx, slot, r.cfg.Postgres.Publication, t.Name, t.IDColumn, r.cfg.Messages.Prefix, lsn)
+	pending, err := replication.PeekPending(ctx, tx, slot, pcfg.Publication, t.Name, t.IDColumn, r.cfg.Messages.Prefix, lsn)
 	if err != nil {
 		return err
 	}
@@ -117,7 +138,7 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	pending.Others = pr.unrelayedElsewhere(slot, pending.Others, walRelayed, known, cat.AllTables)
 	if len(pending.Others) > 0 {
 		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: the slot holds inserts it has not relayed into tables this poll relay does not read: %s; a poll relay reads %s only, and they would be dropped with the slot: run the WAL relay until it has relayed them (or take those tables out of publication %q if they are not outbox tables), stop it and start again; nothing was marked",
-			slot, replication.OtherTables(pending.Others), t.Name, r.cfg.Postgres.Publication)}
+			slot, replication.OtherTables(pending.Others), t.Name, pcfg.Publication)}
 	}
 	n, err := poll.MarkRelayed(ctx, tx, t, pending.Inserts)
 	if err != nil {
@@ -192,13 +213,14 @@ func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string
 // gap (or another, see replication.CleanupHold) that was not resolved.
 // Either way the handover would mark rows published that never reached
 // Kafka. Without a state row there is nothing to judge by: a warning says
-// so.
-func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot replication.SlotState) error {
+// so. It returns the publication the WAL relay streamed through, as its
+// state row records it ("" without one).
+func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot replication.SlotState) (string, error) {
 	r, table := pr.r, pr.r.cfg.Postgres.StateTable
-	noRecord := func(why string) error {
+	noRecord := func(why string) (string, error) {
 		r.log.Warn("handover: no record of the WAL relay's sessions on the slot ("+why+"), so whether something other than pgoutbox moved it cannot be told; every row before its position is taken as relayed",
 			zap.String("slot", slot.Name), zap.String("state_table", table))
-		return nil
+		return "", nil
 	}
 	if table == "" {
 		return noRecord("postgres.state.table is empty")
@@ -209,7 +231,7 @@ func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot repli
 		return noRecord("the state table does not exist")
 	}
 	if err != nil {
-		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+		return "", fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
 	}
 	if !found {
 		return noRecord("the state table has no row for it")
@@ -226,25 +248,25 @@ func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot repli
 	}
 	never, _, err := replication.NeverStreamed(ctx, conn, pcfg, st)
 	if err != nil {
-		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+		return "", fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
 	}
 	if len(never) > 0 {
-		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: rows of %s before the slot's position were never in its stream, so the position does not say which rows were relayed; nothing was marked: %s; start the WAL relay (pgoutbox run with the WAL source) once: it stops, holds cleanup and says how to go on",
+		return "", &FatalError{Err: fmt.Errorf("relay: handover from slot %q: rows of %s before the slot's position were never in its stream, so the position does not say which rows were relayed; nothing was marked: %s; start the WAL relay (pgoutbox run with the WAL source) once: it stops, holds cleanup and says how to go on",
 			slot.Name, pr.table.Name, strings.Join(never, "; "))}
 	}
 	hold, err := replication.CleanupHold(ctx, conn, table, slot.Name)
 	if err != nil {
-		return fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+		return "", fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
 	}
 	if hold != "" {
-		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: cleanup of the slot is held (%s), so its position does not say which rows were relayed; nothing was marked: relay those events from the outbox table, release the hold (pgoutbox cleanup --release-hold=%s) and start again",
+		return "", &FatalError{Err: fmt.Errorf("relay: handover from slot %q: cleanup of the slot is held (%s), so its position does not say which rows were relayed; nothing was marked: relay those events from the outbox table, release the hold (pgoutbox cleanup --release-hold=%s) and start again",
 			slot.Name, hold, replication.HoldID(hold))}
 	}
 	if st.FencePassedBy(slot.ConfirmedFlushLSN) {
-		return &FatalError{Err: fmt.Errorf("%w: handover from slot %q: the slot is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down), so its position does not say which rows were relayed; nothing was marked: start the WAL relay (pgoutbox run with the WAL source) once: it tells these apart, holds cleanup where events may have been skipped, and says how to go on",
+		return "", &FatalError{Err: fmt.Errorf("%w: handover from slot %q: the slot is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down), so its position does not say which rows were relayed; nothing was marked: start the WAL relay (pgoutbox run with the WAL source) once: it tells these apart, holds cleanup where events may have been skipped, and says how to go on",
 			replication.ErrSlotAdvanced, slot.Name, slot.ConfirmedFlushLSN, st.StoppedLSN)}
 	}
-	return nil
+	return st.Publication, nil
 }
 
 // unrelayedElsewhere keeps, of the other relations' pending inserts, those

@@ -240,3 +240,42 @@ func TestHandoverKeepsThePendingInsertsOfPartitions(t *testing.T) {
 		t.Fatalf("the WAL source's slot is still there (confirmed %s)", confirmed)
 	}
 }
+
+// TestInitialSnapshotKeepsOneTransactionsRowsOfAKeyInOrder: without a seq
+// column the snapshot orders rows by created_at, which is their
+// transaction's start (now()) and the same for all of them. PostgreSQL's
+// sort is not stable: of 1,500 keys each written twice by a transaction of
+// its own, many had their events published second first. The row's place in
+// the table now breaks the tie: every key's events arrive in the order
+// written.
+func TestInitialSnapshotKeepsOneTransactionsRowsOfAKeyInOrder(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	const keys = 1500
+	// Each key's two events share a created_at, as one transaction's do;
+	// the keys' created_at values are out of the table's order, as
+	// concurrent transactions leave them, so the sort has work to do.
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at)
+		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % $2), 'T', json_build_object('n', g),
+			'2026-01-01'::timestamptz + ((g % $2) * 7919 % 1000) * interval '1 ms'
+		FROM generate_series(0, 2 * $2 - 1) g ORDER BY g`, f.shape.AggregateTypes[0], keys)
+	cfg := f.config()
+	cfg.Snapshot.Mode = relay.SnapshotInitial
+	stop := runRelay(t, cfg)
+	msgs := env.ConsumeAll(t, f.topics[:1], time.Minute, func(n int) bool { return n >= 2*keys })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]string{}
+	wrong := 0
+	for _, m := range msgs {
+		id, _ := m.Header("id")
+		if prev, ok := last[string(m.Key)]; ok && string(id) < prev {
+			wrong++
+		}
+		last[string(m.Key)] = string(id)
+	}
+	if wrong > 0 || len(last) != keys {
+		t.Fatalf("%d of %d keys had their events out of the order written (%d records)", wrong, len(last), len(msgs))
+	}
+}

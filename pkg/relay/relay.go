@@ -62,6 +62,9 @@ type Relay struct {
 	// (lower in tests).
 	maxPending         int
 	maxProducerRecords int64
+	// snapshotFrom is where the first attempt of this process's initial
+	// snapshot started (its slot's consistent point).
+	snapshotFrom checkpoint.LSN
 	// compressed: records are compressed (kafka.compression is not none).
 	compressed bool
 	// eosStarted: a session of this process started exactly-once mode (a

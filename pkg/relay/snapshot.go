@@ -104,6 +104,16 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 		return err
 	}
 	defer snap.Close(ctx)
+	if *started && r.snapshotFrom != 0 && r.snapshotFrom < snap.ConsistentPoint {
+		// The earlier attempt's temporary slot went with its connection:
+		// what only WAL held between the two points is in neither slot
+		// nor snapshot.
+		r.log.Error("initial snapshot taken again after a failed attempt: events that only WAL held between the two attempts' starting points (table-less messages, rows deleted by their own transaction) are not relayed; rows still in the outbox tables are",
+			zap.String("slot", pc.Slot), zap.Stringer("first_attempt_lsn", r.snapshotFrom), zap.Stringer("this_attempt_lsn", snap.ConsistentPoint))
+	}
+	if r.snapshotFrom == 0 {
+		r.snapshotFrom = snap.ConsistentPoint
+	}
 	*started = true
 	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot)
 	if err != nil {
@@ -223,7 +233,27 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 	case slices.Contains(cols, poll.ColumnSeq):
 		sql += " ORDER BY " + poll.ColumnSeq
 	case slices.Contains(cols, poll.ColumnCreatedAt):
-		sql += " ORDER BY " + poll.ColumnCreatedAt
+		// created_at is its transaction's start (now()), the same for all
+		// of its rows: sorted on it alone, which is no stable sort, one
+		// transaction's rows of a key came out in any order. The row's
+		// place in the table breaks the tie (a transaction's rows are
+		// appended in the order written); the commit time, when the server
+		// keeps it, orders transactions as they committed, not as they
+		// began.
+		order := poll.ColumnCreatedAt + ", ctid"
+		var commitTS string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('track_commit_timestamp')").Scan(&commitTS); err != nil {
+			return 0, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
+		}
+		if commitTS == "on" {
+			order = "pg_xact_commit_timestamp(xmin) NULLS FIRST, " + order
+		} else {
+			r.log.Warn("initial snapshot: the table has no seq column and the server does not keep commit times (track_commit_timestamp), so its rows are published in the order their transactions began: a key written by two transactions at once may come out in the other order",
+				zap.String("table", table))
+		}
+		sql += " ORDER BY " + order
+	default:
+		sql += " ORDER BY ctid"
 	}
 	if _, err := tx.Exec(ctx, "DECLARE pgoutbox_snapshot NO SCROLL CURSOR FOR "+sql); err != nil {
 		return 0, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)

@@ -132,3 +132,92 @@ func TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore(t *testing.
 		t.Fatalf("known partitions looked at again: %v %v %v", problems, checked, err)
 	}
 }
+
+// TestRowsFromBeforeAJoinAreNotHiddenByARewrite: the checks for rows an
+// outbox table or partition held before it joined (never in the stream)
+// compare each row's transaction with the joining one. An ALTER TABLE that
+// rewrites the table (a column added with a volatile default, a type
+// changed) writes every row again with its own, newer transaction, and
+// the rows from before then passed as newer. A table or partition
+// rewritten after it joined is now named as one that could not be told
+// (its caller holds cleanup), never passed. On a real server: a partition
+// written into, attached, then rewritten with its table; a table written
+// into, added to the publication, then rewritten.
+func TestRowsFromBeforeAJoinAreNotHiddenByARewrite(t *testing.T) {
+	env := testenv.Require(t)
+	dsn := env.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE TABLE outbox (id uuid, n int NOT NULL) PARTITION BY RANGE (n)")
+	exec("CREATE TABLE outbox2 (id uuid, n int NOT NULL)")
+	exec("CREATE PUBLICATION rewrite_pub FOR TABLE outbox WITH (publish_via_partition_root = true)")
+	exec("CREATE TABLE p_before (LIKE outbox)")
+	exec("INSERT INTO p_before VALUES (gen_random_uuid(), 5)")
+	exec("ALTER TABLE outbox ATTACH PARTITION p_before FOR VALUES FROM (0) TO (10)")
+	exec("INSERT INTO outbox2 VALUES (gen_random_uuid(), 1)")
+	exec("ALTER PUBLICATION rewrite_pub ADD TABLE outbox2")
+	cfg := replication.Config{Publication: "rewrite_pub", Tables: []string{"public.outbox", "public.outbox2"}}
+	check := func() (partition, table string) {
+		t.Helper()
+		cat, err := replication.ReadCatalog(ctx, conn, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, unknown, checked, err := replication.AttachedWithOlderRows(ctx, conn, &cat, map[uint32]uint32{}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case len(problems) == 1 && strings.Contains(problems[0], "p_before"):
+			partition = "rows from before"
+		case len(unknown) == 1 && strings.Contains(unknown[0].Why, "rewritten"):
+			partition = "rewritten"
+		case len(checked) == 1:
+			partition = "passed"
+		}
+		var outbox, outbox2 uint32
+		for _, tb := range cat.Tables {
+			switch tb.Name {
+			case "public.outbox":
+				outbox = tb.OID
+			case "public.outbox2":
+				outbox2 = tb.OID
+			}
+		}
+		// The last session relayed outbox alone: outbox2 is new to it.
+		st := replication.State{PublicationOID: cat.Publication, TableOIDs: map[string]uint32{"public.outbox": outbox}}
+		problems, unknownTables, err := replication.JoinedWithOlderRows(ctx, conn, cfg, &st, &cat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case outbox2 == 0:
+		case len(problems) == 1 && strings.Contains(problems[0], "outbox2"):
+			table = "rows from before"
+		case len(unknownTables) == 1 && strings.Contains(unknownTables[0], "rewritten"):
+			table = "rewritten"
+		case len(problems) == 0 && len(unknownTables) == 0:
+			table = "passed"
+		}
+		return partition, table
+	}
+	if p, tb := check(); p != "rows from before" || tb != "rows from before" {
+		t.Fatalf("before the rewrite: partition %q, table %q; want both holding rows from before", p, tb)
+	}
+	exec("ALTER TABLE outbox ADD COLUMN r float8 DEFAULT random()")
+	exec("ALTER TABLE outbox2 ADD COLUMN r float8 DEFAULT random()")
+	if p, tb := check(); p != "rewritten" || tb != "rewritten" {
+		t.Fatalf("after the rewrite: partition %q, table %q; want both named as rewritten, not passed", p, tb)
+	}
+}

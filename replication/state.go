@@ -680,10 +680,13 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 		if _, ok := s.TableOIDs[t.Name]; ok || t.OID == 0 {
 			continue
 		}
-		var older, named bool
-		err := conn.QueryRow(ctx, `WITH m AS (SELECT pr.xmin AS x FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = $2::oid)
+		var older, named, rewritten bool
+		err := conn.QueryRow(ctx, `WITH m AS (SELECT pr.xmin AS x FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = $2::oid),
+				k AS (SELECT xmin AS x FROM pg_class WHERE oid = $2::oid)
 			SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r
-				WHERE NOT EXISTS (SELECT 1 FROM m) OR age(r.xmin) < 0 OR age(r.xmin) > (SELECT age(x) FROM m))`, c.Publication, t.OID).Scan(&named, &older)
+				WHERE NOT EXISTS (SELECT 1 FROM m) OR age(r.xmin) < 0 OR age(r.xmin) > (SELECT age(x) FROM m)),
+			EXISTS (SELECT 1 FROM m, k WHERE age(k.x) < age(m.x)) AND EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r, k WHERE r.xmin = k.x)`,
+			c.Publication, t.OID).Scan(&named, &older, &rewritten)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
 			unknown = append(unknown, fmt.Sprintf("outbox table %s is new to pgoutbox and its role may not read it to look for rows it may never have relayed (%s): if it holds rows written before it joined publication %s (or, in a FOR ALL TABLES publication, while it was not configured), they were never relayed",
@@ -692,6 +695,11 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("replication: look for rows of %s from before pgoutbox relayed it: %w", t.Name, err)
+		}
+		if !older && rewritten {
+			unknown = append(unknown, fmt.Sprintf("outbox table %s is new to pgoutbox and was rewritten after it joined publication %s (an ALTER TABLE that rewrites every row with its own transaction: a column's type changed, a column added with a volatile default), so rows written before it joined cannot be told from later ones by their transaction: if it holds some, they were never relayed",
+				t.Name, cfg.Publication))
+			continue
 		}
 		if !older {
 			continue
@@ -740,7 +748,7 @@ func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, know
 				// whose rows are taken as they are.
 				continue
 			}
-			older, err := partitionHoldsOlderRows(ctx, conn, p, scanTimeout)
+			older, rewritten, err := partitionHoldsOlderRows(ctx, conn, p, scanTimeout)
 			var pe *pgconn.PgError
 			switch {
 			case errors.Is(err, errPartitionGone):
@@ -751,6 +759,11 @@ func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, know
 				continue
 			case err != nil:
 				return nil, nil, nil, fmt.Errorf("replication: look for rows of partition %s from before it became part of %s: %w", p.Name, t.Name, err)
+			}
+			if !older && rewritten {
+				unknown = append(unknown, Unlooked{OID: p.OID, Joined: p.Joined, Why: fmt.Sprintf("partition %s of outbox table %s was rewritten after it became part of it (an ALTER TABLE that rewrites every row with its own transaction: a column's type changed, a column added with a volatile default), so rows written before its attach cannot be told from later ones by their transaction: if it holds some, they were never relayed",
+					p.Name, t.Name)})
+				continue
 			}
 			if older {
 				problems = append(problems, fmt.Sprintf("partition %s (OID %d) of outbox table %s holds rows written before it became part of it (transaction %d attached it): PostgreSQL decoded them as %s's own rows, not as %s's, so they were never relayed; relay them yourself if they are events (a poll relay, or the rows' ids), or delete them (if the partition was detached and attached again, they may have been relayed while it was attached before)",
@@ -774,14 +787,14 @@ var errPartitionGone = errors.New("replication: partition dropped")
 // partitionHoldsOlderRows scans partition p for a row written before its
 // attach, in a transaction of its own whose statement_timeout is timeout
 // (the server stops a scan the client gave up on only so).
-func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInfo, timeout time.Duration) (bool, error) {
+func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInfo, timeout time.Duration) (older, rewritten bool, err error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", max(timeout.Milliseconds(), 1))); err != nil {
-		return false, err
+		return false, false, err
 	}
 	// By OID: a partition's name need not be one the include list could
 	// spell.
@@ -789,10 +802,10 @@ func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInf
 	err = tx.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, k.relname) FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace
 		WHERE k.oid = $1::oid`, p.OID).Scan(&q)
 	if errors.Is(err, pgx.ErrNoRows) { // detached and dropped meanwhile
-		return false, errPartitionGone
+		return false, false, errPartitionGone
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	// Rows of the attaching transaction's earlier commands; and, for a
 	// table that existed before, rows of older transactions. (A table
@@ -802,14 +815,19 @@ func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInf
 	if !p.CreatedJoining() {
 		cond += ` OR age(r.xmin) < 0 OR age(r.xmin) > age($1::text::xid)`
 	}
-	var older bool
-	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE `+cond+`)`,
-		strconv.FormatUint(uint64(p.Joined), 10), int64(p.JoinedCmd)).Scan(&older)
+	// A rewrite after the attach (ALTER TABLE changing a column's type,
+	// adding one with a volatile default) writes every row again with its
+	// own transaction, which the table's pg_class row then carries too:
+	// rows from before look newer than the attach.
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE `+cond+`),
+			age(k.xmin) < age($1::text::xid) AND EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE r.xmin = k.xmin)
+		FROM pg_class k WHERE k.oid = $3::oid`,
+		strconv.FormatUint(uint64(p.Joined), 10), int64(p.JoinedCmd), p.OID).Scan(&older, &rewritten)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table: dropped meanwhile
-		return false, errPartitionGone
+	if errors.As(err, &pe) && pe.Code == "42P01" || errors.Is(err, pgx.ErrNoRows) { // dropped meanwhile
+		return false, false, errPartitionGone
 	}
-	return older, err
+	return older, rewritten, err
 }
 
 // NeverStreamed names what the relay's next start would find since its

@@ -40,7 +40,9 @@ else, holds it too. A slot past the fence the relay's last session
 recorded, or no row for the slot in the state table, also stops cleanup
 before it deletes anything. Cleanup reads the hold and the fence from
 postgres.state.table: its role needs SELECT on that table (and UPDATE for
---release-hold).
+--release-hold). Without a state table the WAL source's cleanup refuses
+unless --without-state-table is given: nothing then records what would
+make the slot's position say nothing of rows never relayed.
 
 The retention is poll.retention unless --retention is given (0s: everything
 relayed). Exit status 0, 1 when something failed, 2 for bad flags or
@@ -53,6 +55,7 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 	retention := c.fs.Duration("retention", 0, "delete rows relayed longer ago than this (default poll.retention)")
 	marks := c.fs.String("marks-table", poll.DefaultMarksTable, "the WAL source's cleanup marks (created when missing)")
 	release := c.fs.String("release-hold", "", "the WAL source: clear the hold with this ID (a held cleanup prints it), once the events of the gap it names are relayed, and clean up")
+	noState := c.fs.Bool("without-state-table", false, "the WAL source with postgres.state.table empty: delete by the slot's position though nothing records what could make it say nothing of rows never relayed")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
@@ -73,6 +76,15 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	if *release != "" && isPoll(cfg) {
 		fmt.Fprintln(stderr, "pgoutbox: configuration: --release-hold: relay.source is poll, whose cleanup is never held (it deletes by published_at); the flag is for relay.source wal")
+		return exitConfig
+	}
+	if !isPoll(cfg) && cfg.Postgres.StateTable == "" && !*noState {
+		// The state row is what records a slot that vanished and was made
+		// again (the relay, without one, makes it again silently), a
+		// catalog change, a slot moved by something else, rows that
+		// joined the outbox without being streamed: each makes the slot's
+		// position say nothing of rows it never relayed.
+		fmt.Fprintln(stderr, "pgoutbox: configuration: postgres.state.table is empty, so nothing records a slot that vanished and was made again, a catalog change or a slot moved by something else, after which the slot's position says nothing of rows never relayed; nothing was deleted: keep a state table (the default), or pass --without-state-table to delete by the slot's position anyway")
 		return exitConfig
 	}
 	ctx := context.Background()

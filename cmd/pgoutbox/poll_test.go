@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,6 +203,17 @@ func TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed(t *testing.T) {
 	cleanup("deleted 2 rows")
 	if rows("B") != 0 {
 		t.Fatalf("after the slot passed the mark after B: B %d, want 0", rows("B"))
+	}
+	// Without a state table nothing records a slot made again, a catalog
+	// change or a slot moved: refused unless asked for.
+	insert("C", 1)
+	noState := append(slices.Clone(env), "PGOUTBOX_POSTGRES_STATE_TABLE=")
+	r = invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, noState)
+	if r.code != exitConfig || !strings.Contains(r.stderr, "--without-state-table") || rows("C") != 1 {
+		t.Fatalf("cleanup without a state table: want exit 2 naming --without-state-table, and C kept:\n%s", r)
+	}
+	if r = invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks", "--without-state-table"}, noState); r.code != exitOK {
+		t.Fatalf("cleanup --without-state-table: want exit 0:\n%s", r)
 	}
 	f.exec(t, "SELECT pg_drop_replication_slot($1)", f.slot)
 	r = invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, env)

@@ -165,12 +165,14 @@ func (c *Config) Validate() error {
 	if l.MaxInFlightBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("relay: max.inflight.bytes %d too small: use at least 1024", l.MaxInFlightBytes))
 	}
-	if h := int64(eosHeadroom(c.Kafka.ExactlyOnce)); c.Kafka.RetryBufferBytes > 0 && l.MaxInFlightBytes > 0 && c.Kafka.RetryBufferBytes < h*l.MaxInFlightBytes {
+	if h := int64(eosHeadroom(c.Kafka.ExactlyOnce)); c.Kafka.RetryBufferBytes > 0 && l.MaxInFlightBytes > 0 &&
+		c.Kafka.RetryBufferBytes < h*l.MaxInFlightBytes+int64(c.Kafka.MaxMessageBytes) {
 		// sarama drops records from the middle of a full retry buffer and
 		// sends later ones: their keys' order is lost, and each dropped
-		// record restarts the relay.
-		errs = append(errs, fmt.Errorf("relay: max.inflight.bytes %d is more than kafka retry.buffer.bytes %d can hold while a broker is away (%d times it with kafka.exactly.once): raise retry.buffer.bytes or lower max.inflight.bytes",
-			l.MaxInFlightBytes, c.Kafka.RetryBufferBytes, h))
+		// record restarts the relay. (The loop may pass the cap by one
+		// record.)
+		errs = append(errs, fmt.Errorf("relay: max.inflight.bytes %d is more than kafka retry.buffer.bytes %d can hold while a broker is away (%d times it with kafka.exactly.once, plus one record of kafka.max.message.bytes %d): raise retry.buffer.bytes or lower max.inflight.bytes",
+			l.MaxInFlightBytes, c.Kafka.RetryBufferBytes, h, c.Kafka.MaxMessageBytes))
 	}
 	if l.ProgressInterval <= 0 {
 		errs = append(errs, fmt.Errorf("relay: progress.interval %s must be positive", l.ProgressInterval))

@@ -97,10 +97,11 @@ func TestInFlightBytesMustFitTheRetryBuffer(t *testing.T) {
 		eos, refused     bool
 	}{
 		{8 << 20, 256 << 20, false, false},
-		{256 << 20, 256 << 20, false, false},
+		{255 << 20, 256 << 20, false, false},
+		{256 << 20, 256 << 20, false, true},
 		{300 << 20, 256 << 20, false, true},
 		{200 << 20, 256 << 20, true, true},
-		{100 << 20, 256 << 20, true, false},
+		{127 << 20, 256 << 20, true, false},
 	} {
 		cfg := DefaultConfig()
 		cfg.Postgres.DSN, cfg.Kafka.Brokers = "postgres://x", []string{"k:9092"}

@@ -855,8 +855,10 @@ func (s *session) message(m *replication.Message) error {
 		if s.tr.Open() {
 			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
 		}
+		// Read up to it, whether skipped or not: every commit before it
+		// was sent.
+		s.eos.readTo(m.LSN)
 		if s.eos.skipMessage(m.LSN) {
-			s.eos.readTo(m.LSN)
 			return nil
 		}
 		id, err := s.tr.Begin()

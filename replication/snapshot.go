@@ -89,6 +89,12 @@ func (s *SnapshotSlot) Persist(ctx context.Context, conn *pgx.Conn, slot string)
 	return st, nil
 }
 
+// Alive says whether the replication connection, which holds the
+// temporary slot and keeps the exported snapshot valid, is still open as
+// far as the client knows (a server that ended it says so at the next
+// import of the snapshot).
+func (s *SnapshotSlot) Alive() bool { return !s.conn.IsClosed() }
+
 // Close ends the replication connection: the temporary slot and the
 // snapshot go with it.
 func (s *SnapshotSlot) Close(ctx context.Context) {

@@ -279,3 +279,45 @@ func TestInitialSnapshotKeepsOneTransactionsRowsOfAKeyInOrder(t *testing.T) {
 		t.Fatalf("%d of %d keys had their events out of the order written (%d records)", wrong, len(last), len(msgs))
 	}
 }
+
+// TestInitialSnapshotTriedAgainKeepsWhatOnlyWALHeld: a snapshot attempt
+// that fails half-way (here its SQL connection is ended) is tried again.
+// The retry took a new temporary slot, starting later: a table-less
+// message committed between the two starting points was in neither slot
+// nor snapshot, and was lost without a word. The retry now publishes again
+// in the same snapshot, from the same temporary slot, which the failure
+// left open: the message arrives, and every row.
+func TestInitialSnapshotTriedAgainKeepsWhatOnlyWALHeld(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	const rows = 20000
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
+		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
+	cfg := f.config()
+	cfg.Snapshot.Mode = relay.SnapshotInitial
+	cfg.Snapshot.BatchSize = 20
+	cfg.Relay.RestartBackoff = 50 * time.Millisecond
+	c := env.NewConsumer(t, f.topics[:1])
+	stop := runRelay(t, cfg)
+	c.WaitFor(t, 1, time.Minute)
+	const message = "00000000-0000-4000-8000-000900000099"
+	f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
+		fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, message, f.shape.AggregateTypes[0]))
+	var ended int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgoutbox-snapshot' AND datname = current_database()").Scan(&ended); err != nil || ended != 1 {
+		t.Fatalf("ended %d snapshot connections (%v), want 1: the snapshot was over before the test could end it", ended, err)
+	}
+	got := map[string]bool{}
+	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Poll() {
+			id, _ := m.Header("id")
+			got[string(id)] = true
+		}
+		return got[message] && len(got) == rows+1, fmt.Sprintf("%d distinct events, the message among them: %v; want %d and the message", len(got), got[message], rows+1)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -38,8 +38,17 @@ import (
 func (r *Relay) runSnapshot(ctx context.Context) error {
 	backoff := r.cfg.Relay.RestartBackoff
 	started := false
+	// Kept across attempts while it lives: a new one would start later,
+	// and what only WAL held in between (table-less messages, rows
+	// deleted by their own transaction) would be in neither.
+	var snap *replication.SnapshotSlot
+	defer func() {
+		if snap != nil {
+			snap.Close(ctx)
+		}
+	}()
 	for {
-		err := r.initialSnapshot(ctx, &started)
+		err := r.initialSnapshot(ctx, &started, &snap)
 		var fe *FatalError
 		switch {
 		case err == nil, ctx.Err() != nil:
@@ -61,8 +70,11 @@ func (r *Relay) runSnapshot(ctx context.Context) error {
 }
 
 // initialSnapshot publishes the outbox tables' rows and creates the slot,
-// unless the slot exists. started is set once it began publishing.
-func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
+// unless the slot exists. started is set once it began publishing. *kept
+// is the temporary slot and snapshot of an earlier attempt, used again
+// while it lives, and left there for the next attempt when this one
+// fails.
+func (r *Relay) initialSnapshot(ctx context.Context, started *bool, kept **replication.SnapshotSlot) error {
 	pc := r.cfg.Postgres
 	conn, err := replication.ConnectSQL(ctx, pc, "pgoutbox-snapshot", pc.ConnectTimeout)
 	if err != nil {
@@ -99,23 +111,38 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 	}
 	r.log.Info("slot missing: publishing the rows the outbox tables hold, then streaming (snapshot.mode=initial)",
 		zap.String("slot", pc.Slot), zap.String("rows", r.cfg.Snapshot.Rows))
-	snap, err := replication.CreateSnapshotSlot(ctx, pc)
-	if err != nil {
-		return err
+	snap := *kept
+	if snap != nil && !snap.Alive() {
+		snap.Close(ctx)
+		snap, *kept = nil, nil
 	}
-	defer snap.Close(ctx)
-	if *started && r.snapshotFrom != 0 && r.snapshotFrom < snap.ConsistentPoint {
-		// The earlier attempt's temporary slot went with its connection:
-		// what only WAL held between the two points is in neither slot
-		// nor snapshot.
-		r.log.Error("initial snapshot taken again after a failed attempt: events that only WAL held between the two attempts' starting points (table-less messages, rows deleted by their own transaction) are not relayed; rows still in the outbox tables are",
-			zap.String("slot", pc.Slot), zap.Stringer("first_attempt_lsn", r.snapshotFrom), zap.Stringer("this_attempt_lsn", snap.ConsistentPoint))
-	}
-	if r.snapshotFrom == 0 {
-		r.snapshotFrom = snap.ConsistentPoint
+	if snap != nil {
+		r.log.Info("initial snapshot: publishing again in the same snapshot (its rows sent already are sent again, with the same event ids)",
+			zap.String("slot", pc.Slot), zap.Stringer("consistent_point", snap.ConsistentPoint))
+	} else {
+		if snap, err = replication.CreateSnapshotSlot(ctx, pc); err != nil {
+			return err
+		}
+		*kept = snap
+		if *started && r.snapshotFrom != 0 && r.snapshotFrom < snap.ConsistentPoint {
+			// The earlier attempt's temporary slot went with its
+			// connection: what only WAL held between the two points is in
+			// neither slot nor snapshot.
+			r.log.Error("initial snapshot taken again after a failed attempt lost its replication connection: events that only WAL held between the two attempts' starting points (table-less messages, rows deleted by their own transaction) are not relayed; rows still in the outbox tables are",
+				zap.String("slot", pc.Slot), zap.Stringer("first_attempt_lsn", r.snapshotFrom), zap.Stringer("this_attempt_lsn", snap.ConsistentPoint))
+		}
+		if r.snapshotFrom == 0 {
+			r.snapshotFrom = snap.ConsistentPoint
+		}
 	}
 	*started = true
 	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot)
+	if errors.Is(err, errSnapshotGone) {
+		// The server ended the replication connection: the next attempt
+		// needs a new slot.
+		snap.Close(ctx)
+		*kept = nil
+	}
 	if err != nil {
 		return err
 	}
@@ -139,6 +166,10 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool) error {
 		zap.Stringer("consistent_point", st.ConfirmedFlushLSN))
 	return nil
 }
+
+// errSnapshotGone: the exported snapshot can no longer be imported (its
+// replication connection ended).
+var errSnapshotGone = errors.New("the exported snapshot is gone")
 
 // keepPollRelaysOut waits while poll relays run on the outbox tables, then
 // holds every bucket lock of each, on conn, until conn closes: no poll
@@ -196,7 +227,7 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
-		return 0, fmt.Errorf("relay: initial snapshot: use snapshot %s: %w", snapshot, err)
+		return 0, fmt.Errorf("relay: initial snapshot: use snapshot %s: %w: %w", snapshot, errSnapshotGone, err)
 	}
 	total := 0
 	for _, table := range r.cfg.Postgres.QualifiedTables() {

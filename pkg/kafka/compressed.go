@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"io"
+	"strings"
 
 	"github.com/klauspost/compress/gzip"
 	snappy "github.com/klauspost/compress/snappy/xerial"
@@ -12,11 +13,16 @@ import (
 	"github.com/pgoutbox/pgoutbox/router"
 )
 
+// BatchOverhead is the header of a v2 record batch, which the broker counts
+// against a topic's max.message.bytes with the records.
+const BatchOverhead = 61
+
 // CompressedRecordSize estimates what rec takes in a batch of its own
-// compressed with codec (none, gzip, snappy, lz4, zstd; as sarama compresses
-// a batch, at each codec's default level): the size the broker holds
-// against a topic's max.message.bytes. The record's bytes are compressed
-// as one stream, framing uncompressed. For codec none it is RecordSize.
+// compressed with codec (none, gzip, snappy, lz4, zstd, in any case; as
+// sarama compresses a batch, at each codec's default level): the size the
+// broker holds against a topic's max.message.bytes, the batch's header
+// included. The record's bytes are compressed as one stream, framing
+// uncompressed. For codec none it is RecordSize plus the header.
 //
 // A record larger than a topic's limit uncompressed may be far smaller
 // compressed, and then Kafka takes it; one larger compressed too is
@@ -25,7 +31,7 @@ import (
 // records of theirs. So the relay judges such a record by this estimate
 // before it sends it.
 func CompressedRecordSize(rec *router.Record, codec string) int {
-	size := RecordSize(rec)
+	size := RecordSize(rec) + BatchOverhead
 	var raw bytes.Buffer
 	raw.Grow(size)
 	raw.Write(rec.Key)
@@ -36,7 +42,7 @@ func CompressedRecordSize(rec *router.Record, codec string) int {
 	}
 	framing := size - raw.Len()
 	var out []byte
-	switch codec {
+	switch strings.ToLower(codec) {
 	case "gzip":
 		var b bytes.Buffer
 		w := gzip.NewWriter(&b)

@@ -13,14 +13,14 @@ import (
 
 // TestCompressedRecordSizeIsWhatTheBrokerMeasures holds the estimate of a
 // record's size compressed against the real broker, the oracle: with each
-// codec, a record sent alone whose estimate is 250 bytes under a topic's
-// max.message.bytes is accepted, and one whose estimate is 250 bytes over it
+// codec, a record sent alone whose estimate is 120 bytes under a topic's
+// max.message.bytes is accepted, and one whose estimate is 120 bytes over it
 // is refused as too large. (The relay refuses the second itself, so that it
 // never takes a batch of other records down with it.) The values are JSON
 // objects with random numbers, which every codec compresses.
 func TestCompressedRecordSizeIsWhatTheBrokerMeasures(t *testing.T) {
 	env := testenv.Require(t)
-	const limit, slack = 20000, 250
+	const limit, slack = 20000, 120
 	rng := rand.New(rand.NewPCG(1, 2))
 	var b strings.Builder
 	for b.Len() < 200000 {

@@ -236,9 +236,8 @@ func (p *rowPublisher) sendable(rec *router.Record) error {
 	if f, ok := cache.failed[rec.Topic]; ok {
 		return &kafka.ProduceError{Topic: rec.Topic, Partition: rec.Partition, Err: f.err}
 	}
-	if limit := cache.ok[rec.Topic]; limit > 0 && size > limit {
-		return &kafka.ProduceError{Topic: rec.Topic, Partition: rec.Partition, Err: &kafka.RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: limit,
-			Option: fmt.Sprintf("the max.message.bytes of topic %q", rec.Topic)}}
+	if err := p.r.overTopicLimit(rec, cache.ok[rec.Topic]); err != nil {
+		return &kafka.ProduceError{Topic: rec.Topic, Partition: rec.Partition, Err: err}
 	}
 	return nil
 }

@@ -192,7 +192,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
 		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, staleRetried: map[checkpoint.LSN]bool{}, maxPending: maxPendingTxns,
-		maxProducerRecords: maxProducerRecords, compressed: cfg.Kafka.Compression != "" && cfg.Kafka.Compression != "none"}
+		maxProducerRecords: maxProducerRecords, compressed: !slices.Contains([]string{"", "none"}, strings.ToLower(cfg.Kafka.Compression))}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)

@@ -69,21 +69,9 @@ func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 	}
 	topic := rec.Topic
 	if limit, ok := cache.ok[topic]; ok {
-		// The broker applies the topic's limit to batches after
-		// compression: a record over it uncompressed is judged by its size
-		// compressed (kafka.CompressedRecordSize). Sent to be refused, it
-		// would take its batch with it, and the other keys of that batch
-		// would reach Kafka after later records of theirs.
-		if size := kafka.RecordSize(rec); limit > 0 && size > limit {
-			option := fmt.Sprintf("the max.message.bytes of topic %q", topic)
-			if c := s.r.cfg.Kafka.Compression; s.r.compressed {
-				size = kafka.CompressedRecordSize(rec, c)
-				option += " (its size compressed with " + c + ")"
-			}
-			if size > limit {
-				g.fail(rec, m, &kafka.RecordTooLargeError{Topic: topic, Size: size, Limit: limit, Option: option})
-				return
-			}
+		if err := s.r.overTopicLimit(rec, limit); err != nil {
+			g.fail(rec, m, err)
+			return
 		}
 		s.sent++
 		s.prod.Send(rec, m)
@@ -149,4 +137,27 @@ func (c *topicCache) known(states []kafka.TopicState) {
 			c.ok[st.Topic] = limit
 		}
 	}
+}
+
+// overTopicLimit says whether rec, alone in a batch, is larger than its
+// topic's max.message.bytes (limit; 0: not known), which the broker applies
+// to the batch after compression: with compression on, by its size
+// compressed (kafka.CompressedRecordSize) when it comes near the limit, as
+// records that do not compress grow a little. Sent to be refused, it would
+// take its batch with it, and the other keys of that batch would reach
+// Kafka after later records of theirs.
+func (r *Relay) overTopicLimit(rec *router.Record, limit int) error {
+	if limit <= 0 {
+		return nil
+	}
+	size := kafka.RecordSize(rec) + kafka.BatchOverhead
+	option := fmt.Sprintf("the max.message.bytes of topic %q", rec.Topic)
+	if c := r.cfg.Kafka.Compression; r.compressed && size > limit-limit/64-64 {
+		size = kafka.CompressedRecordSize(rec, c)
+		option += " (its size compressed with " + c + ")"
+	}
+	if size > limit {
+		return &kafka.RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: limit, Option: option}
+	}
+	return nil
 }

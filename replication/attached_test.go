@@ -28,15 +28,7 @@ import (
 // whose owner changed. Known partitions
 // (with the same attaching transaction) are not looked at again.
 func TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore(t *testing.T) {
-	env := testenv.Require(t)
-	dsn := env.NewDatabase(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	ctx, dsn, conn := connectNew(t)
 	role := strings.ToLower(testenv.UniqueName(t, "owner"))
 	row := func(table string, n int) string {
 		return "INSERT INTO " + table + " (id, n) VALUES (gen_random_uuid(), " + strconv.Itoa(n) + ")"
@@ -140,19 +132,12 @@ func TestAttachedWithOlderRowsTellsWhichPartitionsHoldRowsFromBefore(t *testing.
 // changed) writes every row again with its own, newer transaction, and
 // the rows from before then passed as newer. A table or partition
 // rewritten after it joined is now named as one that could not be told
-// (its caller holds cleanup), never passed. On a real server: a partition
-// written into, attached, then rewritten with its table; a table written
-// into, added to the publication, then rewritten.
+// (its caller holds cleanup), never passed, also after later DDL of other
+// kinds. On a real server: a partition written into, attached, then
+// rewritten with its table; a table written into, added to the
+// publication, then rewritten.
 func TestRowsFromBeforeAJoinAreNotHiddenByARewrite(t *testing.T) {
-	env := testenv.Require(t)
-	dsn := env.NewDatabase(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	ctx, _, conn := connectNew(t)
 	exec := func(sql string) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql); err != nil {
@@ -220,4 +205,27 @@ func TestRowsFromBeforeAJoinAreNotHiddenByARewrite(t *testing.T) {
 	if p, tb := check(); p != "rewritten" || tb != "rewritten" {
 		t.Fatalf("after the rewrite: partition %q, table %q; want both named as rewritten, not passed", p, tb)
 	}
+	// Later DDL of other kinds writes the tables' pg_class rows again,
+	// not the rewritten columns' rows.
+	exec("ALTER TABLE outbox ADD COLUMN z int")
+	exec("ALTER TABLE outbox2 ADD COLUMN z int")
+	exec("GRANT SELECT ON outbox, outbox2, p_before TO PUBLIC")
+	if p, tb := check(); p != "rewritten" || tb != "rewritten" {
+		t.Fatalf("after the rewrite and other DDL: partition %q, table %q; want both named as rewritten, not passed", p, tb)
+	}
+}
+
+// connectNew connects, for at most a minute, to a database of its own on
+// the test server.
+func connectNew(t *testing.T) (context.Context, string, *pgx.Conn) {
+	t.Helper()
+	dsn := testenv.Require(t).NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return ctx, dsn, conn
 }

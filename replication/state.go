@@ -681,11 +681,10 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 			continue
 		}
 		var older, named, rewritten bool
-		err := conn.QueryRow(ctx, `WITH m AS (SELECT pr.xmin AS x FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = $2::oid),
-				k AS (SELECT xmin AS x FROM pg_class WHERE oid = $2::oid)
+		err := conn.QueryRow(ctx, `WITH m AS (SELECT pr.xmin AS x FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = $2::oid)
 			SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r
 				WHERE NOT EXISTS (SELECT 1 FROM m) OR age(r.xmin) < 0 OR age(r.xmin) > (SELECT age(x) FROM m)),
-			EXISTS (SELECT 1 FROM m, k WHERE age(k.x) < age(m.x)) AND EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r, k WHERE r.xmin = k.x)`,
+			EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r WHERE r.xmin IN (SELECT d.x FROM m, (`+ddlXmins+`) d WHERE age(d.x) < age(m.x)))`,
 			c.Publication, t.OID).Scan(&named, &older, &rewritten)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
@@ -784,6 +783,17 @@ type Unlooked struct {
 
 var errPartitionGone = errors.New("replication: partition dropped")
 
+// ddlXmins lists the transactions that last wrote the catalog rows of
+// table $2 (by OID) a rewrite writes: its pg_class row and its columns'
+// pg_attribute rows. A rewrite (a column's type changed, a column added
+// with a volatile default) gives every row of the table its own
+// transaction, and a column's row keeps it through later DDL of other
+// kinds (a GRANT, a column added without a default, options), which
+// writes the pg_class row again. Rows with one of these transactions were
+// written by DDL, perhaps rewritten from before.
+const ddlXmins = `SELECT xmin AS x FROM pg_class WHERE oid = $2::oid
+	UNION SELECT xmin FROM pg_attribute WHERE attrelid = $2::oid AND attnum > 0`
+
 // partitionHoldsOlderRows scans partition p for a row written before its
 // attach, in a transaction of its own whose statement_timeout is timeout
 // (the server stops a scan the client gave up on only so).
@@ -817,10 +827,10 @@ func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInf
 	}
 	// A rewrite after the attach (ALTER TABLE changing a column's type,
 	// adding one with a volatile default) writes every row again with its
-	// own transaction, which the table's pg_class row then carries too:
-	// rows from before look newer than the attach.
+	// own transaction: rows from before look newer than the attach (see
+	// ddlXmins).
 	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE `+cond+`),
-			age(k.xmin) < age($1::text::xid) AND EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE r.xmin = k.xmin)
+			EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE r.xmin IN (SELECT d.x FROM (`+strings.ReplaceAll(ddlXmins, "$2", "$3")+`) d WHERE age(d.x) < age($1::text::xid)))
 		FROM pg_class k WHERE k.oid = $3::oid`,
 		strconv.FormatUint(uint64(p.Joined), 10), int64(p.JoinedCmd), p.OID).Scan(&older, &rewritten)
 	var pe *pgconn.PgError

@@ -205,9 +205,10 @@ func CarriedAllAlong(ctx context.Context, q interface {
 }, slot, publication, table string) (ok bool, why string, err error) {
 	var found, pubOld, allTables bool
 	var relOld, nsOld *bool
-	err = q.QueryRow(ctx, `SELECT true, age(p.xmin) > age(s.catalog_xmin), p.puballtables,
-			(SELECT age(r.xmin) > age(s.catalog_xmin) FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid),
-			(SELECT age(n.xmin) > age(s.catalog_xmin) FROM pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = c.relnamespace)
+	// A negative age is a transaction more than 2^31 old (a frozen row).
+	err = q.QueryRow(ctx, `SELECT true, age(p.xmin) > age(s.catalog_xmin) OR age(p.xmin) < 0, p.puballtables,
+			(SELECT age(r.xmin) > age(s.catalog_xmin) OR age(r.xmin) < 0 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid),
+			(SELECT age(n.xmin) > age(s.catalog_xmin) OR age(n.xmin) < 0 FROM pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = c.relnamespace)
 		FROM pg_replication_slots s, pg_publication p, pg_class c
 		WHERE s.slot_name = $1 AND p.pubname = $2 AND c.oid = to_regclass($3) AND s.catalog_xmin IS NOT NULL`,
 		slot, publication, quoteTable(table)).Scan(&found, &pubOld, &allTables, &relOld, &nsOld)

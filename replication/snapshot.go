@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -44,11 +45,13 @@ func CreateSnapshotSlot(ctx context.Context, cfg Config) (*SnapshotSlot, error) 
 	if err != nil {
 		return nil, err
 	}
+	// A name of its own: another instance's temporary slot, kept across
+	// its attempts, may be there.
 	name := cfg.Slot
-	if len(name) > 58 {
-		name = name[:58]
+	if len(name) > 50 {
+		name = name[:50]
 	}
-	name += "_snap"
+	name += fmt.Sprintf("_snap_%06x", rand.Uint32()&0xffffff)
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, name, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Temporary: true, SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
 	if err != nil {

@@ -38,17 +38,16 @@ import (
 func (r *Relay) runSnapshot(ctx context.Context) error {
 	backoff := r.cfg.Relay.RestartBackoff
 	started := false
-	// Kept across attempts while it lives: a new one would start later,
-	// and what only WAL held in between (table-less messages, rows
-	// deleted by their own transaction) would be in neither.
-	var snap *replication.SnapshotSlot
-	defer func() {
-		if snap != nil {
-			snap.Close(ctx)
-		}
-	}()
+	// Kept across attempts while they live: the temporary slot and its
+	// snapshot (a new one would start later, and what only WAL held in
+	// between, table-less messages and rows deleted by their own
+	// transaction, would be in neither), and the connection holding the
+	// snapshot lock (released, another instance or pgoutbox migrate could
+	// make the slot, starting after the snapshot, meanwhile).
+	var held snapshotHeld
+	defer held.release(ctx)
 	for {
-		err := r.initialSnapshot(ctx, &started, &snap)
+		err := r.initialSnapshot(ctx, &started, &held)
 		var fe *FatalError
 		switch {
 		case err == nil, ctx.Err() != nil:
@@ -69,22 +68,50 @@ func (r *Relay) runSnapshot(ctx context.Context) error {
 	}
 }
 
+// snapshotHeld is what runSnapshot keeps across attempts.
+type snapshotHeld struct {
+	snap *replication.SnapshotSlot
+	lock *pgx.Conn
+}
+
+func (h *snapshotHeld) release(ctx context.Context) {
+	if h.snap != nil {
+		h.snap.Close(ctx)
+		h.snap = nil
+	}
+	if h.lock != nil {
+		closeConn(h.lock)
+		h.lock = nil
+	}
+}
+
 // initialSnapshot publishes the outbox tables' rows and creates the slot,
-// unless the slot exists. started is set once it began publishing. *kept
-// is the temporary slot and snapshot of an earlier attempt, used again
-// while it lives, and left there for the next attempt when this one
-// fails.
-func (r *Relay) initialSnapshot(ctx context.Context, started *bool, kept **replication.SnapshotSlot) error {
+// unless the slot exists. started is set once it began publishing. held
+// keeps the snapshot lock's connection and the temporary slot and
+// snapshot of an earlier attempt, used again while they live, and left
+// there for the next attempt when this one fails.
+func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapshotHeld) error {
 	pc := r.cfg.Postgres
+	if held.lock != nil && held.lock.IsClosed() {
+		held.lock = nil
+	}
+	if held.lock == nil {
+		// One instance at a time: the others find the slot made.
+		lock, err := replication.ConnectSQL(ctx, pc, "pgoutbox-snapshot-lock", pc.ConnectTimeout)
+		if err != nil {
+			return err
+		}
+		if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", replication.SnapshotLock(pc.Slot)); err != nil {
+			closeConn(lock)
+			return fmt.Errorf("relay: lock the initial snapshot of slot %q: %w", pc.Slot, err)
+		}
+		held.lock = lock
+	}
 	conn, err := replication.ConnectSQL(ctx, pc, "pgoutbox-snapshot", pc.ConnectTimeout)
 	if err != nil {
 		return err
 	}
 	defer closeConn(conn)
-	// One instance at a time: the others find the slot made.
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", replication.SnapshotLock(pc.Slot)); err != nil {
-		return fmt.Errorf("relay: lock the initial snapshot of slot %q: %w", pc.Slot, err)
-	}
 	// The server, the publication (created when missing: it must exist
 	// before the slot's first change is decoded), the catalog and the
 	// slot's history, without creating the slot.
@@ -111,10 +138,10 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, kept **repli
 	}
 	r.log.Info("slot missing: publishing the rows the outbox tables hold, then streaming (snapshot.mode=initial)",
 		zap.String("slot", pc.Slot), zap.String("rows", r.cfg.Snapshot.Rows))
-	snap := *kept
+	snap := held.snap
 	if snap != nil && !snap.Alive() {
 		snap.Close(ctx)
-		snap, *kept = nil, nil
+		snap, held.snap = nil, nil
 	}
 	if snap != nil {
 		r.log.Info("initial snapshot: publishing again in the same snapshot (its rows sent already are sent again, with the same event ids)",
@@ -123,7 +150,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, kept **repli
 		if snap, err = replication.CreateSnapshotSlot(ctx, pc); err != nil {
 			return err
 		}
-		*kept = snap
+		held.snap = snap
 		if *started && r.snapshotFrom != 0 && r.snapshotFrom < snap.ConsistentPoint {
 			// The earlier attempt's temporary slot went with its
 			// connection: what only WAL held between the two points is in
@@ -141,7 +168,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, kept **repli
 		// The server ended the replication connection: the next attempt
 		// needs a new slot.
 		snap.Close(ctx)
-		*kept = nil
+		held.snap = nil
 	}
 	if err != nil {
 		return err

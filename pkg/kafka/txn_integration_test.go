@@ -196,17 +196,7 @@ func TestTombstoneInOffsetsTopicForgetsThePosition(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	_ = p.Close(ctx)
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V4_0_0_0
-	sc.Producer.Return.Successes = true
-	sp, err := sarama.NewSyncProducer(env.KafkaBrokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: cfg.OffsetsTopic, Key: sarama.ByteEncoder(id.Key())}); err != nil {
-		t.Fatal(err)
-	}
+	env.Tombstone(t, cfg.OffsetsTopic, id.Key())
 	p2, err := NewTransactional(ctx, cfg, id, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -155,7 +155,7 @@ func TestExactlyOnceRefusesNewTransactionsOfADatabasePutBack(t *testing.T) {
 
 	// The way on: without the slot's record, the relay resends from the
 	// slot's position, old events again, and every new one.
-	tombstone(t, env, cfg.Kafka.OffsetsTopic, key)
+	env.Tombstone(t, cfg.Kafka.OffsetsTopic, key)
 	resent := runInProcess(t, cfg)
 	waitAll(t, c, w, time.Minute)
 	if err := resent.stop(t); err != nil {
@@ -271,19 +271,3 @@ func exitedOrRelayed(t *testing.T, p *inproc, c *testenv.Consumer, ids []string)
 	return exited, err
 }
 
-// tombstone writes a record with key and no value to the offsets topic:
-// the slot's position removed.
-func tombstone(t *testing.T, env *testenv.Env, topic string, key []byte) {
-	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V4_0_0_0
-	sc.Producer.Return.Successes = true
-	sp, err := sarama.NewSyncProducer(env.KafkaBrokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(key)}); err != nil {
-		t.Fatal(err)
-	}
-}

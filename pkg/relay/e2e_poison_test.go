@@ -453,16 +453,8 @@ func TestRecordKafkaRefusesAloneIsDeadLettered(t *testing.T) {
 // refuses it alone).
 func TestCompressedRecordOverTheTopicsLimitUncompressedIsSent(t *testing.T) {
 	env := testenv.Require(t)
-	f := newFixture(t, env, 1)
+	f, small, cfg, dlq := gzipFixture(t, env, "6000")
 	ctx := context.Background()
-	small := "outbox.event." + f.slot + "_gz"
-	cfg := f.config()
-	cfg.Kafka.Compression = "gzip"
-	dlq := f.poisonPolicy(t, &cfg, "dead-letter")
-	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{small}, 1, 1,
-		map[string]string{"max.message.bytes": "6000"}); err != nil {
-		t.Fatal(err)
-	}
 	p := runInProcess(t, cfg)
 	f.waitStreaming(t)
 	const compressible, random = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
@@ -495,16 +487,8 @@ func TestCompressedRecordOverTheTopicsLimitUncompressedIsSent(t *testing.T) {
 // transaction: a0, the large record of key b, then a1 to a2999.
 func TestOversizeCompressedRecordKeepsOtherKeysInOrder(t *testing.T) {
 	env := testenv.Require(t)
-	f := newFixture(t, env, 1)
+	f, topic, cfg, dlq := gzipFixture(t, env, "200000")
 	ctx := context.Background()
-	topic := "outbox.event." + f.slot + "_gz"
-	cfg := f.config()
-	cfg.Kafka.Compression = "gzip"
-	dlq := f.poisonPolicy(t, &cfg, "dead-letter")
-	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{topic}, 1, 1,
-		map[string]string{"max.message.bytes": "200000"}); err != nil {
-		t.Fatal(err)
-	}
 	p := runInProcess(t, cfg)
 	f.waitStreaming(t)
 	const n = 3000
@@ -544,4 +528,21 @@ func TestOversizeCompressedRecordKeepsOtherKeysInOrder(t *testing.T) {
 	if err := p.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// gzipFixture is a fixture whose relay compresses with gzip and
+// dead-letters poison, and a topic of aggregate type <slot>_gz whose
+// max.message.bytes is limit.
+func gzipFixture(t *testing.T, env *testenv.Env, limit string) (f *fixture, topic string, cfg relay.Config, dlq string) {
+	t.Helper()
+	f = newFixture(t, env, 1)
+	topic = "outbox.event." + f.slot + "_gz"
+	cfg = f.config()
+	cfg.Kafka.Compression = "gzip"
+	dlq = f.poisonPolicy(t, &cfg, "dead-letter")
+	if err := kafka.CreateTopicsWithConfig(kafka.Config{Brokers: env.KafkaBrokers}, []string{topic}, 1, 1,
+		map[string]string{"max.message.bytes": limit}); err != nil {
+		t.Fatal(err)
+	}
+	return f, topic, cfg, dlq
 }

@@ -55,6 +55,30 @@ func (e *Env) CreateTopic(t testing.TB, name string, partitions int) {
 	e.CreateTopicWith(t, name, TopicSpec{Partitions: partitions})
 }
 
+// Tombstone writes a record with key and no value to topic (an offsets
+// topic's record of a slot removed, say), acknowledged by every replica.
+func (e *Env) Tombstone(t testing.TB, topic string, key []byte) {
+	t.Helper()
+	p := e.syncProducer(t)
+	defer func() { _ = p.Close() }()
+	if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(key)}); err != nil {
+		t.Fatalf("tombstone for %q on %s: %v", key, topic, err)
+	}
+}
+
+// syncProducer is a producer whose records every replica acknowledges.
+func (e *Env) syncProducer(t testing.TB) sarama.SyncProducer {
+	t.Helper()
+	cfg := newSaramaConfig()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	p, err := sarama.NewSyncProducer(e.KafkaBrokers, cfg)
+	if err != nil {
+		t.Fatalf("producer: %v", err)
+	}
+	return p
+}
+
 // CreateTopicWith is CreateTopic with a replication factor and topic
 // settings of the test's choosing.
 func (e *Env) CreateTopicWith(t testing.TB, name string, spec TopicSpec) {

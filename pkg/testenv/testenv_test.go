@@ -163,15 +163,9 @@ func TestRequireSkipsWithoutEnvironment(t *testing.T) {
 
 func produce(t *testing.T, e *Env, topic string, key, value string) (partition int32, offset int64) {
 	t.Helper()
-	cfg := newSaramaConfig()
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	p, err := sarama.NewSyncProducer(e.KafkaBrokers, cfg)
-	if err != nil {
-		t.Fatalf("producer: %v", err)
-	}
+	p := e.syncProducer(t)
 	defer func() { _ = p.Close() }()
-	partition, offset, err = p.SendMessage(&sarama.ProducerMessage{
+	partition, offset, err := p.SendMessage(&sarama.ProducerMessage{
 		Topic:   topic,
 		Key:     sarama.StringEncoder(key),
 		Value:   sarama.StringEncoder(value),

@@ -270,4 +270,3 @@ func exitedOrRelayed(t *testing.T, p *inproc, c *testenv.Consumer, ids []string)
 	})
 	return exited, err
 }
-

@@ -203,17 +203,20 @@ func WaitFlushed(ctx context.Context, q interface {
 func CarriedAllAlong(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, slot, publication, table string) (ok bool, why string, err error) {
-	var found, pubOld, allTables bool
+	var hasXmin, pubOld, allTables bool
 	var relOld, nsOld *bool
 	// A negative age is a transaction more than 2^31 old (a frozen row).
-	err = q.QueryRow(ctx, `SELECT true, age(p.xmin) > age(s.catalog_xmin) OR age(p.xmin) < 0, p.puballtables,
+	err = q.QueryRow(ctx, `SELECT s.catalog_xmin IS NOT NULL, coalesce(age(p.xmin) > age(s.catalog_xmin) OR age(p.xmin) < 0, false), p.puballtables,
 			(SELECT age(r.xmin) > age(s.catalog_xmin) OR age(r.xmin) < 0 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid),
 			(SELECT age(n.xmin) > age(s.catalog_xmin) OR age(n.xmin) < 0 FROM pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = c.relnamespace)
 		FROM pg_replication_slots s, pg_publication p, pg_class c
-		WHERE s.slot_name = $1 AND p.pubname = $2 AND c.oid = to_regclass($3) AND s.catalog_xmin IS NOT NULL`,
-		slot, publication, quoteTable(table)).Scan(&found, &pubOld, &allTables, &relOld, &nsOld)
+		WHERE s.slot_name = $1 AND p.pubname = $2 AND c.oid = to_regclass($3)`,
+		slot, publication, quoteTable(table)).Scan(&hasXmin, &pubOld, &allTables, &relOld, &nsOld)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Sprintf("slot %q, publication %q or table %s not found", slot, publication, table), nil
+	}
+	if err == nil && !hasXmin {
+		return false, fmt.Sprintf("slot %q has no catalog_xmin (it was never used for decoding)", slot), nil
 	}
 	if err != nil {
 		return false, "", fmt.Errorf("replication: when publication %q took in %s: %w", publication, table, err)

@@ -78,6 +78,10 @@ func cmdCleanup(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pgoutbox: configuration: --release-hold: relay.source is poll, whose cleanup is never held (it deletes by published_at); the flag is for relay.source wal")
 		return exitConfig
 	}
+	if *release != "" && cfg.Postgres.StateTable == "" {
+		fmt.Fprintln(stderr, "pgoutbox: configuration: --release-hold: postgres.state.table is empty, and holds are kept there")
+		return exitConfig
+	}
 	if !isPoll(cfg) && cfg.Postgres.StateTable == "" && !*noState {
 		// The state row is what records a slot that vanished and was made
 		// again (the relay, without one, makes it again silently), a

@@ -89,8 +89,12 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
 	}
 	if p := cat.Problems(pcfg); len(p) > 0 {
-		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q reads its pending inserts through publication %q (postgres.publication.name: set it to the WAL relay's), which cannot show them all, so rows it relayed cannot be told from rows it did not: %w",
-			slot, pcfg.Publication, &replication.CatalogError{Publication: pcfg.Publication, Problems: p, Err: replication.ErrCatalogUnusable})}
+		which := "postgres.publication.name: set it to the WAL relay's"
+		if recorded != "" {
+			which = "the WAL relay's, as its state row records it: it changed since; run the WAL relay, which stops and says how to go on"
+		}
+		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q reads its pending inserts through publication %q (%s), which cannot show them all, so rows it relayed cannot be told from rows it did not: %w",
+			slot, pcfg.Publication, which, &replication.CatalogError{Publication: pcfg.Publication, Problems: p, Err: replication.ErrCatalogUnusable})}
 	}
 	if recorded == "" {
 		ok, why, err := replication.CarriedAllAlong(ctx, conn, slot, pcfg.Publication, t.Name)

@@ -3,8 +3,8 @@ package kafka
 import (
 	"bytes"
 	"io"
-	"strings"
 
+	"github.com/IBM/sarama"
 	"github.com/klauspost/compress/gzip"
 	snappy "github.com/klauspost/compress/snappy/xerial"
 	"github.com/klauspost/compress/zstd"
@@ -17,8 +17,14 @@ import (
 // against a topic's max.message.bytes with the records.
 const BatchOverhead = 61
 
+// Compresses says whether codec (kafka.compression) is one that compresses.
+func Compresses(codec string) bool {
+	cc, err := compressionCodec(codec)
+	return err == nil && cc != sarama.CompressionNone
+}
+
 // CompressedRecordSize estimates what rec takes in a batch of its own
-// compressed with codec (none, gzip, snappy, lz4, zstd, in any case; as
+// compressed with codec (kafka.compression: none, gzip, snappy, lz4, zstd; as
 // sarama compresses a batch, at each codec's default level): the size the
 // broker holds against a topic's max.message.bytes, the batch's header
 // included. The record's bytes are compressed as one stream, framing
@@ -32,6 +38,10 @@ const BatchOverhead = 61
 // before it sends it.
 func CompressedRecordSize(rec *router.Record, codec string) int {
 	size := RecordSize(rec) + BatchOverhead
+	cc, err := compressionCodec(codec)
+	if err != nil || cc == sarama.CompressionNone {
+		return size
+	}
 	var raw bytes.Buffer
 	raw.Grow(size)
 	raw.Write(rec.Key)
@@ -42,23 +52,23 @@ func CompressedRecordSize(rec *router.Record, codec string) int {
 	}
 	framing := size - raw.Len()
 	var out []byte
-	switch strings.ToLower(codec) {
-	case "gzip":
+	switch cc {
+	case sarama.CompressionGZIP:
 		var b bytes.Buffer
 		w := gzip.NewWriter(&b)
 		_, _ = w.Write(raw.Bytes())
 		_ = w.Close()
 		out = b.Bytes()
-	case "snappy":
+	case sarama.CompressionSnappy:
 		out = snappy.Encode(nil, raw.Bytes())
-	case "lz4":
+	case sarama.CompressionLZ4:
 		var b bytes.Buffer
 		w := lz4.NewWriter(&b)
 		_ = w.Apply(lz4.BlockSizeOption(lz4.Block64Kb))
 		_, _ = io.Copy(w, &raw)
 		_ = w.Close()
 		out = b.Bytes()
-	case "zstd":
+	case sarama.CompressionZSTD:
 		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
 		if err != nil {
 			return size

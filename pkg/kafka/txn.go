@@ -47,9 +47,7 @@ type TxnProducer struct {
 	failed     chan struct{}
 	failedOnce sync.Once
 	fenced     atomic.Pointer[error]
-	stored     uint64
-	storedTL   int32
-	storedAt   time.Time
+	stored     storedOffset
 	found      bool
 	// pending is the outcome of a CommitTxn that run stopped waiting for
 	// (a failure it saw first); run waits for it before it returns.
@@ -137,9 +135,7 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 	rctx, cancel := context.WithTimeout(ctx, cfg.TransactionTimeout+cfg.ReadTimeout)
 	defer cancel()
 	stop := context.AfterFunc(rctx, func() { _ = p.client.Close() })
-	var o storedOffset
-	o, t.found, err = readStored(rctx, p.client, cfg.OffsetsTopic, t.key)
-	t.stored, t.storedTL, t.storedAt = o.lsn, o.timeline, o.at
+	t.stored, t.found, err = readStored(rctx, p.client, cfg.OffsetsTopic, t.key)
 	if !stop() {
 		err = errors.Join(err, context.Cause(rctx))
 	}
@@ -151,7 +147,7 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 	}
 	go t.run()
 	log.Info("kafka transactional producer started", zap.String("transactional_id", cfg.TransactionalID),
-		zap.String("offsets_topic", cfg.OffsetsTopic), zap.Bool("stored", t.found), zap.String("stored_lsn", formatLSN(t.stored)))
+		zap.String("offsets_topic", cfg.OffsetsTopic), zap.Bool("stored", t.found), zap.String("stored_lsn", formatLSN(t.stored.lsn)))
 	return t, nil
 }
 
@@ -171,18 +167,18 @@ func txnStartError(cfg Config, err error) error {
 
 // Stored returns the position the offsets topic held for the slot when the
 // producer started, and whether it held one.
-func (t *TxnProducer) Stored() (lsn uint64, ok bool) { return t.stored, t.found }
+func (t *TxnProducer) Stored() (lsn uint64, ok bool) { return t.stored.lsn, t.found }
 
 // StoredTimeline is the server's timeline the stored position was written
 // on: 0 when none is stored, or the record is of a version before it was
 // written.
-func (t *TxnProducer) StoredTimeline() int32 { return t.storedTL }
+func (t *TxnProducer) StoredTimeline() int32 { return t.stored.timeline }
 
 // StoredAt is the time of the server's clock the stored position was
 // written with (every transaction before it had committed by then): zero
 // when none is stored, or the record is of a version before it was
 // written.
-func (t *TxnProducer) StoredAt() time.Time { return t.storedAt }
+func (t *TxnProducer) StoredAt() time.Time { return t.stored.at }
 
 // Send queues rec for the current transaction (one begins with the first
 // record after a commit); its outcome arrives on Acks. As for

@@ -65,8 +65,6 @@ type Relay struct {
 	// snapshotFrom is where the first attempt of this process's initial
 	// snapshot started (its slot's consistent point).
 	snapshotFrom checkpoint.LSN
-	// compressed: records are compressed (kafka.compression is not none).
-	compressed bool
 	// eosStarted: a session of this process started exactly-once mode (a
 	// state row written since may be its own).
 	eosStarted bool
@@ -192,7 +190,7 @@ func New(cfg Config, log *zap.Logger, opts ...Option) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, log: log, router: rt, obs: NopObserver{}, instance: newInstanceID(),
 		topics: newTopicCache(cfg.Kafka.TopicMissingTimeout), poisoned: map[poisonKey]string{}, staleRetried: map[checkpoint.LSN]bool{}, maxPending: maxPendingTxns,
-		maxProducerRecords: maxProducerRecords, compressed: !slices.Contains([]string{"", "none"}, strings.ToLower(cfg.Kafka.Compression))}
+		maxProducerRecords: maxProducerRecords}
 	r.be, r.clock = &liveBackend{log: log}, realClock{}
 	for _, o := range opts {
 		o(r)

@@ -63,8 +63,7 @@ func newTopicGate(s *session, c topicChecker) *topicGate {
 func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 	s, cache := g.s, g.s.r.topics
 	if s.r.cfg.Kafka.AutoCreateTopics {
-		s.sent++
-		s.prod.Send(rec, m)
+		g.produce(rec, m)
 		return
 	}
 	topic := rec.Topic
@@ -73,8 +72,7 @@ func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 			g.fail(rec, m, err)
 			return
 		}
-		s.sent++
-		s.prod.Send(rec, m)
+		g.produce(rec, m)
 		return
 	}
 	if f, ok := cache.failed[topic]; ok && s.clock.Now().Before(f.until) {
@@ -139,6 +137,13 @@ func (c *topicCache) known(states []kafka.TopicState) {
 	}
 }
 
+// produce hands rec to the session's producer, counting it (see
+// maxProducerRecords).
+func (g *topicGate) produce(rec *router.Record, m kafka.Meta) {
+	g.s.sent++
+	g.s.prod.Send(rec, m)
+}
+
 // overTopicLimit says whether rec, alone in a batch, is larger than its
 // topic's max.message.bytes (limit; 0: not known), which the broker applies
 // to the batch after compression: with compression on, by its size
@@ -151,13 +156,17 @@ func (r *Relay) overTopicLimit(rec *router.Record, limit int) error {
 		return nil
 	}
 	size := kafka.RecordSize(rec) + kafka.BatchOverhead
-	option := fmt.Sprintf("the max.message.bytes of topic %q", rec.Topic)
-	if c := r.cfg.Kafka.Compression; r.compressed && size > limit-limit/64-64 {
+	c := r.cfg.Kafka.Compression
+	compressed := size > limit-limit/64-64 && kafka.Compresses(c)
+	if compressed {
 		size = kafka.CompressedRecordSize(rec, c)
+	}
+	if size <= limit {
+		return nil
+	}
+	option := fmt.Sprintf("the max.message.bytes of topic %q", rec.Topic)
+	if compressed {
 		option += " (its size compressed with " + c + ")"
 	}
-	if size > limit {
-		return &kafka.RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: limit, Option: option}
-	}
-	return nil
+	return &kafka.RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: limit, Option: option}
 }

@@ -502,9 +502,13 @@ func (e *eosSession) skipTxn(b *replication.Begin) error {
 }
 
 // key is the slot's record's key in the offsets topic.
-func (e *eosSession) key() []byte {
-	id := e.s.start.Identity
-	return kafka.SlotIdentity{SystemIdentifier: id.SystemIdentifier, Database: id.Database, Slot: e.s.start.Slot.Name}.Key()
+func (e *eosSession) key() []byte { return slotIdentity(e.s.start).Key() }
+
+// slotIdentity names the slot start streams from as the offsets topic
+// does.
+func slotIdentity(start replication.Start) kafka.SlotIdentity {
+	return kafka.SlotIdentity{SystemIdentifier: start.Identity.SystemIdentifier, Database: start.Identity.Database, Slot: start.Slot.Name,
+		Timeline: start.Identity.Timeline}
 }
 
 // commitTimeSkew is how much later than the stored position's time a
@@ -552,8 +556,7 @@ var ErrTimelineForked = errors.New("relay: the server's timeline forked before t
 // another consumer, a slot recreated): the events in between cannot be
 // told to be in Kafka once, so that is a loud exit.
 func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, start replication.Start) (txnProducer, error) {
-	id := kafka.SlotIdentity{SystemIdentifier: start.Identity.SystemIdentifier, Database: start.Identity.Database, Slot: start.Slot.Name,
-		Timeline: start.Identity.Timeline}
+	id := slotIdentity(start)
 	if kcfg.TransactionalID == "" {
 		kcfg.TransactionalID = id.TransactionalID()
 	}

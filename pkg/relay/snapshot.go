@@ -75,13 +75,18 @@ type snapshotHeld struct {
 }
 
 func (h *snapshotHeld) release(ctx context.Context) {
-	if h.snap != nil {
-		h.snap.Close(ctx)
-		h.snap = nil
-	}
+	h.dropSnap(ctx)
 	if h.lock != nil {
 		closeConn(h.lock)
 		h.lock = nil
+	}
+}
+
+// dropSnap closes the kept temporary slot (and its snapshot), if any.
+func (h *snapshotHeld) dropSnap(ctx context.Context) {
+	if h.snap != nil {
+		h.snap.Close(ctx)
+		h.snap = nil
 	}
 }
 
@@ -138,11 +143,10 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	}
 	r.log.Info("slot missing: publishing the rows the outbox tables hold, then streaming (snapshot.mode=initial)",
 		zap.String("slot", pc.Slot), zap.String("rows", r.cfg.Snapshot.Rows))
-	snap := held.snap
-	if snap != nil && !snap.Alive() {
-		snap.Close(ctx)
-		snap, held.snap = nil, nil
+	if held.snap != nil && !held.snap.Alive() {
+		held.dropSnap(ctx)
 	}
+	snap := held.snap
 	if snap != nil {
 		r.log.Info("initial snapshot: publishing again in the same snapshot (its rows sent already are sent again, with the same event ids)",
 			zap.String("slot", pc.Slot), zap.Stringer("consistent_point", snap.ConsistentPoint))
@@ -167,8 +171,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	if errors.Is(err, errSnapshotGone) {
 		// The server ended the replication connection: the next attempt
 		// needs a new slot.
-		snap.Close(ctx)
-		held.snap = nil
+		held.dropSnap(ctx)
 	}
 	if err != nil {
 		return err
@@ -294,10 +297,11 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		// created_at is its transaction's start (now()), the same for all
 		// of its rows: sorted on it alone, which is no stable sort, one
 		// transaction's rows of a key came out in any order. The row's
-		// place in the table breaks the tie (a transaction's rows are
-		// appended in the order written); the commit time, when the server
-		// keeps it, orders transactions as they committed, not as they
-		// began.
+		// place in the table breaks the tie, which is the order written
+		// only roughly (not across partitions, nor where vacuum's free
+		// space put a later row on an earlier page; see the README); the
+		// commit time, when the server keeps it, orders transactions as
+		// they committed, not as they began.
 		order := poll.ColumnCreatedAt + ", ctid"
 		var commitTS string
 		if err := tx.QueryRow(ctx, "SELECT current_setting('track_commit_timestamp')").Scan(&commitTS); err != nil {

@@ -680,12 +680,22 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 		if _, ok := s.TableOIDs[t.Name]; ok || t.OID == 0 {
 			continue
 		}
-		var older, named, rewritten bool
-		err := conn.QueryRow(ctx, `WITH m AS (SELECT pr.xmin AS x FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = $2::oid)
-			SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r
-				WHERE NOT EXISTS (SELECT 1 FROM m) OR age(r.xmin) < 0 OR age(r.xmin) > (SELECT age(x) FROM m)),
-			EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r WHERE r.xmin IN (SELECT d.x FROM m, (`+ddlXmins+`) d WHERE age(d.x) < age(m.x)))`,
-			c.Publication, t.OID).Scan(&named, &older, &rewritten)
+		// Rows from before the join; and rows a rewrite after it wrote
+		// (ddlXmins). One scan finds either; a second, only then, tells
+		// which.
+		scan := func(where string) (named, found bool, err error) {
+			err = conn.QueryRow(ctx, `WITH m AS (SELECT pr.xmin AS x FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = $2::oid)
+				SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM `+quoteTable(t.Name)+` r WHERE `+where+`)`,
+				c.Publication, t.OID).Scan(&named, &found)
+			return named, found, err
+		}
+		const before = `NOT EXISTS (SELECT 1 FROM m) OR age(r.xmin) < 0 OR age(r.xmin) > (SELECT age(x) FROM m)`
+		named, suspect, err := scan(before + ` OR r.xmin IN (SELECT d.x FROM m, (` + ddlXmins("$2") + `) d WHERE age(d.x) < age(m.x))`)
+		older := false
+		if err == nil && suspect {
+			_, older, err = scan(before)
+		}
+		rewritten := suspect && !older
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
 			unknown = append(unknown, fmt.Sprintf("outbox table %s is new to pgoutbox and its role may not read it to look for rows it may never have relayed (%s): if it holds rows written before it joined publication %s (or, in a FOR ALL TABLES publication, while it was not configured), they were never relayed",
@@ -695,9 +705,9 @@ func JoinedWithOlderRows(ctx context.Context, conn *pgx.Conn, cfg Config, s *Sta
 		if err != nil {
 			return nil, nil, fmt.Errorf("replication: look for rows of %s from before pgoutbox relayed it: %w", t.Name, err)
 		}
-		if !older && rewritten {
-			unknown = append(unknown, fmt.Sprintf("outbox table %s is new to pgoutbox and was rewritten after it joined publication %s (an ALTER TABLE that rewrites every row with its own transaction: a column's type changed, a column added with a volatile default), so rows written before it joined cannot be told from later ones by their transaction: if it holds some, they were never relayed",
-				t.Name, cfg.Publication))
+		if rewritten {
+			unknown = append(unknown, fmt.Sprintf("outbox table %s is new to pgoutbox and was rewritten after it joined publication %s (%s), so rows written before it joined cannot be told from later ones by their transaction: if it holds some, they were never relayed",
+				t.Name, cfg.Publication, rewriteWhat))
 			continue
 		}
 		if !older {
@@ -759,9 +769,9 @@ func AttachedWithOlderRows(ctx context.Context, conn *pgx.Conn, c *Catalog, know
 			case err != nil:
 				return nil, nil, nil, fmt.Errorf("replication: look for rows of partition %s from before it became part of %s: %w", p.Name, t.Name, err)
 			}
-			if !older && rewritten {
-				unknown = append(unknown, Unlooked{OID: p.OID, Joined: p.Joined, Why: fmt.Sprintf("partition %s of outbox table %s was rewritten after it became part of it (an ALTER TABLE that rewrites every row with its own transaction: a column's type changed, a column added with a volatile default), so rows written before its attach cannot be told from later ones by their transaction: if it holds some, they were never relayed",
-					p.Name, t.Name)})
+			if rewritten {
+				unknown = append(unknown, Unlooked{OID: p.OID, Joined: p.Joined, Why: fmt.Sprintf("partition %s of outbox table %s was rewritten after it became part of it (%s), so rows written before its attach cannot be told from later ones by their transaction: if it holds some, they were never relayed",
+					p.Name, t.Name, rewriteWhat)})
 				continue
 			}
 			if older {
@@ -783,16 +793,22 @@ type Unlooked struct {
 
 var errPartitionGone = errors.New("replication: partition dropped")
 
-// ddlXmins lists the transactions that last wrote the catalog rows of
-// table $2 (by OID) a rewrite writes: its pg_class row and its columns'
-// pg_attribute rows. A rewrite (a column's type changed, a column added
-// with a volatile default) gives every row of the table its own
-// transaction, and a column's row keeps it through later DDL of other
-// kinds (a GRANT, a column added without a default, options), which
-// writes the pg_class row again. Rows with one of these transactions were
-// written by DDL, perhaps rewritten from before.
-const ddlXmins = `SELECT xmin AS x FROM pg_class WHERE oid = $2::oid
-	UNION SELECT xmin FROM pg_attribute WHERE attrelid = $2::oid AND attnum > 0`
+// ddlXmins is a query of the transactions that last wrote the catalog
+// rows, of the table whose OID is the query parameter oid (say "$2"), that
+// a rewrite writes: its pg_class row and its columns' pg_attribute rows. A
+// rewrite (a column's type changed, a column added with a volatile
+// default) gives every row of the table its own transaction, and a
+// column's row keeps it through later DDL of other kinds (a GRANT, a
+// column added without a default, options), which writes the pg_class row
+// again. Rows with one of these transactions were written by DDL, perhaps
+// rewritten from before.
+func ddlXmins(oid string) string {
+	return `SELECT xmin AS x FROM pg_class WHERE oid = ` + oid + `::oid
+		UNION SELECT xmin FROM pg_attribute WHERE attrelid = ` + oid + `::oid AND attnum > 0`
+}
+
+// rewriteWhat says what a rewrite is, for the messages naming one.
+const rewriteWhat = "an ALTER TABLE that rewrites every row with its own transaction: a column's type changed, a column added with a volatile default"
 
 // partitionHoldsOlderRows scans partition p for a row written before its
 // attach, in a transaction of its own whose statement_timeout is timeout
@@ -828,16 +844,24 @@ func partitionHoldsOlderRows(ctx context.Context, conn *pgx.Conn, p PartitionInf
 	// A rewrite after the attach (ALTER TABLE changing a column's type,
 	// adding one with a volatile default) writes every row again with its
 	// own transaction: rows from before look newer than the attach (see
-	// ddlXmins).
-	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE `+cond+`),
-			EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE r.xmin IN (SELECT d.x FROM (`+strings.ReplaceAll(ddlXmins, "$2", "$3")+`) d WHERE age(d.x) < age($1::text::xid)))
-		FROM pg_class k WHERE k.oid = $3::oid`,
-		strconv.FormatUint(uint64(p.Joined), 10), int64(p.JoinedCmd), p.OID).Scan(&older, &rewritten)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" || errors.Is(err, pgx.ErrNoRows) { // dropped meanwhile
-		return false, false, errPartitionGone
+	// ddlXmins). One scan finds either; a second, only then, tells which.
+	scan := func(where string) (found bool, err error) {
+		err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ONLY `+q+` r WHERE `+where+`) FROM pg_class k WHERE k.oid = $3::oid`,
+			strconv.FormatUint(uint64(p.Joined), 10), int64(p.JoinedCmd), p.OID).Scan(&found)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" || errors.Is(err, pgx.ErrNoRows) { // dropped meanwhile
+			return false, errPartitionGone
+		}
+		return found, err
 	}
-	return older, rewritten, err
+	suspect, err := scan(cond + ` OR r.xmin IN (SELECT d.x FROM (` + ddlXmins("$3") + `) d WHERE age(d.x) < age($1::text::xid))`)
+	if err != nil || !suspect {
+		return false, false, err
+	}
+	if older, err = scan(cond); err != nil {
+		return false, false, err
+	}
+	return older, !older, nil
 }
 
 // NeverStreamed names what the relay's next start would find since its

@@ -410,33 +410,46 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if err := r.checkDeadLetterTopic(ctx); err != nil {
 		return false, err
 	}
+	// The stream first: it takes the slot, and an instance that finds it
+	// taken builds no producer. In exactly-once mode building one fences
+	// every earlier producer of the transactional id: a standby that did
+	// so in the moment the active instance was between two sessions made
+	// Kafka refuse that instance's transaction, and it exited for a
+	// takeover that never came.
+	st, err := r.be.Open(ctx, r.cfg.Postgres, slot.ConfirmedFlushLSN)
+	if err != nil {
+		if errors.Is(err, replication.ErrSlotInUse) {
+			r.history.slotBusy()
+		}
+		return false, err
+	}
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords*eosHeadroom(kcfg.ExactlyOnce) + 1
 	kcfg.SingleRecordBatches = r.singleUntil > 0
 	var prod producer
 	var txn txnProducer
+	// Building the producer can take long (a broker that does not
+	// answer): the stream, not read meanwhile, is kept from the server's
+	// wal_sender_timeout by status updates that confirm nothing new.
+	kept := keepStreamAlive(ctx, st, slot.ConfirmedFlushLSN, r.cfg.Postgres.StatusInterval)
 	if kcfg.ExactlyOnce {
 		txn, err = r.startTransactional(ctx, &kcfg, start)
 		prod = txn
 	} else {
 		prod, err = r.be.NewProducer(ctx, kcfg)
 	}
+	kept()
 	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = st.Close(cctx)
+		cancel()
 		return false, err
 	}
-	st, err := r.be.Open(ctx, r.cfg.Postgres, slot.ConfirmedFlushLSN)
-	if err != nil {
-		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
-		if errors.Is(err, replication.ErrSlotInUse) {
-			r.history.slotBusy()
-		}
-		return false, err
-	}
-	// Everything above judged the slot as Prepare read it, and building
-	// the producer can take long (a broker that does not answer). Someone
-	// who advanced the slot meanwhile skipped the events in between: the
-	// stream starts at the slot's position, not at the one judged. Now the
-	// slot is the stream's, so it can be read once more, for good.
+	// Everything above judged the slot as Prepare read it. Someone who
+	// advanced the slot before the stream took it skipped the events in
+	// between: the stream starts at the slot's position, not at the one
+	// judged. Now the slot is the stream's, so it can be read once more,
+	// for good.
 	// abandon ends the stream and the producer of a session that fails
 	// before it streams.
 	abandon := func() {
@@ -497,6 +510,44 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		r.obs.SessionEnded(err)
 	}
 	return true, err
+}
+
+// keepStreamAlive sends a status update confirming confirmed (the slot's
+// own position: nothing new) every interval until the returned function is
+// called, which waits for it. It runs while the session builds its
+// producer, before the loop reads the stream: the server ends a stream
+// that says nothing for wal_sender_timeout. It waits on the wall clock,
+// not the relay's, which belongs to the loop's goroutine.
+func keepStreamAlive(ctx context.Context, st stream, confirmed checkpoint.LSN, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				// Bounded, so that stop never waits on the network; a
+				// failure shows at the loop's first read.
+				sctx, cancel := context.WithTimeout(ctx, interval)
+				err := st.SendStatus(sctx, confirmed, false)
+				cancel()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // checkSlotAtStart reads the slot again once the stream holds it: a slot

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 
 	"github.com/jackc/pglogrepl"
@@ -18,9 +19,13 @@ import (
 // every row once (Debezium's snapshot.mode=initial).
 //
 // The slot is temporary so that a relay that dies before it finished
-// publishing the snapshot leaves no slot behind, and the next start takes
-// a new snapshot: Persist makes the permanent slot, a copy at the same
-// consistent point, once the snapshot's rows are in Kafka.
+// publishing the snapshot leaves no slot of that name behind, and the next
+// start takes a new snapshot. What only WAL holds after the first
+// attempt's consistent point (rows deleted by their own transaction,
+// table-less messages) is in no later snapshot: Anchor copies the first
+// attempt's slot into a permanent one (AnchorSlot) that keeps that point
+// until the snapshot is published, and the permanent slot is made as a
+// copy of it (Persist).
 //
 // Concurrency: owned by one goroutine. The snapshot stays valid while the
 // replication connection is open and idle: nothing but Close may use it
@@ -72,24 +77,59 @@ func CreateSnapshotSlot(ctx context.Context, cfg Config) (*SnapshotSlot, error) 
 // consistent point.
 func SnapshotLock(slot string) string { return "pgoutbox.snapshot:" + slot }
 
-// Persist copies the temporary slot into the permanent slot named slot, at
-// the same consistent point, over conn (an ordinary connection), and
-// returns it.
-func (s *SnapshotSlot) Persist(ctx context.Context, conn *pgx.Conn, slot string) (SlotState, error) {
+// AnchorSlot names the permanent slot that keeps the consistent point of
+// the first attempt at an initial snapshot of slot until the snapshot is
+// published: at most 62 bytes, the slot's name (cut) and a hash of it.
+func AnchorSlot(slot string) string {
+	h := fnv.New32a()
+	h.Write([]byte(slot))
+	prefix := slot
+	if len(prefix) > 44 {
+		prefix = prefix[:44]
+	}
+	return fmt.Sprintf("%s_snapshot_%08x", prefix, h.Sum32())
+}
+
+// Anchor copies the temporary slot into the permanent slot named anchor
+// (AnchorSlot), at the same consistent point, over conn (an ordinary
+// connection).
+func (s *SnapshotSlot) Anchor(ctx context.Context, conn *pgx.Conn, anchor string) (SlotState, error) {
+	return copySlot(ctx, conn, s.Name, s.ConsistentPoint, anchor)
+}
+
+// Persist makes the permanent slot named slot a copy of from (the anchor)
+// at its position at, over conn (an ordinary connection), and returns it.
+func Persist(ctx context.Context, conn *pgx.Conn, from string, at LSN, slot string) (SlotState, error) {
+	return copySlot(ctx, conn, from, at, slot)
+}
+
+func copySlot(ctx context.Context, conn *pgx.Conn, from string, at LSN, slot string) (SlotState, error) {
 	if err := ValidateSlotName(slot); err != nil {
 		return SlotState{}, err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2, false)", s.Name, slot); err != nil {
-		return SlotState{}, fmt.Errorf("replication: copy slot %q to %q: %w", s.Name, slot, err)
+	if _, err := conn.Exec(ctx, "SELECT pg_copy_logical_replication_slot($1, $2, false)", from, slot); err != nil {
+		return SlotState{}, fmt.Errorf("replication: copy slot %q to %q: %w", from, slot, err)
 	}
 	st, err := ReadSlot(ctx, conn, slot)
 	if err != nil {
 		return st, err
 	}
-	if st.ConfirmedFlushLSN != s.ConsistentPoint {
-		return st, fmt.Errorf("replication: slot %q starts at %s, not at the snapshot's consistent point %s", slot, st.ConfirmedFlushLSN, s.ConsistentPoint)
+	if st.ConfirmedFlushLSN != at {
+		return st, fmt.Errorf("replication: slot %q starts at %s, not at %s, where %q is", slot, st.ConfirmedFlushLSN, at, from)
 	}
 	return st, nil
+}
+
+// DropSlot drops slot if it exists and no one streams from it, over conn
+// (an ordinary connection); it says whether it did.
+func DropSlot(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots
+		WHERE slot_name = $1 AND NOT active`, slot).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("replication: drop slot %q: %w", slot, err)
+	}
+	return n > 0, nil
 }
 
 // Alive says whether the replication connection, which holds the

@@ -34,7 +34,7 @@ func TestPersistOverASlotMadeMeanwhileIsDuplicateObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", cfg.Slot) })
-	_, err = snap.Persist(ctx, conn, cfg.Slot)
+	_, err = replication.Persist(ctx, conn, snap.Name, snap.ConsistentPoint, cfg.Slot)
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "42710" {
 		t.Fatalf("Persist over an existing slot: %v; want PostgreSQL's 42710", err)

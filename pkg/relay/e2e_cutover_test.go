@@ -13,6 +13,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // Moving between the sources, and the WAL source's initial snapshot. In
@@ -319,5 +320,69 @@ func TestInitialSnapshotTriedAgainKeepsWhatOnlyWALHeld(t *testing.T) {
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld: an attempt whose
+// temporary slot is gone (its replication connection ended, or the process
+// stopped) starts over from a new snapshot, starting later. A table-less
+// message committed between the two starting points was in neither, lost
+// (with an error within one process, without a word across two). The first
+// attempt's starting point is now kept by a permanent anchor slot, and the
+// slot is made as its copy: the message arrives, every row too, and the
+// anchor is gone once the slot is made.
+func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
+	for _, how := range []string{"replication connection ended", "process stopped"} {
+		t.Run(how, func(t *testing.T) {
+			env := testenv.Require(t)
+			f := newFixture(t, env, 1)
+			ctx := context.Background()
+			const rows = 20000
+			f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+				SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
+				FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
+			cfg := f.config()
+			cfg.Snapshot.Mode = relay.SnapshotInitial
+			cfg.Snapshot.BatchSize = 20
+			cfg.Relay.RestartBackoff = 50 * time.Millisecond
+			c := env.NewConsumer(t, f.topics[:1])
+			stop := runRelay(t, cfg)
+			c.WaitFor(t, 1, time.Minute)
+			const message = "00000000-0000-4000-8000-000900000098"
+			f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
+				fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, message, f.shape.AggregateTypes[0]))
+			if how == "process stopped" {
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+				var slots int
+				if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", cfg.Postgres.Slot).Scan(&slots); err != nil || slots != 0 {
+					t.Fatalf("%d slots named %q (%v): the snapshot was over before the test could stop it", slots, cfg.Postgres.Slot, err)
+				}
+				stop = runRelay(t, cfg)
+			} else {
+				// The temporary slot's walsender: its snapshot goes with it.
+				var ended int
+				if err := f.checkDB.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
+					WHERE temporary AND slot_name LIKE $1 || '%' AND active_pid IS NOT NULL`, cfg.Postgres.Slot[:min(len(cfg.Postgres.Slot), 50)]+"_snap_").Scan(&ended); err != nil || ended != 1 {
+					t.Fatalf("ended %d temporary slots' connections (%v), want 1: the snapshot was over before the test could end it", ended, err)
+				}
+			}
+			got := map[string]bool{}
+			testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+				for _, m := range c.Poll() {
+					id, _ := m.Header("id")
+					got[string(id)] = true
+				}
+				return got[message] && len(got) == rows+1, fmt.Sprintf("%d distinct events, the message among them: %v; want %d and the message", len(got), got[message], rows+1)
+			})
+			var anchors int
+			if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", replication.AnchorSlot(cfg.Postgres.Slot)).Scan(&anchors); err != nil || anchors != 0 {
+				t.Fatalf("%d anchor slots left once the slot streams (%v)", anchors, err)
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -62,9 +62,6 @@ type Relay struct {
 	// (lower in tests).
 	maxPending         int
 	maxProducerRecords int64
-	// snapshotFrom is where the first attempt of this process's initial
-	// snapshot started (its slot's consistent point).
-	snapshotFrom checkpoint.LSN
 	// eosStarted: a session of this process started exactly-once mode (a
 	// state row written since may be its own).
 	eosStarted bool

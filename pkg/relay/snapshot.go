@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,11 +23,19 @@ import (
 // tables hold before streaming from it. A temporary slot is created with
 // an exported snapshot (replication.CreateSnapshotSlot); the tables are
 // read in that snapshot and their rows published, every one acknowledged;
-// then the temporary slot is copied into the permanent one, which starts at
-// the snapshot's consistent point: the snapshot has every transaction
-// committed before it, the slot every one after it. A relay that stops
-// before the copy leaves no slot, and the next start takes a new snapshot
-// (at-least-once: what it had sent is sent again, with the same ids).
+// then the permanent slot is made, which starts at the snapshot's
+// consistent point: the snapshot has every transaction committed before
+// it, the slot every one after it. A relay that stops before that leaves
+// no slot, and the next start takes a new snapshot (at-least-once: what
+// it had sent is sent again, with the same ids). What only WAL held after
+// the first attempt's consistent point (rows deleted by their own
+// transaction, table-less messages) is in no later snapshot: before it
+// publishes a row, the first attempt copies its temporary slot into a
+// permanent anchor slot (replication.AnchorSlot), the permanent slot is
+// made as a copy of the anchor, whichever attempt finishes, and the anchor
+// is dropped then. A later attempt's slot starts at the first one's point:
+// what was committed in between is in its snapshot and the slot, sent
+// twice with the same ids.
 //
 // With snapshot.rows: unpublished only the rows with published_at NULL are
 // published: the move from the poll source, whose relays must be stopped
@@ -82,6 +91,40 @@ func (h *snapshotHeld) release(ctx context.Context) {
 	}
 }
 
+// dropFinishedAnchor drops the anchor slot an initial snapshot left when
+// it stopped between making the slot and dropping it: the slot, made as
+// its copy, is where the anchor is. An anchor elsewhere kept the start of
+// a snapshot that did not finish, and the slot was made by something else
+// since (the transactions between the two are not relayed, unless a
+// pgoutbox session streamed from it and moved it on): that is said at
+// every start, and the anchor, which holds WAL back, is left for the
+// operator.
+func (r *Relay) dropFinishedAnchor(ctx context.Context, conn *pgx.Conn) error {
+	name := replication.AnchorSlot(r.cfg.Postgres.Slot)
+	anchor, err := replication.ReadSlot(ctx, conn, name)
+	if errors.Is(err, replication.ErrSlotMissing) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	slot, err := replication.ReadSlot(ctx, conn, r.cfg.Postgres.Slot)
+	if err != nil {
+		return err
+	}
+	if slot.ConfirmedFlushLSN != anchor.ConfirmedFlushLSN {
+		r.log.Error("initial snapshot: the slot exists, and an anchor slot still keeps where an initial snapshot that did not finish started: if the slot was made by anything other than pgoutbox's snapshot, the transactions between the two positions were never relayed; once checked, drop the anchor slot, which holds WAL back",
+			zap.String("slot", r.cfg.Postgres.Slot), zap.Stringer("slot_lsn", slot.ConfirmedFlushLSN),
+			zap.String("anchor_slot", name), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN))
+		return nil
+	}
+	if _, err := replication.DropSlot(ctx, conn, name); err != nil {
+		return err
+	}
+	r.log.Info("initial snapshot: dropped its anchor slot, left by a stop after the slot was made", zap.String("anchor_slot", name))
+	return nil
+}
+
 // dropSnap closes the kept temporary slot (and its snapshot), if any.
 func (h *snapshotHeld) dropSnap(ctx context.Context) {
 	if h.snap != nil {
@@ -125,7 +168,8 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	_, err = replication.Prepare(ctx, check, r.log)
 	switch {
 	case err == nil:
-		return nil // the slot exists: streaming goes on from it
+		// The slot exists: streaming goes on from it.
+		return r.dropFinishedAnchor(ctx, conn)
 	case !errors.Is(err, replication.ErrSlotMissing):
 		return r.prepareError(err)
 	case !pc.CreateSlot:
@@ -143,6 +187,23 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	}
 	r.log.Info("slot missing: publishing the rows the outbox tables hold, then streaming (snapshot.mode=initial)",
 		zap.String("slot", pc.Slot), zap.String("rows", r.cfg.Snapshot.Rows))
+	// The anchor keeps the first attempt's consistent point: the slot
+	// starts there, whichever snapshot this attempt publishes.
+	anchorName := replication.AnchorSlot(pc.Slot)
+	anchor, err := replication.ReadSlot(ctx, conn, anchorName)
+	hasAnchor := err == nil
+	switch {
+	case err != nil && !errors.Is(err, replication.ErrSlotMissing):
+		return err
+	case hasAnchor && (anchor.WALStatus == "lost" || anchor.InvalidationReason != ""):
+		return &FatalError{Err: fmt.Errorf("relay: slot %q, which keeps where an unfinished initial snapshot of slot %q started (%s), was invalidated by PostgreSQL (%s): what only WAL held since then (rows deleted by their own transaction, table-less messages) is gone; drop it (SELECT pg_drop_replication_slot('%s')) to take a new snapshot, which relays every row the tables hold",
+			anchorName, pc.Slot, anchor.ConfirmedFlushLSN, cmp.Or(anchor.InvalidationReason, "wal_status lost"), anchorName)}
+	case hasAnchor && anchor.Active:
+		return fmt.Errorf("relay: slot %q, which keeps where an unfinished initial snapshot of slot %q started, is in use by PID %d: stop what streams from it", anchorName, pc.Slot, anchor.ActivePID)
+	case hasAnchor && held.snap == nil:
+		r.log.Warn("initial snapshot: an earlier attempt did not finish; the slot will start where it started, which its anchor slot kept: the transactions committed since are sent again (the same event ids), nothing lost",
+			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN))
+	}
 	if held.snap != nil && !held.snap.Alive() {
 		held.dropSnap(ctx)
 	}
@@ -155,15 +216,12 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 			return err
 		}
 		held.snap = snap
-		if *started && r.snapshotFrom != 0 && r.snapshotFrom < snap.ConsistentPoint {
-			// The earlier attempt's temporary slot went with its
-			// connection: what only WAL held between the two points is in
-			// neither slot nor snapshot.
-			r.log.Error("initial snapshot taken again after a failed attempt lost its replication connection: events that only WAL held between the two attempts' starting points (table-less messages, rows deleted by their own transaction) are not relayed; rows still in the outbox tables are",
-				zap.String("slot", pc.Slot), zap.Stringer("first_attempt_lsn", r.snapshotFrom), zap.Stringer("this_attempt_lsn", snap.ConsistentPoint))
-		}
-		if r.snapshotFrom == 0 {
-			r.snapshotFrom = snap.ConsistentPoint
+	}
+	if !hasAnchor {
+		// Before a row is published: a stop before this publishes
+		// nothing.
+		if anchor, err = snap.Anchor(ctx, conn, anchorName); err != nil {
+			return err
 		}
 	}
 	*started = true
@@ -179,7 +237,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	if ctx.Err() != nil {
 		return nil // stopped: no slot, the next start begins again
 	}
-	st, err := snap.Persist(ctx, conn, pc.Slot)
+	st, err := replication.Persist(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, pc.Slot)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
 		// Made by something that did not wait for the snapshot (another
@@ -187,9 +245,13 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 		// snapshot's consistent point, and what was committed in between
 		// is in neither. Streaming from it would skip that: never.
 		return &FatalError{Err: fmt.Errorf("relay: slot %q was created by something else while the initial snapshot was read (its %d rows are published): the transactions committed between the snapshot's consistent point %s and that slot's creation are in neither; drop that slot and start again (the snapshot is published again: duplicates with the same event ids, nothing lost): %w",
-			pc.Slot, n, snap.ConsistentPoint, err)}
+			pc.Slot, n, anchor.ConfirmedFlushLSN, err)}
 	}
 	if err != nil {
+		return err
+	}
+	if _, err := replication.DropSlot(ctx, conn, anchorName); err != nil {
+		// The next attempt finds the slot made, and drops it then.
 		return err
 	}
 	r.log.Info("initial snapshot published; the slot starts where it ends", zap.String("slot", pc.Slot), zap.Int("rows", n),

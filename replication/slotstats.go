@@ -83,12 +83,10 @@ func ConnectSQL(ctx context.Context, cfg Config, applicationName string, timeout
 	// hidden from the poll source or the initial snapshot would pass
 	// unseen (see ErrRowSecurity). Set after connecting, not as a startup
 	// parameter, which connection poolers (PgBouncer) refuse.
-	after := pcfg.AfterConnect
+	after := setValueFormat(pcfg.AfterConnect)
 	pcfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
-		if after != nil {
-			if err := after(ctx, c); err != nil {
-				return err
-			}
+		if err := after(ctx, c); err != nil {
+			return err
 		}
 		return c.Exec(ctx, "SET row_security = off").Close()
 	}

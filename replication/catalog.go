@@ -347,14 +347,25 @@ func (c *Catalog) PartitionOf(oid uint32) (string, bool) {
 // row OIDs in a publication (see TableInfo.Membership).
 type Membership struct {
 	Rel, Schema uint32
+	// SchemaLink, with a Schema row, is the transaction that last wrote
+	// the table's dependency on its schema (pg_depend): ALTER TABLE ...
+	// SET SCHEMA writes it. A table moved out of a schema the publication
+	// carries and back keeps its OID, its name and the schema's row, and
+	// the inserts committed while it was elsewhere were never decoded. 0
+	// in records from before it.
+	SchemaLink uint32 `json:",omitempty"`
 }
 
 // Kept says the table stayed in the publication from was to m without a
 // break: by the same row of pg_publication_rel, or of its schema in
-// pg_publication_namespace. A publication FOR ALL TABLES has no such rows
-// (it is the same publication throughout, which Changes checks).
+// pg_publication_namespace without leaving the schema in between. A
+// publication FOR ALL TABLES has no such rows (it is the same publication
+// throughout, which Changes checks).
 func (m Membership) Kept(was Membership) bool {
-	return was.Rel != 0 && was.Rel == m.Rel || was.Schema != 0 && was.Schema == m.Schema
+	if was.Rel != 0 && was.Rel == m.Rel {
+		return true
+	}
+	return was.Schema != 0 && was.Schema == m.Schema && (was.SchemaLink == 0 || was.SchemaLink == m.SchemaLink)
 }
 
 // Table returns the configured table named name, if any.
@@ -407,6 +418,8 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	(p.oid IS NOT NULL AND (p.puballtables OR r.oid IS NOT NULL OR pns.oid IS NOT NULL)),
 	r.prqual IS NOT NULL, r.prattrs IS NOT NULL, coalesce(r.oid, 0), coalesce(pns.oid, 0),
+	coalesce((SELECT d.xmin::text::int8 FROM pg_depend d WHERE pns.oid IS NOT NULL AND d.classid = 'pg_class'::regclass
+		AND d.objid = c.oid AND d.objsubid = 0 AND d.refclassid = 'pg_namespace'::regclass AND d.refobjid = c.relnamespace), 0),
 	ARRAY(WITH RECURSIVE link(relid, jx, jc) AS (
 			-- Each partition's youngest link on its way up to the table:
 			-- the links of every partition at once, walking down the tree.
@@ -654,7 +667,7 @@ func scanTable(row pgx.Row, name string, t *TableInfo, c *Catalog) error {
 	*t = TableInfo{Name: name}
 	var kind, persistence string
 	var parts, cols, types []string
-	err := row.Scan(&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &parts, &t.Inheritors, &t.InsteadRules, &t.BeforeInsert, &t.ReportedAs, &cols, &types)
+	err := row.Scan(&t.OID, &kind, &persistence, &t.Published, &t.RowFilter, &t.ColumnList, &t.Membership.Rel, &t.Membership.Schema, &t.Membership.SchemaLink, &parts, &t.Inheritors, &t.InsteadRules, &t.BeforeInsert, &t.ReportedAs, &cols, &types)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
@@ -888,6 +901,10 @@ func (c *Catalog) leftPublication(table string, was, now Membership, since strin
 	// Out now is a problem of its own (Problems): not in the publication.
 	if c.AllTables || was == (Membership{}) || now == (Membership{}) || now.Kept(was) {
 		return nil
+	}
+	if was.Rel == 0 && now.Rel == 0 && was.Schema == now.Schema {
+		return []string{fmt.Sprintf("outbox table %s, which publication %q carries only as part of its schema, was moved to another schema and back since %s (ALTER TABLE ... SET SCHEMA; its dependency on the schema was written by transaction %d, before by %d): inserts committed while it was elsewhere were never decoded, and no trace of that remains; add the table to the publication by name (ALTER PUBLICATION ... ADD TABLE) so that it follows the table",
+			table, cfg.Publication, since, now.SchemaLink, was.SchemaLink)}
 	}
 	return []string{fmt.Sprintf("outbox table %s was taken out of publication %q and put back since %s, or its row filter or column list changed (pg_publication_rel row %d, now %d; schema's pg_publication_namespace row %d, now %d): inserts committed while it was out were never decoded, and no trace of that remains",
 		table, cfg.Publication, since, was.Rel, now.Rel, was.Schema, now.Schema)}

@@ -415,32 +415,50 @@ func TestPublicationAlteredIsWarnedOf(t *testing.T) {
 
 func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
 	env := testenv.Require(t)
+	// The outbox in a schema of its own (the state table stays in public),
+	// which the search path finds, as it finds the table while it is away.
+	const inSchema = "CREATE SCHEMA ev; CREATE SCHEMA away; ALTER TABLE outbox SET SCHEMA ev; SET search_path = ev, public, away; CREATE PUBLICATION $PUB FOR TABLES IN SCHEMA ev WITH (publish = 'insert')"
+	const moveAway = "ALTER TABLE outbox SET SCHEMA away | ALTER TABLE away.outbox SET SCHEMA ev"
 	recreate := `DROP TABLE outbox; CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
 		aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, created_at timestamptz NOT NULL DEFAULT now())`
 	for _, c := range []struct {
 		name, ddl, want string
 		// restart: the change is made while the relay is stopped.
 		restart bool
+		// setup runs before the relay starts.
+		setup string
 	}{
-		{"table dropped and created again", recreate, "was dropped and created again", false},
-		{"table renamed", "ALTER TABLE outbox RENAME TO outbox_old; CREATE TABLE outbox (LIKE outbox_old INCLUDING ALL)", "outbox", false},
-		{"table dropped from the publication", "ALTER PUBLICATION $PUB DROP TABLE outbox", "does not include table public.outbox", false},
-		{"publication dropped and created again", "DROP PUBLICATION $PUB; CREATE PUBLICATION $PUB FOR TABLE outbox WITH (publish = 'insert')", "publication", false},
-		{"table dropped and created again while stopped", recreate + "; ALTER PUBLICATION $PUB ADD TABLE outbox", "since pgoutbox last streamed", true},
+		{"table dropped and created again", recreate, "was dropped and created again", false, ""},
+		{"table renamed", "ALTER TABLE outbox RENAME TO outbox_old; CREATE TABLE outbox (LIKE outbox_old INCLUDING ALL)", "outbox", false, ""},
+		{"table dropped from the publication", "ALTER PUBLICATION $PUB DROP TABLE outbox", "does not include table public.outbox", false, ""},
+		{"publication dropped and created again", "DROP PUBLICATION $PUB; CREATE PUBLICATION $PUB FOR TABLE outbox WITH (publish = 'insert')", "publication", false, ""},
+		{"table dropped and created again while stopped", recreate + "; ALTER PUBLICATION $PUB ADD TABLE outbox", "since pgoutbox last streamed", true, ""},
 		// Table inheritance: the child's rows are decoded under its own
 		// name, and a publication takes in only the children it was made
 		// with (inserts into this one would pass unseen).
-		{"table inheriting from the outbox created", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", false},
-		{"table inheriting from the outbox created while stopped", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", true},
+		{"table inheriting from the outbox created", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", false, ""},
+		{"table inheriting from the outbox created while stopped", "CREATE TABLE outbox_2026 () INHERITS (outbox)", "table public.outbox_2026 inherits from outbox table public.outbox", true, ""},
 		// Changes undone before a check: the catalog looks as before, but
 		// the event written in between (at |) was never decoded.
-		{"table taken out of the publication and put back", "ALTER PUBLICATION $PUB DROP TABLE outbox | ALTER PUBLICATION $PUB ADD TABLE outbox", "was taken out of publication", false},
-		{"table taken out of the publication and put back while stopped", "ALTER PUBLICATION $PUB DROP TABLE outbox | ALTER PUBLICATION $PUB ADD TABLE outbox", "was taken out of publication", true},
+		{"table taken out of the publication and put back", "ALTER PUBLICATION $PUB DROP TABLE outbox | ALTER PUBLICATION $PUB ADD TABLE outbox", "was taken out of publication", false, ""},
+		{"table taken out of the publication and put back while stopped", "ALTER PUBLICATION $PUB DROP TABLE outbox | ALTER PUBLICATION $PUB ADD TABLE outbox", "was taken out of publication", true, ""},
+		// A publication of the table's schema: the table moved to another
+		// schema and back keeps its OID, its name and the schema's
+		// membership row, and PostgreSQL decoded nothing of it while it
+		// was elsewhere.
+		{"table moved out of the published schema and back", moveAway, "was moved to another schema and back", false, inSchema},
+		{"table moved out of the published schema and back while stopped", moveAway, "was moved to another schema and back", true, inSchema},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, env, 1)
+			if c.setup != "" {
+				f.exec(t, strings.ReplaceAll(c.setup, "$PUB", f.pub))
+			}
 			consumer := env.NewConsumer(t, f.topics[:1])
 			cfg := f.config()
+			if c.setup == inSchema {
+				cfg.Postgres.Tables = []string{"ev.outbox"}
+			}
 			p := runInProcess(t, cfg)
 			f.waitStreaming(t)
 			consumer.WaitFor(t, len(f.insertEvents(t, "0001", 3, nil)), time.Minute)

@@ -53,6 +53,12 @@ type session struct {
 	watcher catalogWatcher
 	rec     router.Record
 	rels    map[*replication.Relation]relClass
+	// relByID is the relation of each ID in rels: pgoutput announces a
+	// table again after every invalidation of its cached catalog entry
+	// (autovacuum's statistics, any DDL), and the class of the one it
+	// replaced goes (every change that used it was handled before the new
+	// one came), or rels grew for the whole session.
+	relByID map[uint32]*replication.Relation
 	// xid is the open transaction's (BEGIN's).
 	xid uint32
 	// othersLogged: the other tables classified already named in the log.
@@ -185,6 +191,7 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		tr:            checkpoint.New(start.Slot.ConfirmedFlushLSN),
 		start:         start,
 		rels:          map[*replication.Relation]relClass{},
+		relByID:       map[uint32]*replication.Relation{},
 		sentConfirmed: start.Slot.ConfirmedFlushLSN,
 		walEnd:        start.Slot.ConfirmedFlushLSN,
 		verified:      max(start.Catalog.CheckedAt, start.Slot.ConfirmedFlushLSN),
@@ -972,6 +979,10 @@ func (s *session) classified(rel *replication.Relation, c relClass) {
 				rel.Table, rel.ID, s.commit)
 		})
 	}
+	if was, ok := s.relByID[rel.ID]; ok && was != rel {
+		delete(s.rels, was)
+	}
+	s.relByID[rel.ID] = rel
 	s.rels[rel] = c
 	if c.other && !s.othersLogged[rel.Table] && rel.Table != s.r.cfg.Postgres.StateTable {
 		if s.othersLogged == nil {

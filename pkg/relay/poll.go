@@ -275,11 +275,16 @@ func (s *pollSession) loop() error {
 		// transaction locks it) leave room: their keys wait a moment and
 		// the next claim goes on with the others.
 		full := len(b.Rows)+b.Held == limit || b.LateRows
+		// Counted now: process ends the batch, which lets go of its rows.
+		claimed := len(b.Rows)
 		pr.holdKeys(b, r.clock.Now())
 		if err := s.process(b); err != nil {
 			return err
 		}
-		if pr.single && len(b.Rows) > 0 {
+		// A claim went through one record per request: the record the
+		// broker refused in a batch is behind us, and the next session
+		// batches again.
+		if pr.single && claimed > 0 {
 			pr.single = false
 			return errNewProducer
 		}

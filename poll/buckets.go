@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -16,10 +17,13 @@ import (
 // different buckets, and one key could be published by both at once.
 var ErrBucketsMismatch = errors.New("poll: another instance on the table uses a different poll.buckets")
 
-// ErrNotOwnSession is returned by Rebalance when the session did not hold
-// buckets it took: its statements reach another server session than the
-// one that took them, as through a pooler in transaction mode.
-var ErrNotOwnSession = errors.New("poll: the connection's statements do not all reach one server session")
+// ErrNotOwnSession is returned by Rebalance when the session does not hold
+// the locks it took (its member lock, its buckets): its statements reach
+// another server session than the one that took them, as through a pooler
+// in transaction mode, or something released them (a pooler's DISCARD
+// ALL, pg_advisory_unlock_all()). Other instances may own its buckets
+// then: the relay stops.
+var ErrNotOwnSession = errors.New("poll: the session does not hold the advisory locks it took")
 
 // Membership is an instance's place among the instances relaying one
 // table, and the key buckets it owns.
@@ -91,10 +95,11 @@ func (m *Membership) Count() int { return len(m.owned) }
 type lockHolder struct {
 	ns, key int32
 	pid     uint32
+	mine    bool // held by the session that read it
 }
 
 func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([]lockHolder, error) {
-	rows, err := conn.Query(ctx, `SELECT classid::bigint::int, objid::bigint::int, pid FROM pg_locks
+	rows, err := conn.Query(ctx, `SELECT classid::bigint::int, objid::bigint::int, pid, pid = pg_backend_pid() FROM pg_locks
 		WHERE locktype = 'advisory' AND objsubid = 2 AND granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		AND classid IN ($1::int::oid, $2::int::oid)`, bucketNS, memberNS)
@@ -103,7 +108,7 @@ func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (lockHolder, error) {
 		var h lockHolder
-		err := r.Scan(&h.ns, &h.key, &h.pid)
+		err := r.Scan(&h.ns, &h.key, &h.pid, &h.mine)
 		return h, err
 	})
 }
@@ -122,6 +127,8 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 	}
 	var members []int32
 	held := map[int]bool{}
+	var selfHeld bool
+	holder := map[int]lockHolder{} // the buckets' holders
 	for _, l := range locks {
 		switch l.ns {
 		case m.memberNS:
@@ -129,14 +136,21 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 				return Ownership{}, fmt.Errorf("%w: PID %d runs with poll.buckets=%d, this instance with %d; give every instance the same setting", ErrBucketsMismatch, l.pid, n, m.buckets)
 			}
 			members = append(members, l.key)
+			selfHeld = selfHeld || (l.key == m.self && l.mine)
 		case m.bucketNS:
 			if l.key >= 0 && int(l.key) < m.buckets {
 				held[int(l.key)] = true
+				holder[int(l.key)] = l
 			}
 		}
 	}
-	if !slices.Contains(members, m.self) {
-		members = append(members, m.self) // the view raced with our own lock
+	// Advisory locks show in pg_locks as soon as they are granted, and this
+	// session took its own before: one missing from the view is one the
+	// session no longer holds. Then other instances count this one out
+	// and take its buckets, while it would go on claiming them: two
+	// owners publishing the same keys at once, out of order.
+	if err := m.checkHeld(selfHeld, holder); err != nil {
+		return Ownership{}, err
 	}
 	slices.Sort(members)
 	rank := slices.Index(members, m.self)
@@ -186,6 +200,39 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 	sort.Ints(m.owned)
 	o.Owned = slices.Clone(m.owned)
 	return o, nil
+}
+
+// checkHeld fails, wrapping ErrNotOwnSession, when this instance's
+// session no longer holds its member lock (selfHeld) or a bucket it owns
+// (holder: each bucket's holder, as pg_locks showed it).
+func (m *Membership) checkHeld(selfHeld bool, holder map[int]lockHolder) error {
+	var lost []int
+	var others []string
+	for _, b := range m.owned {
+		h, ok := holder[b]
+		if ok && h.mine {
+			continue
+		}
+		lost = append(lost, b)
+		if ok {
+			others = append(others, fmt.Sprintf("bucket %d by PID %d", b, h.pid))
+		}
+	}
+	if selfHeld && len(lost) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("its member lock (key %d)", m.self)
+	if selfHeld {
+		what = fmt.Sprintf("the locks of buckets %v", lost)
+	} else if len(lost) > 0 {
+		what += fmt.Sprintf(" and the locks of buckets %v", lost)
+	}
+	taken := ""
+	if len(others) > 0 {
+		taken = "; held now: " + strings.Join(others, ", ")
+	}
+	return fmt.Errorf("%w: the session relaying %s (PID %d) no longer holds %s%s: something released its advisory locks (pg_advisory_unlock_all(), a pooler's DISCARD ALL, a pooler in transaction mode), so other instances may claim its buckets while it does; stopping rather than publish the same keys twice at once. Connect the poll source directly or through a pooler in session mode that does not reset sessions",
+		ErrNotOwnSession, m.table, m.pid, what, taken)
 }
 
 // byPreference returns buckets sorted by this instance's preference, most

@@ -1013,6 +1013,18 @@ BEGIN
 					END IF;
 				END LOOP;
 			END IF;
+			-- An outbox table its publication carries only as part of its
+			-- schema, moved to another schema (to come back later): the
+			-- rows written meanwhile are never decoded.
+			IF c.objid = ANY (outbox) AND EXISTS (SELECT 1 FROM ` + q + ` s JOIN pg_publication p ON p.pubname = s.publication_name
+				WHERE c.objid::text IN (SELECT v.value FROM jsonb_each_text(s.table_oids) v) AND NOT p.puballtables
+					AND NOT EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.objid)
+					AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace n JOIN pg_class k ON k.relnamespace = n.pnnspid
+						WHERE n.pnpubid = p.oid AND k.oid = c.objid))
+			THEN
+				RAISE EXCEPTION 'pgoutbox: % takes outbox table % out of the publication pgoutbox streams from, which carries it only as part of its schema: the rows written to it elsewhere would never reach the stream', c.command_tag, c.objid::regclass
+					USING HINT = 'add the table to the publication by name first (ALTER PUBLICATION ... ADD TABLE), which follows it; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
+			END IF;
 			IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
 				WHERE i.inhrelid = c.objid AND i.inhparent = ANY (outbox) AND NOT k.relispartition)
 			THEN

@@ -148,6 +148,24 @@ func TestMigrateGuardRefusesWhatKeepsInsertsFromTheStream(t *testing.T) {
 		f.exec(t, "DROP PUBLICATION "+f.publication)
 	})
 
+	// A publication of the outbox's schema: the table moved elsewhere is
+	// out of it. Added by name, it moves with its membership.
+	t.Run("schema publication", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		f.exec(t, "CREATE PUBLICATION "+f.publication+" FOR TABLES IN SCHEMA public")
+		guard(t, f)
+		schema := strings.ToLower(testenv.UniqueName(t, "s"))
+		f.exec(t, "CREATE SCHEMA "+schema)
+		// migrate added the table by name as well: only the schema's
+		// membership is left (the guard refuses that too, unless told).
+		f.exec(t, "SET pgoutbox.allow_outbox_ddl = on; ALTER PUBLICATION "+f.publication+" DROP TABLE public.outbox; RESET pgoutbox.allow_outbox_ddl")
+		refused(t, f, "out of the publication", "ALTER TABLE public.outbox SET SCHEMA "+schema)
+		f.exec(t, "ALTER PUBLICATION "+f.publication+" ADD TABLE public.outbox")
+		f.exec(t, "ALTER TABLE public.outbox SET SCHEMA "+schema)
+		f.exec(t, "ALTER TABLE "+schema+".outbox SET SCHEMA public")
+	})
+
 	t.Run("foreign table", func(t *testing.T) {
 		t.Parallel()
 		f := partitioned(t)

@@ -114,11 +114,35 @@ func (r *Relay) runPoll(ctx context.Context) error {
 	}
 }
 
-// connect opens an ordinary connection named app.
+// connect opens an ordinary connection named app, on which the server
+// finds a vanished client within about a minute (deadPeerSettings).
 func (pr *pollRunner) connect(ctx context.Context, app string) (*pgx.Conn, error) {
 	pc := pr.r.cfg.Postgres
-	return replication.ConnectSQL(ctx, pc, app, pc.ConnectTimeout)
+	conn, err := replication.ConnectSQL(ctx, pc, app, pc.ConnectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, deadPeerSettings); err != nil {
+		closeConn(conn)
+		return nil, fmt.Errorf("relay: poll connection %s: set the server's TCP keepalives (%s): %w", app, deadPeerSettings, err)
+	}
+	return conn, nil
 }
+
+// deadPeerSettings make the server end a session whose client host
+// vanished without a word (a crash of its host or VM, a network
+// partition) within about a minute: idle for 30 s, then a probe every
+// 10 s, gone after 3 unanswered (60 s); what the server sent and the
+// client never acknowledged, gone after 60 s (tcp_user_timeout, in ms).
+// The claim session holds its member lock, its buckets' locks and its
+// claimed rows until the server ends it; with the operating system's
+// keepalives (2 h idle, then 9 probes 75 s apart) the other instances
+// could not take its buckets for 2 h 11 min, and nothing said why. Any
+// role may set these for its session; on a Unix socket the server ignores
+// them. The client side needs nothing here: Go's dialer probes an idle
+// connection after 15 s, and every statement has a deadline (op).
+const deadPeerSettings = `SELECT set_config('tcp_keepalives_idle', '30', false), set_config('tcp_keepalives_interval', '10', false),
+	set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '60000', false)`
 
 func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

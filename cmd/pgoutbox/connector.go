@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -124,7 +125,9 @@ type connectorConfig struct {
 
 // readConnector reads the JSON a user POSTs to Kafka Connect, either
 // {"name": ..., "config": {...}} or the bare config map. Values may be JSON
-// strings, numbers or booleans.
+// strings, numbers or booleans; a key whose value is null is left out, as
+// if absent (read as an empty string, an empty table.include.list would
+// mean no table, where it means every table to Debezium).
 func readConnector(path string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -142,6 +145,9 @@ func readConnector(path string) (map[string]string, error) {
 	}
 	out := make(map[string]string, len(raw))
 	for k, v := range raw {
+		if bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			continue
+		}
 		var s string
 		if err := json.Unmarshal(v, &s); err == nil {
 			out[k] = s
@@ -298,6 +304,12 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 				tables = append(tables, t)
 			}
 		}
+		if strings.Trim(v, ", \t") == "" {
+			// To Debezium an empty include list is no filter at all: every
+			// table of the publication is captured. To pgoutbox it would be
+			// no table, and nothing would be relayed, without a word.
+			refuse("table.include.list", "names no table: Debezium reads an empty list as every table of the publication, pgoutbox would relay none; name the outbox tables (schema.table, comma-separated), or remove the key to relay postgres.table.include.list (public.outbox unless set)")
+		}
 		cfg.Postgres.Tables = tables
 	}
 	if v, ok := get("status.update.interval.ms"); ok {
@@ -414,9 +426,15 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	if v, ok := get("message.prefix.include.list"); ok {
 		prefixes := strings.Split(v, ",")
 		p := strings.TrimSpace(prefixes[0])
-		if len(prefixes) > 1 || strings.ContainsAny(p, `*+?[](){}|^$\.`) {
+		switch {
+		case strings.Trim(v, ", \t") == "":
+			// To Debezium an empty include list is every prefix; as
+			// pgoutbox's messages.prefix, empty turns the table-less outbox
+			// off, and its messages would be skipped without a word.
+			refuse("message.prefix.include.list", "names no prefix: Debezium reads an empty list as every prefix, and pgoutbox would turn the table-less outbox off; name the one prefix of the outbox messages, or remove the key to keep messages.prefix (outbox unless set)")
+		case len(prefixes) > 1 || strings.ContainsAny(p, `*+?[](){}|^$\.`):
 			refuse("message.prefix.include.list", "pgoutbox routes the logical decoding messages of one prefix (messages.prefix): name it")
-		} else {
+		default:
 			cfg.Messages.Prefix = p
 		}
 	}

@@ -205,6 +205,13 @@ func TestConnectorWithoutSlotOrPublicationMeansDebeziumsDefaults(t *testing.T) {
 	}
 }
 
+// In TestConvertAndRunAgreeOnEveryConnector's cases, "" leaves a key out;
+// these stand for the JSON values null and "".
+const (
+	jsonNull  = "\x00null"
+	jsonEmpty = "\x00empty"
+)
+
 // TestConvertAndRunAgreeOnEveryConnector feeds the same connector
 // configurations to `convert` and to `run --connector`: convert accepts
 // exactly those that run accepts (run then fails to reach the database on
@@ -267,11 +274,20 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"value converter left to the worker", map[string]string{"value.converter": ""}, nil, false},
 		{"env provider, variable unset", map[string]string{"database.dbname": "${env:PGOUTBOX_TEST_NO_SUCH_VARIABLE}"},
 			[]string{"PGOUTBOX_CONNECTOR_CONFIG_PROVIDERS=env"}, false},
+		// An empty include list is every table or prefix to Debezium, and
+		// would be none to pgoutbox: refused. null is an absent key.
+		{"empty table list", map[string]string{"table.include.list": jsonEmpty}, nil, false},
+		{"blank table list", map[string]string{"table.include.list": " , "}, nil, false},
+		{"null table list", map[string]string{"table.include.list": jsonNull}, nil, true},
+		{"empty message prefix", map[string]string{"message.prefix.include.list": jsonEmpty}, nil, false},
+		{"blank message prefix", map[string]string{"message.prefix.include.list": " "}, nil, false},
+		{"null message prefix", map[string]string{"message.prefix.include.list": jsonNull}, nil, true},
+		{"null snapshot mode (Debezium's initial)", map[string]string{"snapshot.mode": jsonNull}, nil, true},
 	}
 	t.Setenv("PGOUTBOX_TEST_CONNECTOR_DB", "orders")
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			conn := map[string]string{
+			conn := map[string]any{
 				"connector.class": postgresConnector, "database.hostname": "127.0.0.1", "database.port": "1",
 				"database.user": "app", "database.dbname": "orders", "topic.prefix": "orders",
 				"plugin.name": "pgoutput", "slot.name": "orders_outbox", "snapshot.mode": "no_data",
@@ -279,9 +295,14 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 				"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter",
 			}
 			for k, v := range c.set {
-				if v == "" {
+				switch v {
+				case "":
 					delete(conn, k)
-				} else {
+				case jsonNull:
+					conn[k] = nil
+				case jsonEmpty:
+					conn[k] = ""
+				default:
 					conn[k] = v
 				}
 			}
@@ -349,5 +370,59 @@ func TestConnectorWithoutTableIncludeListSaysSo(t *testing.T) {
 	cfg = defaultFileConfig()
 	if ignored, err = applyConnector(&cfg, conn); err != nil || slices.Contains(ignored, tablesNotListed) {
 		t.Fatalf("with table.include.list: ignored %v (%v)", ignored, err)
+	}
+}
+
+// TestConnectorNullIsAnAbsentKey: a key whose JSON value is null means
+// what leaving it out means (Debezium's default, pgoutbox's tables and
+// prefix), never an empty value: an empty table.include.list would relay
+// no table and an empty prefix no table-less message.
+func TestConnectorNullIsAnAbsentKey(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.json")
+	body := `{"config": {"connector.class": "` + postgresConnector + `", "transforms": "r", "transforms.r.type": "` + eventRouter + `",
+		"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+		"table.include.list": null, "message.prefix.include.list": null, "snapshot.mode": null, "slot.name": null}}`
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := readConnector(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"table.include.list", "message.prefix.include.list", "snapshot.mode", "slot.name"} {
+		if v, ok := conn[k]; ok {
+			t.Errorf("%s: null read as %q, want the key left out", k, v)
+		}
+	}
+	cfg := defaultFileConfig()
+	ignored, err := applyConnector(&cfg, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Postgres.Tables, ","); got != "public.outbox" || !slices.Contains(ignored, tablesNotListed) {
+		t.Errorf("tables %q (ignored %v), want pgoutbox's public.outbox and the word that Debezium would capture more", got, ignored)
+	}
+	if cfg.Messages.Prefix != "outbox" || cfg.Snapshot.Mode != "initial" || cfg.Postgres.Slot != "debezium" {
+		t.Errorf("prefix %q, snapshot.mode %q, slot %q: want outbox, initial, debezium", cfg.Messages.Prefix, cfg.Snapshot.Mode, cfg.Postgres.Slot)
+	}
+}
+
+// TestConnectorRefusesEmptyIncludeLists: the error names the key and says
+// why, for an empty or blank table.include.list or
+// message.prefix.include.list.
+func TestConnectorRefusesEmptyIncludeLists(t *testing.T) {
+	for _, c := range []struct{ key, value, want string }{
+		{"table.include.list", "", "Debezium reads an empty list as every table"},
+		{"table.include.list", " ,, ", "Debezium reads an empty list as every table"},
+		{"message.prefix.include.list", "", "Debezium reads an empty list as every prefix"},
+		{"message.prefix.include.list", "  ", "Debezium reads an empty list as every prefix"},
+	} {
+		conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter,
+			"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter", c.key: c.value}
+		cfg := defaultFileConfig()
+		_, err := applyConnector(&cfg, conn)
+		if err == nil || !strings.Contains(err.Error(), c.key+"=") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%q: got %v, want an error naming the key and saying %q", c.key, c.value, err, c.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -297,8 +298,11 @@ func (b *Batch) read(rows pgx.Rows) error {
 		if r.Seq, err = strconv.ParseInt(string(r.Values[seqAt]), 10, 64); err != nil {
 			return fmt.Errorf("column %s: %w", ColumnSeq, err)
 		}
-		if r.Attempts, err = strconv.Atoi(string(r.Values[attAt])); err != nil {
-			return fmt.Errorf("column %s: %w", ColumnAttempts, err)
+		// A column made by hand may hold NULL: no attempt yet.
+		if v := r.Values[attAt]; v != nil {
+			if r.Attempts, err = strconv.Atoi(string(v)); err != nil {
+				return fmt.Errorf("column %s: %w", ColumnAttempts, err)
+			}
 		}
 		if keyAt >= 0 {
 			r.Key = r.Values[keyAt]
@@ -317,8 +321,25 @@ func sameColumns(names []string, types []uint32, mods []int32, fds []pgconn.Fiel
 	return true
 }
 
-// maxErrorText bounds what last_error keeps of a reason.
+// maxErrorText bounds what last_error keeps of a reason, in bytes.
 const maxErrorText = 2000
+
+// errorText is reason as last_error can hold it: valid UTF-8 without NUL
+// (which no text value holds), at most maxErrorText bytes and, when chars
+// is not 0 (a varchar(n) column), at most chars characters. A reason the
+// column refused would fail the statement that records the attempts, and
+// with it the whole batch, for ever.
+func errorText(reason string, chars int) string {
+	reason = strings.ToValidUTF8(strings.ReplaceAll(reason, "\x00", "?"), "?")
+	n := 0
+	for i, r := range reason {
+		if (chars > 0 && n == chars) || i+utf8.RuneLen(r) > maxErrorText {
+			return reason[:i]
+		}
+		n++
+	}
+	return reason
+}
 
 // Finish marks the rows at published as published (poll.on.publish: sets
 // published_at, or deletes them), counts the failures' attempts and
@@ -348,17 +369,14 @@ func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) e
 			done[r.Rel] = append(done[r.Rel], r.CTID)
 			continue
 		}
-		reason := f.Err
-		if len(reason) > maxErrorText {
-			reason = reason[:maxErrorText]
-		}
+		reason := errorText(f.Err, c.t.errorChars)
 		a := tried[r.Rel]
 		if a == nil {
 			a = &attempts{}
 			tried[r.Rel] = a
 		}
 		a.ctids = append(a.ctids, r.CTID)
-		a.reasons = append(a.reasons, strings.ToValidUTF8(reason, "?"))
+		a.reasons = append(a.reasons, reason)
 		a.dead = append(a.dead, f.DeadLettered)
 	}
 	// The setting, the attempts and the marks go as one batch: one round
@@ -373,7 +391,7 @@ func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) e
 			what = append(what, "allow the delete of published rows")
 		}
 		for rel, a := range tried {
-			q.Queue("UPDATE "+rel+" t SET "+ColumnAttempts+" = t."+ColumnAttempts+" + 1, "+ColumnLastError+" = v.err, "+
+			q.Queue("UPDATE "+rel+" t SET "+ColumnAttempts+" = coalesce(t."+ColumnAttempts+", 0) + 1, "+ColumnLastError+" = v.err, "+
 				ColumnPublishedAt+" = CASE WHEN v.dead THEN now() ELSE t."+ColumnPublishedAt+" END"+
 				" FROM unnest($1::text[]::tid[], $2::text[], $3::bool[]) AS v(c, err, dead) WHERE t.ctid = v.c", a.ctids, a.reasons, a.dead)
 			what = append(what, "record failed attempts in "+c.t.Name)

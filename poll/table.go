@@ -41,6 +41,9 @@ type Table struct {
 	quoted  string // the quoted name
 	hasKey  bool   // the table has KeyColumn
 	created bool   // the table has created_at
+	// errorChars is how many characters last_error holds (a varchar(n) or
+	// char(n) made by hand); 0: any number.
+	errorChars int
 }
 
 // NewTable returns the table name (schema.table, or table for public) with
@@ -113,26 +116,55 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 // adds only what is missing) with another meaning: a published_at that a
 // row gets when it is written (a default, NOT NULL, a generated column)
 // makes every row born published, never claimed; a seq that is not an
-// integer cannot order the claims.
+// integer cannot order the claims; an attempts that is not an integer, or
+// a last_error that is not a string, or either generated, makes the
+// statement that records a failed attempt fail, and with it the whole
+// batch, Kafka's acknowledgements included, for ever. The shapes common in
+// tables written by hand are taken as they are: an attempts that may be
+// NULL (counted as 0), a last_error of limited length (errorChars: a
+// reason is cut to it).
 func (t *Table) checkColumns(ctx context.Context, conn *pgx.Conn) error {
-	// The type without its modifier, a domain's base type.
+	// The type without its modifier, a domain's base type; the modifier
+	// (a domain's own, if it has one).
 	rows, err := conn.Query(ctx, `SELECT a.attname::text, format_type(CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE a.atttypid END, NULL),
-		a.attnotnull, a.atthasdef, a.attgenerated <> ''
+		a.attnotnull, a.atthasdef, a.attgenerated <> '', CASE WHEN ty.typtype = 'd' THEN ty.typtypmod ELSE a.atttypmod END
 		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 		WHERE a.attrelid = to_regclass($1) AND a.attname = ANY($2) AND NOT a.attisdropped`,
-		t.quoted, []string{ColumnPublishedAt, ColumnSeq})
+		t.quoted, []string{ColumnPublishedAt, ColumnSeq, ColumnAttempts, ColumnLastError})
 	if err != nil {
 		return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)
 	}
 	defer rows.Close()
 	var problems []string
+	t.errorChars = 0
 	for rows.Next() {
 		var name, typ string
 		var notNull, hasDefault, generated bool
-		if err := rows.Scan(&name, &typ, &notNull, &hasDefault, &generated); err != nil {
+		var mod int32
+		if err := rows.Scan(&name, &typ, &notNull, &hasDefault, &generated, &mod); err != nil {
 			return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)
 		}
 		switch name {
+		case ColumnAttempts:
+			if typ != "bigint" && typ != "integer" && typ != "smallint" {
+				problems = append(problems, fmt.Sprintf("%s is %s, not an integer: a failed attempt could not be counted, and the batch it was in, rows Kafka acknowledged included, would be sent again and again; ALTER TABLE %s ALTER COLUMN %s TYPE integer USING ..., or rename the column and run pgoutbox migrate again", name, typ, t.quoted, name))
+			}
+			if generated {
+				problems = append(problems, fmt.Sprintf("%s is a generated column: pgoutbox counts the failed attempts in it; rename it and run pgoutbox migrate again", name))
+			}
+		case ColumnLastError:
+			switch typ {
+			case "text":
+			case "character varying", "character":
+				if mod >= 4 { // varchar(n), char(n): n + 4
+					t.errorChars = int(mod - 4)
+				}
+			default:
+				problems = append(problems, fmt.Sprintf("%s is %s, not text: the reason of a failed attempt could not be recorded, and the batch it was in, rows Kafka acknowledged included, would be sent again and again; ALTER TABLE %s ALTER COLUMN %s TYPE text, or rename the column and run pgoutbox migrate again", name, typ, t.quoted, name))
+			}
+			if generated {
+				problems = append(problems, fmt.Sprintf("%s is a generated column: pgoutbox records why an attempt failed in it; rename it and run pgoutbox migrate again", name))
+			}
 		case ColumnPublishedAt:
 			if typ != "timestamp with time zone" && typ != "timestamp without time zone" {
 				problems = append(problems, fmt.Sprintf("%s is %s, not timestamptz", name, typ))

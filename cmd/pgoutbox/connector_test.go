@@ -426,3 +426,52 @@ func TestConnectorRefusesEmptyIncludeLists(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectorWithoutSnapshotModeOnThePollSourceSaysWhereInitialCameFrom:
+// a connector JSON without snapshot.mode means Debezium's initial, which
+// the poll source refuses; the refusal says the JSON has no snapshot.mode
+// and what to set, not only that mode initial (which nobody wrote) belongs
+// to the WAL source. Set in the JSON or the environment, no_data passes.
+func TestConnectorWithoutSnapshotModeOnThePollSourceSaysWhereInitialCameFrom(t *testing.T) {
+	write := func(extra string) string {
+		p := filepath.Join(t.TempDir(), "c.json")
+		body := `{"connector.class": "` + postgresConnector + `", "transforms": "r", "transforms.r.type": "` + eventRouter + `", "slot.name": "orders",
+			"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"` + extra + `}`
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	args := func(p string) []string {
+		return []string{"validate", "--config-only", "--connector", p, "--dsn", "postgres://u@127.0.0.1:1/d", "--brokers", "127.0.0.1:1"}
+	}
+	poll := []string{"PGOUTBOX_RELAY_SOURCE=poll"}
+	var out, errOut bytes.Buffer
+	p := write("")
+	if code := run(args(p), poll, &out, &errOut); code != exitConfig ||
+		!strings.Contains(errOut.String(), "connector "+p+" has no snapshot.mode, which means Debezium's default, initial") ||
+		!strings.Contains(errOut.String(), `set "snapshot.mode": "no_data" in the connector JSON`) {
+		t.Fatalf("exit %d, want %d and where initial came from:\n%s", code, exitConfig, errOut.String())
+	}
+	for name, c := range map[string]struct {
+		path string
+		env  []string
+	}{
+		"no_data in the JSON":        {write(`, "snapshot.mode": "no_data"`), poll},
+		"no_data in the environment": {p, append([]string{"PGOUTBOX_SNAPSHOT_MODE=no_data"}, poll...)},
+	} {
+		out.Reset()
+		errOut.Reset()
+		if code := run(args(c.path), c.env, &out, &errOut); code != exitOK {
+			t.Errorf("%s: exit %d, want %d: %s", name, code, exitOK, errOut.String())
+		}
+	}
+	// Written in the JSON, initial is refused by the poll source's own
+	// check, which says what to set.
+	out.Reset()
+	errOut.Reset()
+	if code := run(args(write(`, "snapshot.mode": "initial"`)), poll, &out, &errOut); code != exitConfig ||
+		!strings.Contains(errOut.String(), "belongs to the WAL source") || !strings.Contains(errOut.String(), "set snapshot.mode to no_data") {
+		t.Fatalf("snapshot.mode initial written: exit %d: %s", code, errOut.String())
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -198,6 +199,7 @@ func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
 		}
 	}
 	var between func(*fileConfig) error
+	snapshotDefaulted := false
 	if c.connector != "" {
 		conn, err := readConnector(c.connector)
 		if err != nil {
@@ -208,10 +210,19 @@ func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
 			c.ignored = ignored
 			return err
 		}
+		_, given := conn["snapshot.mode"]
+		snapshotDefaulted = !given && !slices.ContainsFunc(environ, func(kv string) bool {
+			return strings.HasPrefix(kv, envName("snapshot", "mode")+"=")
+		})
 	}
 	cfg, err := loadConfigWith(path, environ, between)
 	if err != nil {
 		return cfg, err
+	}
+	if snapshotDefaulted && isPoll(cfg) && cfg.Snapshot.Mode == relay.SnapshotInitial {
+		// The user never wrote initial: say where it came from, or the
+		// refusal of the poll source's check names a value nobody set.
+		return cfg, fmt.Errorf("connector %s has no snapshot.mode, which means Debezium's default, initial (publish the rows already in the outbox tables, then stream), and relay.source is poll, which takes no snapshot (it publishes every unpublished row anyway): set \"snapshot.mode\": \"no_data\" in the connector JSON", c.connector)
 	}
 	var blank []string
 	split := func(name, s string) []string {

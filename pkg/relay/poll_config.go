@@ -62,7 +62,7 @@ func (c *Config) validateSources() error {
 			errs = append(errs, fmt.Errorf("relay: source poll reads one outbox table; postgres.table.include.list has %d", n))
 		}
 		if c.Snapshot.Mode == SnapshotInitial {
-			errs = append(errs, errors.New("snapshot: mode initial belongs to the WAL source (relay.source=wal); the poll source publishes every unpublished row anyway"))
+			errs = append(errs, errors.New("snapshot: mode initial belongs to the WAL source (relay.source=wal); the poll source publishes every unpublished row anyway: set snapshot.mode to no_data"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("relay: source %q: use wal or poll", c.Relay.Source))

@@ -78,10 +78,14 @@ func TestMarkRelayedKnowsThePeekedIDsByTheirOutputText(t *testing.T) {
 // that every row gets when it is written (an event time, a default of
 // now()): its rows would be born published and never relayed, with no
 // error. Check must refuse it, and a seq that cannot order the rows (not
-// an integer, NULL, numbered by a sequence with a cache or that cycles).
+// an integer, NULL, numbered by a sequence with a cache, that cycles or
+// counts down, its own or one its default takes numbers from).
 func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
 	ctx := context.Background()
 	conn := newDatabase(t)
+	if _, err := conn.Exec(ctx, "CREATE SEQUENCE cached CACHE 20; CREATE SEQUENCE down INCREMENT -1; CREATE SEQUENCE up"); err != nil {
+		t.Fatal(err)
+	}
 	for i, c := range []struct {
 		publishedAt, seq, want string
 	}{
@@ -97,6 +101,10 @@ func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
 		{"timestamptz", "bigserial", ""},
 		{"timestamptz", "bigint", "may be NULL"},
 		{"timestamptz", "bigint NOT NULL", ""},
+		{"timestamptz", "bigint GENERATED ALWAYS AS IDENTITY (INCREMENT -1)", "counts down (INCREMENT -1)"},
+		{"timestamptz", "bigint NOT NULL DEFAULT nextval('down')", "counts down (INCREMENT -1)"},
+		{"timestamptz", "bigint NOT NULL DEFAULT nextval('cached')", "CACHE 20"},
+		{"timestamptz", "bigint NOT NULL DEFAULT nextval('up')", ""},
 	} {
 		table := fmt.Sprintf("public.c%d", i)
 		if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" (id uuid, aggregatetype text, aggregateid text, type text, payload jsonb, seq "+c.seq+

@@ -185,23 +185,37 @@ func (t *Table) checkColumns(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("poll: read the columns of %s: %w", t.Name, err)
 	}
 	rows.Close()
-	// The sequence that numbers the rows, when the column owns one (an
-	// identity column, a serial): with a cache, each session hands out
-	// numbers from a block of its own, so the numbers of two sessions'
-	// rows are not in the order they were written; and a sequence that
-	// cycles starts again below the rows not yet published.
-	var cache int64
+	// The sequence that numbers the rows: the one the column owns (an
+	// identity column, a serial), or else the one its default takes
+	// numbers from (DEFAULT nextval('...') of a sequence made apart). With
+	// a cache, each session hands out numbers from a block of its own, so
+	// the numbers of two sessions' rows are not in the order they were
+	// written; a sequence that cycles starts again below the rows not yet
+	// published; one that counts down numbers later rows lower.
+	var name string
+	var cache, increment int64
 	var cycle bool
-	err = conn.QueryRow(ctx, `SELECT s.seqcache, s.seqcycle FROM pg_sequence s
-		WHERE s.seqrelid = pg_get_serial_sequence($1, $2)::regclass`, t.quoted, ColumnSeq).Scan(&cache, &cycle)
+	err = conn.QueryRow(ctx, `SELECT s.seqrelid::regclass::text, s.seqcache, s.seqincrement, s.seqcycle FROM pg_sequence s
+		WHERE s.seqrelid = coalesce(pg_get_serial_sequence($1, $2)::regclass::oid,
+			(SELECT d.refobjid FROM pg_attrdef ad
+			JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+			JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid AND d.refclassid = 'pg_class'::regclass
+			JOIN pg_class sc ON sc.oid = d.refobjid AND sc.relkind = 'S'
+			WHERE ad.adrelid = to_regclass($1) AND a.attname = $2 LIMIT 1))`, t.quoted, ColumnSeq).Scan(&name, &cache, &increment, &cycle)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return fmt.Errorf("poll: read the sequence of %s.%s: %w", t.Name, ColumnSeq, err)
-	case cache > 1:
-		problems = append(problems, fmt.Sprintf("the sequence of %s has CACHE %d: each session numbers its rows from a block of its own, so rows of one key written by two sessions are not numbered in the order they were written, and would be published out of order; ALTER SEQUENCE ... CACHE 1", ColumnSeq, cache))
-	case cycle:
-		problems = append(problems, fmt.Sprintf("the sequence of %s cycles: after its last value it numbers new rows below those not yet published; ALTER SEQUENCE ... NO CYCLE", ColumnSeq))
+	default:
+		if cache > 1 {
+			problems = append(problems, fmt.Sprintf("the sequence of %s (%s) has CACHE %d: each session numbers its rows from a block of its own, so rows of one key written by two sessions are not numbered in the order they were written, and would be published out of order; ALTER SEQUENCE %s CACHE 1", ColumnSeq, name, cache, name))
+		}
+		if cycle {
+			problems = append(problems, fmt.Sprintf("the sequence of %s (%s) cycles: after its last value it numbers new rows below those not yet published; ALTER SEQUENCE %s NO CYCLE", ColumnSeq, name, name))
+		}
+		if increment < 0 {
+			problems = append(problems, fmt.Sprintf("the sequence of %s (%s) counts down (INCREMENT %d): rows written later get lower numbers and would be published before earlier rows of their key; make it count up once no row is unpublished (ALTER SEQUENCE %s INCREMENT BY 1 NO MINVALUE NO MAXVALUE RESTART WITH a number above every row's)", ColumnSeq, name, increment, name))
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s: %s", ErrLayout, t.Name, strings.Join(problems, "; "))

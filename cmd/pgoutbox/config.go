@@ -131,6 +131,16 @@ func walkKeys(section string, sv reflect.Value, out *[]setting) {
 	}
 }
 
+// emptyTurnsOff are the string settings whose empty value turns a
+// protection or a feature off, with what it turns off. From the
+// environment an empty value is refused, as an empty list is: it is most
+// likely a template's variable left unfilled, and the file is where one
+// turns them off on purpose.
+var emptyTurnsOff = map[string]string{
+	"postgres.state.table": "turns the state table off, and with it the checks it makes possible: a slot dropped or lost is then created again without a word, skipping every event not yet relayed",
+	"messages.prefix":      "turns the table-less outbox off: the messages written with pg_logical_emit_message are then skipped, without a word",
+}
+
 func applyEnv(cfg *fileConfig, environ []string) error {
 	env := map[string]string{}
 	for _, kv := range environ {
@@ -147,6 +157,10 @@ func applyEnv(cfg *fileConfig, environ []string) error {
 		v, ok := env[name]
 		if !ok {
 			continue
+		}
+		if off, ok := emptyTurnsOff[s.section+"."+s.key]; ok && strings.TrimSpace(v) == "" {
+			return fmt.Errorf("environment variable %s (%s.%s) is set but empty, which %s: unset it to keep the value of the file (or the default), or, if that is what you mean, set %s: \"\" in the %s section of the YAML file",
+				name, s.section, s.key, off, s.key, s.section)
 		}
 		if err := setValue(s.field, v); err != nil {
 			return fmt.Errorf("environment variable %s (%s.%s): %w", name, s.section, s.key, err)

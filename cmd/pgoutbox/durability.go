@@ -108,6 +108,19 @@ func checkWALSenderTimeout(timeout, interval time.Duration) checkResult {
 	return pass(name, fmt.Sprintf("%s; pgoutbox sends a status update at least every %s (postgres.status.update.interval), well within it", timeout, interval))
 }
 
+// checkStateTable judges postgres.state.table for the WAL source: without
+// it nothing records the slot's history, so a slot dropped or lost while
+// pgoutbox is stopped is replaced silently, and the events it held are
+// never relayed. ok is false when there is nothing to report (the table
+// is on, or the poll source, which has no slot, is chosen).
+func checkStateTable(cfg relay.Config) (r checkResult, ok bool) {
+	if cfg.Relay.Source == relay.SourcePoll || cfg.Postgres.StateTable != "" {
+		return r, false
+	}
+	return warn("durability postgres.state.table", fmt.Sprintf(`"" (off): nothing records slot %q's history, so a slot dropped or lost while pgoutbox is stopped is created again without a word, and the events it still held are never relayed; a publication or outbox table dropped and made again, a slot moved on by something else and a failover to a server behind are not noticed either, and cleanup cannot be held after them`, cfg.Postgres.Slot),
+		"set postgres.state.table (the default is public.pgoutbox_state) and run pgoutbox migrate, or give the role CREATE on the schema so that pgoutbox run creates it"), true
+}
+
 // checkTopicDurability judges a topic's replication for records
 // acknowledged with acks=all: the replication factor, min.insync.replicas
 // and unclean leader election. label is "topic" or "dead-letter topic".
@@ -213,6 +226,14 @@ func newDurabilityAudit(cfg relay.Config, log *zap.Logger) *durabilityAudit {
 		a.seen[t] = true
 	}
 	return a
+}
+
+// Start logs the findings of the configuration alone, at once, on the
+// caller's goroutine: run calls it before it starts the relay.
+func (a *durabilityAudit) Start() {
+	if r, ok := checkStateTable(a.cfg); ok {
+		a.report([]checkResult{r})
+	}
 }
 
 // Run audits until ctx ends.

@@ -103,7 +103,8 @@ func TestMigrateRefusesExactlyOnceWhereRunDoes(t *testing.T) {
 	base := []string{"PGOUTBOX_POSTGRES_DSN=postgres://u@127.0.0.1:1/d", "PGOUTBOX_KAFKA_BROKERS=127.0.0.1:1", "PGOUTBOX_KAFKA_EXACTLY_ONCE=true"}
 	for _, c := range []struct{ env, want string }{
 		{"PGOUTBOX_RELAY_SOURCE=poll", "exactly.once belongs to the WAL source"},
-		{"PGOUTBOX_POSTGRES_STATE_TABLE=", "exactly.once needs postgres.state.table"},
+		// (In the file: an empty PGOUTBOX_POSTGRES_STATE_TABLE is refused.)
+		{"PGOUTBOX_CONFIG=" + writeFile(t, "postgres:\n  state.table: \"\"\n"), "exactly.once needs postgres.state.table"},
 	} {
 		env := append(slices.Clone(base), c.env)
 		for _, cmd := range []func(args, environ []string, stdout, stderr io.Writer) int{cmdMigrate, cmdRun} {

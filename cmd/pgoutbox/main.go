@@ -372,6 +372,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	audit := newDurabilityAudit(cfg.Config, log)
+	audit.Start()
 	r, err := relay.New(cfg.Config, log, relay.WithObserver(audit.Observe(m)), relay.WithForceStop(force))
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)

@@ -207,7 +207,8 @@ func TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed(t *testing.T) {
 	// Without a state table nothing records a slot made again, a catalog
 	// change or a slot moved: refused unless asked for.
 	insert("C", 1)
-	noState := append(slices.Clone(env), "PGOUTBOX_POSTGRES_STATE_TABLE=")
+	// (In the file: an empty PGOUTBOX_POSTGRES_STATE_TABLE is refused.)
+	noState := append(slices.Clone(env), "PGOUTBOX_CONFIG="+writeFile(t, "postgres:\n  state.table: \"\"\n"))
 	r = invoke(cmdCleanup, []string{"--retention", "0s", "--marks-table", "public.cleanup_marks"}, noState)
 	if r.code != exitConfig || !strings.Contains(r.stderr, "--without-state-table") || rows("C") != 1 {
 		t.Fatalf("cleanup without a state table: want exit 2 naming --without-state-table, and C kept:\n%s", r)

@@ -117,6 +117,9 @@ func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	if len(c.ignored) > 0 {
 		v.report(warn("connector", "settings pgoutbox ignores: "+strings.Join(describeIgnored(c.ignored), ", "), ""))
 	}
+	if r, ok := checkStateTable(cfg.Config); ok {
+		v.report(r)
+	}
 
 	if strings.TrimSpace(cfg.Postgres.DSN) != "" {
 		validatePostgres(v, cfg)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,12 +39,14 @@ func defaultFileConfig() fileConfig {
 // environment overrides. Unknown keys in the file are errors: a typo must not
 // silently fall back to a default.
 func loadConfig(path string, environ []string) (fileConfig, error) {
-	return loadConfigWith(path, environ, nil)
+	return loadConfigWith(path, environ, nil, nil)
 }
 
 // loadConfigWith is loadConfig with a step between the file and the
-// environment (the Kafka Connect import).
-func loadConfigWith(path string, environ []string, between func(*fileConfig) error) (fileConfig, error) {
+// environment (the Kafka Connect import), and the PGOUTBOX_* variables that
+// step reads on purpose (a connector's ${env:NAME}), which are not settings
+// but no typos either.
+func loadConfigWith(path string, environ []string, between func(*fileConfig) error, readOnPurpose []string) (fileConfig, error) {
 	cfg := defaultFileConfig()
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -60,14 +63,14 @@ func loadConfigWith(path string, environ []string, between func(*fileConfig) err
 		// The environment may configure the connector import itself
 		// (connector.config.providers): apply it before, and again after
 		// so that it overrides what the import set.
-		if err := applyEnv(&cfg, environ); err != nil {
+		if err := applyEnv(&cfg, environ, readOnPurpose...); err != nil {
 			return cfg, err
 		}
 		if err := between(&cfg); err != nil {
 			return cfg, err
 		}
 	}
-	if err := applyEnv(&cfg, environ); err != nil {
+	if err := applyEnv(&cfg, environ, readOnPurpose...); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -141,7 +144,37 @@ var emptyTurnsOff = map[string]string{
 	"messages.prefix":      "turns the table-less outbox off: the messages written with pg_logical_emit_message are then skipped, without a word",
 }
 
-func applyEnv(cfg *fileConfig, environ []string) error {
+// envNotSettings are the PGOUTBOX_* variables that are no settings but
+// are read on purpose, by pgoutbox (the configuration file, the profiles)
+// or by its tests, benchmarks and test environment (scripts/testenv.sh),
+// which may run pgoutbox with them in its environment. Every other
+// PGOUTBOX_* variable must name a setting: a typo would otherwise fall
+// back to the default without a word. Besides these, every variable
+// starting with envTestPrefix is the tests'.
+var envNotSettings = map[string]bool{
+	"PGOUTBOX_CONFIG": true,
+	envCPUProfile:     true, envMemProfile: true, envTrace: true,
+	// The tests' switches and reports (Makefile, pkg/testenv, pkg/relay,
+	// pkg/conformance).
+	"PGOUTBOX_REQUIRE_INTEGRATION": true, "PGOUTBOX_REQUIRE_DEBEZIUM": true, "PGOUTBOX_INTEGRATION_MARKER": true,
+	"PGOUTBOX_FAULTS": true, "PGOUTBOX_FAULTS_REPORT": true, "PGOUTBOX_CONFORMANCE_REPORT": true, "PGOUTBOX_CONFORMANCE_DBNAME": true,
+	"PGOUTBOX_DEBEZIUM_LIBS": true,
+	// scripts/testenv.sh and scripts/debezium/fetch.sh.
+	"PGOUTBOX_CACHE": true, "PGOUTBOX_PG_MAJOR": true, "PGOUTBOX_PG_MAJORS": true, "PGOUTBOX_PG_BIN": true,
+	"PGOUTBOX_PG_DIST": true, "PGOUTBOX_PG_USER": true,
+	// In the kafka section's names, but scripts/testenv.sh's (an exec'd
+	// test runs pgoutbox with them).
+	"PGOUTBOX_KAFKA_READY_TIMEOUT": true, "PGOUTBOX_KAFKA_CLUSTER_READY_TIMEOUT": true,
+}
+
+// envTestPrefix starts the test environment's variables (env.sh's
+// PGOUTBOX_TEST_PG_DSN and the like).
+const envTestPrefix = "PGOUTBOX_TEST_"
+
+// applyEnv sets cfg from the PGOUTBOX_* variables of environ. A variable
+// that is no setting is an error, unless envNotSettings names it or it is
+// one of readOnPurpose.
+func applyEnv(cfg *fileConfig, environ []string, readOnPurpose ...string) error {
 	env := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -149,11 +182,9 @@ func applyEnv(cfg *fileConfig, environ []string) error {
 		}
 	}
 	known := map[string]bool{}
-	sections := map[string]bool{}
 	for _, s := range settings(cfg) {
 		name := envName(s.section, s.key)
 		known[name] = true
-		sections[envName(s.section, "")] = true
 		v, ok := env[name]
 		if !ok {
 			continue
@@ -166,30 +197,77 @@ func applyEnv(cfg *fileConfig, environ []string) error {
 			return fmt.Errorf("environment variable %s (%s.%s): %w", name, s.section, s.key, err)
 		}
 	}
-	// A variable of a settings section that names no setting is a typo
-	// (PGOUTBOX_KAFKA_BROKER, say), which must not fall back to the
-	// default silently, as an unknown key in the file does not.
+	// A PGOUTBOX_* variable that names no setting is a typo
+	// (PGOUTBOX_KAFKA_BROKER, PGOUTBOX_SNAPSHOTMODE, say), which must not
+	// fall back to the default silently, as an unknown key in the file
+	// does not.
 	var unknown []string
 	for name := range env {
-		if known[name] {
+		if known[name] || !strings.HasPrefix(name, "PGOUTBOX_") || envNotSettings[name] ||
+			strings.HasPrefix(name, envTestPrefix) || slices.Contains(readOnPurpose, name) {
 			continue
 		}
 		if strings.HasPrefix(name, "PGOUTBOX_ROUTES_") {
 			// routes (per-table settings) is a map: the file only.
 			return fmt.Errorf("environment variable %s: routes (the per-table settings) can be set in the configuration file only", name)
 		}
-		for prefix := range sections {
-			if strings.HasPrefix(name, prefix) {
-				unknown = append(unknown, name)
-				break
-			}
+		if near := nearestName(name, known); near != "" {
+			name += " (" + near + "?)"
 		}
+		unknown = append(unknown, name)
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return fmt.Errorf("unknown environment variables %s: no such setting (pgoutbox run --help lists them)", strings.Join(unknown, ", "))
+		return fmt.Errorf("unknown environment variables %s: no such setting, and a PGOUTBOX_ variable must name one (pgoutbox run --help lists them): correct or unset it", strings.Join(unknown, ", "))
 	}
 	return nil
+}
+
+// nearestName is the known name closest to name, within two edits (a
+// letter added, left out or changed), or "".
+func nearestName(name string, known map[string]bool) string {
+	names := make([]string, 0, len(known))
+	for k := range known {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	best, bestDist := "", 3
+	for _, k := range names {
+		if d := editDistance(name, k, bestDist); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, or limit when it is
+// limit or more.
+func editDistance(a, b string, limit int) int {
+	if d := len(a) - len(b); d >= limit || -d >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		rowMin := cur[0]
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			rowMin = min(rowMin, cur[j])
+		}
+		if rowMin >= limit {
+			return limit
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit)
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))

@@ -491,6 +491,21 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 // configVariable is Kafka's ConfigTransformer pattern: ${provider:[path:]key}.
 var configVariable = regexp.MustCompile(`\$\{([^}]*?):(([^}]*?):)?([^}]*?)\}`)
 
+// envReferences are the environment variables conn's ${env:NAME}
+// placeholders name: read on purpose, they are no typos of a setting even
+// when they start with PGOUTBOX_.
+func envReferences(conn map[string]string) []string {
+	var out []string
+	for _, v := range conn {
+		for _, g := range configVariable.FindAllStringSubmatch(v, -1) {
+			if g[1] == "env" && g[3] == "" && !slices.Contains(out, g[4]) {
+				out = append(out, g[4])
+			}
+		}
+	}
+	return out
+}
+
 // resolveProviders replaces the config-provider placeholders in v, as a
 // Kafka Connect worker whose config.providers are providers would: file
 // (FileConfigProvider: ${file:/path/to.properties:key}, a key of a

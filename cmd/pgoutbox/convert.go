@@ -57,7 +57,7 @@ func cmdConvert(args, environ []string, stdout, stderr io.Writer) int {
 	// The connector section (config providers) may come from the
 	// environment, as for run.
 	envCfg := defaultFileConfig()
-	if err := applyEnv(&envCfg, environ); err != nil {
+	if err := applyEnv(&envCfg, environ, envReferences(conn)...); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitConfig
 	}

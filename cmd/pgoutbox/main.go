@@ -199,6 +199,7 @@ func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
 		}
 	}
 	var between func(*fileConfig) error
+	var readOnPurpose []string
 	snapshotDefaulted := false
 	if c.connector != "" {
 		conn, err := readConnector(c.connector)
@@ -210,12 +211,13 @@ func (c *commonFlags) load(args, environ []string) (fileConfig, error) {
 			c.ignored = ignored
 			return err
 		}
+		readOnPurpose = envReferences(conn)
 		_, given := conn["snapshot.mode"]
 		snapshotDefaulted = !given && !slices.ContainsFunc(environ, func(kv string) bool {
 			return strings.HasPrefix(kv, envName("snapshot", "mode")+"=")
 		})
 	}
-	cfg, err := loadConfigWith(path, environ, between)
+	cfg, err := loadConfigWith(path, environ, between, readOnPurpose)
 	if err != nil {
 		return cfg, err
 	}

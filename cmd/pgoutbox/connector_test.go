@@ -475,3 +475,32 @@ func TestConnectorWithoutSnapshotModeOnThePollSourceSaysWhereInitialCameFrom(t *
 		t.Fatalf("snapshot.mode initial written: exit %d: %s", code, errOut.String())
 	}
 }
+
+// TestEveryCommandThatLoadsTheConfigurationTakesTheConnector: run, migrate,
+// status, validate and cleanup all read --connector (migrate and cleanup
+// answered "flag provided but not defined"), and apply it: a key pgoutbox
+// cannot honour is refused by each, and migrate --print creates the
+// connector's tables and publication.
+func TestEveryCommandThatLoadsTheConfigurationTakesTheConnector(t *testing.T) {
+	write := func(extra string) string {
+		return writeFile(t, `{"config": {"connector.class": "`+postgresConnector+`", "transforms": "r", "transforms.r.type": "`+eventRouter+`",
+			"database.hostname": "127.0.0.1", "database.port": 1, "database.dbname": "orders", "database.user": "app",
+			"slot.name": "orders_slot", "publication.name": "orders_pub", "table.include.list": "sales.outbox", "snapshot.mode": "no_data",
+			"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"`+extra+`}}`)
+	}
+	refused := write(`, "slot.drop.on.stop": "true"`)
+	for _, cmd := range []string{"run", "migrate", "status", "validate", "cleanup"} {
+		var out, errOut bytes.Buffer
+		code := run([]string{cmd, "--connector", refused, "--brokers", "127.0.0.1:1"}, nil, &out, &errOut)
+		if code != exitConfig || !strings.Contains(errOut.String(), "slot.drop.on.stop") {
+			t.Errorf("%s --connector: exit %d, want %d refusing slot.drop.on.stop:\n%s%s", cmd, code, exitConfig, out.String(), errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"migrate", "--print", "--connector", write("")}, nil, &out, &errOut); code != exitOK {
+		t.Fatalf("migrate --print --connector: exit %d: %s", code, errOut.String())
+	}
+	if want := `CREATE PUBLICATION "orders_pub" FOR TABLE "sales"."outbox"`; !strings.Contains(out.String(), want) {
+		t.Fatalf("migrate --print --connector: the SQL lacks %q:\n%s", want, out.String())
+	}
+}

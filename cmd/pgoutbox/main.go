@@ -131,8 +131,9 @@ func run(args []string, environ []string, stdout, stderr io.Writer) int {
 	return exitConfig
 }
 
-// commonFlags are the flags run and migrate share; each overrides the
-// config file and the environment.
+// commonFlags are the flags every command that loads the configuration
+// (run, migrate, status, validate, cleanup) shares; each overrides the
+// config file and the environment, and --connector is applied under them.
 type commonFlags struct {
 	fs                                      *flag.FlagSet
 	config, dsn, brokers, slot, publication string
@@ -153,6 +154,7 @@ func newFlags(name string, stderr io.Writer, help string) *commonFlags {
 	c.fs.StringVar(&c.tables, "tables", "", "comma-separated outbox tables (postgres.table.include.list)")
 	c.fs.StringVar(&c.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
 	c.fs.StringVar(&c.logFormat, "log-format", "", "auto, json or console (log.format)")
+	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON with the outbox EventRouter (as POSTed to Kafka Connect) to take the settings from; applied over the config file, under the environment and flags")
 	c.fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s\nFlags:\n", help)
 		c.fs.PrintDefaults()
@@ -311,7 +313,6 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		stderr = &lockedWriter{w: stderr}
 	}
 	c := newFlags("run", stderr, "Usage: pgoutbox run [flags]\n\nStreams outbox inserts from the replication slot to Kafka. SIGINT or SIGTERM stops\nat a transaction boundary, waits for Kafka's acknowledgements, confirms and exits 0.\n")
-	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON with the outbox EventRouter (as POSTed to Kafka Connect); applied over the config file, under the environment and flags")
 	// Nothing prints a password; should an error ever quote one, it is
 	// replaced (each write through the logger is one whole line).
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)

@@ -35,7 +35,6 @@ const statusQueryTimeout = 30 * time.Second
 func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("status", stderr, statusHelp)
 	format := c.fs.String("format", "table", "output format: table or json")
-	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code

@@ -93,7 +93,6 @@ func (v *validation) report(rs ...checkResult) {
 func cmdValidate(args, environ []string, stdout, stderr io.Writer) int {
 	c := newFlags("validate", stderr, validateHelp)
 	topicsFlag := c.fs.String("topics", "", "comma-separated Kafka topics the outbox routes to, to check that each exists")
-	c.fs.StringVar(&c.connector, "connector", "", "a Debezium PostgreSQL connector JSON to take the settings from (as for run)")
 	strict := c.fs.Bool("strict", false, "count every WARN as a failure (exit 1), the durability findings among them")
 	configOnly := c.fs.Bool("config-only", false, "only load the settings as run does (file, environment, flags, --connector) and check them; connect to nothing; exit 0 when valid, 2 when not")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)

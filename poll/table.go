@@ -26,6 +26,10 @@ var RequiredColumns = []string{ColumnSeq, ColumnPublishedAt, ColumnAttempts, Col
 // ErrLayout is wrapped by the error of a table that lacks the poll columns.
 var ErrLayout = errors.New("poll: the table lacks the poll source's columns")
 
+// ErrTableReplaced is returned by Recheck when the table's name names
+// another table than the one Check looked at.
+var ErrTableReplaced = errors.New("poll: the table is not the one the session checked")
+
 // Table is an outbox table the poll source reads.
 type Table struct {
 	// Name is schema.table.
@@ -41,6 +45,7 @@ type Table struct {
 	quoted  string // the quoted name
 	hasKey  bool   // the table has KeyColumn
 	created bool   // the table has created_at
+	oid     uint32 // the table Check looked at
 	// errorChars is how many characters last_error holds (a varchar(n) or
 	// char(n) made by hand); 0: any number.
 	errorChars int
@@ -83,6 +88,11 @@ func Columns(ctx context.Context, conn *pgx.Conn, table string) ([]string, error
 // Check reads the table's columns and fails, wrapping ErrLayout, when one
 // the poll source needs is missing (or the table itself).
 func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
+	// First: a table put in its place after this is told by Recheck.
+	var oid uint32
+	if err := conn.QueryRow(ctx, "SELECT coalesce(to_regclass($1)::oid, 0)", t.quoted).Scan(&oid); err != nil {
+		return fmt.Errorf("poll: read the OID of %s: %w", t.Name, err)
+	}
 	cols, err := Columns(ctx, conn, t.Name)
 	if err != nil {
 		return err
@@ -109,6 +119,36 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 	}
 	t.hasKey = t.KeyColumn != "" && has[t.KeyColumn]
 	t.created = has[ColumnCreatedAt]
+	t.oid = oid
+	return nil
+}
+
+// Recheck is a look, in one statement, at whether what Check found still
+// holds, for a running relay between claims: the claims name the table,
+// so a table dropped and created again (or another renamed into its
+// place) would be claimed from unchecked, and a published_at that rows
+// now get when written (a default added since) would make every new row
+// look published, never relayed. The first fails wrapping
+// ErrTableReplaced (a new session checks the table it then finds), the
+// second runs Check again, which refuses it. Other changes to the same
+// table (a sequence altered, a column's type) wait for the next session.
+func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
+	var oid uint32
+	var born bool
+	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false)
+		FROM (SELECT to_regclass($1)::oid AS oid) c
+		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt).Scan(&oid, &born)
+	if err != nil {
+		return fmt.Errorf("poll: look at %s again: %w", t.Name, err)
+	}
+	switch {
+	case oid == 0:
+		return fmt.Errorf("%w: %s no longer exists (it was table OID %d); a new session checks it", ErrTableReplaced, t.Name, t.oid)
+	case oid != t.oid:
+		return fmt.Errorf("%w: %s is table OID %d now, the session checked OID %d: it was dropped and created again, or another table took its name; a new session checks the table it now names (rows left in the old one are not relayed)", ErrTableReplaced, t.Name, oid, t.oid)
+	case born:
+		return t.Check(ctx, conn)
+	}
 	return nil
 }
 

@@ -332,6 +332,13 @@ func (s *pollSession) rebalance() error {
 	if err != nil {
 		return err
 	}
+	// Every RebalanceInterval also: the table is still the one checked.
+	if err := s.pr.table.Recheck(ctx, s.conn); err != nil {
+		if errors.Is(err, poll.ErrLayout) {
+			return &FatalError{Err: err}
+		}
+		return err
+	}
 	if len(o.Gained) > 0 || len(o.Released) > 0 || o.Members != s.own.Members {
 		s.r.log.Info("buckets rebalanced", zap.String("table", s.pr.table.Name), zap.Int("instances", o.Members),
 			zap.Int("owned", len(o.Owned)), zap.Int("target", o.Target), zap.Ints("gained", o.Gained), zap.Ints("released", o.Released))

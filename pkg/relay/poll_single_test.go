@@ -89,41 +89,10 @@ func (p *scriptedPollProducer) Close(context.Context) error { return nil }
 // are: a session stayed at one record per request (a fraction of the
 // throughput) until it restarted for another reason.
 func TestPollLeavesSingleRecordModeOnceAClaimWentThrough(t *testing.T) {
-	env := testenv.Require(t)
 	ctx := context.Background()
-	dsn := env.NewDatabase(t)
-	conn := testenv.ConnectPG(t, dsn)
-	cfg := DefaultConfig()
-	cfg.Relay.Source = SourcePoll
-	cfg.Postgres.DSN = dsn
-	cfg.Postgres.Tables = []string{"public.outbox"}
-	cfg.Kafka.Brokers = []string{"127.0.0.1:1"} // never dialled: the producer is scripted
-	cfg.Kafka.AutoCreateTopics = true
-	cfg.Poll.Interval = 50 * time.Millisecond
-	cfg.Relay.RestartBackoff, cfg.Relay.RestartBackoffMax = 50*time.Millisecond, 100*time.Millisecond
-	if err := migrations.ApplyPoll(ctx, conn, migrations.PollParams{Table: "public.outbox", Channel: cfg.Poll.Channel("public.outbox")}); err != nil {
-		t.Fatal(err)
-	}
 	const a, b = "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b"
-	be := &scriptedPollBackend{liveBackend: &liveBackend{log: zap.NewNop()}, refuse: a, acked: map[string][]bool{}}
-	r, err := New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), withBackend(be, realClock{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Error("the relay did not stop within a minute")
-		}
-	})
+	be := &scriptedPollBackend{refuse: a}
+	conn, _ := startScriptedPoll(t, be, nil)
 	insert := func(id string) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'Order', 'k', 'T', '{}')", id); err != nil {
@@ -152,5 +121,75 @@ func TestPollLeavesSingleRecordModeOnceAClaimWentThrough(t *testing.T) {
 		be.mu.Lock()
 		defer be.mu.Unlock()
 		t.Fatalf("row B acknowledged by producers %v (producers made: %v); want one of normal batches: the claim of A went through, single-record mode should have ended", by, be.sessions)
+	}
+}
+
+// startScriptedPoll creates a database with the poll migration's outbox
+// table and runs the poll source on it with be (set up with the live
+// backend under it), polling every 50 ms, until the test ends. mutate, if
+// not nil, changes the configuration. It returns a connection to the
+// database and the run, whose end the test may wait for; else the end of
+// the test stops it, and it must return nil.
+func startScriptedPoll(t *testing.T, be *scriptedPollBackend, mutate func(*Config)) (*pgx.Conn, *scriptedRun) {
+	t.Helper()
+	env := testenv.Require(t)
+	ctx := context.Background()
+	dsn := env.NewDatabase(t)
+	conn := testenv.ConnectPG(t, dsn)
+	cfg := DefaultConfig()
+	cfg.Relay.Source = SourcePoll
+	cfg.Postgres.DSN = dsn
+	cfg.Postgres.Tables = []string{"public.outbox"}
+	cfg.Kafka.Brokers = []string{"127.0.0.1:1"} // never dialled: the producer is scripted
+	cfg.Kafka.AutoCreateTopics = true
+	cfg.Poll.Interval = 50 * time.Millisecond
+	cfg.Relay.RestartBackoff, cfg.Relay.RestartBackoffMax = 50*time.Millisecond, 100*time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := migrations.ApplyPoll(ctx, conn, migrations.PollParams{Table: "public.outbox", Channel: cfg.Poll.Channel("public.outbox")}); err != nil {
+		t.Fatal(err)
+	}
+	be.liveBackend, be.acked = &liveBackend{log: zap.NewNop()}, map[string][]bool{}
+	r, err := New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), withBackend(be, realClock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	run := &scriptedRun{done: make(chan error, 1)}
+	go func() { run.done <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		ended := run.ended
+		cancel()
+		ok, err := run.wait(time.Minute)
+		switch {
+		case !ok:
+			t.Error("the relay did not stop within a minute")
+		case !ended && err != nil:
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return conn, run
+}
+
+// scriptedRun is a relay's Run on its goroutine.
+type scriptedRun struct {
+	done  chan error
+	ended bool
+	err   error
+}
+
+// wait waits up to d for Run to return: true and its result, or false if
+// it did not return within d.
+func (p *scriptedRun) wait(d time.Duration) (bool, error) {
+	if p.ended {
+		return true, p.err
+	}
+	select {
+	case p.err = <-p.done:
+		p.ended = true
+		return true, p.err
+	case <-time.After(d):
+		return false, nil
 	}
 }

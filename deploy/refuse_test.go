@@ -21,6 +21,9 @@ func TestChartRefusesValuesThatWouldNotWork(t *testing.T) {
 	orders := func(v map[string]any) map[string]any { return v["streams"].([]any)[0].(map[string]any) }
 	payments := func(v map[string]any) map[string]any { return v["streams"].([]any)[1].(map[string]any) }
 	pg := func(s map[string]any) map[string]any { return s["postgres"].(map[string]any) }
+	connectorConfig := func(s map[string]any) map[string]any {
+		return s["connector"].(map[string]any)["json"].(map[string]any)["config"].(map[string]any)
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(v map[string]any)
@@ -41,6 +44,25 @@ func TestChartRefusesValuesThatWouldNotWork(t *testing.T) {
 		{"metrics.listen in config", func(v map[string]any) { section(v, "metrics")["listen"] = ":1" }, "metrics.listen is set by the chart"},
 		{"relay.shutdown.timeout in config", func(v map[string]any) { section(v, "relay")["shutdown.timeout"] = "1m" }, "set shutdownTimeoutSeconds instead"},
 		{"two streams of one name", func(v map[string]any) { payments(v)["name"] = "orders" }, `"orders" is given twice`},
+		// One slot, one consumer: two streams on it would take it from
+		// each other under different settings.
+		{"two streams on one slot", func(v map[string]any) { connectorConfig(payments(v))["slot.name"] = "orders_outbox" },
+			`streams orders and payments both use the replication slot "orders_outbox"`},
+		{"a connector on a stream's default slot", func(v map[string]any) {
+			delete(pg(orders(v)), "slot")
+			connectorConfig(payments(v))["slot.name"] = "orders"
+		}, `streams orders and payments both use the replication slot "orders"`},
+		{"a connector on Debezium's default slot and a stream named so", func(v map[string]any) {
+			pg(orders(v))["slot"] = "debezium"
+			delete(connectorConfig(payments(v)), "slot.name")
+		}, `streams orders and payments both use the replication slot "debezium"`},
+		{"two connectors on Debezium's default slot", func(v map[string]any) {
+			delete(connectorConfig(payments(v)), "slot.name")
+			refunds := readValues(t, goldenValues)["streams"].([]any)[1].(map[string]any)
+			refunds["name"] = "refunds"
+			delete(connectorConfig(refunds), "slot.name")
+			v["streams"] = append(v["streams"].([]any), refunds)
+		}, `streams payments and refunds both use the replication slot "debezium"`},
 		{"no database", func(v map[string]any) { delete(pg(orders(v)), "dsn") }, "no database"},
 		{"dsn and dsnSecret", func(v map[string]any) {
 			pg(orders(v))["dsnSecret"] = map[string]any{"name": "s", "key": "dsn"}

@@ -77,6 +77,43 @@ into working pods. It prints nothing.
 {{- fail (printf "stream %s: %q is longer than 63 characters (a label value): shorten the stream's name or fullnameOverride" $s.name $name) -}}
 {{- end -}}
 {{- end -}}
+{{- /*
+A slot has one consumer: two streams on one slot would be pods of two
+Deployments taking it from each other, each relaying under its own
+settings. A connector in a Secret names its slot where the chart cannot
+see it, and is not compared.
+*/ -}}
+{{- $slots := dict -}}
+{{- range $s := .Values.streams -}}
+{{- $slot := include "pgoutbox.slotName" (dict "root" $ "stream" $s) -}}
+{{- if $slot -}}
+{{- if hasKey $slots $slot -}}
+{{- fail (printf "streams %s and %s both use the replication slot %q: a slot has one consumer, and their pods would take it from each other, each relaying under its own settings; give each stream a slot of its own (postgres.slot, or slot.name in the connector JSON, whose default is Debezium's, debezium), or, if the two are on different database servers, install them as two releases" (get $slots $slot) $s.name $slot) -}}
+{{- end -}}
+{{- $_ := set $slots $slot $s.name -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pgoutbox.slotName is the replication slot a stream uses, given (dict
+"root" $ "stream" $stream): for a connector given inline its slot.name,
+or Debezium's default, debezium, as pgoutbox reads it; for a connector in
+a Secret nothing (the chart cannot see it); otherwise postgres.slot, else
+the config's postgres.slot.name, else the stream's name with "_" for "-".
+*/}}
+{{- define "pgoutbox.slotName" -}}
+{{- $s := .stream -}}
+{{- $conn := $s.connector | default dict -}}
+{{- if $conn.json -}}
+{{- $inner := $conn.json.config | default $conn.json -}}
+{{- get $inner "slot.name" | default "debezium" -}}
+{{- else if not $conn.secret -}}
+{{- $cfg := mustMergeOverwrite (deepCopy (.root.Values.config | default dict)) (deepCopy ($s.config | default dict)) -}}
+{{- $pg := $cfg.postgres | default dict -}}
+{{- $sp := $s.postgres | default dict -}}
+{{- $sp.slot | default (get $pg "slot.name") | default ($s.name | replace "-" "_") -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -154,7 +191,7 @@ it, then the stream's own keys, then the keys the chart owns.
 {{- if not (or $pg.dsn $sp.dsnSecret) -}}
 {{- fail (printf "stream %s: no database: give postgres.dsn, postgres.dsnSecret or connector" $s.name) -}}
 {{- end -}}
-{{- $slot := $sp.slot | default (get $pg "slot.name") | default ($s.name | replace "-" "_") -}}
+{{- $slot := include "pgoutbox.slotName" . -}}
 {{- $_ := set $pg "slot.name" $slot -}}
 {{- $_ := set $pg "publication.name" ($sp.publication | default (get $pg "publication.name") | default $slot) -}}
 {{- if $sp.tables -}}

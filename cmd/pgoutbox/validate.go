@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -209,7 +210,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	}
 	v.report(checkWALLevel(f.walLevel))
 	v.report(checkRole(f))
-	v.report(checkSlotCapacity(f, rc))
+	v.report(checkSlotCapacity(f, rc, cfg.Snapshot.Mode == relay.SnapshotInitial))
 	v.report(checkWALSenders(f))
 	v.report(checkTables(f, cfg)...)
 	v.report(checkConnectTypes(ctx, conn, cfg)...)
@@ -224,6 +225,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 		v.report(warn("slot", "not checked: slot.name is invalid (see the config line above)", ""))
 	} else {
 		v.report(checkSlot(f, rc)...)
+		v.report(checkSnapshotAnchor(ctx, conn, rc)...)
 	}
 	validateFailover(ctx, v, rc)
 	validatePGDurability(v, ctx, conn, rc)
@@ -345,15 +347,38 @@ func checkRole(f pgFacts) checkResult {
 		fmt.Sprintf("as a superuser: ALTER ROLE %s WITH REPLICATION;", pgx.Identifier{f.user}.Sanitize()))
 }
 
-func checkSlotCapacity(f pgFacts, rc replication.Config) checkResult {
+// checkSlotCapacity: a missing slot needs a free slot, and two with the
+// initial snapshot (its temporary slot and the anchor while the rows are
+// published, then the anchor and the slot).
+func checkSlotCapacity(f pgFacts, rc replication.Config, snapshot bool) checkResult {
 	detail := fmt.Sprintf("%d of %d slots in use", f.usedSlots, f.maxSlots)
-	if f.slot.Exists || f.usedSlots < f.maxSlots {
+	need, why := 1, ""
+	if snapshot {
+		need, why = 2, " (snapshot.mode initial takes two while it runs)"
+	}
+	if f.slot.Exists || f.usedSlots+need <= f.maxSlots {
 		return pass("max_replication_slots", detail)
 	}
 	// The slot is missing and there is no room for it: creating it fails
 	// for certain, so this is a failure, not a warning.
-	return fail("max_replication_slots", detail+fmt.Sprintf(", none free for slot %q", rc.Slot),
+	return fail("max_replication_slots", detail+fmt.Sprintf(", %d free for slot %q, which needs %d%s", max(f.maxSlots-f.usedSlots, 0), rc.Slot, need, why),
 		"drop a slot nobody uses (SELECT pg_drop_replication_slot('name');) or raise max_replication_slots (ALTER SYSTEM SET max_replication_slots = ...; then restart PostgreSQL)")
+}
+
+// checkSnapshotAnchor warns of the anchor slot of an initial snapshot that
+// did not finish: it holds WAL back until a start with snapshot.mode
+// initial makes the slot from it.
+func checkSnapshotAnchor(ctx context.Context, conn *pgx.Conn, rc replication.Config) []checkResult {
+	name := replication.AnchorSlot(rc.Slot)
+	anchor, err := replication.ReadSlot(ctx, conn, name)
+	if errors.Is(err, replication.ErrSlotMissing) {
+		return nil
+	}
+	if err != nil {
+		return []checkResult{warn("snapshot anchor", "not checked: "+oneLine(err), "")}
+	}
+	return []checkResult{warn("snapshot anchor", fmt.Sprintf("slot %q keeps %s, where an initial snapshot of slot %q that did not finish started, and holds the WAL since", name, anchor.ConfirmedFlushLSN, rc.Slot),
+		fmt.Sprintf("start pgoutbox with snapshot.mode initial to finish it (the slot is made from the anchor, which is then dropped); if the snapshot was given up, drop it: SELECT pg_drop_replication_slot('%s');", name))}
 }
 
 func checkWALSenders(f pgFacts) checkResult {

@@ -180,6 +180,23 @@ func TestValidatePassesWhenEverythingIsReady(t *testing.T) {
 	onlyDurabilityWarnings(t, r)
 }
 
+// TestValidateWarnsOfAnAnchorLeftByAnUnfinishedSnapshot: the anchor slot
+// of an initial snapshot that did not finish holds WAL back until a start
+// with snapshot.mode initial finishes it; validate names it and both ways
+// on.
+func TestValidateWarnsOfAnAnchorLeftByAnUnfinishedSnapshot(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ready(t)
+	f.env.CreateTopic(t, f.topicName, 2)
+	anchor := replication.AnchorSlot(f.slot)
+	f.exec(t, "SELECT pg_create_logical_replication_slot('"+anchor+"', 'pgoutput')")
+	t.Cleanup(func() { _, _ = f.conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", anchor) })
+	r := invoke(cmdValidate, []string{"--topics", f.topicName}, f.environ(withPassword(t, f.dsn, "")))
+	wantLine(t, r, `^WARN snapshot anchor: slot "`+anchor+`" keeps [0-9A-F]+/[0-9A-F]+, where an initial snapshot of slot "`+f.slot+`" that did not finish started`)
+	wantLine(t, r, `pg_drop_replication_slot\('`+anchor+`'\)`)
+}
+
 func TestValidateAcceptsWhatPgoutboxWillCreate(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -446,11 +463,18 @@ func TestValidateSlotStateMessages(t *testing.T) {
 		t.Errorf("extended: %+v", r)
 	}
 	f := pgFacts{usedSlots: 10, maxSlots: 10, slot: slotStatus{Name: "s"}}
-	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}); r.Status != checkFail {
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, false); r.Status != checkFail {
 		t.Errorf("no free slot for a missing slot: %+v", r)
 	}
+	f.usedSlots = 9
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, false); r.Status != checkPass {
+		t.Errorf("one free slot for a missing slot: %+v", r)
+	}
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true); r.Status != checkFail || !strings.Contains(r.Detail, "needs 2") {
+		t.Errorf("one free slot for a missing slot and its initial snapshot: %+v", r)
+	}
 	f.slot.Exists = true
-	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}); r.Status != checkPass {
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true); r.Status != checkPass {
 		t.Errorf("full, but the slot exists: %+v", r)
 	}
 	if r := checkWALSenders(pgFacts{usedSender: 4, maxSenders: 4}); r.Status != checkWarn {

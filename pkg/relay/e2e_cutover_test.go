@@ -386,3 +386,61 @@ func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
 		})
 	}
 }
+
+// TestInitialSnapshotStopsOnASlotMadeMeanwhileUntilItIsDropped: a slot
+// made by something else while the snapshot is read (here by SQL, which
+// does not wait for the snapshot's lock) starts after the snapshot's
+// consistent point, and a table-less message committed before it is in
+// neither. The snapshot stops on it; so does every start after (a
+// supervisor's restart streamed from that slot, skipping the message);
+// once the slot is dropped, as the error says, the next start makes it
+// where the anchor kept the first attempt's point: the message arrives,
+// and every row.
+func TestInitialSnapshotStopsOnASlotMadeMeanwhileUntilItIsDropped(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	const rows = 20000
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
+		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
+	cfg := f.config()
+	cfg.Snapshot.Mode = relay.SnapshotInitial
+	cfg.Snapshot.BatchSize = 20
+	cfg.Relay.RestartBackoff = 50 * time.Millisecond
+	c := env.NewConsumer(t, f.topics[:1])
+	p := runInProcess(t, cfg)
+	c.WaitFor(t, 1, time.Minute)
+	const message = "00000000-0000-4000-8000-000900000097"
+	f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
+		fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, message, f.shape.AggregateTypes[0]))
+	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Postgres.Slot)
+	for i, what := range []string{"the snapshot", "the start after it"} {
+		if i > 0 {
+			p = runInProcess(t, cfg)
+		}
+		err := p.exited(t, 2*time.Minute)
+		var fe *relay.FatalError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), cfg.Postgres.Slot) || !strings.Contains(err.Error(), "drop") {
+			t.Fatalf("%s returned %v; want a fatal error naming the slot made meanwhile and saying to drop it", what, err)
+		}
+		t.Logf("%s: %v", what, err)
+	}
+	f.exec(t, "SELECT pg_drop_replication_slot($1)", cfg.Postgres.Slot)
+	p = runInProcess(t, cfg)
+	got := map[string]bool{}
+	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Poll() {
+			id, _ := m.Header("id")
+			got[string(id)] = true
+		}
+		return got[message] && len(got) == rows+1, fmt.Sprintf("%d distinct events, the message among them: %v; want %d and the message", len(got), got[message], rows+1)
+	})
+	var anchors int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", replication.AnchorSlot(cfg.Postgres.Slot)).Scan(&anchors); err != nil || anchors != 0 {
+		t.Fatalf("%d anchor slots left once the slot streams (%v)", anchors, err)
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -95,11 +95,14 @@ func (h *snapshotHeld) release(ctx context.Context) {
 // it stopped between making the slot and dropping it: the slot, made as
 // its copy, is where the anchor is. An anchor elsewhere kept the start of
 // a snapshot that did not finish, and the slot was made by something else
-// since (the transactions between the two are not relayed, unless a
-// pgoutbox session streamed from it and moved it on): that is said at
-// every start, and the anchor, which holds WAL back, is left for the
-// operator.
-func (r *Relay) dropFinishedAnchor(ctx context.Context, conn *pgx.Conn) error {
+// since, starting later (pgoutbox migrate, another tool; the snapshot
+// itself stops on that, and a supervisor starts it again): streaming from
+// it would skip what was committed in between, so that stops, saying to
+// drop the slot, and the next snapshot makes it from the anchor. Only if
+// a pgoutbox session streamed from the slot since (the state row names
+// its instance) is the slot taken as it is, with an error, and the
+// anchor, which holds WAL back, left for the operator.
+func (r *Relay) dropFinishedAnchor(ctx context.Context, conn *pgx.Conn, start replication.Start) error {
 	name := replication.AnchorSlot(r.cfg.Postgres.Slot)
 	anchor, err := replication.ReadSlot(ctx, conn, name)
 	if errors.Is(err, replication.ErrSlotMissing) {
@@ -108,20 +111,32 @@ func (r *Relay) dropFinishedAnchor(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	slot, err := replication.ReadSlot(ctx, conn, r.cfg.Postgres.Slot)
-	if err != nil {
-		return err
-	}
-	if slot.ConfirmedFlushLSN != anchor.ConfirmedFlushLSN {
-		r.log.Error("initial snapshot: the slot exists, and an anchor slot still keeps where an initial snapshot that did not finish started: if the slot was made by anything other than pgoutbox's snapshot, the transactions between the two positions were never relayed; once checked, drop the anchor slot, which holds WAL back",
-			zap.String("slot", r.cfg.Postgres.Slot), zap.Stringer("slot_lsn", slot.ConfirmedFlushLSN),
-			zap.String("anchor_slot", name), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN))
+	slot := start.Slot
+	if slot.ConfirmedFlushLSN == anchor.ConfirmedFlushLSN {
+		if _, err := replication.DropSlot(ctx, conn, name); err != nil {
+			return err
+		}
+		r.log.Info("initial snapshot: dropped its anchor slot, left by a stop after the slot was made", zap.String("anchor_slot", name))
 		return nil
 	}
-	if _, err := replication.DropSlot(ctx, conn, name); err != nil {
-		return err
+	if !start.HadState || start.State.Instance == "" {
+		if sc := r.cfg.Postgres.StateTable; sc != "" && !start.HadState {
+			// Prepare recorded the slot it found: a slot the operator is
+			// told to drop, which no pgoutbox session streamed from. Kept,
+			// the row would make the next start take the dropped slot for
+			// one lost, and refuse the snapshot that recovers everything.
+			if st, ok, err := replication.ReadState(ctx, conn, sc, r.cfg.Postgres.Slot); err == nil && ok && st.Instance == "" {
+				if err := replication.DeleteState(ctx, conn, sc, r.cfg.Postgres.Slot); err != nil {
+					r.log.Warn("cannot remove the state row recorded for the slot made meanwhile: remove it when you drop the slot", zap.Error(err))
+				}
+			}
+		}
+		return &FatalError{Err: fmt.Errorf("relay: slot %q exists at %s, but slot %q still keeps %s, where an initial snapshot that did not finish started: the slot was made by something else meanwhile (pgoutbox migrate, another tool), and streaming from it would skip what was committed in between; drop slot %q (SELECT pg_drop_replication_slot('%s')), and its row in the state table if an earlier version recorded one, and start again: the snapshot is published again and the slot made where the anchor is (duplicates with the same event ids, nothing lost)",
+			r.cfg.Postgres.Slot, slot.ConfirmedFlushLSN, name, anchor.ConfirmedFlushLSN, r.cfg.Postgres.Slot, r.cfg.Postgres.Slot)}
 	}
-	r.log.Info("initial snapshot: dropped its anchor slot, left by a stop after the slot was made", zap.String("anchor_slot", name))
+	r.log.Error("initial snapshot: the slot exists and pgoutbox has streamed from it, but an anchor slot still keeps where an initial snapshot that did not finish started: if the slot was made by anything other than pgoutbox's snapshot, the transactions between the two positions were never relayed; once checked, drop the anchor slot, which holds WAL back",
+		zap.String("slot", r.cfg.Postgres.Slot), zap.Stringer("slot_lsn", slot.ConfirmedFlushLSN),
+		zap.String("anchor_slot", name), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN), zap.String("last_instance", start.State.Instance))
 	return nil
 }
 
@@ -165,11 +180,11 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	// slot's history, without creating the slot.
 	check := pc
 	check.CreateSlot = false
-	_, err = replication.Prepare(ctx, check, r.log)
+	start, err := replication.Prepare(ctx, check, r.log)
 	switch {
 	case err == nil:
 		// The slot exists: streaming goes on from it.
-		return r.dropFinishedAnchor(ctx, conn)
+		return r.dropFinishedAnchor(ctx, conn, start)
 	case !errors.Is(err, replication.ErrSlotMissing):
 		return r.prepareError(err)
 	case !pc.CreateSlot:
@@ -201,7 +216,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	case hasAnchor && anchor.Active:
 		return fmt.Errorf("relay: slot %q, which keeps where an unfinished initial snapshot of slot %q started, is in use by PID %d: stop what streams from it", anchorName, pc.Slot, anchor.ActivePID)
 	case hasAnchor && held.snap == nil:
-		r.log.Warn("initial snapshot: an earlier attempt did not finish; the slot will start where it started, which its anchor slot kept: the transactions committed since are sent again (the same event ids), nothing lost",
+		r.log.Error("initial snapshot: an earlier attempt did not finish; the slot will start where it started, which its anchor slot kept: nothing is lost, and the rows committed since are sent twice (the same event ids), from the new snapshot and from the slot; a key with events only WAL held since (rows deleted by their own transaction, table-less messages) may get one of them after a later event of its own that the new snapshot published",
 			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN))
 	}
 	if held.snap != nil && !held.snap.Alive() {
@@ -237,6 +252,10 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	if ctx.Err() != nil {
 		return nil // stopped: no slot, the next start begins again
 	}
+	// Every row is in Kafka: the temporary slot and its snapshot are done
+	// with, and the anchor keeps the position. Closed first, so that the
+	// snapshot needs no more slots than before the anchor: two.
+	held.dropSnap(ctx)
 	st, err := replication.Persist(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, pc.Slot)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object

@@ -420,15 +420,36 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		}
 		return false, err
 	}
+	closeStream := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = st.Close(cctx)
+		cancel()
+	}
+	// Everything above judged the slot as Prepare read it. Someone who
+	// advanced the slot before the stream took it skipped the events in
+	// between: the stream starts at the slot's position, not at the one
+	// judged. Now the slot is the stream's, so it can be read once more,
+	// for good (before the status updates below confirm the position
+	// judged: a server without the guard against moving a slot back would
+	// take it, and hide the advance).
+	serverNow, err := r.checkSlotAtStart(ctx, slot)
+	if err != nil {
+		closeStream()
+		return false, err
+	}
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = r.cfg.Relay.MaxInFlightRecords*eosHeadroom(kcfg.ExactlyOnce) + 1
 	kcfg.SingleRecordBatches = r.singleUntil > 0
 	var prod producer
 	var txn txnProducer
-	// Building the producer can take long (a broker that does not
-	// answer): the stream, not read meanwhile, is kept from the server's
-	// wal_sender_timeout by status updates that confirm nothing new.
-	kept := keepStreamAlive(ctx, st, slot.ConfirmedFlushLSN, r.cfg.Postgres.StatusInterval)
+	// Building the producer can take long (a broker slow to answer): the
+	// stream, not read meanwhile, is kept from the server's
+	// wal_sender_timeout by status updates that confirm nothing new, for
+	// at most keepAliveMax. They also keep a PostgreSQL shutdown waiting
+	// for the stream (its walsender waits for what it sent to be
+	// confirmed): past keepAliveMax the server's timeout ends the stream,
+	// and the session starts again.
+	kept := keepStreamAlive(ctx, st, slot.ConfirmedFlushLSN, r.cfg.Postgres.StatusInterval, keepAliveMax)
 	if kcfg.ExactlyOnce {
 		txn, err = r.startTransactional(ctx, &kcfg, start)
 		prod = txn
@@ -437,28 +458,14 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	}
 	kept()
 	if err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = st.Close(cctx)
-		cancel()
+		closeStream()
 		return false, err
 	}
-	// Everything above judged the slot as Prepare read it. Someone who
-	// advanced the slot before the stream took it skipped the events in
-	// between: the stream starts at the slot's position, not at the one
-	// judged. Now the slot is the stream's, so it can be read once more,
-	// for good.
 	// abandon ends the stream and the producer of a session that fails
 	// before it streams.
 	abandon := func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = st.Close(cctx)
-		cancel()
+		closeStream()
 		r.closeProducer(ctx, prod, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
-	}
-	serverNow, err := r.checkSlotAtStart(ctx, slot)
-	if err != nil {
-		abandon()
-		return false, err
 	}
 	// Recorded once this instance holds the slot, and before it confirms
 	// anything: another instance that finds the slot moved on knows who did.
@@ -509,13 +516,19 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	return true, err
 }
 
+// keepAliveMax bounds how long keepStreamAlive keeps a stream alive: a
+// producer's start that takes longer (the broker slow to answer, beyond
+// sarama's own timeouts) costs the stream, not a PostgreSQL shutdown
+// waiting on it.
+const keepAliveMax = 2 * time.Minute
+
 // keepStreamAlive sends a status update confirming confirmed (the slot's
-// own position: nothing new) every interval until the returned function is
-// called, which waits for it. It runs while the session builds its
+// own position: nothing new) every interval, for at most most, until the
+// returned function is called, which waits for it. It runs while the session builds its
 // producer, before the loop reads the stream: the server ends a stream
 // that says nothing for wal_sender_timeout. It waits on the wall clock,
 // not the relay's, which belongs to the loop's goroutine.
-func keepStreamAlive(ctx context.Context, st stream, confirmed checkpoint.LSN, interval time.Duration) (stop func()) {
+func keepStreamAlive(ctx context.Context, st stream, confirmed checkpoint.LSN, interval, most time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -523,11 +536,15 @@ func keepStreamAlive(ctx context.Context, st stream, confirmed checkpoint.LSN, i
 		defer wg.Done()
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		end := time.NewTimer(most)
+		defer end.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-ctx.Done():
+				return
+			case <-end.C:
 				return
 			case <-t.C:
 				// Bounded, so that stop never waits on the network; a

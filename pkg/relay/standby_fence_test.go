@@ -94,6 +94,10 @@ func (s *statusStream) SendStatus(_ context.Context, confirmed checkpoint.LSN, _
 
 func (s *statusStream) Close(context.Context) error { s.closed = true; return nil }
 
+func (b slowProducerBackend) ReadSlot(_ context.Context, cfg replication.Config) (replication.SlotState, time.Time, error) {
+	return replication.SlotState{Name: cfg.Slot, SlotType: "logical", Plugin: "pgoutput", ConfirmedFlushLSN: 0x1000, WALStatus: "reserved", Active: true}, time.Now(), nil
+}
+
 func (b slowProducerBackend) Open(context.Context, replication.Config, checkpoint.LSN) (stream, error) {
 	return b.st, nil
 }

@@ -36,14 +36,15 @@ func (c *Config) SQLConfig() (*pgx.ConnConfig, error) {
 
 // valueFormat are the settings by which PostgreSQL writes a value as text
 // the way the router reads it, and as Debezium's JDBC connection asks for
-// it: UTF-8, ISO dates, PostgreSQL's intervals, hex bytea and floats that
-// round-trip. The walsender writes every column with its session's
+// it: UTF-8, ISO dates in UTC, PostgreSQL's intervals, hex bytea and
+// floats that round-trip (in another time zone an instant near year 1
+// prints as a BC date, which Debezium writes as AD in UTC). The walsender writes every column with its session's
 // settings, which come from the database, the role and postgresql.conf:
 // with DateStyle 'SQL, DMY' a timestamp the router reads made every row
 // poison, extra_float_digits=0 rounded floats, and a LATIN1 database's
 // text reached Kafka as LATIN1 bytes. Set after connecting, not as startup
 // parameters, which connection poolers (PgBouncer) refuse in part.
-const valueFormat = "SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'"
+const valueFormat = "SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'; SET TimeZone = 'UTC'"
 
 // setValueFormat is an AfterConnect that sets valueFormat after after.
 func setValueFormat(after func(context.Context, *pgconn.PgConn) error) func(context.Context, *pgconn.PgConn) error {

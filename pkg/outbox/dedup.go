@@ -141,7 +141,8 @@ func (d *Dedup) ensureSchema(ctx context.Context, db execer) error {
 // Process records that the consumer processes eventID in tx, and reports
 // whether this is the first time: false means an earlier transaction that
 // committed has processed it already, and the caller should skip the
-// event. See Dedup for the pattern.
+// event. See Dedup for the pattern. Any error aborts the transaction (as
+// for Write): roll it back.
 func (d *Dedup) Process(ctx context.Context, tx pgx.Tx, eventID string) (first bool, err error) {
 	if tx == nil {
 		return false, ErrNoTx
@@ -158,6 +159,18 @@ func (d *Dedup) ProcessSQL(ctx context.Context, tx *sql.Tx, eventID string) (fir
 }
 
 func (d *Dedup) process(ctx context.Context, db execer, eventID string) (bool, error) {
+	first, err := d.record(ctx, db, eventID)
+	if err != nil {
+		// Committing would keep the consumer's change without the record
+		// that it processed the event: delivered again, it would be
+		// processed twice.
+		failTx(ctx, db, err)
+		return false, err
+	}
+	return first, nil
+}
+
+func (d *Dedup) record(ctx context.Context, db execer, eventID string) (bool, error) {
 	if eventID == "" {
 		return false, ErrEmptyEventID
 	}

@@ -15,11 +15,26 @@
 //	w, err := outbox.NewWriter(outbox.Config{}) // public.outbox, ModeTable
 //	...
 //	tx, err := conn.Begin(ctx)
-//	defer tx.Rollback(ctx)
-//	_, err = tx.Exec(ctx, "INSERT INTO orders (id, total) VALUES ($1, $2)", 42, 12)
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback(ctx) // does nothing once Commit succeeded
+//	if _, err := tx.Exec(ctx, "INSERT INTO orders (id, total) VALUES ($1, $2)", 42, 12); err != nil {
+//		return err
+//	}
 //	ev, err := outbox.NewEvent("Order", "42", "OrderCreated", map[string]any{"total": 12})
-//	ids, err := w.Write(ctx, tx, ev)
-//	err = tx.Commit(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	if _, err := w.Write(ctx, tx, ev); err != nil {
+//		return err // the deferred Rollback undoes the order too
+//	}
+//	return tx.Commit(ctx)
+//
+// Any error from Write aborts the transaction: roll it back. Write makes
+// the transaction fail on the server even when it refused an event before
+// sending anything, so a Commit that follows a failed Write fails too,
+// rather than keeping the business change without its event.
 //
 // Write takes a pgx.Tx; WriteSQL takes a *sql.Tx (database/sql with any
 // PostgreSQL driver, e.g. github.com/jackc/pgx/v5/stdlib). Several events in

@@ -62,22 +62,38 @@ func (w *Writer) Config() Config { return w.cfg }
 // sent in one statement (two in ModeTableDeleteAfterInsert); they become
 // visible to the relay when tx commits, and vanish if it rolls back.
 //
-// An invalid event (see EventError) fails the whole call before anything is
-// sent. After a database error the transaction is aborted: roll it back.
+// Any error aborts the transaction: roll it back. An invalid event (see
+// EventError) fails the whole call before any event is sent, and then Write
+// itself makes the transaction fail on the server (see SQLStateWriteFailed),
+// as a database error does, so that a Commit that follows returns an error
+// (pgx.ErrTxCommitRollback with pgx and its stdlib driver) instead of
+// keeping the business change without its event.
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]string, error) {
 	if tx == nil {
 		return nil, ErrNoTx
 	}
-	return w.write(ctx, pgxExec{tx}, events)
+	return w.writeInTx(ctx, pgxExec{tx}, events)
 }
 
 // WriteSQL is Write for a database/sql transaction (any PostgreSQL driver
 // that accepts $n placeholders, such as github.com/jackc/pgx/v5/stdlib).
+// As with Write, any error aborts the transaction: roll it back.
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]string, error) {
 	if tx == nil {
 		return nil, ErrNoTx
 	}
-	return w.write(ctx, sqlExec{tx}, events)
+	return w.writeInTx(ctx, sqlExec{tx}, events)
+}
+
+// writeInTx writes events in the transaction db and makes the transaction
+// fail when that fails (see failTx).
+func (w *Writer) writeInTx(ctx context.Context, db execer, events []Event) ([]string, error) {
+	ids, err := w.write(ctx, db, events)
+	if err != nil {
+		failTx(ctx, db, err)
+		return nil, err
+	}
+	return ids, nil
 }
 
 func (w *Writer) write(ctx context.Context, db execer, events []Event) ([]string, error) {

@@ -62,7 +62,9 @@
 //
 // ModeMessage writes no row. Each event is a transactional logical decoding
 // message, pg_logical_emit_message(true, prefix, content), prefix "outbox"
-// by default, whose content is a JSON object with the row's fields:
+// by default, whose content is a JSON object with the row's fields, sent as
+// UTF-8 bytes (the bytea variant, so that the database's encoding does not
+// change them):
 //
 //	{"id":"0192...","aggregatetype":"Order","aggregateid":"42","type":"OrderCreated","payload":{"total":12}}
 //

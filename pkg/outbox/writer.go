@@ -196,7 +196,11 @@ func (w *Writer) deleteStatement(ids []string) (string, []any) {
 
 // messageStatement returns one SELECT that emits a transactional message
 // per event, in the order of events (a VALUES list is scanned in order).
-// The casts pick pg_logical_emit_message's text variant.
+// The casts pick pg_logical_emit_message's bytea variant, whose content
+// reaches the WAL as the UTF-8 bytes sent: the text variant converts its
+// content to the database's encoding first, and pgoutput sends a message's
+// bytes as they are, so in a LATIN1 database the relay read LATIN1 bytes
+// where the content promises UTF-8 JSON.
 func (w *Writer) messageStatement(events []Event, ids []string) (string, []any) {
 	var b strings.Builder
 	b.WriteString("SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ")
@@ -208,8 +212,8 @@ func (w *Writer) messageStatement(events []Event, ids []string) (string, []any) 
 		}
 		b.WriteByte('(')
 		writeParam(&b, i+2)
-		b.WriteString("::text)")
-		args = append(args, string(w.messageJSON(&events[i], ids[i])))
+		b.WriteString("::bytea)")
+		args = append(args, w.messageJSON(&events[i], ids[i]))
 	}
 	b.WriteString(") AS m(content)")
 	return b.String(), args

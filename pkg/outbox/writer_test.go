@@ -98,11 +98,11 @@ func TestStatementsBatchEventsInOneStatement(t *testing.T) {
 	}
 
 	q, args = w.messageStatement(events, ids)
-	wantQ = `SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::text), ($3::text)) AS m(content)`
+	wantQ = `SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::bytea), ($3::bytea)) AS m(content)`
 	wantArgs = []any{
 		"app",
-		`{"event_id":"id-1","aggregatetype":"Order","aggregateid":"1","type":"Created","body":{"a":1}}`,
-		`{"event_id":"id-2","aggregatetype":"Order","aggregateid":"2","type":"","body":null}`,
+		[]byte(`{"event_id":"id-1","aggregatetype":"Order","aggregateid":"1","type":"Created","body":{"a":1}}`),
+		[]byte(`{"event_id":"id-2","aggregatetype":"Order","aggregateid":"2","type":"","body":null}`),
 	}
 	if q != wantQ || !reflect.DeepEqual(args, wantArgs) {
 		t.Fatalf("message:\n got %s %#v\nwant %s %#v", q, args, wantQ, wantArgs)

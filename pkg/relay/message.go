@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -35,6 +36,12 @@ func messageRow(prefix, payloadField string, content []byte) (router.Row, error)
 	trimmed := bytes.TrimSpace(content)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return router.Row{}, errNotObject
+	}
+	if !utf8.Valid(trimmed) {
+		// encoding/json would turn each invalid byte into U+FFFD without a
+		// word: a key Müller in LATIN1 would become M\ufffdller (another
+		// partition), and the payload would go out as LATIN1 bytes.
+		return router.Row{}, invalidUTF8(trimmed)
 	}
 	if err := json.Unmarshal(trimmed, &fields); err != nil {
 		return router.Row{}, fmt.Errorf("content is not valid JSON: %w", err)
@@ -73,6 +80,20 @@ func messageRow(prefix, payloadField string, content []byte) (router.Row, error)
 		}
 	}
 	return row, nil
+}
+
+// invalidUTF8 describes content that is not valid UTF-8, naming the first
+// bad byte and the likely cause.
+func invalidUTF8(content []byte) error {
+	off := 0
+	for off < len(content) {
+		r, size := utf8.DecodeRune(content[off:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		off += size
+	}
+	return fmt.Errorf("content is not valid UTF-8 (byte %d is 0x%02x): a message emitted with pg_logical_emit_message's text variant in a database whose encoding is not UTF8 carries that encoding's bytes; emit UTF-8 bytes instead, pg_logical_emit_message(true, prefix, convert_to(content, 'UTF8')), as pkg/outbox does", off, content[off])
 }
 
 // rowJSON renders a row as a JSON object of its columns' text (null for

@@ -1,6 +1,9 @@
 package relay
 
 import (
+	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +56,21 @@ func TestMessageThatIsNotAJSONObjectIsAnError(t *testing.T) {
 		if _, err := messageRow("p", "payload", []byte(c)); err == nil {
 			t.Errorf("%q: no error", c)
 		}
+	}
+}
+
+// A message whose content is not UTF-8 (the text variant of
+// pg_logical_emit_message in a LATIN1 database) is refused, not read with
+// U+FFFD in place of each bad byte: the key Müller went out as M\ufffdller,
+// on another partition, and the payload as LATIN1 bytes.
+func TestMessageThatIsNotUTF8IsAnError(t *testing.T) {
+	content := []byte("{\"id\":\"406c07f3-0000-4000-8000-000000000001\",\"aggregatetype\":\"Order\",\"aggregateid\":\"M\xfcller\",\"type\":\"T\",\"payload\":{\"n\":\"\xc4\"}}")
+	row, err := messageRow("outbox", "payload", content)
+	if err == nil {
+		t.Fatalf("LATIN1 content read as %q", row.Values)
+	}
+	if want := fmt.Sprintf("byte %d is 0xfc", bytes.IndexByte(content, 0xfc)); !strings.Contains(err.Error(), "not valid UTF-8") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not say the content is not UTF-8 (%s)", err, want)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
 
@@ -32,6 +33,10 @@ func TestClaimHoldsBackTheRowsBehindOneItDidNotTake(t *testing.T) {
 	}
 	exec(conn, `CREATE TABLE outbox (id text PRIMARY KEY, aggregateid text, payload jsonb,
 		seq bigint GENERATED ALWAYS AS IDENTITY, published_at timestamptz, attempts integer NOT NULL DEFAULT 0, last_error text)`)
+	if err := migrations.ApplyPoll(ctx, conn, migrations.PollParams{Table: "public.outbox"}); err != nil { // the keep triggers
+		t.Fatal(err)
+	}
+	exec(conn, "SELECT set_config($1, 'on', false)", migrations.DeleteUnpublished) // the test's TRUNCATEs
 	tb, err := NewTable("public.outbox", "aggregateid", "id")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 	"github.com/pgoutbox/pgoutbox/poll"
 )
@@ -109,6 +110,10 @@ func TestCheckRefusesPollColumnsWithAnotherMeaning(t *testing.T) {
 		table := fmt.Sprintf("public.c%d", i)
 		if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" (id uuid, aggregatetype text, aggregateid text, type text, payload jsonb, seq "+c.seq+
 			", published_at "+c.publishedAt+", attempts integer NOT NULL DEFAULT 0, last_error text)"); err != nil {
+			t.Fatal(err)
+		}
+		// The keep triggers (and indexes): the columns stay as written.
+		if err := migrations.ApplyPoll(ctx, conn, migrations.PollParams{Table: table}); err != nil {
 			t.Fatal(err)
 		}
 		tb, err := poll.NewTable(table, "aggregateid", "id")

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // The poll table's own columns, beside Debezium's outbox columns.
@@ -23,8 +25,9 @@ const (
 // RequiredColumns are the columns the poll source needs in its table.
 var RequiredColumns = []string{ColumnSeq, ColumnPublishedAt, ColumnAttempts, ColumnLastError}
 
-// ErrLayout is wrapped by the error of a table that lacks the poll columns.
-var ErrLayout = errors.New("poll: the table lacks the poll source's columns")
+// ErrLayout is wrapped by the error of a table that lacks the poll columns
+// or the triggers that keep its unpublished rows.
+var ErrLayout = errors.New("poll: the table lacks the poll source's columns or triggers")
 
 // ErrTableReplaced is returned by Recheck when the table's name names
 // another table than the one Check looked at.
@@ -85,8 +88,9 @@ func Columns(ctx context.Context, conn *pgx.Conn, table string) ([]string, error
 	return cols, nil
 }
 
-// Check reads the table's columns and fails, wrapping ErrLayout, when one
-// the poll source needs is missing (or the table itself).
+// Check reads the table's columns and triggers and fails, wrapping
+// ErrLayout, when one the poll source needs is missing (or the table
+// itself): its columns, and the keep triggers (MissingKeepTriggers).
 func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 	// First: a table put in its place after this is told by Recheck.
 	var oid uint32
@@ -117,6 +121,15 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 	if err := t.checkColumns(ctx, conn); err != nil {
 		return err
 	}
+	missing, err = MissingKeepTriggers(ctx, conn, t.quoted)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s lacks the keep trigger(s) %s (missing or disabled): a writer that deletes its row in its own transaction (pkg/outbox's ModeTableDeleteAfterInsert, the WAL source's way of keeping the table empty) would leave the poll source nothing to read, and its event would be lost without a word; "+
+			"create it with pgoutbox migrate run with the poll configuration (relay.source=poll), which adds what is missing (pgoutbox migrate with the WAL source drops it)",
+			ErrLayout, t.Name, strings.Join(missing, " and "))
+	}
 	t.hasKey = t.KeyColumn != "" && has[t.KeyColumn]
 	t.created = has[ColumnCreatedAt]
 	t.oid = oid
@@ -130,14 +143,17 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 // now get when written (a default added since) would make every new row
 // look published, never relayed. The first fails wrapping
 // ErrTableReplaced (a new session checks the table it then finds), the
-// second runs Check again, which refuses it. Other changes to the same
+// second runs Check again, which refuses it; so do keep triggers dropped
+// or disabled since (pgoutbox migrate run with the WAL source's
+// configuration drops them). Other changes to the same
 // table (a sequence altered, a column's type) wait for the next session.
 func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 	var oid uint32
-	var born bool
-	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false)
+	var born, kept bool
+	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false),
+			(SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = ANY($3) AND g.tgenabled IN ('O', 'A')) = cardinality($3)
 		FROM (SELECT to_regclass($1)::oid AS oid) c
-		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt).Scan(&oid, &born)
+		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers).Scan(&oid, &born, &kept)
 	if err != nil {
 		return fmt.Errorf("poll: look at %s again: %w", t.Name, err)
 	}
@@ -146,10 +162,32 @@ func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("%w: %s no longer exists (it was table OID %d); a new session checks it", ErrTableReplaced, t.Name, t.oid)
 	case oid != t.oid:
 		return fmt.Errorf("%w: %s is table OID %d now, the session checked OID %d: it was dropped and created again, or another table took its name; a new session checks the table it now names (rows left in the old one are not relayed)", ErrTableReplaced, t.Name, oid, t.oid)
-	case born:
+	case born || !kept:
 		return t.Check(ctx, conn)
 	}
 	return nil
+}
+
+// keepTriggers are the triggers that keep the rows not published yet
+// (migrations/0002_poll.sql): one skips their deletes, one refuses a
+// TRUNCATE while there are any.
+var keepTriggers = []string{migrations.KeepTrigger, migrations.KeepTruncateTrigger}
+
+// MissingKeepTriggers returns the poll source's keep triggers (see
+// migrations.KeepTrigger) that the table quotedTable lacks, or has
+// disabled: without them a writer that deletes its row in its own
+// transaction, or a TRUNCATE, discards events the poll source never read.
+func MissingKeepTriggers(ctx context.Context, conn *pgx.Conn, quotedTable string) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT k FROM unnest($2::text[]) k WHERE NOT EXISTS (SELECT 1 FROM pg_trigger
+		WHERE tgrelid = to_regclass($1) AND tgname = k AND tgenabled IN ('O', 'A'))`, quotedTable, keepTriggers)
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the triggers of %s: %w", quotedTable, err)
+	}
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the triggers of %s: %w", quotedTable, err)
+	}
+	return missing, nil
 }
 
 // checkColumns refuses poll columns that were there before migrate (which

@@ -209,6 +209,13 @@ func TestHandoverKeepsThePendingInsertsOfPartitions(t *testing.T) {
 	// Written while no relay runs: pending in the slot, unpublished.
 	pending := f.insertEvents(t, "0002", 6, nil)
 	want = append(want, pending...)
+	// The poll source's keep triggers, as pgoutbox migrate adds them to a
+	// table made by hand (the columns stay as they are).
+	defaults := relay.DefaultConfig()
+	pp := migrations.PollParams{Table: "public.outbox", Notify: true, Channel: defaults.Poll.Channel("public.outbox")}
+	if err := migrations.ApplyPoll(context.Background(), f.checkDB, pp); err != nil {
+		t.Fatal(err)
+	}
 
 	wrong := f.pollConfig()
 	wrong.Poll.HandoverSlot = f.slot

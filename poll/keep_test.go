@@ -1,0 +1,62 @@
+package poll_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/poll"
+)
+
+// Without its keep triggers the poll table loses the event of every writer
+// that deletes its row in its own transaction (the WAL source's
+// delete-after-insert mode): the relay refuses to start on it, and a
+// running relay's periodic look refuses it once they are dropped (as
+// pgoutbox migrate with the WAL source does) or disabled.
+func TestCheckRefusesATableWithoutItsKeepTriggers(t *testing.T) {
+	ctx := context.Background()
+	conn := newDatabase(t)
+	poll1 := migrations.PollParams{Table: "public.outbox"}
+	if err := migrations.ApplyPoll(ctx, conn, poll1); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := poll.NewTable("public.outbox", "aggregateid", "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Check(ctx, conn); err != nil {
+		t.Fatalf("Check of the table poll migrate made: %v", err)
+	}
+	wantRefused := func(what string, err error, trigger string) {
+		t.Helper()
+		if !errors.Is(err, poll.ErrLayout) || !strings.Contains(err.Error(), trigger) || !strings.Contains(err.Error(), "pgoutbox migrate run with the poll configuration") {
+			t.Fatalf("%s: %v, want a layout error naming %s and the fix", what, err, trigger)
+		}
+	}
+	// The WAL source's migrate drops both triggers.
+	if err := migrations.Apply(ctx, conn, migrations.Params{Tables: []string{"public.outbox"}, Publication: "outbox_pub"}); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused("Recheck after the WAL migrate", tb.Recheck(ctx, conn), migrations.KeepTrigger)
+	wantRefused("Check after the WAL migrate", tb.Check(ctx, conn), migrations.KeepTruncateTrigger)
+
+	if err := migrations.ApplyPoll(ctx, conn, poll1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Check(ctx, conn); err != nil {
+		t.Fatalf("Check after poll migrate ran again: %v", err)
+	}
+	if err := tb.Recheck(ctx, conn); err != nil {
+		t.Fatalf("Recheck after poll migrate ran again: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE public.outbox DISABLE TRIGGER "+migrations.KeepTrigger); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused("Recheck with the trigger disabled", tb.Recheck(ctx, conn), migrations.KeepTrigger)
+	if _, err := conn.Exec(ctx, "ALTER TABLE public.outbox ENABLE TRIGGER "+migrations.KeepTrigger+"; DROP TRIGGER "+migrations.KeepTruncateTrigger+" ON public.outbox"); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused("Check without the TRUNCATE trigger", tb.Check(ctx, conn), migrations.KeepTruncateTrigger)
+}

@@ -516,6 +516,9 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 			return exitConfig
 		}
+		if !isPoll(cfg) {
+			fmt.Fprintln(stdout, keepTriggersNote(p.Tables))
+		}
 		fmt.Fprintln(stdout, strings.Join(stmts, "\n"))
 		return exitOK
 	}
@@ -532,11 +535,20 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitRuntime
 	}
+	kept, err := dropsKeepTriggers(ctx, conn, p.Tables) // poll.go
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+		return exitRuntime
+	}
 	if err := migrations.Apply(ctx, conn, p); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
 	}
 	fmt.Fprintf(stdout, "migrated %s (publication %s)\n", strings.Join(p.Tables, ", "), cfg.Postgres.Publication)
+	if len(kept) > 0 {
+		fmt.Fprintf(stdout, "dropped the poll source's triggers %s and %s from %s: a row deleted before it is published is deleted now, as the delete-after-insert mode needs; a poll relay refuses to start on the table until pgoutbox migrate with relay.source=poll puts them back\n",
+			migrations.KeepTrigger, migrations.KeepTruncateTrigger, strings.Join(kept, ", "))
+	}
 	if *guard {
 		if err := applyGuard(ctx, conn, cfg.Postgres); err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: migrate --guard: %v\n", err)

@@ -83,6 +83,9 @@ type pollTableSt struct {
 	Trigger bool   `json:"notify_trigger"`
 	Channel string `json:"notify_channel"`
 	Buckets int    `json:"buckets"`
+	// MissingKeep are the triggers that keep unpublished rows (from
+	// deletes, from TRUNCATE) that the table lacks or has disabled.
+	MissingKeep []string `json:"missing_keep_triggers"`
 }
 
 type pollBacklog struct {
@@ -117,7 +120,7 @@ func statusPoll(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileCo
 
 func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileConfig, t *poll.Table) (pollStatus, error) {
 	st := pollStatus{Source: relay.SourcePoll, Server: serverStatus{Address: target.Address, User: target.User},
-		Table: pollTableSt{Name: t.Name, Missing: []string{}, Channel: cfg.Poll.Channel(t.Name), Buckets: cfg.Poll.Buckets}, Instances: []poll.Member{}, Problems: []string{}}
+		Table: pollTableSt{Name: t.Name, Missing: []string{}, MissingKeep: []string{}, Channel: cfg.Poll.Channel(t.Name), Buckets: cfg.Poll.Buckets}, Instances: []poll.Member{}, Problems: []string{}}
 	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int, current_database(), current_user, pg_is_in_recovery()`).Scan(
 		&st.Server.Version, &st.Server.VersionNum, &st.Server.Database, &st.Server.User, &st.Server.InRecovery)
 	if err != nil {
@@ -147,6 +150,17 @@ func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fi
 	if cfg.Poll.Notify && !st.Table.Trigger {
 		st.Problems = append(st.Problems, fmt.Sprintf("table %s has no notification trigger although poll.notify is true: claims wait for poll.interval; create it with pgoutbox migrate", t.Name))
 	}
+	missingKeep, err := poll.MissingKeepTriggers(ctx, conn, t.Quoted())
+	if err != nil {
+		return st, err
+	}
+	if len(missingKeep) > 0 {
+		st.Table.MissingKeep = missingKeep
+		// The relay refuses the table (Check below would say so as an
+		// error): say it as a problem, with the rest of the status.
+		st.Problems = append(st.Problems, keepTriggersProblem(t.Name, st.Table.MissingKeep))
+		return st, nil
+	}
 	if err := t.Check(ctx, conn); err != nil {
 		return st, err
 	}
@@ -166,6 +180,62 @@ func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fi
 		st.Instances = []poll.Member{}
 	}
 	return st, nil
+}
+
+// keepTriggersNote is what migrate --print for the WAL source says of the
+// poll source's keep triggers it drops.
+func keepTriggersNote(tables []string) string {
+	return fmt.Sprintf("-- NOTE: this drops the poll source's triggers %s and %s from %s where they exist: a row deleted before the poll source published it is deleted then (the delete-after-insert mode needs that), so a poll relay started on the table again would lose the events of such rows; pgoutbox migrate with relay.source=poll puts them back, and the poll relay refuses to start without them.",
+		migrations.KeepTrigger, migrations.KeepTruncateTrigger, strings.NewReplacer("\r", " ", "\n", " ").Replace(strings.Join(tables, ", ")))
+}
+
+// dropsKeepTriggers is run before migrate for the WAL source, which drops
+// the poll source's keep triggers from its tables: it refuses while a poll
+// relay runs on one of them (the triggers are what keeps that relay's
+// events from a writer's delete), and otherwise returns the tables that
+// have them, which migrate then names.
+func dropsKeepTriggers(ctx context.Context, conn *pgx.Conn, tables []string) ([]string, error) {
+	var having []string
+	for _, table := range tables {
+		quoted, err := migrations.Ident(table)
+		if err != nil {
+			return nil, err
+		}
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoted).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("look up %s: %w", table, err)
+		}
+		if !exists {
+			continue
+		}
+		missing, err := poll.MissingKeepTriggers(ctx, conn, quoted)
+		if err != nil {
+			return nil, err
+		}
+		if len(missing) == 2 {
+			continue
+		}
+		members, err := poll.Members(ctx, conn, table)
+		if err != nil {
+			return nil, err
+		}
+		if len(members) > 0 {
+			pids := make([]string, len(members))
+			for i, m := range members {
+				pids[i] = fmt.Sprint(m.PID)
+			}
+			return nil, fmt.Errorf("%d poll relay session(s) run on %s (PID %s): migrate for the WAL source would drop the triggers %s and %s that keep its rows not published yet, and a writer deleting its row in its own transaction would then lose its event; stop the poll relays first (see the README's \"Moving between the sources\"), or run migrate with relay.source=poll",
+				len(members), table, strings.Join(pids, ", "), migrations.KeepTrigger, migrations.KeepTruncateTrigger)
+		}
+		having = append(having, table)
+	}
+	return having, nil
+}
+
+// keepTriggersProblem says what the missing keep triggers cost, and the fix.
+func keepTriggersProblem(table string, missing []string) string {
+	return fmt.Sprintf("table %s lacks the poll source's keep triggers %s (missing or disabled), which keep rows not published yet: the poll relay refuses to start on it, and a writer deleting its row in its own transaction would lose its event; create it with pgoutbox migrate run with the poll configuration (relay.source=poll)",
+		table, strings.Join(missing, " and "))
 }
 
 // hasNotifyTrigger says whether the table's notification trigger exists
@@ -194,7 +264,15 @@ func writePollStatus(w io.Writer, st pollStatus) {
 	if len(st.Table.Missing) > 0 {
 		table = append(table, "missing_columns", strings.Join(st.Table.Missing, ", "))
 	}
-	table = append(table, "notify_trigger", fmt.Sprintf("%v (channel %s)", st.Table.Trigger, st.Table.Channel), "buckets", fmt.Sprint(st.Table.Buckets))
+	table = append(table, "notify_trigger", fmt.Sprintf("%v (channel %s)", st.Table.Trigger, st.Table.Channel))
+	if st.Table.Exists && len(st.Table.Missing) == 0 {
+		keep := "present"
+		if len(st.Table.MissingKeep) > 0 {
+			keep = "MISSING " + strings.Join(st.Table.MissingKeep, ", ")
+		}
+		table = append(table, "keep_triggers", keep)
+	}
+	table = append(table, "buckets", fmt.Sprint(st.Table.Buckets))
 	section("table", table...)
 	if b := st.Backlog; b != nil {
 		oldest := "-"
@@ -267,6 +345,15 @@ func validatePollSource(ctx context.Context, v *validation, conn *pgx.Conn, f pg
 	default:
 		v.report(warn("poll index", fmt.Sprintf("%s has no partial index on %s WHERE %s IS NULL: every claim reads the published rows too", t.Name, poll.ColumnSeq, poll.ColumnPublishedAt),
 			"run pgoutbox migrate with relay.source=poll"))
+	}
+	switch missing, err := poll.MissingKeepTriggers(ctx, conn, t.Quoted()); {
+	case err != nil:
+		v.report(fail("poll keep triggers", oneLine(err), "check the role's access to the catalog"))
+	case len(missing) > 0:
+		v.report(fail("poll keep triggers", fmt.Sprintf("%s lacks %s (missing or disabled): the poll relay refuses to start, and a writer deleting its row in its own transaction would lose its event", t.Name, strings.Join(missing, " and ")),
+			"run pgoutbox migrate with relay.source=poll (pgoutbox migrate with the WAL source drops them)"))
+	default:
+		v.report(pass("poll keep triggers", fmt.Sprintf("%s and %s keep the rows not published yet", migrations.KeepTrigger, migrations.KeepTruncateTrigger)))
 	}
 	if cfg.Poll.Notify {
 		switch ok, err := hasNotifyTrigger(ctx, conn, t.Quoted()); {

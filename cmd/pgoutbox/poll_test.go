@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -90,7 +91,7 @@ func TestPollSourceMigrateStatusValidateAndCleanup(t *testing.T) {
 	r = invoke(cmdStatus, nil, env)
 	wantLine(t, r, `^  unpublished_rows +3$`)
 	r = invoke(cmdValidate, []string{"--topics", f.topicName}, env)
-	for _, check := range []string{"poll columns", "poll index", "poll trigger", "poll privileges"} {
+	for _, check := range []string{"poll columns", "poll index", "poll keep triggers", "poll trigger", "poll privileges"} {
 		wantLine(t, r, `^PASS `+check+`: `)
 	}
 	if strings.Contains(r.stdout, "wal_level") || strings.Contains(r.stdout, "slot") {
@@ -122,12 +123,55 @@ func TestPollSourceMigrateStatusValidateAndCleanup(t *testing.T) {
 	if n := f.count(t, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.outbox'::regclass AND tgname LIKE 'pgoutbox_keep_unpublished%'"); n != 2 {
 		t.Fatalf("%d triggers keep unpublished rows, want 2 (DELETE, TRUNCATE)", n)
 	}
-	if r = invoke(cmdMigrate, nil, append(env, "PGOUTBOX_RELAY_SOURCE=wal")); r.code != exitOK {
-		t.Fatalf("migrate for the WAL source:\n%s", r)
+	// While a poll relay runs on the table, migrate for the WAL source
+	// refuses to drop them.
+	ctx := context.Background()
+	member := testenv.ConnectPG(t, f.dsn)
+	if _, err := poll.Join(ctx, member, "public.outbox", 4); err != nil {
+		t.Fatal(err)
+	}
+	r = invoke(cmdMigrate, nil, append(env, "PGOUTBOX_RELAY_SOURCE=wal"))
+	if r.code != exitRuntime || !strings.Contains(r.stderr, "1 poll relay session(s) run on public.outbox") {
+		t.Fatalf("migrate for the WAL source while a poll relay runs: want exit 1 refusing:\n%s", r)
+	}
+	if n := f.count(t, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.outbox'::regclass AND tgname LIKE 'pgoutbox_keep_unpublished%'"); n != 2 {
+		t.Fatalf("the refused migrate left %d of the 2 keep triggers", n)
+	}
+	if _, err := member.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+	if r = invoke(cmdMigrate, nil, append(env, "PGOUTBOX_RELAY_SOURCE=wal")); r.code != exitOK ||
+		!strings.Contains(r.stdout, "dropped the poll source's triggers pgoutbox_keep_unpublished and pgoutbox_keep_unpublished_truncate from public.outbox") {
+		t.Fatalf("migrate for the WAL source: want exit 0 saying it dropped the keep triggers:\n%s", r)
 	}
 	if n := f.count(t, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.outbox'::regclass AND tgname LIKE 'pgoutbox_keep_unpublished%'"); n != 0 {
 		t.Fatal("migrate for the WAL source left the trigger that keeps unpublished rows")
 	}
+	// Without them the poll source's status and validate say so.
+	r = invoke(cmdStatus, []string{"--format", "json"}, env)
+	if r.code != exitRuntime {
+		t.Fatalf("status without the keep triggers: want exit 1:\n%s", r)
+	}
+	st = pollStatus{}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status JSON: %v\n%s", err, r)
+	}
+	if !slices.Equal(st.Table.MissingKeep, []string{"pgoutbox_keep_unpublished", "pgoutbox_keep_unpublished_truncate"}) ||
+		!slices.ContainsFunc(st.Problems, func(p string) bool {
+			return strings.Contains(p, "keep triggers pgoutbox_keep_unpublished and pgoutbox_keep_unpublished_truncate") && strings.Contains(p, "pgoutbox migrate run with the poll configuration")
+		}) {
+		t.Fatalf("status without the keep triggers: %+v", st)
+	}
+	r = invoke(cmdValidate, []string{"--topics", f.topicName}, env)
+	if r.code != exitRuntime {
+		t.Fatalf("validate without the keep triggers: want exit 1:\n%s", r)
+	}
+	wantLine(t, r, `^FAIL poll keep triggers: public.outbox lacks pgoutbox_keep_unpublished and pgoutbox_keep_unpublished_truncate `)
+	if r = invoke(cmdMigrate, nil, env); r.code != exitOK {
+		t.Fatalf("migrate for the poll source:\n%s", r)
+	}
+	r = invoke(cmdValidate, []string{"--topics", f.topicName}, env)
+	wantLine(t, r, `^PASS poll keep triggers: `)
 }
 
 // TestCleanupOfTheWALSourceDeletesOnlyWhatTheSlotConfirmed: rows A are

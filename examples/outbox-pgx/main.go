@@ -4,9 +4,9 @@
 //	PGOUTBOX_POSTGRES_DSN=postgres://user:pass@localhost:5432/shop go run ./examples/outbox-pgx
 //	go run ./examples/outbox-pgx -mode message
 //
-// It creates its orders table and, unless -mode message, the outbox table
-// in Debezium's shape (`pgoutbox migrate` creates the latter, with the
-// publication, in a real deployment).
+// It creates its orders table and the outbox table in Debezium's shape, in
+// every mode (-mode message writes no row to the latter; `pgoutbox migrate`
+// creates it, with the publication, in a real deployment).
 package main
 
 import (

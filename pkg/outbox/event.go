@@ -70,7 +70,9 @@ func noPayload(p json.RawMessage) bool {
 // ErrInvalidEvent is matched (errors.Is) by every EventError.
 var ErrInvalidEvent = errors.New("outbox: invalid event")
 
-// EventError reports an event that Write refused before sending anything.
+// EventError reports an event that Write refused before sending any
+// event; Write made the transaction fail all the same (see Write): roll it
+// back.
 type EventError struct {
 	Index int    // the event's position in the Write call
 	ID    string // the event's ID, if it had one

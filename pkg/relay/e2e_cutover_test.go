@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
@@ -449,5 +451,80 @@ func TestInitialSnapshotStopsOnASlotMadeMeanwhileUntilItIsDropped(t *testing.T) 
 	}
 	if err := p.stop(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInitialSnapshotFailingToMakeTheSlotDoesNotPublishAgain: an attempt
+// that published every row and failed only to make the slot (a connection
+// lost then; here a fault injected at that point, which a real server
+// cannot be made to produce on demand) is tried again. The retry took a
+// new snapshot and published every row again, and the slot still started
+// at the anchor: a key's event only WAL held in between (a row deleted by
+// its own transaction) reached Kafka after a later event of that key from
+// the new snapshot. The retry now only makes the slot: each event once,
+// in commit order.
+func TestInitialSnapshotFailingToMakeTheSlotDoesNotPublishAgain(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	const rows = 200
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
+		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
+	cfg := f.config()
+	cfg.Snapshot.Mode = relay.SnapshotInitial
+	cfg.Relay.RestartBackoff = 50 * time.Millisecond
+	writer, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close(context.Background())
+	const gone, kept = "00000000-0000-4000-8000-000900000001", "00000000-0000-4000-8000-000900000002"
+	faults := 0
+	fault := func() error {
+		faults++
+		if faults > 1 {
+			return nil
+		}
+		row := `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, '` + f.shape.AggregateTypes[0] + `', 'kx', 'T', '{}')`
+		if _, err := writer.Exec(ctx, "BEGIN"); err != nil {
+			return err
+		}
+		if _, err := writer.Exec(ctx, row, gone); err != nil {
+			return err
+		}
+		if _, err := writer.Exec(ctx, "DELETE FROM outbox WHERE id = $1", gone); err != nil {
+			return err
+		}
+		if _, err := writer.Exec(ctx, "COMMIT"); err != nil {
+			return err
+		}
+		if _, err := writer.Exec(ctx, row, kept); err != nil {
+			return err
+		}
+		return errors.New("test: the connection was lost as the slot was being made")
+	}
+	c := env.NewConsumer(t, f.topics[:1])
+	stop := runRelay(t, cfg, relay.WithSnapshotPersistFault(fault))
+	var kx []string
+	total := 0
+	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Poll() {
+			total++
+			if string(m.Key) == "kx" {
+				id, _ := m.Header("id")
+				kx = append(kx, string(id))
+			}
+		}
+		return len(kx) >= 2 && total >= rows+2, fmt.Sprintf("%d records, key kx: %v", total, kx)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if faults < 2 {
+		t.Fatalf("the slot was made %d times after the fault; want the retry to make it", faults-1)
+	}
+	if !slices.Equal(kx, []string{gone, kept}) || total != rows+2 {
+		t.Fatalf("key kx got %v (want %s then %s, once each) and %d records in all (want %d: no row published again)", kx, gone, kept, total, rows+2)
 	}
 }

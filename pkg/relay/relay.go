@@ -42,6 +42,10 @@ type Relay struct {
 	clock  clock
 	// force ends a stop at once when closed (a second signal).
 	force <-chan struct{}
+	// persistFault, set only by tests (export_test.go), runs before the
+	// initial snapshot makes the slot; an error it returns fails that
+	// attempt, as a dropped connection would.
+	persistFault func() error
 	// instance names this process in the state table.
 	instance string
 

@@ -81,6 +81,9 @@ func (r *Relay) runSnapshot(ctx context.Context) error {
 type snapshotHeld struct {
 	snap *replication.SnapshotSlot
 	lock *pgx.Conn
+	// published: every row was acknowledged, and only making the slot
+	// from the anchor is left.
+	published bool
 }
 
 func (h *snapshotHeld) release(ctx context.Context) {
@@ -215,47 +218,29 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 			anchorName, pc.Slot, anchor.ConfirmedFlushLSN, cmp.Or(anchor.InvalidationReason, "wal_status lost"), anchorName)}
 	case hasAnchor && anchor.Active:
 		return fmt.Errorf("relay: slot %q, which keeps where an unfinished initial snapshot of slot %q started, is in use by PID %d: stop what streams from it", anchorName, pc.Slot, anchor.ActivePID)
+	case hasAnchor && held.published:
+		// Every row is in Kafka, and the anchor kept the slot's start: an
+		// earlier attempt failed only to make the slot. Publishing again,
+		// from a new snapshot, would put what only WAL held since the
+		// anchor after later events of its keys.
 	case hasAnchor && held.snap == nil:
 		r.log.Error("initial snapshot: an earlier attempt did not finish; the slot will start where it started, which its anchor slot kept: nothing is lost, and the rows committed since are sent twice (the same event ids), from the new snapshot and from the slot; a key with events only WAL held since (rows deleted by their own transaction, table-less messages) may get one of them after a later event of its own that the new snapshot published",
 			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN))
 	}
-	if held.snap != nil && !held.snap.Alive() {
-		held.dropSnap(ctx)
-	}
-	snap := held.snap
-	if snap != nil {
-		r.log.Info("initial snapshot: publishing again in the same snapshot (its rows sent already are sent again, with the same event ids)",
-			zap.String("slot", pc.Slot), zap.Stringer("consistent_point", snap.ConsistentPoint))
-	} else {
-		if snap, err = replication.CreateSnapshotSlot(ctx, pc); err != nil {
-			return err
-		}
-		held.snap = snap
-	}
 	if !hasAnchor {
-		// Before a row is published: a stop before this publishes
-		// nothing.
-		if anchor, err = snap.Anchor(ctx, conn, anchorName); err != nil {
+		held.published = false
+	}
+	n := 0
+	if !held.published {
+		if n, err = r.publishAnchored(ctx, conn, held, started, hasAnchor, &anchor, anchorName); err != nil || ctx.Err() != nil {
+			return err // stopped: no slot, the next start begins again
+		}
+	}
+	if r.persistFault != nil {
+		if err := r.persistFault(); err != nil {
 			return err
 		}
 	}
-	*started = true
-	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot)
-	if errors.Is(err, errSnapshotGone) {
-		// The server ended the replication connection: the next attempt
-		// needs a new slot.
-		held.dropSnap(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return nil // stopped: no slot, the next start begins again
-	}
-	// Every row is in Kafka: the temporary slot and its snapshot are done
-	// with, and the anchor keeps the position. Closed first, so that the
-	// snapshot needs no more slots than before the anchor: two.
-	held.dropSnap(ctx)
 	st, err := replication.Persist(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, pc.Slot)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
@@ -276,6 +261,53 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	r.log.Info("initial snapshot published; the slot starts where it ends", zap.String("slot", pc.Slot), zap.Int("rows", n),
 		zap.Stringer("consistent_point", st.ConfirmedFlushLSN))
 	return nil
+}
+
+// publishAnchored publishes the rows in the kept snapshot, or in a new one
+// (with the anchor made from its slot when there is none yet), and closes
+// the temporary slot once every row is acknowledged.
+func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snapshotHeld, started *bool, hasAnchor bool, anchor *replication.SlotState, anchorName string) (int, error) {
+	pc := r.cfg.Postgres
+	if held.snap != nil && !held.snap.Alive() {
+		held.dropSnap(ctx)
+	}
+	snap := held.snap
+	if snap != nil {
+		r.log.Info("initial snapshot: publishing again in the same snapshot (its rows sent already are sent again, with the same event ids)",
+			zap.String("slot", pc.Slot), zap.Stringer("consistent_point", snap.ConsistentPoint))
+	} else {
+		var err error
+		if snap, err = replication.CreateSnapshotSlot(ctx, pc); err != nil {
+			return 0, err
+		}
+		held.snap = snap
+	}
+	if !hasAnchor {
+		// Before a row is published: a stop before this publishes
+		// nothing.
+		a, err := snap.Anchor(ctx, conn, anchorName)
+		if err != nil {
+			return 0, err
+		}
+		*anchor = a
+	}
+	*started = true
+	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot)
+	if errors.Is(err, errSnapshotGone) {
+		// The server ended the replication connection: the next attempt
+		// needs a new slot.
+		held.dropSnap(ctx)
+	}
+	if err != nil || ctx.Err() != nil {
+		return n, err
+	}
+	// Every row is in Kafka: the temporary slot and its snapshot are done
+	// with, and the anchor keeps the position. Closed first, so that the
+	// snapshot needs no more slots than before the anchor: two. A retry
+	// that only has the slot to make does not publish again.
+	held.published = true
+	held.dropSnap(ctx)
+	return n, nil
 }
 
 // errSnapshotGone: the exported snapshot can no longer be imported (its

@@ -1,0 +1,9 @@
+package relay
+
+// WithSnapshotPersistFault makes f run before each attempt of the initial
+// snapshot makes the slot: an error it returns fails the attempt there, as
+// a connection lost at that moment would, which a real server cannot be
+// made to do on demand.
+func WithSnapshotPersistFault(f func() error) Option {
+	return func(r *Relay) { r.persistFault = f }
+}

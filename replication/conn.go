@@ -36,26 +36,29 @@ func (c *Config) SQLConfig() (*pgx.ConnConfig, error) {
 
 // valueFormat are the settings by which PostgreSQL writes a value as text
 // the way the router reads it, and as Debezium's JDBC connection asks for
-// it: UTF-8, ISO dates in UTC, PostgreSQL's intervals, hex bytea and
-// floats that round-trip (in another time zone an instant near year 1
-// prints as a BC date, which Debezium writes as AD in UTC). The walsender writes every column with its session's
+// it: UTF-8, ISO dates, PostgreSQL's intervals, hex bytea and floats that
+// round-trip. The walsender writes every column with its session's
 // settings, which come from the database, the role and postgresql.conf:
 // with DateStyle 'SQL, DMY' a timestamp the router reads made every row
 // poison, extra_float_digits=0 rounded floats, and a LATIN1 database's
 // text reached Kafka as LATIN1 bytes. Set after connecting, not as startup
 // parameters, which connection poolers (PgBouncer) refuse in part.
-const valueFormat = "SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'; SET TimeZone = 'UTC'"
+const valueFormat = "SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'"
 
-// setValueFormat is an AfterConnect that sets valueFormat after after.
-func setValueFormat(after func(context.Context, *pgconn.PgConn) error) func(context.Context, *pgconn.PgConn) error {
+// setFormat is an AfterConnect that runs format (valueFormat) after
+// after. The session's time zone is left as the server's users have it:
+// it gives timestamp columns without a zone (a poll table's created_at or
+// published_at, compared with now()) their meaning, and instants are
+// read with their offset whatever it is.
+func setFormat(after func(context.Context, *pgconn.PgConn) error, format string) func(context.Context, *pgconn.PgConn) error {
 	return func(ctx context.Context, c *pgconn.PgConn) error {
 		if after != nil {
 			if err := after(ctx, c); err != nil {
 				return err
 			}
 		}
-		if err := c.Exec(ctx, valueFormat).Close(); err != nil {
-			return fmt.Errorf("replication: set how values are written (%s): %w", valueFormat, err)
+		if err := c.Exec(ctx, format).Close(); err != nil {
+			return fmt.Errorf("replication: set how values are written (%s): %w", format, err)
 		}
 		return nil
 	}
@@ -77,7 +80,7 @@ func (c *Config) replicationConfig() (*pgconn.Config, error) {
 	}
 	pcfg.RuntimeParams["replication"] = "database"
 	pcfg.RuntimeParams["application_name"] = "pgoutbox"
-	pcfg.AfterConnect = setValueFormat(pcfg.AfterConnect)
+	pcfg.AfterConnect = setFormat(pcfg.AfterConnect, valueFormat)
 	// A server that stops acknowledging what is sent ends the connection
 	// within replicationUserTimeout; TCP keepalives find an idle one gone.
 	d := net.Dialer{KeepAlive: 15 * time.Second, Control: func(network, _ string, rc syscall.RawConn) error {

@@ -19,7 +19,7 @@ import (
 // writes each value as text with the session's settings, and a session
 // takes them from the database, the role and postgresql.conf. The router
 // reads ISO dates, PostgreSQL-style intervals, hex bytea, floats that
-// round-trip, UTF-8 text and instants in UTC, as Debezium's JDBC connection asks for them:
+// round-trip and UTF-8 text, as Debezium's JDBC connection asks for them:
 // with DateStyle 'SQL, DMY' a timestamp column used for the record's
 // timestamp made every row poison, extra_float_digits=0 rounded floats
 // silently, and in a LATIN1 database text and keys came as LATIN1 bytes
@@ -43,19 +43,17 @@ func TestValuesAreReadTheSameWhateverTheDatabasesSettings(t *testing.T) {
 				fmt.Sprintf("ALTER DATABASE %s SET extra_float_digits = 0", pgx.Identifier{db}.Sanitize()),
 				fmt.Sprintf("ALTER DATABASE %s SET bytea_output = 'escape'", pgx.Identifier{db}.Sanitize()),
 				fmt.Sprintf("ALTER DATABASE %s SET client_encoding = '%s'", pgx.Identifier{db}.Sanitize(), encoding),
-				fmt.Sprintf("ALTER DATABASE %s SET TimeZone = 'America/New_York'", pgx.Identifier{db}.Sanitize()),
 				"SET client_encoding = 'UTF8'", // this connection's
-				"SET TimeZone = 'UTC'",
-				"CREATE TABLE t (ts timestamp, f float8, iv interval, b bytea, s text, j jsonb, tz timestamptz)",
+				"CREATE TABLE t (ts timestamp, f float8, iv interval, b bytea, s text, j jsonb)",
 				"CREATE PUBLICATION p FOR TABLE t",
 				"SELECT pg_create_logical_replication_slot('s', 'pgoutput')",
-				`INSERT INTO t VALUES ('2024-01-02 03:04:05.123456', 0.1::float8 + 0.2::float8, '1 day 02:03:04', '\x0a0b', 'café', '{"name": "café"}', '0001-01-01 03:00:00+00')`,
+				`INSERT INTO t VALUES ('2024-01-02 03:04:05.123456', 0.1::float8 + 0.2::float8, '1 day 02:03:04', '\x0a0b', 'café', '{"name": "café"}')`,
 			} {
 				if _, err := admin.Exec(ctx, sql); err != nil {
 					t.Fatalf("%s: %v", sql, err)
 				}
 			}
-			want := []string{"2024-01-02 03:04:05.123456", "0.30000000000000004", "1 day 02:03:04", `\x0a0b`, "café", `{"name": "café"}`, "0001-01-01 03:00:00+00"}
+			want := []string{"2024-01-02 03:04:05.123456", "0.30000000000000004", "1 day 02:03:04", `\x0a0b`, "café", `{"name": "café"}`}
 
 			cfg := replication.DefaultConfig()
 			cfg.DSN, cfg.Slot, cfg.Publication = dsn, "s", "p"
@@ -86,8 +84,8 @@ func TestValuesAreReadTheSameWhateverTheDatabasesSettings(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close(context.WithoutCancel(ctx))
-			got = make([]string, 7)
-			if err := conn.QueryRow(ctx, "SELECT ts::text, f::text, iv::text, b::text, s, j::text, tz::text FROM t").Scan(&got[0], &got[1], &got[2], &got[3], &got[4], &got[5], &got[6]); err != nil {
+			got = make([]string, 6)
+			if err := conn.QueryRow(ctx, "SELECT ts::text, f::text, iv::text, b::text, s, j::text FROM t").Scan(&got[0], &got[1], &got[2], &got[3], &got[4], &got[5]); err != nil {
 				t.Fatal(err)
 			}
 			if strings.Join(got, "|") != strings.Join(want, "|") {

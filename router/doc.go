@@ -411,7 +411,7 @@
 //	numeric                PostgreSQL text          Java BigDecimal   "base64" / struct  number
 //	boolean                t or f                   true or false     true or false      true or false
 //	date, time, timestamp  PostgreSQL ISO text      epoch number      epoch number       "text"
-//	timestamptz            PostgreSQL ISO text, UTC ISO-8601 UTC      "ISO-8601 UTC"     "text"
+//	timestamptz            PostgreSQL ISO text      ISO-8601 UTC      "ISO-8601 UTC"     "text"
 //	interval               PostgreSQL text          microseconds      microseconds       "text"
 //	money, timetz, bit,    PostgreSQL text          error             error              "text"
 //	arrays, name, point,

@@ -210,7 +210,8 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	}
 	v.report(checkWALLevel(f.walLevel))
 	v.report(checkRole(f))
-	v.report(checkSlotCapacity(f, rc, cfg.Snapshot.Mode == relay.SnapshotInitial))
+	anchor, anchorErr := replication.ReadSlot(ctx, conn, replication.AnchorSlot(rc.Slot))
+	v.report(checkSlotCapacity(f, rc, cfg.Snapshot.Mode == relay.SnapshotInitial, anchorErr == nil))
 	v.report(checkWALSenders(f))
 	v.report(checkTables(f, cfg)...)
 	v.report(checkConnectTypes(ctx, conn, cfg)...)
@@ -225,7 +226,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 		v.report(warn("slot", "not checked: slot.name is invalid (see the config line above)", ""))
 	} else {
 		v.report(checkSlot(f, rc)...)
-		v.report(checkSnapshotAnchor(ctx, conn, rc)...)
+		v.report(checkSnapshotAnchor(rc, anchor, anchorErr)...)
 	}
 	validateFailover(ctx, v, rc)
 	validatePGDurability(v, ctx, conn, rc)
@@ -349,12 +350,16 @@ func checkRole(f pgFacts) checkResult {
 
 // checkSlotCapacity: a missing slot needs a free slot, and two with the
 // initial snapshot (its temporary slot and the anchor while the rows are
-// published, then the anchor and the slot).
-func checkSlotCapacity(f pgFacts, rc replication.Config, snapshot bool) checkResult {
+// published, then the anchor and the slot), one if the anchor of an
+// earlier attempt is there (counted among those in use).
+func checkSlotCapacity(f pgFacts, rc replication.Config, snapshot, anchored bool) checkResult {
 	detail := fmt.Sprintf("%d of %d slots in use", f.usedSlots, f.maxSlots)
 	need, why := 1, ""
-	if snapshot {
+	if snapshot && !anchored {
 		need, why = 2, " (snapshot.mode initial takes two while it runs)"
+	}
+	if snapshot && anchored {
+		why = fmt.Sprintf(" (and keeps its anchor %q: do not drop that one)", replication.AnchorSlot(rc.Slot))
 	}
 	if f.slot.Exists || f.usedSlots+need <= f.maxSlots {
 		return pass("max_replication_slots", detail)
@@ -366,11 +371,10 @@ func checkSlotCapacity(f pgFacts, rc replication.Config, snapshot bool) checkRes
 }
 
 // checkSnapshotAnchor warns of the anchor slot of an initial snapshot that
-// did not finish: it holds WAL back until a start with snapshot.mode
-// initial makes the slot from it.
-func checkSnapshotAnchor(ctx context.Context, conn *pgx.Conn, rc replication.Config) []checkResult {
+// did not finish (anchor, as ReadSlot gave it with err): it holds WAL back
+// until a start with snapshot.mode initial makes the slot from it.
+func checkSnapshotAnchor(rc replication.Config, anchor replication.SlotState, err error) []checkResult {
 	name := replication.AnchorSlot(rc.Slot)
-	anchor, err := replication.ReadSlot(ctx, conn, name)
 	if errors.Is(err, replication.ErrSlotMissing) {
 		return nil
 	}
@@ -378,7 +382,7 @@ func checkSnapshotAnchor(ctx context.Context, conn *pgx.Conn, rc replication.Con
 		return []checkResult{warn("snapshot anchor", "not checked: "+oneLine(err), "")}
 	}
 	return []checkResult{warn("snapshot anchor", fmt.Sprintf("slot %q keeps %s, where an initial snapshot of slot %q that did not finish started, and holds the WAL since", name, anchor.ConfirmedFlushLSN, rc.Slot),
-		fmt.Sprintf("start pgoutbox with snapshot.mode initial to finish it (the slot is made from the anchor, which is then dropped); if the snapshot was given up, drop it: SELECT pg_drop_replication_slot('%s');", name))}
+		fmt.Sprintf("start pgoutbox with snapshot.mode initial to finish it (the slot is made from the anchor, which is then dropped; dropping the anchor instead loses what only WAL held since, rows deleted by their own transaction and table-less messages); if the snapshot was given up, drop it: SELECT pg_drop_replication_slot('%s');", name))}
 }
 
 func checkWALSenders(f pgFacts) checkResult {

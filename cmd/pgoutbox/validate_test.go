@@ -463,18 +463,27 @@ func TestValidateSlotStateMessages(t *testing.T) {
 		t.Errorf("extended: %+v", r)
 	}
 	f := pgFacts{usedSlots: 10, maxSlots: 10, slot: slotStatus{Name: "s"}}
-	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, false); r.Status != checkFail {
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, false, false); r.Status != checkFail {
 		t.Errorf("no free slot for a missing slot: %+v", r)
 	}
 	f.usedSlots = 9
-	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, false); r.Status != checkPass {
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, false, false); r.Status != checkPass {
 		t.Errorf("one free slot for a missing slot: %+v", r)
 	}
-	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true); r.Status != checkFail || !strings.Contains(r.Detail, "needs 2") {
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true, false); r.Status != checkFail || !strings.Contains(r.Detail, "needs 2") {
 		t.Errorf("one free slot for a missing slot and its initial snapshot: %+v", r)
 	}
+	// An earlier attempt's anchor is among those in use: the snapshot
+	// needs only its temporary slot more.
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true, true); r.Status != checkPass {
+		t.Errorf("one free slot for a missing slot whose snapshot's anchor is there: %+v", r)
+	}
+	f.usedSlots = 10
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true, true); r.Status != checkFail || !strings.Contains(r.Detail, "do not drop that one") {
+		t.Errorf("no free slot for a missing slot whose snapshot's anchor is there: %+v", r)
+	}
 	f.slot.Exists = true
-	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true); r.Status != checkPass {
+	if r := checkSlotCapacity(f, replication.Config{Slot: "s"}, true, false); r.Status != checkPass {
 		t.Errorf("full, but the slot exists: %+v", r)
 	}
 	if r := checkWALSenders(pgFacts{usedSender: 4, maxSenders: 4}); r.Status != checkWarn {

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -202,16 +204,22 @@ func applyEnv(cfg *fileConfig, environ []string, readOnPurpose ...string) error 
 	// fall back to the default silently, as an unknown key in the file
 	// does not.
 	var unknown []string
-	for name := range env {
+	for name, value := range env {
 		if known[name] || !strings.HasPrefix(name, "PGOUTBOX_") || envNotSettings[name] ||
 			strings.HasPrefix(name, envTestPrefix) || slices.Contains(readOnPurpose, name) {
+			continue
+		}
+		named, ok := linkVariable(name, value)
+		if ok {
 			continue
 		}
 		if strings.HasPrefix(name, "PGOUTBOX_ROUTES_") {
 			// routes (per-table settings) is a map: the file only.
 			return fmt.Errorf("environment variable %s: routes (the per-table settings) can be set in the configuration file only", name)
 		}
-		if near := nearestName(name, known); near != "" {
+		if named {
+			name += fmt.Sprintf(" (named like a variable Kubernetes or Docker sets for a Service or link named pgoutbox, but %q is no value they set)", value)
+		} else if near := nearestName(name, known); near != "" {
 			name += " (" + near + "?)"
 		}
 		unknown = append(unknown, name)
@@ -221,6 +229,99 @@ func applyEnv(cfg *fileConfig, environ []string, readOnPurpose ...string) error 
 		return fmt.Errorf("unknown environment variables %s: no such setting, and a PGOUTBOX_ variable must name one (pgoutbox run --help lists them): correct or unset it", strings.Join(unknown, ", "))
 	}
 	return nil
+}
+
+// The variables Kubernetes and Docker set for a Service or a link named
+// pgoutbox, which are no settings and no typos either. Kubernetes gives
+// every container of a pod (unless the pod sets enableServiceLinks: false,
+// as our Helm chart does) these variables for each Service with a cluster
+// IP (not a headless one) in its namespace, named after the Service: for a
+// Service pgoutbox at 10.96.0.12 with a port named metrics, 9180/TCP,
+//
+//	PGOUTBOX_SERVICE_HOST=10.96.0.12
+//	PGOUTBOX_SERVICE_PORT=9180
+//	PGOUTBOX_SERVICE_PORT_METRICS=9180
+//	PGOUTBOX_PORT=tcp://10.96.0.12:9180
+//	PGOUTBOX_PORT_9180_TCP=tcp://10.96.0.12:9180
+//	PGOUTBOX_PORT_9180_TCP_PROTO=tcp
+//	PGOUTBOX_PORT_9180_TCP_PORT=9180
+//	PGOUTBOX_PORT_9180_TCP_ADDR=10.96.0.12
+//
+// (SERVICE_PORT and PORT are the first port's; each port has its own
+// PORT_<port>_<protocol> group, and each named one its SERVICE_PORT_<name>).
+// A Docker link with the alias pgoutbox (docker run --link c:pgoutbox, or
+// Compose's links) sets the same PGOUTBOX_PORT group for each exposed port,
+// PGOUTBOX_NAME=/<container>/pgoutbox and PGOUTBOX_ENV_<name> for each
+// variable of the linked container. So a relay run by hand in a namespace
+// where a Service pgoutbox has a cluster IP (kubectl run, a Job for migrate
+// or cleanup) found them in its environment, and refusing them stopped it.
+//
+// These are exempt only where they cannot hide a typo of a setting: no
+// section is named service, port, name or env, so no setting is one edit
+// (nor its section left out) away from these shapes, which
+// TestLinkVariablesCannotHideATypo keeps true. Where Kubernetes and Docker
+// set a value of a fixed form (an IP, a port number, tcp://IP:port), the
+// value must have it too: PGOUTBOX_PORT=9180 is someone's guess at a
+// setting (there is no port setting; metrics.listen is the metrics
+// server's address), not a link, and is refused.
+var (
+	serviceLinkName = regexp.MustCompile(`^PGOUTBOX_SERVICE_(HOST|PORT(_[A-Z0-9_]+)?)$`)
+	linkPortName    = regexp.MustCompile(`^PGOUTBOX_PORT(?:_([0-9]+)_(TCP|UDP|SCTP)(?:_(ADDR|PORT|PROTO))?)?$`)
+	dockerLinkName  = regexp.MustCompile(`^PGOUTBOX_(NAME|ENV_.+)$`)
+)
+
+// linkVariable reports whether name has the shape of a Kubernetes
+// service-link or Docker-link variable (named) and whether value is then
+// one they set (ok).
+func linkVariable(name, value string) (named, ok bool) {
+	isIP := func(s string) bool { return net.ParseIP(s) != nil }
+	isPort := func(s string) bool {
+		n, err := strconv.Atoi(s)
+		return err == nil && n > 0 && n < 65536 && strconv.Itoa(n) == s
+	}
+	// isURL is proto://IP:port, with port and protocol those given if
+	// not empty (an IPv6 address in brackets, as net.JoinHostPort writes).
+	isURL := func(s, port, proto string) bool {
+		p, hostPort, found := strings.Cut(s, "://")
+		if proto == "" {
+			found = found && (p == "tcp" || p == "udp" || p == "sctp")
+		} else {
+			found = found && p == proto
+		}
+		if !found {
+			return false
+		}
+		h, pt, err := net.SplitHostPort(hostPort)
+		return err == nil && isIP(h) && isPort(pt) && (port == "" || pt == port)
+	}
+	if m := serviceLinkName.FindStringSubmatch(name); m != nil {
+		if m[1] == "HOST" {
+			return true, isIP(value)
+		}
+		return true, isPort(value)
+	}
+	if m := linkPortName.FindStringSubmatch(name); m != nil {
+		port, proto, part := m[1], strings.ToLower(m[2]), m[3]
+		switch {
+		case port == "":
+			return true, isURL(value, "", "")
+		case part == "":
+			return true, isURL(value, port, proto)
+		case part == "ADDR":
+			return true, isIP(value)
+		case part == "PORT":
+			return true, value == port
+		default: // PROTO
+			return true, value == proto
+		}
+	}
+	if m := dockerLinkName.FindStringSubmatch(name); m != nil {
+		if m[1] == "NAME" {
+			return true, strings.HasPrefix(value, "/")
+		}
+		return true, true
+	}
+	return false, false
 }
 
 // nearestName is the known name closest to name, within two edits (a

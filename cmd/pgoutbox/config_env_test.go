@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -213,5 +214,134 @@ func TestTheRepositorysVariablesAreAccepted(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("no PGOUTBOX_ variable found: the scan looks in the wrong place")
+	}
+}
+
+// kubernetesServiceLinks are the variables Kubernetes gives every
+// container of a pod without enableServiceLinks: false in a namespace with
+// a Service named pgoutbox (cluster IP 10.96.0.12, one port named metrics,
+// 9180/TCP), as the kubelet names them: {SVCNAME}_SERVICE_HOST,
+// {SVCNAME}_SERVICE_PORT, {SVCNAME}_SERVICE_PORT_{PORTNAME}, and the Docker
+// link style {SVCNAME}_PORT, {SVCNAME}_PORT_{PORT}_{PROTO} and its _PROTO,
+// _PORT and _ADDR.
+var kubernetesServiceLinks = []string{
+	"PGOUTBOX_SERVICE_HOST=10.96.0.12",
+	"PGOUTBOX_SERVICE_PORT=9180",
+	"PGOUTBOX_SERVICE_PORT_METRICS=9180",
+	"PGOUTBOX_PORT=tcp://10.96.0.12:9180",
+	"PGOUTBOX_PORT_9180_TCP=tcp://10.96.0.12:9180",
+	"PGOUTBOX_PORT_9180_TCP_PROTO=tcp",
+	"PGOUTBOX_PORT_9180_TCP_PORT=9180",
+	"PGOUTBOX_PORT_9180_TCP_ADDR=10.96.0.12",
+}
+
+// TestServiceAndDockerLinkVariablesAreAccepted: a pod not made by our
+// chart (kubectl run, a Job for migrate or cleanup) in a namespace with a
+// Service named pgoutbox gets the variables Kubernetes sets for it, and a
+// container linked to one with the alias pgoutbox those Docker sets; they
+// name no setting but are no typo either, and validate --config-only (the
+// check every command runs first) passes with them, as it did before
+// unknown PGOUTBOX_ variables were refused. The same names with a value
+// Kubernetes or Docker never sets are refused, saying why.
+func TestServiceAndDockerLinkVariablesAreAccepted(t *testing.T) {
+	ipv6 := []string{ // a Service with an IPv6 cluster IP, a second port named grpc-api, 9190/UDP
+		"PGOUTBOX_SERVICE_HOST=fd00:10:96::c",
+		"PGOUTBOX_SERVICE_PORT=9180",
+		"PGOUTBOX_SERVICE_PORT_GRPC_API=9190",
+		"PGOUTBOX_PORT=tcp://[fd00:10:96::c]:9180",
+		"PGOUTBOX_PORT_9190_UDP=udp://[fd00:10:96::c]:9190",
+		"PGOUTBOX_PORT_9190_UDP_PROTO=udp",
+		"PGOUTBOX_PORT_9190_UDP_PORT=9190",
+		"PGOUTBOX_PORT_9190_UDP_ADDR=fd00:10:96::c",
+	}
+	dockerLink := []string{ // docker run --link relay:pgoutbox, relay exposing 9180
+		"PGOUTBOX_NAME=/migrate/pgoutbox",
+		"PGOUTBOX_PORT=tcp://172.17.0.2:9180",
+		"PGOUTBOX_PORT_9180_TCP=tcp://172.17.0.2:9180",
+		"PGOUTBOX_PORT_9180_TCP_ADDR=172.17.0.2",
+		"PGOUTBOX_PORT_9180_TCP_PORT=9180",
+		"PGOUTBOX_PORT_9180_TCP_PROTO=tcp",
+		"PGOUTBOX_ENV_PGOUTBOX_KAFKA_BROKERS=k:9092",
+		"PGOUTBOX_ENV_PATH=/usr/local/bin:/usr/bin",
+	}
+	for name, env := range map[string][]string{"Kubernetes": kubernetesServiceLinks, "Kubernetes, IPv6": ipv6, "Docker link": dockerLink} {
+		if _, err := loadConfig("", env); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		var out, errOut bytes.Buffer
+		args := []string{"validate", "--config-only", "--dsn", "postgres://u@127.0.0.1:1/d", "--brokers", "127.0.0.1:1"}
+		if code := run(args, env, &out, &errOut); code != exitOK {
+			t.Errorf("validate --config-only with the %s variables: exit %d, want %d:\n%s%s", name, code, exitOK, out.String(), errOut.String())
+		}
+	}
+	for _, kv := range []string{
+		"PGOUTBOX_PORT=9180", // someone's guess at the metrics port
+		"PGOUTBOX_PORT=http://10.96.0.12:9180",
+		"PGOUTBOX_SERVICE_HOST=pgoutbox.default.svc",
+		"PGOUTBOX_SERVICE_PORT=metrics",
+		"PGOUTBOX_SERVICE_PORT_METRICS=0",
+		"PGOUTBOX_PORT_9180_TCP=tcp://10.96.0.12:9181",
+		"PGOUTBOX_PORT_9180_TCP=udp://10.96.0.12:9180",
+		"PGOUTBOX_PORT_9180_TCP_PORT=9181",
+		"PGOUTBOX_PORT_9180_TCP_PROTO=udp",
+		"PGOUTBOX_PORT_9180_TCP_ADDR=db",
+		"PGOUTBOX_NAME=orders",
+	} {
+		name, value, _ := strings.Cut(kv, "=")
+		_, err := loadConfig("", []string{kv})
+		if err == nil || !strings.Contains(err.Error(), "unknown environment variables "+name+" (named like a variable Kubernetes or Docker sets") ||
+			!strings.Contains(err.Error(), strconv.Quote(value)+" is no value they set") {
+			t.Errorf("%s: got %v, want a refusal saying it is named like a link variable but its value is none", kv, err)
+		}
+	}
+	// Other shapes near these stay refused as typos.
+	for _, kv := range []string{
+		"PGOUTBOX_SERVICE_HOSTS=10.96.0.12", "PGOUTBOX_SERVICE_ADDR=10.96.0.12", "PGOUTBOX_PORT_TCP=tcp://10.96.0.12:9180",
+		"PGOUTBOX_PORT_9180=tcp://10.96.0.12:9180", "PGOUTBOX_PORT_9180_HTTP=tcp://10.96.0.12:9180", "PGOUTBOX_PORT_9180_TCP_HOST=10.96.0.12",
+		"PGOUTBOX_METRICS_PORT=9180", "PGOUTBOX_ORDERS_SERVICE_HOST=10.96.0.12", "PGOUTBOX_ENV=x", "PGOUTBOX_NAMES=/a/pgoutbox",
+	} {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, err := loadConfig("", []string{kv}); err == nil || !strings.Contains(err.Error(), "unknown environment variables "+name) {
+			t.Errorf("%s: got %v, want it refused as unknown", kv, err)
+		}
+	}
+}
+
+// TestLinkVariablesCannotHideATypo: no setting's variable, nor any one
+// edit of it (a letter added, left out or changed), nor it with its
+// section left out (PGOUTBOX_PORT for a metrics.port, say), has the shape
+// of a service- or Docker-link variable, so the exemption never lets a
+// mistyped setting fall back to its default without a word. It fails when
+// a setting is added that would (a section named port, service, name or
+// env, a key named port or host): then the exemption must be narrowed.
+func TestLinkVariablesCannotHideATypo(t *testing.T) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+	linkShaped := func(name string) bool {
+		return serviceLinkName.MatchString(name) || linkPortName.MatchString(name) || dockerLinkName.MatchString(name)
+	}
+	cfg := defaultFileConfig()
+	for _, s := range settings(&cfg) {
+		name := envName(s.section, s.key)
+		variants := []string{name, strings.Replace(name, "_"+strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(s.section)), "", 1)}
+		for i := 0; i <= len(name); i++ {
+			if i < len(name) {
+				variants = append(variants, name[:i]+name[i+1:])
+			}
+			for _, c := range alphabet {
+				variants = append(variants, name[:i]+string(c)+name[i:])
+				if i < len(name) {
+					variants = append(variants, name[:i]+string(c)+name[i+1:])
+				}
+			}
+		}
+		for _, v := range variants {
+			if linkShaped(v) {
+				t.Errorf("%s (%s.%s): %s, a typo of it, has the shape of a link variable and would be taken as one", name, s.section, s.key, v)
+			}
+		}
+	}
+	// And the check can see one: a metrics.port setting would be hidden.
+	if !linkShaped("PGOUTBOX_PORT") || !linkShaped("PGOUTBOX_SERVICE_PORT_METRICS") {
+		t.Error("the link shapes do not match the variables they are for")
 	}
 }

@@ -168,6 +168,21 @@ func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
+// Unpublished returns those of seqs (the seq values of rows of the table)
+// whose rows are still there and not published; a row published (or
+// deleted once published) is not.
+func (t *Table) Unpublished(ctx context.Context, conn *pgx.Conn, seqs []int64) ([]int64, error) {
+	rows, err := conn.Query(ctx, "SELECT "+ColumnSeq+"::bigint FROM "+t.quoted+" WHERE "+ColumnPublishedAt+" IS NULL AND "+ColumnSeq+" = ANY($1::bigint[])", seqs)
+	if err != nil {
+		return nil, fmt.Errorf("poll: look for unpublished rows of %s by %s: %w", t.Name, ColumnSeq, err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("poll: look for unpublished rows of %s by %s: %w", t.Name, ColumnSeq, err)
+	}
+	return left, nil
+}
+
 // keepTriggers are the triggers that keep the rows not published yet
 // (migrations/0002_poll.sql): one skips their deletes, one refuses a
 // TRUNCATE while there are any.

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
@@ -71,9 +70,16 @@ type pollRunner struct {
 	blocked map[string]time.Time
 	// heldWarned is when holdKeys last logged.
 	heldWarned time.Time
-	// single: the broker refused a batch as too large; the next session
-	// sends one record per produce request until a claim went through.
-	single bool
+	// single: the broker refused a batch for one of its records (too
+	// large, say); sessions send one record per produce request, where
+	// such a record is refused alone and is poison, until the rows it
+	// refused (refusedSeqs, by seq) are published or dead-lettered. Left
+	// at the first claim that went through instead, a row refused alone
+	// too went back into a batch at each retry, and the broker refused
+	// the whole batch again: its acknowledged rows sent twice, their keys'
+	// order broken, up to poll.max.attempts times.
+	single      bool
+	refusedSeqs []int64
 }
 
 // runPoll is Run for the poll source: sessions restarted with the
@@ -305,12 +311,22 @@ func (s *pollSession) loop() error {
 		if err := s.process(b); err != nil {
 			return err
 		}
-		// A claim went through one record per request: the record the
-		// broker refused in a batch is behind us, and the next session
-		// batches again.
+		// A claim went through one record per request: once the rows the
+		// broker refused in a batch are published or dead-lettered (by
+		// this claim, an earlier one, or another instance that took their
+		// buckets), the next session batches again.
 		if pr.single && claimed > 0 {
-			pr.single = false
-			return errNewProducer
+			ctx, cancel := s.op()
+			left, err := pr.table.Unpublished(ctx, s.conn, pr.refusedSeqs)
+			cancel()
+			if err != nil {
+				return err
+			}
+			if pr.refusedSeqs = left; len(left) == 0 {
+				pr.single = false
+				r.log.Info("the rows Kafka refused in a batch are published or dead-lettered: sending records in batches again", zap.String("table", pr.table.Name))
+				return errNewProducer
+			}
 		}
 		if !full {
 			if err := s.idle(); err != nil {
@@ -456,10 +472,18 @@ func (s *pollSession) process(b *poll.Batch) error {
 	}
 	res, err := s.pub.publish(rows)
 	if err != nil {
-		s.abort(b)
 		var pe *ProduceError
-		if errors.As(err, &pe) && batchRefused(pe) {
+		refused := errors.As(err, &pe) && len(s.pub.refused) > 0
+		if refused {
+			for _, i := range s.pub.refused {
+				pr.refusedSeqs = append(pr.refusedSeqs, b.Rows[i].Seq)
+			}
+		}
+		s.abort(b) // lets go of b.Rows
+		if refused {
 			pr.single = true
+			r.log.Warn("Kafka refused a whole batch for one of its records (too large for the topic, a timestamp out of its range, ...); sending records one per produce request until the rows it refused are published or dead-lettered, so that only a record refused on its own is poison",
+				zap.String("table", pr.table.Name), zap.Int64s("refused_seqs", pr.refusedSeqs[:min(len(pr.refusedSeqs), 10)]), zap.Int("refused_rows", len(pr.refusedSeqs)))
 		}
 		return err
 	}
@@ -504,10 +528,6 @@ func (s *pollSession) process(b *poll.Batch) error {
 		return err
 	}
 	return fatal
-}
-
-func batchRefused(pe *ProduceError) bool {
-	return pe != nil && pe.Err != nil && kafka.IsBatchRefused(pe.Err)
 }
 
 // deadLetter produces the dead-letter records of the failures at dead

@@ -44,6 +44,11 @@ type rowPublisher struct {
 	// single: records go one per produce request, so a record the broker
 	// refuses as too large is too large on its own: poison.
 	single bool
+	// refused: after a publish (or deliver) that failed, which of its rows
+	// (recs, for deliver) the broker refused with the whole batch they
+	// were in (kafka.IsBatchRefused): one of them may be too large on its
+	// own. Empty after one that did not fail that way.
+	refused []int
 }
 
 // pubRow is one row to publish.
@@ -90,6 +95,7 @@ var errStopTimeout = errors.New("relay: Kafka did not acknowledge the batch with
 // records first), a stop that ran out of time, a producer that closed.
 func (p *rowPublisher) publish(rows []pubRow) ([]rowResult, error) {
 	res := make([]rowResult, len(rows))
+	p.refused = p.refused[:0]
 	now := p.r.clock.Now()
 	var topics []string
 	for i := range rows {
@@ -144,6 +150,9 @@ func (p *rowPublisher) publish(rows []pubRow) ([]rowResult, error) {
 	}
 	errs, err := p.deliver(recs, stamps)
 	if err != nil {
+		for k, j := range p.refused {
+			p.refused[k] = idx[j]
+		}
 		return nil, err
 	}
 	for j, i := range idx {
@@ -248,6 +257,7 @@ func (p *rowPublisher) sendable(rec *router.Record) error {
 // *ProduceError.
 func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []error, err error) {
 	errs = make([]error, len(recs))
+	p.refused = p.refused[:0]
 	for i, rec := range recs {
 		p.prod.Send(rec, kafka.Meta{Ref: uint64(i), Stamp: stamps[i], Held: kafka.RecordSize(rec)})
 	}
@@ -276,6 +286,9 @@ func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []er
 			continue
 		}
 		resent[a.Ref] = true
+		if kafka.IsBatchRefused(a.Err) {
+			p.refused = append(p.refused, int(a.Ref))
+		}
 		if retriable == nil {
 			retriable = &ProduceError{EventID: string(a.EventID), Topic: a.Topic, Err: a.Err}
 			p.r.log.Error("Kafka did not accept a record; the batch is not recorded and will be sent again",

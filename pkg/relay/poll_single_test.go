@@ -26,6 +26,10 @@ import (
 type scriptedPollBackend struct {
 	*liveBackend
 	refuse string
+	// refuseAlone: a producer of one record per request refuses the
+	// record of event refuse too (not its dead-letter record): it is too
+	// large on its own.
+	refuseAlone bool
 
 	mu       sync.Mutex
 	acked    map[string][]bool // event id: SingleRecordBatches of each producer that acknowledged it
@@ -69,9 +73,11 @@ type scriptedPollProducer struct {
 func (p *scriptedPollProducer) Send(rec *router.Record, m kafka.Meta) {
 	a := kafka.Ack{Meta: m, Topic: rec.Topic, EventID: rec.EventID, Sent: time.Now()}
 	p.b.mu.Lock()
-	if !p.single && string(rec.EventID) == p.b.refuse {
+	if (!p.single || p.b.refuseAlone && rec.Topic != scriptedDeadLetterTopic) && string(rec.EventID) == p.b.refuse {
 		a.Err = &kafka.ProduceError{Topic: rec.Topic, Err: sarama.ErrMessageSizeTooLarge}
-		p.b.refused++
+		if !p.single {
+			p.b.refused++
+		}
 	} else {
 		p.b.acked[string(rec.EventID)] = append(p.b.acked[string(rec.EventID)], p.single)
 	}
@@ -121,6 +127,83 @@ func TestPollLeavesSingleRecordModeOnceAClaimWentThrough(t *testing.T) {
 		be.mu.Lock()
 		defer be.mu.Unlock()
 		t.Fatalf("row B acknowledged by producers %v (producers made: %v); want one of normal batches: the claim of A went through, single-record mode should have ended", by, be.sessions)
+	}
+}
+
+// scriptedDeadLetterTopic is relay.dead.letter.topic in tests of the
+// scripted poll backend that dead-letter.
+const scriptedDeadLetterTopic = "pgoutbox.dead-letters"
+
+// TestPollSendsOneRecordPerRequestUntilTheRefusedRowIsGone: the broker
+// refuses the batch of row A, and A on its own as well (too large
+// whatever batch it is in). The relay sends one record per request until
+// A is dead-lettered, after poll.max.attempts attempts, with one whole
+// batch refused in all; then batches again (row C, written after, goes in
+// a normal batch). The mode once ended at the first claim that went
+// through: A, refused alone, went back into a normal batch at each retry,
+// the broker refused the whole batch again (the rows acknowledged in it
+// sent twice, their keys' order broken), up to poll.max.attempts times.
+func TestPollSendsOneRecordPerRequestUntilTheRefusedRowIsGone(t *testing.T) {
+	ctx := context.Background()
+	const a, b, c = "00000000-0000-4000-8000-00000000001a", "00000000-0000-4000-8000-00000000001b", "00000000-0000-4000-8000-00000000001c"
+	const maxAttempts = 4
+	be := &scriptedPollBackend{refuse: a, refuseAlone: true}
+	conn, _ := startScriptedPoll(t, be, func(cfg *Config) {
+		cfg.Poll.MaxAttempts = maxAttempts
+		cfg.Poll.RetryBackoff, cfg.Poll.RetryBackoffMax = 20*time.Millisecond, 50*time.Millisecond
+		cfg.Relay.PoisonPolicy, cfg.Relay.DeadLetterTopic = "dead-letter", scriptedDeadLetterTopic
+	})
+	const insert = "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, 'Order', $2, 'T', '{}')"
+	// A and B (another key) in one transaction: one batch.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range [][2]string{{a, "k"}, {b, "other"}} {
+		if _, err := tx.Exec(ctx, insert, row[0], row[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) (published bool, attempts int) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, "SELECT published_at IS NOT NULL, attempts FROM outbox WHERE id = $1", id).Scan(&published, &attempts); err != nil {
+			t.Fatal(err)
+		}
+		return published, attempts
+	}
+	status := func() string {
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		return fmt.Sprintf("whole batches refused %d; producers made (true: one record per request) %v", be.refused, be.sessions)
+	}
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		done, n := state(a)
+		return done, fmt.Sprintf("row A not dead-lettered: %d attempts; %s", n, status())
+	})
+	if done, _ := state(b); !done {
+		t.Fatalf("row B (another key) not published while A was tried; %s", status())
+	}
+	if _, n := state(a); n != maxAttempts {
+		t.Fatalf("row A dead-lettered after %d attempts, want poll.max.attempts=%d", n, maxAttempts)
+	}
+	be.mu.Lock()
+	refused := be.refused
+	be.mu.Unlock()
+	if refused != 1 {
+		t.Fatalf("%s; want the whole batch refused once: A, refused on its own too, went back into normal batches", status())
+	}
+	if _, err := conn.Exec(ctx, insert, c, "k"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		done, _ := state(c)
+		return done, "row C, written after A was dead-lettered, not published; " + status()
+	})
+	if by := be.ackedBy(c); len(by) != 1 || by[0] {
+		t.Fatalf("row C acknowledged by producers %v (%s); want one of normal batches: A is dead-lettered, single-record mode should have ended", by, status())
 	}
 }
 

@@ -37,6 +37,8 @@ func TestValuesAreReadTheSameWhateverTheDatabasesSettings(t *testing.T) {
 			}
 			admin := testenv.ConnectPG(t, dsn)
 			db := admin.Config().Database
+			// Slot names are the cluster's, not the database's.
+			slot := strings.ToLower(testenv.UniqueName(t, "s"))
 			for _, sql := range []string{
 				fmt.Sprintf("ALTER DATABASE %s SET DateStyle = 'SQL, DMY'", pgx.Identifier{db}.Sanitize()),
 				fmt.Sprintf("ALTER DATABASE %s SET IntervalStyle = 'iso_8601'", pgx.Identifier{db}.Sanitize()),
@@ -46,7 +48,7 @@ func TestValuesAreReadTheSameWhateverTheDatabasesSettings(t *testing.T) {
 				"SET client_encoding = 'UTF8'", // this connection's
 				"CREATE TABLE t (ts timestamp, f float8, iv interval, b bytea, s text, j jsonb)",
 				"CREATE PUBLICATION p FOR TABLE t",
-				"SELECT pg_create_logical_replication_slot('s', 'pgoutput')",
+				"SELECT pg_create_logical_replication_slot('" + slot + "', 'pgoutput')",
 				`INSERT INTO t VALUES ('2024-01-02 03:04:05.123456', 0.1::float8 + 0.2::float8, '1 day 02:03:04', '\x0a0b', 'café', '{"name": "café"}')`,
 			} {
 				if _, err := admin.Exec(ctx, sql); err != nil {
@@ -56,7 +58,7 @@ func TestValuesAreReadTheSameWhateverTheDatabasesSettings(t *testing.T) {
 			want := []string{"2024-01-02 03:04:05.123456", "0.30000000000000004", "1 day 02:03:04", `\x0a0b`, "café", `{"name": "café"}`}
 
 			cfg := replication.DefaultConfig()
-			cfg.DSN, cfg.Slot, cfg.Publication = dsn, "s", "p"
+			cfg.DSN, cfg.Slot, cfg.Publication = dsn, slot, "p"
 			st, err := replication.Open(ctx, cfg, 0, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)

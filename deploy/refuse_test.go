@@ -45,24 +45,64 @@ func TestChartRefusesValuesThatWouldNotWork(t *testing.T) {
 		{"relay.shutdown.timeout in config", func(v map[string]any) { section(v, "relay")["shutdown.timeout"] = "1m" }, "set shutdownTimeoutSeconds instead"},
 		{"two streams of one name", func(v map[string]any) { payments(v)["name"] = "orders" }, `"orders" is given twice`},
 		// One slot, one consumer: two streams on it would take it from
-		// each other under different settings.
-		{"two streams on one slot", func(v map[string]any) { connectorConfig(payments(v))["slot.name"] = "orders_outbox" },
-			`streams orders and payments both use the replication slot "orders_outbox"`},
+		// each other under different settings. A slot's name is one on
+		// its server, whatever the database, so streams are compared by
+		// server (TestChartAcceptsOneSlotNameOnTwoServers has the other
+		// side). The golden's payments connector is on payments-db.db.svc,
+		// orders on orders-db.db.svc.
+		{"two streams on one slot", func(v map[string]any) {
+			connectorConfig(payments(v))["database.hostname"] = "orders-db.db.svc"
+			connectorConfig(payments(v))["database.dbname"] = "orders"
+			connectorConfig(payments(v))["slot.name"] = "orders_outbox"
+		}, `streams orders and payments both use the replication slot "orders_outbox" on the database server orders-db.db.svc:5432 (database orders)`},
+		{"one slot name in two databases of one server", func(v map[string]any) {
+			connectorConfig(payments(v))["database.hostname"] = "orders-db.db.svc"
+			connectorConfig(payments(v))["slot.name"] = "orders_outbox"
+		}, `streams orders and payments both use the replication slot "orders_outbox" on the database server orders-db.db.svc:5432 (databases orders and payments)`},
 		{"a connector on a stream's default slot", func(v map[string]any) {
 			delete(pg(orders(v)), "slot")
+			connectorConfig(payments(v))["database.hostname"] = "orders-db.db.svc"
 			connectorConfig(payments(v))["slot.name"] = "orders"
-		}, `streams orders and payments both use the replication slot "orders"`},
+		}, `streams orders and payments both use the replication slot "orders" on the database server orders-db.db.svc:5432`},
 		{"a connector on Debezium's default slot and a stream named so", func(v map[string]any) {
 			pg(orders(v))["slot"] = "debezium"
+			pg(orders(v))["dsn"] = "postgres://pgoutbox@payments-db.db.svc/payments"
 			delete(connectorConfig(payments(v)), "slot.name")
-		}, `streams orders and payments both use the replication slot "debezium"`},
+		}, `streams orders and payments both use the replication slot "debezium" on the database server payments-db.db.svc:5432 (database payments)`},
 		{"two connectors on Debezium's default slot", func(v map[string]any) {
 			delete(connectorConfig(payments(v)), "slot.name")
 			refunds := readValues(t, goldenValues)["streams"].([]any)[1].(map[string]any)
 			refunds["name"] = "refunds"
 			delete(connectorConfig(refunds), "slot.name")
+			connectorConfig(refunds)["database.dbname"] = "refunds"
 			v["streams"] = append(v["streams"].([]any), refunds)
-		}, `streams payments and refunds both use the replication slot "debezium"`},
+		}, `streams payments and refunds both use the replication slot "debezium" on the database server payments-db.db.svc:5432 (databases payments and refunds)`},
+		// One server written in the ways the chart can tell are one.
+		{"one server, written another way in a connector", func(v map[string]any) {
+			connectorConfig(payments(v))["database.hostname"] = "Orders-DB.db.svc.cluster.local."
+			connectorConfig(payments(v))["database.port"] = 5432
+			connectorConfig(payments(v))["slot.name"] = "orders_outbox"
+		}, `streams orders and payments both use the replication slot "orders_outbox" on the database server orders-db.db.svc:5432`},
+		{"one server, in a key=value DSN and a connector", func(v map[string]any) {
+			pg(orders(v))["dsn"] = "host=payments-db.db.svc port=5432 dbname=orders sslmode=require"
+			pg(orders(v))["slot"] = "payments_outbox"
+		}, `streams orders and payments both use the replication slot "payments_outbox" on the database server payments-db.db.svc:5432 (databases orders and payments)`},
+		{"one server, in a DSN's query and a connector", func(v map[string]any) {
+			pg(orders(v))["dsn"] = "postgresql:///orders?host=payments-db.db.svc&port=5432"
+			pg(orders(v))["slot"] = "payments_outbox"
+		}, `streams orders and payments both use the replication slot "payments_outbox" on the database server payments-db.db.svc:5432`},
+		{"one server, by the config's DSN and a short name of the release's namespace", func(v map[string]any) {
+			delete(pg(orders(v)), "dsn")
+			section(v, "postgres")["dsn"] = "postgres://pgoutbox@payments-db/orders"
+			pg(orders(v))["slot"] = "payments_outbox"
+			connectorConfig(payments(v))["database.hostname"] = "payments-db." + namespace + ".svc"
+		}, `streams orders and payments both use the replication slot "payments_outbox" on the database server payments-db.` + namespace + `.svc:5432`},
+		{"one server, by its IPv6 address", func(v map[string]any) {
+			pg(orders(v))["dsn"] = "postgres://pgoutbox@[FD00::5]:5433/orders"
+			pg(orders(v))["slot"] = "payments_outbox"
+			connectorConfig(payments(v))["database.hostname"] = "fd00::5"
+			connectorConfig(payments(v))["database.port"] = "5433"
+		}, `streams orders and payments both use the replication slot "payments_outbox" on the database server [fd00::5]:5433`},
 		{"no database", func(v map[string]any) { delete(pg(orders(v)), "dsn") }, "no database"},
 		{"dsn and dsnSecret", func(v map[string]any) {
 			pg(orders(v))["dsnSecret"] = map[string]any{"name": "s", "key": "dsn"}
@@ -90,6 +130,77 @@ func TestChartRefusesValuesThatWouldNotWork(t *testing.T) {
 				}
 				if !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("%s: error %q does not say %q", h.name, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestChartAcceptsOneSlotNameOnTwoServers: a slot's name is one on its
+// server, so two streams may use one name on two servers (two imported
+// Debezium connectors both on Debezium's default slot, debezium, say),
+// and the chart renders them; where it cannot see a stream's server (a DSN
+// or connector in a Secret, a connector's ${env:...}, a server on the
+// pod's loopback or socket) it does not refuse either.
+func TestChartAcceptsOneSlotNameOnTwoServers(t *testing.T) {
+	orders := func(v map[string]any) map[string]any { return v["streams"].([]any)[0].(map[string]any) }
+	payments := func(v map[string]any) map[string]any { return v["streams"].([]any)[1].(map[string]any) }
+	pg := func(s map[string]any) map[string]any { return s["postgres"].(map[string]any) }
+	connectorConfig := func(s map[string]any) map[string]any {
+		return s["connector"].(map[string]any)["json"].(map[string]any)["config"].(map[string]any)
+	}
+	// refunds is a second connector on Debezium's default slot.
+	refunds := func(v map[string]any, hostname string) map[string]any {
+		delete(connectorConfig(payments(v)), "slot.name")
+		r := readValues(t, goldenValues)["streams"].([]any)[1].(map[string]any)
+		r["name"] = "refunds"
+		delete(connectorConfig(r), "slot.name")
+		connectorConfig(r)["database.hostname"] = hostname
+		v["streams"] = append(v["streams"].([]any), r)
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(v map[string]any)
+	}{
+		{"two connectors on Debezium's default slot on two servers", func(v map[string]any) { refunds(v, "refunds-db.db.svc") }},
+		{"two connectors on one host, two ports", func(v map[string]any) {
+			connectorConfig(refunds(v, "payments-db.db.svc"))["database.port"] = "5433"
+		}},
+		{"a stream and a connector on one slot name, two servers", func(v map[string]any) {
+			pg(orders(v))["slot"] = "payments_outbox"
+		}},
+		{"a key=value DSN on another server", func(v map[string]any) {
+			pg(orders(v))["dsn"] = "host=orders-db.db.svc dbname=payments"
+			pg(orders(v))["slot"] = "payments_outbox"
+		}},
+		{"a DSN in a Secret", func(v map[string]any) {
+			delete(pg(orders(v)), "dsn")
+			pg(orders(v))["dsnSecret"] = map[string]any{"name": "orders-db-dsn", "key": "dsn"}
+			pg(orders(v))["slot"] = "payments_outbox"
+		}},
+		{"a connector in a Secret", func(v map[string]any) {
+			refunds(v, "payments-db.db.svc")["connector"] = map[string]any{"secret": map[string]any{"name": "refunds-connector", "key": "connector.json"}}
+		}},
+		{"a connector's host from its environment", func(v map[string]any) {
+			refunds(v, "${env:REFUNDS_DB_HOST}")
+		}},
+		{"servers on each pod's loopback", func(v map[string]any) {
+			pg(orders(v))["dsn"] = "postgres://pgoutbox@127.0.0.1:5432/app"
+			pg(orders(v))["slot"] = "debezium"
+			refunds(v, "localhost")
+		}},
+		{"no host in the DSN", func(v map[string]any) {
+			pg(orders(v))["dsn"] = "dbname=payments"
+			pg(orders(v))["slot"] = "payments_outbox"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, h := range helms {
+				vals := readValues(t, goldenValues)
+				tc.change(vals)
+				if _, err := h.render(vals); err != nil {
+					t.Errorf("%s refuses the values: %v", h.name, err)
 				}
 			}
 		})

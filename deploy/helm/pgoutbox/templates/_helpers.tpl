@@ -80,18 +80,117 @@ into working pods. It prints nothing.
 {{- /*
 A slot has one consumer: two streams on one slot would be pods of two
 Deployments taking it from each other, each relaying under its own
-settings. A connector in a Secret names its slot where the chart cannot
-see it, and is not compared.
+settings. A slot belongs to one database, but its name is unique on its
+server across all databases (PostgreSQL's "Logical Decoding Concepts"),
+so two streams are compared when the chart sees the server of both
+(pgoutbox.database): the same name on two servers is two slots. A stream
+whose slot or server the chart cannot see (a connector or DSN in a
+Secret, say) is not compared.
 */ -}}
 {{- $slots := dict -}}
 {{- range $s := .Values.streams -}}
 {{- $slot := include "pgoutbox.slotName" (dict "root" $ "stream" $s) -}}
-{{- if $slot -}}
-{{- if hasKey $slots $slot -}}
-{{- fail (printf "streams %s and %s both use the replication slot %q: a slot has one consumer, and their pods would take it from each other, each relaying under its own settings; give each stream a slot of its own (postgres.slot, or slot.name in the connector JSON, whose default is Debezium's, debezium), or, if the two are on different database servers, install them as two releases" (get $slots $slot) $s.name $slot) -}}
+{{- $database := include "pgoutbox.database" (dict "root" $ "stream" $s) -}}
+{{- if and $slot $database -}}
+{{- $server := regexReplaceAll "/.*$" $database "" -}}
+{{- $key := printf "%s %s" $server $slot -}}
+{{- $dbname := regexReplaceAll "^[^/]*/" $database "" -}}
+{{- if hasKey $slots $key -}}
+{{- $other := get $slots $key -}}
+{{- $databases := printf "database %s" $dbname -}}
+{{- if ne $other.dbname $dbname -}}
+{{- $databases = printf "databases %s and %s" $other.dbname $dbname -}}
 {{- end -}}
-{{- $_ := set $slots $slot $s.name -}}
+{{- fail (printf "streams %s and %s both use the replication slot %q on the database server %s (%s): a slot has one consumer, and its name is unique on its server across all its databases, so their pods would take it from each other, each relaying under its own settings (or, in two databases, one would find it made in the other's); give each stream a slot of its own (postgres.slot, or slot.name in the connector JSON, whose default is Debezium's, debezium)" $other.name $s.name $slot $server $databases) -}}
 {{- end -}}
+{{- $_ := set $slots $key (dict "name" $s.name "dbname" $dbname) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pgoutbox.database is the database a stream relays from, as
+<server>/<dbname> with <server> host:port, given (dict "root" $ "stream"
+$stream), where the chart can see it: in the stream's postgres.dsn (else
+the config's postgres.dsn), a URL (host and port also read from its
+query's host= and port=) or key=value, or in an inline connector JSON's
+database.hostname, database.port and database.dbname. A port not given
+is 5432, libpq's and Debezium's default. A host is written lower-case,
+without a final dot, a name of the release's namespace (orders-db) as
+orders-db.<namespace>.svc and .svc.cluster.local as .svc, so that one
+server written two common ways is one. Nothing where the chart cannot see
+the server: a DSN or connector in a Secret, a value from a connector's
+config provider (${env:...}, ${file:...}), no host (libpq then reads
+PGHOST, or takes a local socket), a socket directory, or a loopback
+address (a server in or beside each pod, which may be another for each
+stream).
+*/}}
+{{- define "pgoutbox.database" -}}
+{{- $s := .stream -}}
+{{- $conn := $s.connector | default dict -}}
+{{- $sp := $s.postgres | default dict -}}
+{{- $host := "" -}}
+{{- $port := "" -}}
+{{- $db := "" -}}
+{{- if $conn.json -}}
+{{- $inner := $conn.json.config | default $conn.json -}}
+{{- $host = get $inner "database.hostname" | default "" | toString -}}
+{{- $port = get $inner "database.port" | default "" | toString -}}
+{{- $db = get $inner "database.dbname" | default "" | toString -}}
+{{- else if not (or $conn.secret $sp.dsnSecret) -}}
+{{- $cfg := mustMergeOverwrite (deepCopy (.root.Values.config | default dict)) (deepCopy ($s.config | default dict)) -}}
+{{- $pg := $cfg.postgres | default dict -}}
+{{- $dsn := $sp.dsn | default $pg.dsn | default "" | toString | trim -}}
+{{- if regexMatch "^[a-zA-Z][a-zA-Z0-9+.-]*://" $dsn -}}
+{{- $authority := regexReplaceAll "^.*@" (regexReplaceAll "^[a-zA-Z][a-zA-Z0-9+.-]*://([^/?#]*).*$" $dsn "${1}") "" -}}
+{{- if regexMatch "^\\[[^\\]]*\\](:[0-9]*)?$" $authority -}}
+{{- $host = regexReplaceAll "^\\[([^\\]]*)\\].*$" $authority "${1}" -}}
+{{- $port = regexReplaceAll "^\\[[^\\]]*\\]:?" $authority "" -}}
+{{- else if contains "," $authority -}}
+{{- /* Several hosts: the list as written is the server. */ -}}
+{{- $host = $authority -}}
+{{- $port = "-" -}}
+{{- else -}}
+{{- $host = regexReplaceAll ":[^:]*$" $authority "" -}}
+{{- $port = regexReplaceAll "^[^:]*:?" $authority "" -}}
+{{- end -}}
+{{- if regexMatch "^[^?#]*://[^/?#]*/[^?#]" $dsn -}}
+{{- $db = regexReplaceAll "^[^?#]*://[^/?#]*/([^?#]*).*$" $dsn "${1}" -}}
+{{- end -}}
+{{- range $key := list "host" "port" "dbname" -}}
+{{- if regexMatch (printf "\\?(.*&)?%s=[^&#]" $key) $dsn -}}
+{{- $v := regexReplaceAll (printf "^.*[?&]%s=([^&#]*).*$" $key) $dsn "${1}" -}}
+{{- if eq $key "host" -}}{{- $host = $v -}}{{- else if eq $key "port" -}}{{- $port = $v -}}{{- else -}}{{- $db = $v -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- else if $dsn -}}
+{{- range $key := list "host" "port" "dbname" -}}
+{{- if regexMatch (printf "(^|\\s)%s\\s*=\\s*'?[^'\\s]" $key) $dsn -}}
+{{- $v := regexReplaceAll (printf "(?s)^(.*\\s)?%s\\s*=\\s*'?([^'\\s]*).*$" $key) $dsn "${2}" -}}
+{{- if eq $key "host" -}}{{- $host = $v -}}{{- else if eq $key "port" -}}{{- $port = $v -}}{{- else -}}{{- $db = $v -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $host = $host | trim | lower | trimSuffix "." -}}
+{{- $port = $port | trim -}}
+{{- if hasSuffix ".svc.cluster.local" $host -}}
+{{- $host = trimSuffix ".cluster.local" $host -}}
+{{- end -}}
+{{- $local := or (not $host) (hasPrefix "/" $host) (hasPrefix "%2f" $host) (eq $host "localhost") (hasPrefix "127." $host) (eq $host "::1") -}}
+{{- if not (or $local (contains "${" (printf "%s %s %s" $host $port $db))) -}}
+{{- if not (or (contains "." $host) (contains ":" $host) (contains "," $host)) -}}
+{{- $host = printf "%s.%s.svc" $host .root.Release.Namespace -}}
+{{- end -}}
+{{- if contains ":" $host -}}
+{{- $host = printf "[%s]" $host -}}
+{{- end -}}
+{{- if eq $port "-" -}}
+{{- $host -}}
+{{- else -}}
+{{- printf "%s:%s" $host ($port | default "5432") -}}
+{{- end -}}
+/{{- $db | default "(not given)" -}}
 {{- end -}}
 {{- end -}}
 

@@ -3,7 +3,6 @@ package replication_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -31,10 +30,7 @@ func TestValuesAreReadTheSameWhateverTheDatabasesSettings(t *testing.T) {
 	for _, encoding := range []string{"UTF8", "LATIN1"} {
 		t.Run(encoding, func(t *testing.T) {
 			ctx := context.Background()
-			dsn := env.NewDatabase(t)
-			if encoding != "UTF8" {
-				dsn = newDatabaseEncoded(t, env, encoding)
-			}
+			dsn := env.NewDatabaseEncoded(t, encoding)
 			admin := testenv.ConnectPG(t, dsn)
 			db := admin.Config().Database
 			// Slot names are the cluster's, not the database's.
@@ -95,35 +91,4 @@ func TestValuesAreReadTheSameWhateverTheDatabasesSettings(t *testing.T) {
 			}
 		})
 	}
-}
-
-// newDatabaseEncoded creates a database in encoding (C locale) for the
-// test, dropped at its end, and returns its DSN.
-func newDatabaseEncoded(t *testing.T, env *testenv.Env, encoding string) string {
-	t.Helper()
-	ctx := context.Background()
-	name := strings.ToLower(testenv.UniqueName(t, "enc"))
-	super := testenv.ConnectPG(t, env.PGDSN)
-	if _, err := super.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s ENCODING '%s' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0", pgx.Identifier{name}.Sanitize(), encoding)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), env.PGDSN)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL", name)
-		_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name)
-		if _, err := c.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Error(err)
-		}
-	})
-	u, err := url.Parse(env.PGDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
 }

@@ -1,47 +1,13 @@
 package outbox
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/url"
-	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
-
-// newDatabaseEncoded returns the DSN of a fresh database in encoding (and
-// the C locale, which every encoding accepts), dropped at the end of the
-// test with its slots.
-func newDatabaseEncoded(t *testing.T, encoding string) string {
-	t.Helper()
-	env := testenv.Require(t)
-	name := strings.ToLower(testenv.UniqueName(t, "enc"))
-	super := connect(t, env.PGDSN)
-	mustExec(t, super, fmt.Sprintf("CREATE DATABASE %s ENCODING '%s' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0", pgx.Identifier{name}.Sanitize(), encoding))
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), env.PGDSN)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", name)
-		if _, err := c.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Error(err)
-		}
-	})
-	u, err := url.Parse(env.PGDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
 
 // In a database whose encoding is not UTF-8, a message's content must still
 // reach the WAL as the UTF-8 JSON the relay reads: with client_encoding
@@ -61,7 +27,7 @@ func TestMessageModeWritesUTF8InADatabaseOfAnotherEncoding(t *testing.T) {
 
 func testMessageModeWritesUTF8(t *testing.T, drv dbDriver, clientEncoding string) {
 	ctx := testContext(t)
-	dsn := newDatabaseEncoded(t, "LATIN1")
+	dsn := testenv.Require(t).NewDatabaseEncoded(t, "LATIN1")
 	admin := connect(t, dsn)
 	createOutboxTable(t, admin, "public.outbox")
 	createSlot(t, admin, "public.outbox", "outbox_pub", "s")

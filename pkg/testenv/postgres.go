@@ -22,6 +22,23 @@ const pgTimeout = time.Minute
 // replication slots, which would otherwise keep it alive.
 func (e *Env) NewDatabase(t testing.TB) (dsn string) {
 	t.Helper()
+	return e.newDatabase(t, "")
+}
+
+// NewDatabaseEncoded is NewDatabase with the database in encoding (a
+// server encoding such as LATIN1), in the C locale, which every encoding
+// accepts.
+func (e *Env) NewDatabaseEncoded(t testing.TB, encoding string) (dsn string) {
+	t.Helper()
+	return e.newDatabase(t, " ENCODING "+quoteLiteral(encoding)+" LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// newDatabase creates the test's database with the CREATE DATABASE
+// options given.
+func (e *Env) newDatabase(t testing.TB, options string) (dsn string) {
+	t.Helper()
 	name := UniqueName(t, "db")
 	dsn, err := withDatabase(e.PGDSN, name)
 	if err != nil {
@@ -35,7 +52,7 @@ func (e *Env) NewDatabase(t testing.TB) (dsn string) {
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	e.checkServerVersion(t, ctx, conn)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
 		t.Fatalf("testenv: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {

@@ -302,31 +302,18 @@ func TestInitialSnapshotTriedAgainKeepsWhatOnlyWALHeld(t *testing.T) {
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	const rows = 20000
-	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
-		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
-	cfg := f.config()
-	cfg.Snapshot.Mode = relay.SnapshotInitial
-	cfg.Snapshot.BatchSize = 20
+	cfg := snapshotOf(t, f, rows, 20)
 	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	c := env.NewConsumer(t, f.topics[:1])
 	stop := runRelay(t, cfg)
 	c.WaitFor(t, 1, time.Minute)
 	const message = "00000000-0000-4000-8000-000900000099"
-	f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
-		fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, message, f.shape.AggregateTypes[0]))
+	f.emitEvent(t, message)
 	var ended int
 	if err := f.checkDB.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgoutbox-snapshot' AND datname = current_database()").Scan(&ended); err != nil || ended != 1 {
 		t.Fatalf("ended %d snapshot connections (%v), want 1: the snapshot was over before the test could end it", ended, err)
 	}
-	got := map[string]bool{}
-	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
-		for _, m := range c.Poll() {
-			id, _ := m.Header("id")
-			got[string(id)] = true
-		}
-		return got[message] && len(got) == rows+1, fmt.Sprintf("%d distinct events, the message among them: %v; want %d and the message", len(got), got[message], rows+1)
-	})
+	waitForRowsAndEvent(t, c, rows, message)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -347,19 +334,13 @@ func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
 			f := newFixture(t, env, 1)
 			ctx := context.Background()
 			const rows = 20000
-			f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-				SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
-				FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
-			cfg := f.config()
-			cfg.Snapshot.Mode = relay.SnapshotInitial
-			cfg.Snapshot.BatchSize = 20
+			cfg := snapshotOf(t, f, rows, 20)
 			cfg.Relay.RestartBackoff = 50 * time.Millisecond
 			c := env.NewConsumer(t, f.topics[:1])
 			stop := runRelay(t, cfg)
 			c.WaitFor(t, 1, time.Minute)
 			const message = "00000000-0000-4000-8000-000900000098"
-			f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
-				fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, message, f.shape.AggregateTypes[0]))
+			f.emitEvent(t, message)
 			if how == "process stopped" {
 				if err := stop(); err != nil {
 					t.Fatal(err)
@@ -377,18 +358,8 @@ func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
 					t.Fatalf("ended %d temporary slots' connections (%v), want 1: the snapshot was over before the test could end it", ended, err)
 				}
 			}
-			got := map[string]bool{}
-			testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
-				for _, m := range c.Poll() {
-					id, _ := m.Header("id")
-					got[string(id)] = true
-				}
-				return got[message] && len(got) == rows+1, fmt.Sprintf("%d distinct events, the message among them: %v; want %d and the message", len(got), got[message], rows+1)
-			})
-			var anchors int
-			if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", replication.AnchorSlot(cfg.Postgres.Slot)).Scan(&anchors); err != nil || anchors != 0 {
-				t.Fatalf("%d anchor slots left once the slot streams (%v)", anchors, err)
-			}
+			waitForRowsAndEvent(t, c, rows, message)
+			noAnchorLeft(t, f, cfg)
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -408,21 +379,14 @@ func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
 func TestInitialSnapshotStopsOnASlotMadeMeanwhileUntilItIsDropped(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
-	ctx := context.Background()
 	const rows = 20000
-	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
-		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
-	cfg := f.config()
-	cfg.Snapshot.Mode = relay.SnapshotInitial
-	cfg.Snapshot.BatchSize = 20
+	cfg := snapshotOf(t, f, rows, 20)
 	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	c := env.NewConsumer(t, f.topics[:1])
 	p := runInProcess(t, cfg)
 	c.WaitFor(t, 1, time.Minute)
 	const message = "00000000-0000-4000-8000-000900000097"
-	f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
-		fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, message, f.shape.AggregateTypes[0]))
+	f.emitEvent(t, message)
 	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", cfg.Postgres.Slot)
 	for i, what := range []string{"the snapshot", "the start after it"} {
 		if i > 0 {
@@ -437,18 +401,8 @@ func TestInitialSnapshotStopsOnASlotMadeMeanwhileUntilItIsDropped(t *testing.T) 
 	}
 	f.exec(t, "SELECT pg_drop_replication_slot($1)", cfg.Postgres.Slot)
 	p = runInProcess(t, cfg)
-	got := map[string]bool{}
-	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
-		for _, m := range c.Poll() {
-			id, _ := m.Header("id")
-			got[string(id)] = true
-		}
-		return got[message] && len(got) == rows+1, fmt.Sprintf("%d distinct events, the message among them: %v; want %d and the message", len(got), got[message], rows+1)
-	})
-	var anchors int
-	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", replication.AnchorSlot(cfg.Postgres.Slot)).Scan(&anchors); err != nil || anchors != 0 {
-		t.Fatalf("%d anchor slots left once the slot streams (%v)", anchors, err)
-	}
+	waitForRowsAndEvent(t, c, rows, message)
+	noAnchorLeft(t, f, cfg)
 	if err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -468,11 +422,7 @@ func TestInitialSnapshotFailingToMakeTheSlotDoesNotPublishAgain(t *testing.T) {
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	const rows = 200
-	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
-		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
-	cfg := f.config()
-	cfg.Snapshot.Mode = relay.SnapshotInitial
+	cfg := snapshotOf(t, f, rows, 0)
 	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	writer, err := pgx.Connect(ctx, f.dsn)
 	if err != nil {
@@ -526,5 +476,52 @@ func TestInitialSnapshotFailingToMakeTheSlotDoesNotPublishAgain(t *testing.T) {
 	}
 	if !slices.Equal(kx, []string{gone, kept}) || total != rows+2 {
 		t.Fatalf("key kx got %v (want %s then %s, once each) and %d records in all (want %d: no row published again)", kx, gone, kept, total, rows+2)
+	}
+}
+
+// snapshotOf fills the outbox with rows rows over 50 keys and returns a
+// configuration that publishes them in an initial snapshot, batch rows at
+// a time (0: the default).
+func snapshotOf(t *testing.T, f *fixture, rows, batch int) relay.Config {
+	t.Helper()
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, $1, 'k' || (g % 50), 'T', json_build_object('n', g)
+		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
+	cfg := f.config()
+	cfg.Snapshot.Mode = relay.SnapshotInitial
+	if batch > 0 {
+		cfg.Snapshot.BatchSize = batch
+	}
+	return cfg
+}
+
+// emitEvent writes a table-less event with id id: only WAL holds it.
+func (f *fixture) emitEvent(t *testing.T, id string) {
+	t.Helper()
+	f.exec(t, "SELECT pg_logical_emit_message(true, 'outbox', $1)",
+		fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":"m1","type":"T","payload":{}}`, id, f.shape.AggregateTypes[0]))
+}
+
+// waitForRowsAndEvent waits until c read the rows rows of snapshotOf and
+// the event with id id, each at least once.
+func waitForRowsAndEvent(t *testing.T, c *testenv.Consumer, rows int, id string) {
+	t.Helper()
+	got := map[string]bool{}
+	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Poll() {
+			h, _ := m.Header("id")
+			got[string(h)] = true
+		}
+		return got[id] && len(got) == rows+1, fmt.Sprintf("%d distinct events, %s among them: %v; want %d and it", len(got), id, got[id], rows+1)
+	})
+}
+
+// noAnchorLeft checks that the snapshot's anchor slot is gone once the
+// slot streams.
+func noAnchorLeft(t *testing.T, f *fixture, cfg relay.Config) {
+	t.Helper()
+	var anchors int
+	if err := f.checkDB.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", replication.AnchorSlot(cfg.Postgres.Slot)).Scan(&anchors); err != nil || anchors != 0 {
+		t.Fatalf("%d anchor slots left once the slot streams (%v)", anchors, err)
 	}
 }

@@ -29,9 +29,52 @@ var RequiredColumns = []string{ColumnSeq, ColumnPublishedAt, ColumnAttempts, Col
 // or the triggers that keep its unpublished rows.
 var ErrLayout = errors.New("poll: the table lacks the poll source's columns or triggers")
 
-// ErrTableReplaced is returned by Recheck when the table's name names
-// another table than the one Check looked at.
+// ErrTableReplaced is wrapped by Recheck's error (a *ReplacedError) when
+// the table's name names another table than the one Check looked at, or
+// none.
 var ErrTableReplaced = errors.New("poll: the table is not the one the session checked")
+
+// ReplacedError is Recheck's error when the table's name no longer names
+// the table the session checked: that table was dropped, or renamed or
+// moved to another schema (and another table may have taken its name).
+// The relay follows the name, so rows the old table still holds unpublished
+// would never be relayed: Unpublished counts them.
+type ReplacedError struct {
+	// Name is the table's configured name; OID the table it names now (0:
+	// none); OldOID the table the session checked.
+	Name        string
+	OID, OldOID uint32
+	// Old is the checked table's name now (schema.table, quoted as
+	// needed), "" if it was dropped.
+	Old string
+	// Unpublished counts Old's rows not published yet; -1 if counting
+	// them failed (CountErr).
+	Unpublished int64
+	CountErr    error
+}
+
+func (e *ReplacedError) Error() string {
+	now := fmt.Sprintf("%s is table OID %d now", e.Name, e.OID)
+	if e.OID == 0 {
+		now = e.Name + " no longer exists"
+	}
+	switch {
+	case e.Old == "":
+		return fmt.Sprintf("%v: %s (table OID %d) was dropped, and any unpublished rows it held are gone with it (the relay cannot count them); %s; a new session checks the table the name then names", ErrTableReplaced, e.Name, e.OldOID, now)
+	case e.Unpublished == 0:
+		return fmt.Sprintf("%v: %s (table OID %d) was renamed or moved to another schema: it is %s now, with no unpublished rows; %s; a new session checks the table the name then names", ErrTableReplaced, e.Name, e.OldOID, e.Old, now)
+	}
+	rows := fmt.Sprintf("%d unpublished row(s)", e.Unpublished)
+	if e.Unpublished < 0 {
+		rows = fmt.Sprintf("unpublished rows, maybe (counting them failed: %v)", e.CountErr)
+	}
+	return fmt.Sprintf("%v: %s (table OID %d) was renamed or moved to another schema: it is %s now and holds %s, which the relay, following the name %s, would never publish (%s); "+
+		"publish them: copy them into %s in %s order (INSERT INTO %s (its columns but %s, %s, %s, %s) SELECT those columns FROM %s WHERE %s IS NULL ORDER BY %s; they come after the rows %s holds already), then drop %s; or point the relay at %s (postgres.tables) until they are published",
+		ErrTableReplaced, e.Name, e.OldOID, e.Old, rows, e.Name, now,
+		e.Name, ColumnSeq, e.Name, ColumnSeq, ColumnPublishedAt, ColumnAttempts, ColumnLastError, e.Old, ColumnPublishedAt, ColumnSeq, e.Name, e.Old, e.Old)
+}
+
+func (e *ReplacedError) Unwrap() error { return ErrTableReplaced }
 
 // Table is an outbox table the poll source reads.
 type Table struct {
@@ -141,8 +184,9 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 // so a table dropped and created again (or another renamed into its
 // place) would be claimed from unchecked, and a published_at that rows
 // now get when written (a default added since) would make every new row
-// look published, never relayed. The first fails wrapping
-// ErrTableReplaced (a new session checks the table it then finds), the
+// look published, never relayed. The first fails with a *ReplacedError,
+// which names the checked table if it is still there (renamed, or moved
+// to another schema) and counts the rows it holds unpublished; the
 // second runs Check again, which refuses it; so do keep triggers dropped
 // or disabled since (pgoutbox migrate run with the WAL source's
 // configuration drops them). Other changes to the same
@@ -150,22 +194,65 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 	var oid uint32
 	var born, kept bool
+	var old *string // the checked table's name now, if it is still there
 	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false),
-			(SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = ANY($3) AND g.tgenabled IN ('O', 'A')) = cardinality($3)
+			(SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = ANY($3) AND g.tgenabled IN ('O', 'A')) = cardinality($3),
+			(SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
+				WHERE o.oid = $4 AND o.oid IS DISTINCT FROM c.oid AND o.relkind IN ('r', 'p'))
 		FROM (SELECT to_regclass($1)::oid AS oid) c
-		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers).Scan(&oid, &born, &kept)
+		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers, t.oid).Scan(&oid, &born, &kept, &old)
 	if err != nil {
 		return fmt.Errorf("poll: look at %s again: %w", t.Name, err)
 	}
-	switch {
-	case oid == 0:
-		return fmt.Errorf("%w: %s no longer exists (it was table OID %d); a new session checks it", ErrTableReplaced, t.Name, t.oid)
-	case oid != t.oid:
-		return fmt.Errorf("%w: %s is table OID %d now, the session checked OID %d: it was dropped and created again, or another table took its name; a new session checks the table it now names (rows left in the old one are not relayed)", ErrTableReplaced, t.Name, oid, t.oid)
-	case born || !kept:
+	if oid != t.oid {
+		return t.replacedBy(ctx, conn, oid, old)
+	}
+	if born || !kept {
 		return t.Check(ctx, conn)
 	}
 	return nil
+}
+
+// oldTableSQL is the name now (schema.table, quoted as needed) of the
+// table of OID $1 if it still exists and is not the table named $2.
+const oldTableSQL = `SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
+	WHERE o.oid = $1 AND o.oid IS DISTINCT FROM to_regclass($2)::oid AND o.relkind IN ('r', 'p')`
+
+// Replaced is, for a new session, what Recheck says between claims: nil
+// if the table's name still names the table Check last looked at (or
+// Check never looked), else a *ReplacedError. A session that ended on
+// something else (a claim that failed because the table was gone, a
+// Kafka error) leaves the change to the next one, whose Check would
+// otherwise take the table the name then names and forget the old one.
+func (t *Table) Replaced(ctx context.Context, conn *pgx.Conn) (*ReplacedError, error) {
+	if t.oid == 0 {
+		return nil, nil
+	}
+	var oid uint32
+	var old *string
+	err := conn.QueryRow(ctx, "SELECT coalesce(to_regclass($2)::oid, 0), ("+oldTableSQL+")", t.oid, t.quoted).Scan(&oid, &old)
+	if err != nil {
+		return nil, fmt.Errorf("poll: look whether %s is still the table OID %d: %w", t.Name, t.oid, err)
+	}
+	if oid == t.oid {
+		return nil, nil
+	}
+	return t.replacedBy(ctx, conn, oid, old), nil
+}
+
+// replacedBy is the error of the table's name naming the table oid (0:
+// none) instead of the one Check looked at, whose name now is old (nil:
+// dropped).
+func (t *Table) replacedBy(ctx context.Context, conn *pgx.Conn, oid uint32, old *string) *ReplacedError {
+	e := &ReplacedError{Name: t.Name, OID: oid, OldOID: t.oid}
+	if old != nil {
+		e.Old = *old
+		// Its name is quoted as needed (format's %I).
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+e.Old+" WHERE "+ColumnPublishedAt+" IS NULL").Scan(&e.Unpublished); err != nil {
+			e.Unpublished, e.CountErr = -1, err
+		}
+	}
+	return e
 }
 
 // Unpublished returns those of seqs (the seq values of rows of the table)

@@ -202,6 +202,15 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		SELECT set_config('transaction_timeout', '0', false) WHERE current_setting('transaction_timeout', true) IS NOT NULL`); err != nil {
 		return false, fmt.Errorf("relay: poll session: turn off the server's transaction timeouts: %w", err)
 	}
+	// First the table an earlier session checked, if the name names
+	// another now: Check takes the one it names.
+	if re, err := t.Replaced(ctx, conn); err != nil {
+		return false, err
+	} else if re != nil {
+		if err := pr.tableReplaced(re); err != nil {
+			return false, err
+		}
+	}
 	if err := t.Check(ctx, conn); err != nil {
 		if errors.Is(err, poll.ErrLayout) {
 			return false, &FatalError{Err: err}
@@ -256,6 +265,31 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		r.obs.SessionEnded(err)
 	}
 	return true, err
+}
+
+// tableReplaced is what the relay does when the table's name no longer
+// names the table a session checked. Renamed away or moved to another
+// schema with rows not published, it stops: a session follows the name
+// and would leave them for good, and only the user can say whether to
+// move them into the new table or relay the old one. Dropped, what it held
+// unpublished is gone with it, by the dropper's hand; the relay cannot
+// count it, and stopping would bring nothing back but stop the events
+// written since: it goes on with the table the name names (if any, else
+// Check stops it), saying so at Error. Renamed with every row published,
+// nothing is lost: it goes on, with a warning. It returns the error that
+// stops the relay, if it must stop.
+func (pr *pollRunner) tableReplaced(re *poll.ReplacedError) error {
+	switch {
+	case re.Unpublished != 0:
+		return &FatalError{Err: re}
+	case re.Old == "":
+		pr.r.log.Error("the poll table was dropped under the relay: any unpublished rows it held are gone with it, never relayed; relaying the table its name names now",
+			zap.String("table", pr.table.Name), zap.Error(re))
+	default:
+		pr.r.log.Warn("the poll table was renamed or moved away with every row published; relaying the table its name names now",
+			zap.String("table", pr.table.Name), zap.String("old_table", re.Old), zap.Error(re))
+	}
+	return nil
 }
 
 // batchLimit is the most rows one claim takes.
@@ -350,9 +384,15 @@ func (s *pollSession) rebalance() error {
 	}
 	// Every RebalanceInterval also: the table is still the one checked.
 	if err := s.pr.table.Recheck(ctx, s.conn); err != nil {
-		if errors.Is(err, poll.ErrLayout) {
+		var re *poll.ReplacedError
+		switch {
+		case errors.Is(err, poll.ErrLayout):
 			return &FatalError{Err: err}
+		case errors.As(err, &re) && re.Unpublished != 0:
+			return s.pr.tableReplaced(re)
 		}
+		// Replaced otherwise: the next session says what became of the
+		// old table, and checks the one the name names.
 		return err
 	}
 	if len(o.Gained) > 0 || len(o.Released) > 0 || o.Members != s.own.Members {

@@ -10,7 +10,9 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
@@ -234,12 +236,14 @@ func startScriptedPoll(t *testing.T, be *scriptedPollBackend, mutate func(*Confi
 		t.Fatal(err)
 	}
 	be.liveBackend, be.acked = &liveBackend{log: zap.NewNop()}, map[string][]bool{}
-	r, err := New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), withBackend(be, realClock{}))
+	seen, logs := observer.New(zap.InfoLevel)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel), zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, seen) })))
+	r, err := New(cfg, log, withBackend(be, realClock{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	run := &scriptedRun{done: make(chan error, 1)}
+	run := &scriptedRun{done: make(chan error, 1), logs: logs}
 	go func() { run.done <- r.Run(runCtx) }()
 	t.Cleanup(func() {
 		ended := run.ended
@@ -258,6 +262,7 @@ func startScriptedPoll(t *testing.T, be *scriptedPollBackend, mutate func(*Confi
 // scriptedRun is a relay's Run on its goroutine.
 type scriptedRun struct {
 	done  chan error
+	logs  *observer.ObservedLogs // what it logged at Info and above
 	ended bool
 	err   error
 }

@@ -390,8 +390,15 @@ func (b *Batch) Finish(ctx context.Context, published []int, failed []Failure) e
 			q.Queue(deleteSetting)
 			what = append(what, "allow the delete of published rows")
 		}
+		// A reason cut to n characters here may still be too long for a
+		// varchar(n) in a database that counts bytes (SQL_ASCII): the
+		// server cuts it again by its own count.
+		reason := "v.err"
+		if n := c.t.errorChars; n > 0 {
+			reason = "left(v.err, " + strconv.Itoa(n) + ")"
+		}
 		for rel, a := range tried {
-			q.Queue("UPDATE "+rel+" t SET "+ColumnAttempts+" = coalesce(t."+ColumnAttempts+", 0) + 1, "+ColumnLastError+" = v.err, "+
+			q.Queue("UPDATE "+rel+" t SET "+ColumnAttempts+" = coalesce(t."+ColumnAttempts+", 0) + 1, "+ColumnLastError+" = "+reason+", "+
 				ColumnPublishedAt+" = CASE WHEN v.dead THEN now() ELSE t."+ColumnPublishedAt+" END"+
 				" FROM unnest($1::text[]::tid[], $2::text[], $3::bool[]) AS v(c, err, dead) WHERE t.ctid = v.c", a.ctids, a.reasons, a.dead)
 			what = append(what, "record failed attempts in "+c.t.Name)

@@ -94,3 +94,46 @@ func TestHandWrittenAttemptsAndLastErrorColumnsRecordAFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestLastErrorOfLimitedLengthTakesANonASCIIReasonInASQLASCIIDatabase: a
+// last_error varchar(10) in a SQL_ASCII database, which counts bytes, and
+// a reason of ten characters of two bytes each. The failure is recorded,
+// the reason cut to ten bytes. Cut to ten characters only, the reason
+// overflowed the column: the statement that counts attempts failed, and
+// with it the whole batch, sent again for ever.
+func TestLastErrorOfLimitedLengthTakesANonASCIIReasonInASQLASCIIDatabase(t *testing.T) {
+	env := testenv.Require(t)
+	ctx := context.Background()
+	conn := testenv.ConnectPG(t, env.NewDatabaseEncoded(t, "SQL_ASCII"))
+	exec(t, conn, `CREATE TABLE outbox (id text PRIMARY KEY, aggregateid text, payload jsonb,
+		seq bigint GENERATED ALWAYS AS IDENTITY, published_at timestamptz, attempts integer NOT NULL DEFAULT 0, last_error varchar(10))`)
+	if err := migrations.ApplyPoll(ctx, conn, migrations.PollParams{Table: "public.outbox"}); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, conn, "INSERT INTO outbox (id, aggregateid) VALUES ('a', 'k')")
+	tb, err := NewTable("public.outbox", "aggregateid", "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Check(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewClaimer(conn, tb, DefaultConfig()).Claim(ctx, nil, nil, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Rows) != 1 {
+		_ = b.Abort(ctx)
+		t.Fatalf("claimed %d rows, want 1", len(b.Rows))
+	}
+	if err := b.Finish(ctx, nil, []Failure{{Index: 0, Err: strings.Repeat("ü", 10)}}); err != nil {
+		t.Fatalf("Finish with a reason of 10 characters, 20 bytes, into a varchar(10) of a SQL_ASCII database: %v", err)
+	}
+	var attempts, size int
+	if err := conn.QueryRow(ctx, "SELECT attempts, octet_length(last_error) FROM outbox").Scan(&attempts, &size); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || size != 10 {
+		t.Fatalf("after Finish: attempts %d, last_error of %d bytes; want 1 attempt and the reason cut to 10 bytes", attempts, size)
+	}
+}

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,22 +28,16 @@ type Event struct {
 	AggregateID string
 	// Type is the event type ("OrderCreated"). Optional.
 	Type string
-	// Payload is the event's JSON document, the record value. Nil, empty
-	// or the JSON null is no payload: SQL NULL in the table modes, null in
-	// ModeMessage (which the relay reads as SQL NULL), so that every mode
-	// gives the same record: an empty value, or a tombstone with the
-	// relay's route.tombstone.on.empty.payload. (A jsonb column holding
-	// the JSON null would give the 4-byte value null instead, as with
-	// Debezium, and a message cannot say that apart from no payload.)
-	// NewEvent marshals any Go value into it.
+	// Payload is the event's JSON document, the record value. Nil or empty
+	// writes SQL NULL (in ModeMessage, JSON null), which the relay can turn
+	// into a tombstone. NewEvent marshals any Go value into it.
 	Payload json.RawMessage
 }
 
 // NewEvent returns an event whose Payload is payload marshalled with
 // encoding/json (a json.RawMessage is used as it is, compacted). A nil
-// payload, or one that marshals to the JSON null (a nil map, slice or
-// pointer), gives a nil Payload: no payload, written as NULL (see
-// Event.Payload). ID is left empty: Write generates one.
+// payload gives a nil Payload, written as NULL. ID is left empty: Write
+// generates one.
 func NewEvent(aggregateType, aggregateID, eventType string, payload any) (Event, error) {
 	e := Event{AggregateType: aggregateType, AggregateID: aggregateID, Type: eventType}
 	if payload == nil {
@@ -54,17 +47,8 @@ func NewEvent(aggregateType, aggregateID, eventType string, payload any) (Event,
 	if err != nil {
 		return Event{}, fmt.Errorf("outbox: marshal payload of %s %s: %w", aggregateType, aggregateID, err)
 	}
-	if !noPayload(b) {
-		e.Payload = b
-	}
+	e.Payload = b
 	return e, nil
-}
-
-// noPayload reports whether p, valid JSON or empty, is no payload: empty,
-// or the JSON null.
-func noPayload(p json.RawMessage) bool {
-	t := bytes.TrimSpace(p)
-	return len(t) == 0 || string(t) == "null"
 }
 
 // ErrInvalidEvent is matched (errors.Is) by every EventError.

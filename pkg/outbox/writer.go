@@ -170,7 +170,7 @@ func (w *Writer) insertStatement(events []Event, ids []string) (string, []any) {
 		// type (jsonb, json or text), and pgx sends a string for a json
 		// type as it is.
 		var payload any
-		if !noPayload(e.Payload) {
+		if len(e.Payload) > 0 {
 			payload = string(e.Payload)
 		}
 		args = append(args, ids[i], e.AggregateType, e.AggregateID, e.Type, payload)
@@ -227,8 +227,7 @@ func writeParam(b *strings.Builder, n int) {
 
 // messageJSON returns the content of e's message: a JSON object with the
 // row's columns as keys, in the order id, aggregate type, aggregate id,
-// type, payload; the payload embedded as JSON (compacted), or null for no
-// payload (see Event.Payload).
+// type, payload; the payload embedded as JSON (compacted), or null.
 func (w *Writer) messageJSON(e *Event, id string) []byte {
 	b := make([]byte, 0, 96+len(id)+len(e.AggregateType)+len(e.AggregateID)+len(e.Type)+len(e.Payload))
 	b = append(b, '{')
@@ -241,7 +240,7 @@ func (w *Writer) messageJSON(e *Event, id string) []byte {
 	}
 	b = append(b, ',')
 	b = append(b, w.jsonKeys[4]...)
-	if noPayload(e.Payload) {
+	if len(e.Payload) == 0 {
 		b = append(b, "null"...)
 	} else {
 		buf := bytes.NewBuffer(b)

@@ -241,31 +241,6 @@ func TestNewEvent(t *testing.T) {
 	if _, err := NewEvent("Order", "42", "X", make(chan int)); err == nil {
 		t.Fatal("NewEvent marshalled a channel")
 	}
-	var nilMap map[string]int
-	var nilPointer *struct{ A int }
-	for name, p := range map[string]any{"nil map": nilMap, "nil pointer": nilPointer, "RawMessage null": json.RawMessage("null"), "nil RawMessage": json.RawMessage(nil)} {
-		if e, err := NewEvent("Order", "42", "X", p); err != nil || e.Payload != nil {
-			t.Errorf("%s: payload %q, %v; want no payload", name, e.Payload, err)
-		}
-	}
-}
-
-// A payload that is the JSON null is no payload in every mode: SQL NULL in
-// the table, null in a message (which the relay reads as SQL NULL).
-func TestNullPayloadIsWrittenAsNoPayload(t *testing.T) {
-	for _, p := range []json.RawMessage{nil, {}, json.RawMessage("null"), json.RawMessage(" \n null\t")} {
-		ev := Event{AggregateType: "Order", AggregateID: "1", Payload: p}
-		if err := ev.validate(); err != nil {
-			t.Fatalf("payload %q: %v", p, err)
-		}
-		_, args := mustWriter(t, Config{}).insertStatement([]Event{ev}, []string{"id-1"})
-		if args[4] != nil {
-			t.Errorf("payload %q: the table gets %#v, want SQL NULL", p, args[4])
-		}
-		if got := string(mustWriter(t, Config{Mode: ModeMessage}).messageJSON(&ev, "id-1")); got != `{"id":"id-1","aggregatetype":"Order","aggregateid":"1","type":"","payload":null}` {
-			t.Errorf("payload %q: message %s", p, got)
-		}
-	}
 }
 
 func TestNewDedupValidates(t *testing.T) {

@@ -164,8 +164,7 @@ func (d *Dedup) process(ctx context.Context, db execer, eventID string) (bool, e
 		// Committing would keep the consumer's change without the record
 		// that it processed the event: delivered again, it would be
 		// processed twice.
-		failTx(ctx, db, err)
-		return false, err
+		return false, failTx(ctx, db, err)
 	}
 	return first, nil
 }

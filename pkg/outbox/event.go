@@ -97,6 +97,12 @@ func (e *Event) validate() error {
 	if len(e.Payload) > 0 && !json.Valid(e.Payload) {
 		return errors.New("payload is not valid JSON")
 	}
+	// json.Valid takes bytes that are not UTF-8. The server refuses them
+	// in a table's column, but ModeMessage sends them as bytes, and the
+	// relay would find the committed event poison.
+	if !utf8.Valid(e.Payload) {
+		return errors.New("payload is not valid UTF-8")
+	}
 	return nil
 }
 

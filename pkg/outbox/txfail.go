@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -23,15 +25,23 @@ const failTxTimeout = 15 * time.Second
 // and an application that committed anyway (the error overwritten, or only
 // logged) kept its business change and lost the event, without a word.
 // After a database error the transaction is aborted already and the
-// statement fails at once; after a broken connection nothing can commit
-// either way, so failTx's own error is of no interest.
+// statement fails at once with the server's error, as it does when it
+// works. Any other failure of its own (the connection busy with an open
+// result set, broken, or the statement's time up) may have left the
+// transaction able to commit: the error returned then says so.
 //
 // The statement runs even when ctx is cancelled (a cancelled context is a
 // common cause, and a Commit may still follow with another context).
-func failTx(ctx context.Context, db execer, cause error) {
+func failTx(ctx context.Context, db execer, cause error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failTxTimeout)
 	defer cancel()
-	_, _ = db.exec(ctx, failTxStatement(cause), nil)
+	_, err := db.exec(ctx, failTxStatement(cause), nil)
+	// The server's error (pgx's, lib/pq's): the transaction is aborted.
+	var server interface{ SQLState() string }
+	if err == nil || errors.As(err, &server) {
+		return cause
+	}
+	return fmt.Errorf("%w (and the transaction could not be made to fail, so a Commit may still succeed without the event: roll it back: %v)", cause, err)
 }
 
 // failTxStatement returns a DO block that raises an error naming cause. A DO

@@ -90,8 +90,7 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]s
 func (w *Writer) writeInTx(ctx context.Context, db execer, events []Event) ([]string, error) {
 	ids, err := w.write(ctx, db, events)
 	if err != nil {
-		failTx(ctx, db, err)
-		return nil, err
+		return nil, failTx(ctx, db, err)
 	}
 	return ids, nil
 }

@@ -186,6 +186,9 @@ func TestPrepareRejectsInvalidEvents(t *testing.T) {
 		"bad payload":       {AggregateType: "Order", AggregateID: "1", Payload: json.RawMessage(`{"a":`)},
 		"NUL in type":       {AggregateType: "Order", AggregateID: "1", Type: "a\x00"},
 		"bad UTF-8 id":      {ID: "\xff", AggregateType: "Order", AggregateID: "1"},
+		// JSON that is not UTF-8 (LATIN1 bytes): the text of a table's
+		// column refuses it, a message's bytea would not.
+		"bad UTF-8 payload": {AggregateType: "Order", AggregateID: "1", Payload: json.RawMessage("{\"name\":\"M\xfcller\"}")},
 	} {
 		_, err := prepare([]Event{ok, e})
 		var ee *EventError

@@ -51,6 +51,10 @@ type ReplacedError struct {
 	// them failed (CountErr).
 	Unpublished int64
 	CountErr    error
+	// Within: Old is a partition or child of the table the name names
+	// now (an outbox turned into a partitioned table), whose claims read
+	// its rows: none is left behind.
+	Within bool
 }
 
 func (e *ReplacedError) Error() string {
@@ -59,6 +63,8 @@ func (e *ReplacedError) Error() string {
 		now = e.Name + " no longer exists"
 	}
 	switch {
+	case e.Within:
+		return fmt.Sprintf("%v: %s (table OID %d) is %s now, a partition or child of %s, whose claims read its rows; %s; a new session checks the table the name then names", ErrTableReplaced, e.Name, e.OldOID, e.Old, e.Name, now)
 	case e.Old == "":
 		return fmt.Sprintf("%v: %s (table OID %d) was dropped, and any unpublished rows it held are gone with it (the relay cannot count them); %s; a new session checks the table the name then names", ErrTableReplaced, e.Name, e.OldOID, now)
 	case e.Unpublished == 0:
@@ -198,7 +204,7 @@ func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false),
 			(SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = ANY($3) AND g.tgenabled IN ('O', 'A')) = cardinality($3),
 			(SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
-				WHERE o.oid = $4 AND o.oid IS DISTINCT FROM c.oid AND o.relkind IN ('r', 'p'))
+				WHERE o.oid = $4 AND o.oid IS DISTINCT FROM c.oid AND o.relkind IN ('r', 'p') AND `+notReachedFrom("o.oid", "c.oid")+`)
 		FROM (SELECT to_regclass($1)::oid AS oid) c
 		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers, t.oid).Scan(&oid, &born, &kept, &old)
 	if err != nil {
@@ -214,9 +220,20 @@ func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // oldTableSQL is the name now (schema.table, quoted as needed) of the
-// table of OID $1 if it still exists and is not the table named $2.
-const oldTableSQL = `SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
-	WHERE o.oid = $1 AND o.oid IS DISTINCT FROM to_regclass($2)::oid AND o.relkind IN ('r', 'p')`
+// table of OID $1 if it still exists and is not the table named $2, nor
+// one that table reads (a partition or child of it).
+var oldTableSQL = `SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
+	WHERE o.oid = $1 AND o.oid IS DISTINCT FROM to_regclass($2)::oid AND o.relkind IN ('r', 'p') AND ` + notReachedFrom("o.oid", "to_regclass($2)::oid")
+
+// notReachedFrom is a condition: the table old is not a partition or
+// child, at any depth, of the table top, whose claims read it. A table
+// made a partition of the new one (an outbox turned into a partitioned
+// table: renamed, a partitioned table made under its name, the old one
+// attached) keeps being read: its rows are not left behind.
+func notReachedFrom(old, top string) string {
+	return `NOT EXISTS (WITH RECURSIVE d(oid) AS (SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = ` + top + `
+		UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid) SELECT 1 FROM d WHERE d.oid = ` + old + `)`
+}
 
 // Replaced is, for a new session, what Recheck says between claims: nil
 // if the table's name still names the table Check last looked at (or
@@ -245,7 +262,16 @@ func (t *Table) Replaced(ctx context.Context, conn *pgx.Conn) (*ReplacedError, e
 // dropped).
 func (t *Table) replacedBy(ctx context.Context, conn *pgx.Conn, oid uint32, old *string) *ReplacedError {
 	e := &ReplacedError{Name: t.Name, OID: oid, OldOID: t.oid}
-	if old != nil {
+	if old == nil {
+		// Dropped, or made a partition or child of the table the name
+		// names now, whose claims read its rows.
+		var name string
+		if conn.QueryRow(ctx, "SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace WHERE o.oid = $1", t.oid).Scan(&name) == nil {
+			e.Old, e.Within = name, true
+		}
+		return e
+	}
+	{
 		e.Old = *old
 		// Its name is quoted as needed (format's %I).
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+e.Old+" WHERE "+ColumnPublishedAt+" IS NULL").Scan(&e.Unpublished); err != nil {

@@ -282,6 +282,9 @@ func (pr *pollRunner) tableReplaced(re *poll.ReplacedError) error {
 	switch {
 	case re.Unpublished != 0:
 		return &FatalError{Err: re}
+	case re.Within:
+		pr.r.log.Warn("the poll table was made a partition or child of the table its name names now, whose claims read its rows; relaying that table",
+			zap.String("table", pr.table.Name), zap.String("old_table", re.Old), zap.Error(re))
 	case re.Old == "":
 		pr.r.log.Error("the poll table was dropped under the relay: any unpublished rows it held are gone with it, never relayed; relaying the table its name names now",
 			zap.String("table", pr.table.Name), zap.Error(re))

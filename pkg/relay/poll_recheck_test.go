@@ -123,6 +123,18 @@ func TestPollStopsWhenItsTableIsRenamedAwayWithUnpublishedRows(t *testing.T) {
 			[]string{"archive.outbox", "1 unpublished row", "public.outbox no longer exists"}, ""},
 		{"renamed away with every row published and another created in its place", append([]string{"ALTER TABLE outbox RENAME TO outbox_old"}, create...), false, nil, ""},
 		{"dropped and created again", append([]string{"DROP TABLE outbox"}, create...), true, nil, "gone with it"},
+		// Turned into a partitioned table: renamed, a partitioned table
+		// made under its name, the old one attached. Claims on the new
+		// table read the old one's rows: nothing is left behind, and the
+		// relay goes on (it stopped, and its advice to copy the rows into
+		// the new table and drop the old one would have dropped them).
+		{"made a partition of a partitioned table under its name", append([]string{
+			"ALTER TABLE outbox RENAME TO outbox_old",
+			"ALTER TABLE outbox_old DROP CONSTRAINT outbox_pkey CASCADE",
+			"CREATE TABLE outbox (LIKE outbox_old INCLUDING DEFAULTS INCLUDING IDENTITY) PARTITION BY RANGE (seq)",
+			"ALTER TABLE outbox ALTER COLUMN seq RESTART WITH 1000000",
+			"ALTER TABLE outbox ATTACH PARTITION outbox_old FOR VALUES FROM (MINVALUE) TO (MAXVALUE)",
+		}, create...), true, nil, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -158,6 +170,22 @@ func TestPollStopsWhenItsTableIsRenamedAwayWithUnpublishedRows(t *testing.T) {
 				}
 				testenv.Eventually(t, time.Minute, 20*time.Millisecond, acked(after))
 				if c.logged == "" {
+					if c.leave {
+						// Its table is read through the new one, and the
+						// look between claims says so and goes on.
+						testenv.Eventually(t, time.Minute, 20*time.Millisecond, acked(left))
+						testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+							for _, e := range run.logs.FilterLevelExact(zap.WarnLevel).All() {
+								if strings.Contains(fmt.Sprint(e.ContextMap()["error"]), "a partition or child of") {
+									return true, ""
+								}
+							}
+							return false, "no warning that the old table is read through the new one"
+						})
+						if ok, err := run.wait(0); ok {
+							t.Fatalf("Run ended with %v; the old table's rows are read through the new one", err)
+						}
+					}
 					return
 				}
 				// A claim may take the new table's row before the look

@@ -82,8 +82,9 @@ type snapshotHeld struct {
 	snap *replication.SnapshotSlot
 	lock *pgx.Conn
 	// published: every row was acknowledged, and only making the slot
-	// from the anchor is left.
-	published bool
+	// from the anchor at publishedAt is left.
+	published   bool
+	publishedAt replication.LSN
 }
 
 func (h *snapshotHeld) release(ctx context.Context) {
@@ -218,7 +219,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 			anchorName, pc.Slot, anchor.ConfirmedFlushLSN, cmp.Or(anchor.InvalidationReason, "wal_status lost"), anchorName)}
 	case hasAnchor && anchor.Active:
 		return fmt.Errorf("relay: slot %q, which keeps where an unfinished initial snapshot of slot %q started, is in use by PID %d: stop what streams from it", anchorName, pc.Slot, anchor.ActivePID)
-	case hasAnchor && held.published:
+	case hasAnchor && held.published && anchor.ConfirmedFlushLSN == held.publishedAt:
 		// Every row is in Kafka, and the anchor kept the slot's start: an
 		// earlier attempt failed only to make the slot. Publishing again,
 		// from a new snapshot, would put what only WAL held since the
@@ -227,7 +228,12 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 		r.log.Error("initial snapshot: an earlier attempt did not finish; the slot will start where it started, which its anchor slot kept: nothing is lost, and the rows committed since are sent twice (the same event ids), from the new snapshot and from the slot; a key with events only WAL held since (rows deleted by their own transaction, table-less messages) may get one of them after a later event of its own that the new snapshot published",
 			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN))
 	}
-	if !hasAnchor {
+	if !hasAnchor && *started {
+		r.log.Error("initial snapshot: the anchor slot an earlier attempt made is gone (dropped by someone): this attempt starts from a new point, and what only WAL held since the first one (rows deleted by their own transaction, table-less messages) is not relayed",
+			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName))
+	}
+	if !hasAnchor || anchor.ConfirmedFlushLSN != held.publishedAt {
+		// Another anchor than the one this process published against.
 		held.published = false
 	}
 	n := 0
@@ -305,7 +311,7 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 	// with, and the anchor keeps the position. Closed first, so that the
 	// snapshot needs no more slots than before the anchor: two. A retry
 	// that only has the slot to make does not publish again.
-	held.published = true
+	held.published, held.publishedAt = true, anchor.ConfirmedFlushLSN
 	held.dropSnap(ctx)
 	return n, nil
 }

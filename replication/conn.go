@@ -45,20 +45,20 @@ func (c *Config) SQLConfig() (*pgx.ConnConfig, error) {
 // parameters, which connection poolers (PgBouncer) refuse in part.
 const valueFormat = "SET client_encoding = 'UTF8'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'"
 
-// setFormat is an AfterConnect that runs format (valueFormat) after
-// after. The session's time zone is left as the server's users have it:
-// it gives timestamp columns without a zone (a poll table's created_at or
-// published_at, compared with now()) their meaning, and instants are
-// read with their offset whatever it is.
-func setFormat(after func(context.Context, *pgconn.PgConn) error, format string) func(context.Context, *pgconn.PgConn) error {
+// setValueFormat is an AfterConnect that sets valueFormat after after.
+// The session's time zone is left as the server's users have it: it gives
+// timestamp columns without a zone (a poll table's created_at or
+// published_at, compared with now()) their meaning, and instants are read
+// with their offset whatever it is.
+func setValueFormat(after func(context.Context, *pgconn.PgConn) error) func(context.Context, *pgconn.PgConn) error {
 	return func(ctx context.Context, c *pgconn.PgConn) error {
 		if after != nil {
 			if err := after(ctx, c); err != nil {
 				return err
 			}
 		}
-		if err := c.Exec(ctx, format).Close(); err != nil {
-			return fmt.Errorf("replication: set how values are written (%s): %w", format, err)
+		if err := c.Exec(ctx, valueFormat).Close(); err != nil {
+			return fmt.Errorf("replication: set how values are written (%s): %w", valueFormat, err)
 		}
 		return nil
 	}
@@ -80,7 +80,7 @@ func (c *Config) replicationConfig() (*pgconn.Config, error) {
 	}
 	pcfg.RuntimeParams["replication"] = "database"
 	pcfg.RuntimeParams["application_name"] = "pgoutbox"
-	pcfg.AfterConnect = setFormat(pcfg.AfterConnect, valueFormat)
+	pcfg.AfterConnect = setValueFormat(pcfg.AfterConnect)
 	// A server that stops acknowledging what is sent ends the connection
 	// within replicationUserTimeout; TCP keepalives find an idle one gone.
 	d := net.Dialer{KeepAlive: 15 * time.Second, Control: func(network, _ string, rc syscall.RawConn) error {

@@ -83,7 +83,7 @@ func ConnectSQL(ctx context.Context, cfg Config, applicationName string, timeout
 	// hidden from the poll source or the initial snapshot would pass
 	// unseen (see ErrRowSecurity). Set after connecting, not as a startup
 	// parameter, which connection poolers (PgBouncer) refuse.
-	after := setFormat(pcfg.AfterConnect, valueFormat)
+	after := setValueFormat(pcfg.AfterConnect)
 	pcfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
 		if err := after(ctx, c); err != nil {
 			return err

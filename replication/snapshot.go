@@ -94,16 +94,13 @@ func AnchorSlot(slot string) string {
 // (AnchorSlot), at the same consistent point, over conn (an ordinary
 // connection).
 func (s *SnapshotSlot) Anchor(ctx context.Context, conn *pgx.Conn, anchor string) (SlotState, error) {
-	return copySlot(ctx, conn, s.Name, s.ConsistentPoint, anchor)
+	return Persist(ctx, conn, s.Name, s.ConsistentPoint, anchor)
 }
 
-// Persist makes the permanent slot named slot a copy of from (the anchor)
-// at its position at, over conn (an ordinary connection), and returns it.
+// Persist makes the permanent slot named slot a copy of from (the anchor,
+// or the temporary slot) at its position at, over conn (an ordinary
+// connection), and returns it.
 func Persist(ctx context.Context, conn *pgx.Conn, from string, at LSN, slot string) (SlotState, error) {
-	return copySlot(ctx, conn, from, at, slot)
-}
-
-func copySlot(ctx context.Context, conn *pgx.Conn, from string, at LSN, slot string) (SlotState, error) {
 	if err := ValidateSlotName(slot); err != nil {
 		return SlotState{}, err
 	}
@@ -121,15 +118,13 @@ func copySlot(ctx context.Context, conn *pgx.Conn, from string, at LSN, slot str
 }
 
 // DropSlot drops slot if it exists and no one streams from it, over conn
-// (an ordinary connection); it says whether it did.
-func DropSlot(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
-	var n int
-	err := conn.QueryRow(ctx, `SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots
-		WHERE slot_name = $1 AND NOT active`, slot).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("replication: drop slot %q: %w", slot, err)
+// (an ordinary connection).
+func DropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+		WHERE slot_name = $1 AND NOT active`, slot); err != nil {
+		return fmt.Errorf("replication: drop slot %q: %w", slot, err)
 	}
-	return n > 0, nil
+	return nil
 }
 
 // Alive says whether the replication connection, which holds the

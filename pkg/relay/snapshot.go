@@ -81,9 +81,8 @@ func (r *Relay) runSnapshot(ctx context.Context) error {
 type snapshotHeld struct {
 	snap *replication.SnapshotSlot
 	lock *pgx.Conn
-	// published: every row was acknowledged, and only making the slot
-	// from the anchor at publishedAt is left.
-	published   bool
+	// publishedAt, when not 0: every row was acknowledged, and only making
+	// the slot from the anchor there is left.
 	publishedAt replication.LSN
 }
 
@@ -117,7 +116,7 @@ func (r *Relay) dropFinishedAnchor(ctx context.Context, conn *pgx.Conn, start re
 	}
 	slot := start.Slot
 	if slot.ConfirmedFlushLSN == anchor.ConfirmedFlushLSN {
-		if _, err := replication.DropSlot(ctx, conn, name); err != nil {
+		if err := replication.DropSlot(ctx, conn, name); err != nil {
 			return err
 		}
 		r.log.Info("initial snapshot: dropped its anchor slot, left by a stop after the slot was made", zap.String("anchor_slot", name))
@@ -211,6 +210,10 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	anchorName := replication.AnchorSlot(pc.Slot)
 	anchor, err := replication.ReadSlot(ctx, conn, anchorName)
 	hasAnchor := err == nil
+	if !hasAnchor || anchor.ConfirmedFlushLSN != held.publishedAt {
+		// Another anchor than the one this process published against.
+		held.publishedAt = 0
+	}
 	switch {
 	case err != nil && !errors.Is(err, replication.ErrSlotMissing):
 		return err
@@ -219,7 +222,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 			anchorName, pc.Slot, anchor.ConfirmedFlushLSN, cmp.Or(anchor.InvalidationReason, "wal_status lost"), anchorName)}
 	case hasAnchor && anchor.Active:
 		return fmt.Errorf("relay: slot %q, which keeps where an unfinished initial snapshot of slot %q started, is in use by PID %d: stop what streams from it", anchorName, pc.Slot, anchor.ActivePID)
-	case hasAnchor && held.published && anchor.ConfirmedFlushLSN == held.publishedAt:
+	case held.publishedAt != 0:
 		// Every row is in Kafka, and the anchor kept the slot's start: an
 		// earlier attempt failed only to make the slot. Publishing again,
 		// from a new snapshot, would put what only WAL held since the
@@ -232,12 +235,8 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 		r.log.Error("initial snapshot: the anchor slot an earlier attempt made is gone (dropped by someone): this attempt starts from a new point, and what only WAL held since the first one (rows deleted by their own transaction, table-less messages) is not relayed",
 			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName))
 	}
-	if !hasAnchor || anchor.ConfirmedFlushLSN != held.publishedAt {
-		// Another anchor than the one this process published against.
-		held.published = false
-	}
 	n := 0
-	if !held.published {
+	if held.publishedAt == 0 {
 		if n, err = r.publishAnchored(ctx, conn, held, started, hasAnchor, &anchor, anchorName); err != nil || ctx.Err() != nil {
 			return err // stopped: no slot, the next start begins again
 		}
@@ -260,7 +259,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	if err != nil {
 		return err
 	}
-	if _, err := replication.DropSlot(ctx, conn, anchorName); err != nil {
+	if err := replication.DropSlot(ctx, conn, anchorName); err != nil {
 		// The next attempt finds the slot made, and drops it then.
 		return err
 	}
@@ -311,7 +310,7 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 	// with, and the anchor keeps the position. Closed first, so that the
 	// snapshot needs no more slots than before the anchor: two. A retry
 	// that only has the slot to make does not publish again.
-	held.published, held.publishedAt = true, anchor.ConfirmedFlushLSN
+	held.publishedAt = anchor.ConfirmedFlushLSN
 	held.dropSnap(ctx)
 	return n, nil
 }

@@ -453,7 +453,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	// for the stream (its walsender waits for what it sent to be
 	// confirmed): past keepAliveMax the server's timeout ends the stream,
 	// and the session starts again.
-	kept := keepStreamAlive(ctx, st, slot.ConfirmedFlushLSN, r.cfg.Postgres.StatusInterval, keepAliveMax)
+	kept := keepStreamAlive(ctx, st, slot.ConfirmedFlushLSN, r.cfg.Postgres.StatusInterval)
 	if kcfg.ExactlyOnce {
 		txn, err = r.startTransactional(ctx, &kcfg, start)
 		prod = txn
@@ -527,35 +527,30 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 const keepAliveMax = 2 * time.Minute
 
 // keepStreamAlive sends a status update confirming confirmed (the slot's
-// own position: nothing new) every interval, for at most most, until the
-// returned function is called, which waits for it. It runs while the session builds its
-// producer, before the loop reads the stream: the server ends a stream
-// that says nothing for wal_sender_timeout. It waits on the wall clock,
-// not the relay's, which belongs to the loop's goroutine.
-func keepStreamAlive(ctx context.Context, st stream, confirmed checkpoint.LSN, interval, most time.Duration) (stop func()) {
-	done := make(chan struct{})
+// own position: nothing new) every interval, for at most keepAliveMax,
+// until the returned function is called, which waits for it. It runs
+// while the session builds its producer, before the loop reads the
+// stream: the server ends a stream that says nothing for
+// wal_sender_timeout. It waits on the wall clock, not the relay's, which
+// belongs to the loop's goroutine.
+func keepStreamAlive(ctx context.Context, st stream, confirmed checkpoint.LSN, interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithTimeout(ctx, keepAliveMax)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		end := time.NewTimer(most)
-		defer end.Stop()
 		for {
 			select {
-			case <-done:
-				return
 			case <-ctx.Done():
-				return
-			case <-end.C:
 				return
 			case <-t.C:
 				// Bounded, so that stop never waits on the network; a
 				// failure shows at the loop's first read.
-				sctx, cancel := context.WithTimeout(ctx, interval)
+				sctx, scancel := context.WithTimeout(ctx, interval)
 				err := st.SendStatus(sctx, confirmed, false)
-				cancel()
+				scancel()
 				if err != nil {
 					return
 				}
@@ -563,7 +558,7 @@ func keepStreamAlive(ctx context.Context, st stream, confirmed checkpoint.LSN, i
 		}
 	}()
 	return func() {
-		close(done)
+		cancel()
 		wg.Wait()
 	}
 }

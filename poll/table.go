@@ -200,18 +200,17 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 	var oid uint32
 	var born, kept bool
-	var old *string // the checked table's name now, if it is still there
+	var was oldTable
 	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false),
 			(SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = ANY($3) AND g.tgenabled IN ('O', 'A')) = cardinality($3),
-			(SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
-				WHERE o.oid = $4 AND o.oid IS DISTINCT FROM c.oid AND o.relkind IN ('r', 'p') AND `+notReachedFrom("o.oid", "c.oid")+`)
+			`+oldTableSQL("$4::oid", "c.oid")+`
 		FROM (SELECT to_regclass($1)::oid AS oid) c
-		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers, t.oid).Scan(&oid, &born, &kept, &old)
+		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers, t.oid).Scan(&oid, &born, &kept, &was.name, &was.within)
 	if err != nil {
 		return fmt.Errorf("poll: look at %s again: %w", t.Name, err)
 	}
 	if oid != t.oid {
-		return t.replacedBy(ctx, conn, oid, old)
+		return t.replacedBy(ctx, conn, oid, was)
 	}
 	if born || !kept {
 		return t.Check(ctx, conn)
@@ -219,20 +218,24 @@ func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// oldTableSQL is the name now (schema.table, quoted as needed) of the
-// table of OID $1 if it still exists and is not the table named $2, nor
-// one that table reads (a partition or child of it).
-var oldTableSQL = `SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
-	WHERE o.oid = $1 AND o.oid IS DISTINCT FROM to_regclass($2)::oid AND o.relkind IN ('r', 'p') AND ` + notReachedFrom("o.oid", "to_regclass($2)::oid")
+// oldTable is what became of the table Check looked at, once its name
+// names another: its name now (schema.table, quoted as needed; nil if it
+// was dropped), and whether the table the name names reads it (a
+// partition or child of it at any depth: an outbox turned into a
+// partitioned table, renamed, a partitioned table made under its name,
+// the old one attached), so that its rows are not left behind.
+type oldTable struct {
+	name   *string
+	within bool
+}
 
-// notReachedFrom is a condition: the table old is not a partition or
-// child, at any depth, of the table top, whose claims read it. A table
-// made a partition of the new one (an outbox turned into a partitioned
-// table: renamed, a partitioned table made under its name, the old one
-// attached) keeps being read: its rows are not left behind.
-func notReachedFrom(old, top string) string {
-	return `NOT EXISTS (WITH RECURSIVE d(oid) AS (SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = ` + top + `
-		UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid) SELECT 1 FROM d WHERE d.oid = ` + old + `)`
+// oldTableSQL is the two columns of oldTable, for the checked table of
+// OID old and the table top its name names now.
+func oldTableSQL(old, top string) string {
+	return `(SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
+			WHERE o.oid = ` + old + ` AND o.oid IS DISTINCT FROM ` + top + ` AND o.relkind IN ('r', 'p')),
+		EXISTS (WITH RECURSIVE d(oid) AS (SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = ` + top + `
+			UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid) SELECT 1 FROM d WHERE d.oid = ` + old + `)`
 }
 
 // Replaced is, for a new session, what Recheck says between claims: nil
@@ -246,33 +249,26 @@ func (t *Table) Replaced(ctx context.Context, conn *pgx.Conn) (*ReplacedError, e
 		return nil, nil
 	}
 	var oid uint32
-	var old *string
-	err := conn.QueryRow(ctx, "SELECT coalesce(to_regclass($2)::oid, 0), ("+oldTableSQL+")", t.oid, t.quoted).Scan(&oid, &old)
+	var was oldTable
+	err := conn.QueryRow(ctx, "SELECT coalesce(to_regclass($2)::oid, 0), "+oldTableSQL("$1::oid", "to_regclass($2)::oid"), t.oid, t.quoted).Scan(&oid, &was.name, &was.within)
 	if err != nil {
 		return nil, fmt.Errorf("poll: look whether %s is still the table OID %d: %w", t.Name, t.oid, err)
 	}
 	if oid == t.oid {
 		return nil, nil
 	}
-	return t.replacedBy(ctx, conn, oid, old), nil
+	return t.replacedBy(ctx, conn, oid, was), nil
 }
 
 // replacedBy is the error of the table's name naming the table oid (0:
-// none) instead of the one Check looked at, whose name now is old (nil:
-// dropped).
-func (t *Table) replacedBy(ctx context.Context, conn *pgx.Conn, oid uint32, old *string) *ReplacedError {
-	e := &ReplacedError{Name: t.Name, OID: oid, OldOID: t.oid}
-	if old == nil {
-		// Dropped, or made a partition or child of the table the name
-		// names now, whose claims read its rows.
-		var name string
-		if conn.QueryRow(ctx, "SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace WHERE o.oid = $1", t.oid).Scan(&name) == nil {
-			e.Old, e.Within = name, true
-		}
+// none) instead of the one Check looked at, which became was.
+func (t *Table) replacedBy(ctx context.Context, conn *pgx.Conn, oid uint32, was oldTable) *ReplacedError {
+	e := &ReplacedError{Name: t.Name, OID: oid, OldOID: t.oid, Within: was.within}
+	if was.name == nil {
 		return e
 	}
-	{
-		e.Old = *old
+	e.Old = *was.name
+	if !was.within {
 		// Its name is quoted as needed (format's %I).
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+e.Old+" WHERE "+ColumnPublishedAt+" IS NULL").Scan(&e.Unpublished); err != nil {
 			e.Unpublished, e.CountErr = -1, err

@@ -70,17 +70,20 @@ type pollRunner struct {
 	blocked map[string]time.Time
 	// heldWarned is when holdKeys last logged.
 	heldWarned time.Time
-	// single: the broker refused a batch for one of its records (too
-	// large, say); sessions send one record per produce request, where
-	// such a record is refused alone and is poison, until the rows it
-	// refused (refusedSeqs, by seq) are published or dead-lettered. Left
-	// at the first claim that went through instead, a row refused alone
-	// too went back into a batch at each retry, and the broker refused
-	// the whole batch again: its acknowledged rows sent twice, their keys'
+	// refusedSeqs: the broker refused a batch for these rows' records
+	// (too large, say); while there are any, sessions send one record per
+	// produce request (single), where such a record is refused alone and
+	// is poison, until the rows are published or dead-lettered. Left at
+	// the first claim that went through instead, a row refused alone too
+	// went back into a batch at each retry, and the broker refused the
+	// whole batch again: its acknowledged rows sent twice, their keys'
 	// order broken, up to poll.max.attempts times.
-	single      bool
 	refusedSeqs []int64
 }
+
+// single says sessions send one record per produce request (see
+// refusedSeqs).
+func (pr *pollRunner) single() bool { return len(pr.refusedSeqs) > 0 }
 
 // runPoll is Run for the poll source: sessions restarted with the
 // relay's backoff until a stop or a fatal error.
@@ -232,13 +235,13 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 	}
 	kcfg := r.cfg.Kafka
 	kcfg.AckBuffer = pr.batchLimit() + 1
-	kcfg.SingleRecordBatches = pr.single
+	kcfg.SingleRecordBatches = pr.single()
 	prod, err := r.be.NewProducer(ctx, kcfg)
 	if err != nil {
 		return false, err
 	}
 	s := &pollSession{pr: pr, r: r, ctx: ctx, conn: conn, members: m, claimer: poll.NewClaimer(conn, t, r.cfg.Poll), watchDone: make(chan struct{})}
-	s.pub = &rowPublisher{r: r, prod: prod, checker: r.be.StartTopicChecker(r.cfg.Kafka, func() {}), ctx: ctx, single: pr.single,
+	s.pub = &rowPublisher{r: r, prod: prod, checker: r.be.StartTopicChecker(r.cfg.Kafka, func() {}), ctx: ctx, single: pr.single(),
 		onWait: func(n int) { s.report(PollProgress{InFlightRecords: n}) }}
 	s.sqlCtx, s.stopSQL = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
@@ -352,15 +355,14 @@ func (s *pollSession) loop() error {
 		// broker refused in a batch are published or dead-lettered (by
 		// this claim, an earlier one, or another instance that took their
 		// buckets), the next session batches again.
-		if pr.single && claimed > 0 {
+		if pr.single() && claimed > 0 {
 			ctx, cancel := s.op()
 			left, err := pr.table.Unpublished(ctx, s.conn, pr.refusedSeqs)
 			cancel()
 			if err != nil {
 				return err
 			}
-			if pr.refusedSeqs = left; len(left) == 0 {
-				pr.single = false
+			if pr.refusedSeqs = left; !pr.single() {
 				r.log.Info("the rows Kafka refused in a batch are published or dead-lettered: sending records in batches again", zap.String("table", pr.table.Name))
 				return errNewProducer
 			}
@@ -524,7 +526,6 @@ func (s *pollSession) process(b *poll.Batch) error {
 		}
 		s.abort(b) // lets go of b.Rows
 		if refused {
-			pr.single = true
 			r.log.Warn("Kafka refused a whole batch for one of its records (too large for the topic, a timestamp out of its range, ...); sending records one per produce request until the rows it refused are published or dead-lettered, so that only a record refused on its own is poison",
 				zap.String("table", pr.table.Name), zap.Int64s("refused_seqs", pr.refusedSeqs[:min(len(pr.refusedSeqs), 10)]), zap.Int("refused_rows", len(pr.refusedSeqs)))
 		}

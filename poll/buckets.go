@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -48,7 +49,11 @@ type Membership struct {
 	memberNS int32
 	self     int32 // this instance's member key: buckets<<16 | random
 	pid      uint32
-	owned    []int // sorted
+	// mark is this instance's value of sessionMark on its server session,
+	// set when it joined: a session that answers with another (or none) is
+	// not one this instance has to itself.
+	mark  string
+	owned []int // sorted
 }
 
 // Ownership is the outcome of a rebalance.
@@ -64,11 +69,12 @@ type Ownership struct {
 // until the first Rebalance.
 func Join(ctx context.Context, conn *pgx.Conn, table string, buckets int) (*Membership, error) {
 	bucketNS, memberNS := lockKeys(table)
-	m := &Membership{conn: conn, table: table, buckets: buckets, bucketNS: bucketNS, memberNS: memberNS, pid: conn.PgConn().PID()}
+	m := &Membership{conn: conn, table: table, buckets: buckets, bucketNS: bucketNS, memberNS: memberNS, pid: conn.PgConn().PID(),
+		mark: strconv.FormatUint(rand.Uint64(), 36)}
 	for range 16 { // a collision of the random parts is rare; a few tries end it
 		key := int32(buckets<<16 | rand.IntN(1<<16))
 		var ok bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::int, $2::int)", memberNS, key).Scan(&ok); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::int, $2::int) FROM set_config($3, $4, false)", memberNS, key, sessionMark, m.mark).Scan(&ok); err != nil {
 			return nil, fmt.Errorf("poll: join the instances of %s: %w", table, err)
 		}
 		if ok {
@@ -91,6 +97,16 @@ func (m *Membership) Owned() []int {
 // Count is how many buckets this instance owns.
 func (m *Membership) Count() int { return len(m.owned) }
 
+// sessionMark is the setting a poll instance marks its server session with
+// when it joins. Advisory locks belong to a server session, not to a
+// client: through a pooler in transaction mode, instances whose statements
+// reach the same server session hold each other's locks (and a crashed
+// one's stay held for as long as the pooler keeps the session, its buckets
+// never claimed again), and one whose statements reach another session
+// holds none. The locks cannot tell the first apart; the mark can: the
+// last instance to join overwrites it.
+const sessionMark = "pgoutbox.poll_member"
+
 // lockHolder is one granted advisory lock of a table.
 type lockHolder struct {
 	ns, key int32
@@ -98,19 +114,29 @@ type lockHolder struct {
 	mine    bool // held by the session that read it
 }
 
-func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([]lockHolder, error) {
-	rows, err := conn.Query(ctx, `SELECT classid::bigint::int, objid::bigint::int, pid, pid = pg_backend_pid() FROM pg_locks
-		WHERE locktype = 'advisory' AND objsubid = 2 AND granted
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND classid IN ($1::int::oid, $2::int::oid)`, bucketNS, memberNS)
+// readLocks reads the table's granted advisory locks, and the value of
+// sessionMark on the server session that read them ("" if unset).
+func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([]lockHolder, string, error) {
+	var mark string
+	var locks []lockHolder
+	rows, err := conn.Query(ctx, `SELECT coalesce(current_setting($3, true), ''), l.* FROM (SELECT 1) one
+		LEFT JOIN (SELECT classid::bigint::int, objid::bigint::int, pid, pid = pg_backend_pid() FROM pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 2 AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid IN ($1::int::oid, $2::int::oid)) l(ns, key, pid, mine) ON true`, bucketNS, memberNS, sessionMark)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (lockHolder, error) {
-		var h lockHolder
-		err := r.Scan(&h.ns, &h.key, &h.pid, &h.mine)
-		return h, err
+	var ns, key *int32
+	var pid *uint32
+	var mine *bool
+	_, err = pgx.ForEachRow(rows, []any{&mark, &ns, &key, &pid, &mine}, func() error {
+		if ns != nil {
+			locks = append(locks, lockHolder{ns: *ns, key: *key, pid: *pid, mine: *mine})
+		}
+		return nil
 	})
+	return locks, mark, err
 }
 
 // Rebalance looks at the instances on the table and gives up or takes
@@ -121,9 +147,13 @@ func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([
 // its key and the bucket), so the owners of most buckets do not change
 // when an instance joins or leaves.
 func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
-	locks, err := readLocks(ctx, m.conn, m.bucketNS, m.memberNS)
+	locks, mark, err := readLocks(ctx, m.conn, m.bucketNS, m.memberNS)
 	if err != nil {
 		return Ownership{}, fmt.Errorf("poll: read the instances of %s: %w", m.table, err)
+	}
+	if mark != m.mark {
+		return Ownership{}, fmt.Errorf("%w: the server session relaying %s (PID %d) no longer carries the mark this instance set on it when it joined (%s is %q, not %q): its statements reach a server session that another client uses too, or another one than it joined on, as through a pooler in transaction mode (or a pooler's DISCARD ALL, or a RESET ALL, cleared it); advisory locks, which keep two instances from publishing the same keys at once, belong to server sessions, so they cannot do that here. Connect the poll source directly or through a pooler in session mode that does not reset sessions",
+			ErrNotOwnSession, m.table, m.pid, sessionMark, mark, m.mark)
 	}
 	var members []int32
 	held := map[int]bool{}
@@ -277,7 +307,7 @@ type Member struct {
 // owns (for pgoutbox status, and to see that no poll relay runs).
 func Members(ctx context.Context, conn *pgx.Conn, table string) ([]Member, error) {
 	bucketNS, memberNS := lockKeys(table)
-	locks, err := readLocks(ctx, conn, bucketNS, memberNS)
+	locks, _, err := readLocks(ctx, conn, bucketNS, memberNS)
 	if err != nil {
 		return nil, fmt.Errorf("poll: read the instances of %s: %w", table, err)
 	}

@@ -44,7 +44,10 @@ func TestRebalanceStopsWhenTheSessionLostItsLocks(t *testing.T) {
 			c1, c2 := testenv.ConnectPG(t, dsn), testenv.ConnectPG(t, dsn)
 			join := func(conn *pgx.Conn) *Membership {
 				t.Helper()
-				m, err := Join(ctx, conn, "public.outbox", buckets)
+				// A table of its own: the server ends the previous case's
+				// sessions, and releases their locks, only a moment after
+				// their connections close.
+				m, err := Join(ctx, conn, "public.outbox_"+strings.ReplaceAll(c.name, " ", "_"), buckets)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -80,6 +83,48 @@ func TestRebalanceStopsWhenTheSessionLostItsLocks(t *testing.T) {
 				t.Fatalf("the first instance's Rebalance after its session lost %s: %v (owned by both: %v); want ErrNotOwnSession naming %q", c.name, err, both, want)
 			}
 		})
+	}
+}
+
+// TestRebalanceStopsOnASessionSharedWithAnotherInstance: through a pooler
+// in transaction mode, two instances' statements can reach one server
+// session. Advisory locks belong to the session, so each then holds the
+// other's: neither Rebalance's view of the locks nor a lock taken again
+// tells them apart, and a crashed instance's buckets stay held for as
+// long as the pooler keeps the session, never claimed again. (Simulated
+// here without a pooler: a second instance joins on the first one's
+// connection, as the pooler would have it.) The first instance's next
+// Rebalance must fail with ErrNotOwnSession; so must one on a session whose
+// settings were reset (DISCARD ALL, which also drops the locks). Before
+// the session mark, the first went on as if alone.
+func TestRebalanceStopsOnASessionSharedWithAnotherInstance(t *testing.T) {
+	env := testenv.Require(t)
+	ctx := context.Background()
+	dsn := env.NewDatabase(t)
+	const buckets = 8
+	c1 := testenv.ConnectPG(t, dsn)
+	m1, err := Join(ctx, c1, "public.outbox", buckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := m1.Rebalance(ctx); err != nil || len(o.Owned) != buckets {
+		t.Fatalf("the first instance alone: %+v, %v; want every bucket", o, err)
+	}
+	m2, err := Join(ctx, c1, "public.outbox", buckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.Rebalance(ctx); !errors.Is(err, ErrNotOwnSession) || !strings.Contains(err.Error(), "pooler in transaction mode") {
+		t.Fatalf("the first instance's Rebalance once a second joined on its server session: %v; want ErrNotOwnSession naming a pooler in transaction mode", err)
+	}
+	// The session is the second's now, as far as it can tell; a reset
+	// takes it from the second too.
+	if _, err := m2.Rebalance(ctx); err != nil {
+		t.Fatalf("the second instance, the last to mark the session: %v", err)
+	}
+	exec(t, c1, "RESET ALL")
+	if _, err := m2.Rebalance(ctx); !errors.Is(err, ErrNotOwnSession) {
+		t.Fatalf("Rebalance after RESET ALL cleared the session's settings: %v; want ErrNotOwnSession", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -202,6 +203,24 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
 				log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events between the positions are checked", zap.Error(err))
 			}
+			if c == FencePassed && st.State.Note != fenceRefusedNote {
+				// The start is refused: no server restart since the last
+				// session began, which would leave it unclear whether an
+				// older version's shutdown moved the slot. A restart
+				// later must not make that unclear again: the refusal is
+				// recorded, and every start stays refused until
+				// stopped_lsn is cleared.
+				if err := noteFenceRefused(ctx, conn, cfg.StateTable, cfg.Slot, ""); err != nil {
+					log.Warn("cannot record in the state table that the slot was moved: after a PostgreSQL restart, a later start would only warn of it; do not start pgoutbox on this slot before you have looked", zap.Error(err))
+				}
+			}
+		}
+	}
+	if cfg.StateTable != "" && st.HadState && st.State.Note == fenceRefusedNote && st.CheckFence() == FenceKept {
+		// Cleared since (stopped_lsn): the note is history.
+		st.State.Note = "the slot was found moved past the fence once; starts were refused until stopped_lsn was cleared"
+		if err := noteFenceRefused(ctx, conn, cfg.StateTable, cfg.Slot, st.State.Note); err != nil {
+			return st, err
 		}
 	}
 	if cfg.StateTable != "" && (st.Created || !st.HadState) {
@@ -230,9 +249,9 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 // would skip every transaction committed since, up to the slot's position.
 // New WAL soon passes that position, and then nothing shows it any more:
 // so the state row is made to refuse every later start too, through the
-// fence (a fence below the slot with no server restart since the recorded
-// session start: the strict refusal, whose way on is to clear stopped_lsn
-// once investigated), and cleanup is held.
+// fence (a fence below the slot, and the note that the fence was passed,
+// which keeps the refusal strict whatever server restarts follow: its way
+// on is to clear stopped_lsn once investigated), and cleanup is held.
 func slotPastWALEnd(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *zap.Logger) error {
 	end := st.Identity.WALEnd
 	why := fmt.Sprintf("slot %s was found confirmed up to %s, past %s, the end of the server's WAL: the database was put back to an earlier point (a restore, pg_rewind) with a slot from after it, and events committed since then up to the slot's position were skipped",
@@ -242,13 +261,29 @@ func slotPastWALEnd(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, l
 	}
 	q, err := qualifiedIdent(cfg.StateTable)
 	if err == nil {
-		_, err = conn.Exec(ctx, `UPDATE `+q+` SET stopped_lsn = least(coalesce(stopped_lsn, $2::pg_lsn), $2::pg_lsn), session_started_at = now()
-			WHERE slot_name = $1`, cfg.Slot, end.String())
+		_, err = conn.Exec(ctx, `UPDATE `+q+` SET stopped_lsn = least(coalesce(stopped_lsn, $2::pg_lsn), $2::pg_lsn), session_started_at = now(), note = $3
+			WHERE slot_name = $1`, cfg.Slot, end.String(), fenceRefusedNote)
 	}
 	if err != nil {
 		log.Warn("cannot record in the state table that the slot's history is broken: a later start, once new WAL has passed the slot's position, will not see it; do not start pgoutbox on this slot before recreating it", zap.Error(err))
 	}
 	return fmt.Errorf("%w; the state table now refuses every start on this slot, and cleanup is held", SlotPastWALEndError(cfg.Slot, st.Slot.ConfirmedFlushLSN, end))
+}
+
+// fenceRefusedNote is the state row's note while starts are refused for a
+// slot found past the fence (CheckFence says FencePassed, whatever
+// restarts follow).
+const fenceRefusedNote = "starts refused: the slot was found moved past the fence (or the database put back to an earlier point); clear stopped_lsn once investigated"
+
+// noteFenceRefused sets the slot's note to fenceRefusedNote, or to note
+// once it no longer holds.
+func noteFenceRefused(ctx context.Context, conn *pgx.Conn, table, slot, note string) error {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `UPDATE `+q+` SET note = $2 WHERE slot_name = $1`, slot, cmp.Or(note, fenceRefusedNote))
+	return err
 }
 
 // SlotPastWALEndError is the error of slot found confirmed at at, past end,
@@ -293,7 +328,7 @@ func (s Start) CheckFence() FenceCheck {
 	if !s.HadState || !s.State.FencePassedBy(at) {
 		return FenceKept
 	}
-	if !s.Identity.StartedAt.After(s.State.SessionStartedAt) {
+	if !s.Identity.StartedAt.After(s.State.SessionStartedAt) || s.State.Note == fenceRefusedNote {
 		return FencePassed
 	}
 	// PostgreSQL 17 and later have the slot confirmed up to the shutdown

@@ -548,6 +548,39 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	run("seventh.log", 37, 5, false)
 }
 
+// TestSlotAdvancedWhileStoppedStaysFatalAfterAServerRestart: the fence
+// tells a slot moved while pgoutbox was stopped from one an earlier
+// version left at the shutdown checkpoint by whether PostgreSQL restarted
+// since the last session began; only without a restart is the start
+// refused. The refusal is the news: a supervisor restarting pgoutbox after
+// each exit, and a PostgreSQL restart some time later, must not turn it
+// into a warning and a stream over the skipped events. (A reviewer found
+// the refusal did not record itself, and the start after the restart
+// warned and streamed.)
+func TestSlotAdvancedWhileStoppedStaysFatalAfterAServerRestart(t *testing.T) {
+	env := testenv.RequireExclusive(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	c := env.NewConsumer(t, f.topics)
+	relayed(t, f, c, "first.log", 51, 5)
+	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 52)
+	writeTxns(t, lost, 3)
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	const refused = "was advanced while no pgoutbox session held it"
+	startRefused(t, f, "second.log", "with the slot moved on while pgoutbox was stopped", f.slot, refused)
+	env.PGCtl(t, "stop", "-m", "fast", "-t", "30")
+	env.PGCtl(t, "start", "-w", "-t", "60")
+	f.reconnect(t)
+	startRefused(t, f, "third.log", "with the slot moved on while pgoutbox was stopped, after a PostgreSQL restart", f.slot, refused, "SET stopped_lsn = NULL")
+	// The deliberate way on, as the error says, still works.
+	if _, err := f.checkDB.Exec(ctx, "UPDATE pgoutbox_state SET stopped_lsn = NULL WHERE slot_name = $1", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	relayed(t, f, c, "fourth.log", 53, 5)
+}
+
 // TestAcceptCatalogRecordsAMembershipPutBack: the outbox table taken out of
 // the publication and put back while pgoutbox was stopped left the catalog
 // as it was, but the event written in between was never decoded; the next

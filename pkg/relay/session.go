@@ -1326,10 +1326,16 @@ func (s *session) finish(cause error) {
 		}
 	}
 	if n := s.tr.InFlight(); n > 0 || s.tr.Confirmed() > s.confirmable() {
-		s.log.Warn("stopping with events not confirmed to PostgreSQL; they will be sent again on restart",
+		log, what := s.log.Warn, "stopping with events not confirmed to PostgreSQL; they will be sent again on restart"
+		if n == 0 && min(s.eventCommit, s.tr.Confirmed()) <= s.confirmable() {
+			// WAL without events (a tail the fence was not raised for):
+			// read again at the next start, nothing sent again.
+			log, what = s.log.Debug, "stopping with WAL past the confirmed position that holds no events"
+		}
+		log(what,
 			zap.Int("records_in_flight", n), zap.Int("transactions_pending", s.tr.Pending()),
 			zap.Stringer("confirmed_lsn", s.confirmable()), zap.Stringer("acknowledged_lsn", s.tr.Confirmed()),
-			zap.Bool("forced", errors.Is(cause, errForced) || s.forced()))
+			zap.Stringer("last_event_commit", s.eventCommit), zap.Bool("forced", errors.Is(cause, errForced) || s.forced()))
 	}
 	if !replication.IsConnError(cause) {
 		ctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))

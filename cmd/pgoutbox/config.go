@@ -75,7 +75,7 @@ func loadConfigWith(path string, environ []string, between func(*fileConfig) err
 	if err := applyEnv(&cfg, environ, readOnPurpose...); err != nil {
 		return cfg, err
 	}
-	return cfg, nil
+	return cfg, checkConnectorBrokers(cfg)
 }
 
 // envName maps a section and a YAML key to its environment variable:

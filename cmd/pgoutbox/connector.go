@@ -22,7 +22,8 @@ import (
 // Kafka Connect import: a Debezium PostgreSQL connector configuration with
 // the outbox EventRouter transform, as POSTed to Kafka Connect, becomes
 // pgoutbox's configuration. Brokers are not in it (they belong to the
-// Connect worker) and come from pgoutbox's own settings.
+// Connect worker) and come from pgoutbox's own settings, unless the
+// connector overrides its producer's (producer.override.bootstrap.servers).
 
 const (
 	postgresConnector = "io.debezium.connector.postgresql.PostgresConnector"
@@ -71,6 +72,13 @@ var connectorIgnored = map[string]string{
 	"signal.data.collection":                    "",
 	"message.key.columns":                       "the key comes from table.field.event.key",
 	"transforms.outbox.predicate":               "",
+	"producer.override.acks":                    "pgoutbox always waits for every in-sync replica (acks=all)",
+	"producer.override.enable.idempotence":      "pgoutbox's producer is always idempotent",
+	"producer.override.max.in.flight.requests.per.connection": "pgoutbox keeps one request in flight per broker, which keeps the order per key",
+	"producer.override.retries":                               "retries are kafka.retry.*",
+	"producer.override.delivery.timeout.ms":                   "retries are kafka.retry.*",
+	"producer.override.linger.ms":                             "batching is set by kafka.flush.*",
+	"producer.override.batch.size":                            "batching is set by kafka.flush.*",
 }
 
 // connectorValueModes are the connector keys that change the Kafka Connect
@@ -108,9 +116,12 @@ var connectorRefused = map[string]string{
 // they change column values, and ignored they would put into Kafka what the
 // user meant to mask or cut.
 var connectorRefusedPrefixes = map[string]string{
-	"column.mask.":     "pgoutbox does not mask column values: the unmasked value would reach Kafka",
-	"column.truncate.": "pgoutbox does not truncate column values: the whole value would reach Kafka",
-	"converters":       "Debezium's custom converters are Java code pgoutbox cannot run",
+	"column.mask.":                "pgoutbox does not mask column values: the unmasked value would reach Kafka",
+	"producer.override.security.": "pgoutbox's connection to Kafka is set by kafka.tls and kafka.sasl",
+	"producer.override.sasl.":     "pgoutbox's connection to Kafka is set by kafka.tls and kafka.sasl",
+	"producer.override.ssl.":      "pgoutbox's connection to Kafka is set by kafka.tls and kafka.sasl",
+	"column.truncate.":            "pgoutbox does not truncate column values: the whole value would reach Kafka",
+	"converters":                  "Debezium's custom converters are Java code pgoutbox cannot run",
 }
 
 // connectorConfig is the configuration file's connector section: what a
@@ -121,6 +132,10 @@ type connectorConfig struct {
 	// FileConfigProvider, DirectoryConfigProvider and EnvVarConfigProvider.
 	// A ${name:...} placeholder of another provider is an error.
 	ConfigProviders []string `yaml:"config.providers"`
+	// bootstrap is the connector's producer.override.bootstrap.servers:
+	// the cluster Debezium's records went to, which kafka.brokers must
+	// name once every setting is read (see checkConnectorBrokers).
+	bootstrap []string
 }
 
 // readConnector reads the JSON a user POSTs to Kafka Connect, either
@@ -456,6 +471,8 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		cfg.Kafka.OffsetsTopic = v
 	}
 
+	applyProducerOverrides(cfg, get, refuse)
+
 	for k, why := range connectorRefused {
 		if _, ok := conn[k]; ok && !used[k] {
 			used[k] = true
@@ -486,6 +503,60 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		return ignored, fmt.Errorf("connector configuration has settings pgoutbox cannot honour:\n  %s", strings.Join(refused, "\n  "))
 	}
 	return ignored, nil
+}
+
+// applyProducerOverrides reads Kafka Connect's per-connector producer
+// overrides that decide where records go and what they may be: ignored,
+// the cluster would be another than Debezium wrote to, and records
+// Debezium could send would be refused as too large.
+func applyProducerOverrides(cfg *fileConfig, get func(string) (string, bool), refuse func(key, why string)) {
+	if v, ok := get("producer.override.bootstrap.servers"); ok {
+		var servers []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				servers = append(servers, s)
+			}
+		}
+		switch {
+		case len(servers) == 0:
+			refuse("producer.override.bootstrap.servers", "names no broker")
+		case len(cfg.Kafka.Brokers) > 0 && !sameBrokers(cfg.Kafka.Brokers, servers):
+			refuse("producer.override.bootstrap.servers", fmt.Sprintf("Debezium wrote to this cluster, and kafka.brokers names another (%s): make them the same", strings.Join(cfg.Kafka.Brokers, ",")))
+		default:
+			cfg.Kafka.Brokers, cfg.Connector.bootstrap = servers, servers
+		}
+	}
+	if v, ok := get("producer.override.max.request.size"); ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err != nil || n <= 0 {
+			refuse("producer.override.max.request.size", "not a positive number of bytes")
+		} else {
+			cfg.Kafka.MaxMessageBytes = n
+		}
+	}
+	if v, ok := get("producer.override.compression.type"); ok {
+		switch c := strings.ToLower(strings.TrimSpace(v)); c {
+		case "none", "gzip", "snappy", "lz4", "zstd":
+			cfg.Kafka.Compression = c
+		default:
+			refuse("producer.override.compression.type", "use none, gzip, snappy, lz4 or zstd")
+		}
+	}
+}
+
+// sameBrokers says whether a and b name the same brokers, in any order.
+func sameBrokers(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
+
+// checkConnectorBrokers refuses a kafka.brokers that the environment set,
+// after the connector import, to another cluster than the connector's
+// producer.override.bootstrap.servers named.
+func checkConnectorBrokers(cfg fileConfig) error {
+	if b := cfg.Connector.bootstrap; b != nil && !sameBrokers(b, cfg.Kafka.Brokers) {
+		return fmt.Errorf("the connector's producer.override.bootstrap.servers names %s, where Debezium's records went, and kafka.brokers (set in the environment) names %s: make them the same",
+			strings.Join(b, ","), strings.Join(cfg.Kafka.Brokers, ","))
+	}
+	return nil
 }
 
 // configVariable is Kafka's ConfigTransformer pattern: ${provider:[path:]key}.

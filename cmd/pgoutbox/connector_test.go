@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func TestConnectorImportMapsDebeziumSettings(t *testing.T) {
@@ -283,6 +285,13 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"blank message prefix", map[string]string{"message.prefix.include.list": " "}, nil, false},
 		{"null message prefix", map[string]string{"message.prefix.include.list": jsonNull}, nil, true},
 		{"null snapshot mode (Debezium's initial)", map[string]string{"snapshot.mode": jsonNull}, nil, true},
+		// Kafka Connect's per-connector producer overrides.
+		{"producer overrides", map[string]string{"producer.override.bootstrap.servers": "127.0.0.1:1", "producer.override.max.request.size": "5242880",
+			"producer.override.compression.type": "zstd", "producer.override.acks": "all", "producer.override.linger.ms": "5"}, nil, true},
+		{"producer override of an unknown compression", map[string]string{"producer.override.compression.type": "brotli"}, nil, false},
+		{"producer override of a size that is none", map[string]string{"producer.override.max.request.size": "big"}, nil, false},
+		{"producer override of the security protocol", map[string]string{"producer.override.security.protocol": "SASL_SSL"}, nil, false},
+		{"producer override of no broker", map[string]string{"producer.override.bootstrap.servers": " , "}, nil, false},
 	}
 	t.Setenv("PGOUTBOX_TEST_CONNECTOR_DB", "orders")
 	for _, c := range cases {
@@ -331,6 +340,53 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 				t.Fatal("a password from a config provider was printed")
 			}
 		})
+	}
+}
+
+// TestConnectorProducerOverridesAreHonoured: a connector whose records
+// Kafka Connect sent to another cluster (producer.override.bootstrap.servers),
+// larger than Kafka's default (max.request.size) or compressed
+// (compression.type) gets the same from pgoutbox; ignored, the events
+// went to a cluster its consumers do not read, and records Debezium sent
+// were refused as too large. A kafka.brokers that names another cluster,
+// in the file or the environment, is refused.
+func TestConnectorProducerOverridesAreHonoured(t *testing.T) {
+	conn := map[string]any{"name": "c", "config": map[string]any{
+		"connector.class": postgresConnector, "database.hostname": "127.0.0.1", "database.dbname": "orders", "topic.prefix": "orders",
+		"plugin.name": "pgoutput", "snapshot.mode": "no_data", "transforms": "outbox", "transforms.outbox.type": eventRouter,
+		"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+		"producer.override.bootstrap.servers": "kafka-b:9092, kafka-a:9092", "producer.override.max.request.size": "5242880",
+		"producer.override.compression.type": "ZSTD",
+	}}
+	body, err := json.Marshal(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "connector.json")
+	if err := os.WriteFile(p, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"convert", p}, nil, &out, &errOut); code != exitOK {
+		t.Fatalf("convert: exit %d: %s", code, errOut.String())
+	}
+	var got fileConfig
+	if err := yaml.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("convert's output: %v\n%s", err, out.String())
+	}
+	if !slices.Equal(got.Kafka.Brokers, []string{"kafka-b:9092", "kafka-a:9092"}) || got.Kafka.MaxMessageBytes != 5242880 || got.Kafka.Compression != "zstd" {
+		t.Fatalf("convert made brokers %v, max.message.bytes %d, compression %q of the producer overrides", got.Kafka.Brokers, got.Kafka.MaxMessageBytes, got.Kafka.Compression)
+	}
+	for name, env := range map[string][]string{
+		"the same brokers in another order": {"PGOUTBOX_KAFKA_BROKERS=kafka-a:9092,kafka-b:9092"},
+		"another cluster":                   {"PGOUTBOX_KAFKA_BROKERS=kafka-c:9092"},
+	} {
+		var vOut, vErr bytes.Buffer
+		code := run([]string{"validate", "--config-only", "--connector", p}, env, &vOut, &vErr)
+		refused := code == exitConfig && strings.Contains(vErr.String(), "producer.override.bootstrap.servers")
+		if refused != (name == "another cluster") {
+			t.Errorf("%s: validate --config-only exit %d: %s%s", name, code, vOut.String(), vErr.String())
+		}
 	}
 }
 

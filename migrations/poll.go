@@ -17,9 +17,13 @@ var pollSQL string
 //go:embed 0003_poll_notify.sql
 var pollNotifySQL string
 
+//go:embed 0004_poll_state.sql
+var pollStateSQL string
+
 var (
 	pollTemplate       = template.Must(template.New("0002_poll.sql").Option("missingkey=error").Parse(pollSQL))
 	pollNotifyTemplate = template.Must(template.New("0003_poll_notify.sql").Option("missingkey=error").Parse(pollNotifySQL))
+	pollStateTemplate  = template.Must(template.New("0004_poll_state.sql").Option("missingkey=error").Parse(pollStateSQL))
 )
 
 // PollParams name what the poll source's migration creates for one table.
@@ -45,6 +49,30 @@ const (
 	DeleteUnpublished   = "pgoutbox.delete_unpublished"
 )
 
+// PollStateTable is the table, in each poll table's schema, where the
+// poll source records the table it last checked under each name
+// (0004_poll_state.sql).
+const PollStateTable = "pgoutbox_poll_state"
+
+// PollState returns the quoted name of the poll source's record table for
+// the poll table table (schema.table, or table for public), and the
+// statement that creates it if it does not exist.
+func PollState(table string) (quoted, create string, err error) {
+	schema, _, ok := strings.Cut(table, ".")
+	if !ok {
+		schema = "public"
+	}
+	if _, err := Ident(table); err != nil {
+		return "", "", err
+	}
+	quoted = pgx.Identifier{schema, PollStateTable}.Sanitize()
+	var b bytes.Buffer
+	if err := pollStateTemplate.Execute(&b, map[string]string{"StateTable": quoted}); err != nil {
+		return "", "", fmt.Errorf("migrations: render the poll record of %s: %w", table, err)
+	}
+	return quoted, b.String(), nil
+}
+
 // pollStatements renders the statements of the poll migration, in order.
 func pollStatements(p PollParams) ([]string, error) {
 	schema, rel, ok := strings.Cut(p.Table, ".")
@@ -52,6 +80,10 @@ func pollStatements(p PollParams) ([]string, error) {
 		schema, rel = "public", p.Table
 	}
 	table, err := Ident(schema + "." + rel)
+	if err != nil {
+		return nil, err
+	}
+	_, state, err := PollState(p.Table)
 	if err != nil {
 		return nil, err
 	}
@@ -88,14 +120,15 @@ func pollStatements(p PollParams) ([]string, error) {
 	} else {
 		stmts = append(stmts, "DROP TRIGGER IF EXISTS "+vals["Trigger"]+" ON "+table+";\n")
 	}
-	return stmts, nil
+	return append(stmts, state), nil
 }
 
 // RenderPoll returns the SQL ApplyPoll runs, for `pgoutbox migrate --print`.
 func RenderPoll(p PollParams) ([]string, error) { return pollStatements(p) }
 
 // ApplyPoll creates (or completes) the poll table, its indexes and its
-// trigger in one transaction. It is idempotent.
+// trigger, and the table of the poll source's record (PollState), in one
+// transaction. It is idempotent.
 func ApplyPoll(ctx context.Context, conn *pgx.Conn, p PollParams) error {
 	stmts, err := pollStatements(p)
 	if err != nil {

@@ -59,8 +59,11 @@ type ReplacedError struct {
 
 func (e *ReplacedError) Error() string {
 	now := fmt.Sprintf("%s is table OID %d now", e.Name, e.OID)
-	if e.OID == 0 {
+	switch e.OID {
+	case 0:
 		now = e.Name + " no longer exists"
+	case e.OldOID:
+		now = fmt.Sprintf("%s is another table now, given the same OID %d again", e.Name, e.OID)
 	}
 	switch {
 	case e.Within:
@@ -97,7 +100,14 @@ type Table struct {
 	quoted  string // the quoted name
 	hasKey  bool   // the table has KeyColumn
 	created bool   // the table has created_at
-	oid     uint32 // the table Check looked at
+	// oid is the table Check looked at, or the one recorded (LoadRecord),
+	// and rowType its row type: an OID given again to a later table (after
+	// a drop, once the OID counter wrapped) comes with another row type
+	// almost always. 0: none known.
+	oid, rowType uint32
+	// looked is the table the name named when Replaced looked (0: it
+	// had nothing to compare): Record records only that one.
+	looked uint32
 	// errorChars is how many characters last_error holds (a varchar(n) or
 	// char(n) made by hand); 0: any number.
 	errorChars int
@@ -142,8 +152,9 @@ func Columns(ctx context.Context, conn *pgx.Conn, table string) ([]string, error
 // itself): its columns, and the keep triggers (MissingKeepTriggers).
 func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 	// First: a table put in its place after this is told by Recheck.
-	var oid uint32
-	if err := conn.QueryRow(ctx, "SELECT coalesce(to_regclass($1)::oid, 0)", t.quoted).Scan(&oid); err != nil {
+	var oid, rowType uint32
+	if err := conn.QueryRow(ctx, "SELECT coalesce(c.oid, 0), coalesce(c.reltype, 0) FROM (SELECT to_regclass($1)::oid AS r) n LEFT JOIN pg_class c ON c.oid = n.r",
+		t.quoted).Scan(&oid, &rowType); err != nil {
 		return fmt.Errorf("poll: read the OID of %s: %w", t.Name, err)
 	}
 	cols, err := Columns(ctx, conn, t.Name)
@@ -181,7 +192,7 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 	}
 	t.hasKey = t.KeyColumn != "" && has[t.KeyColumn]
 	t.created = has[ColumnCreatedAt]
-	t.oid = oid
+	t.oid, t.rowType = oid, rowType
 	return nil
 }
 
@@ -198,18 +209,19 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 // configuration drops them). Other changes to the same
 // table (a sequence altered, a column's type) wait for the next session.
 func (t *Table) Recheck(ctx context.Context, conn *pgx.Conn) error {
-	var oid uint32
+	var oid, rowType uint32
 	var born, kept bool
 	var was oldTable
-	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false),
+	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce((SELECT reltype FROM pg_class WHERE oid = c.oid), 0),
+			coalesce(a.atthasdef OR a.attnotnull OR a.attgenerated <> '', false),
 			(SELECT count(*) FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = ANY($3) AND g.tgenabled IN ('O', 'A')) = cardinality($3),
-			`+oldTableSQL("$4::oid", "c.oid")+`
+			`+oldTableSQL("$4::oid", "$5::oid", "c.oid")+`
 		FROM (SELECT to_regclass($1)::oid AS oid) c
-		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers, t.oid).Scan(&oid, &born, &kept, &was.name, &was.within)
+		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped`, t.quoted, ColumnPublishedAt, keepTriggers, t.oid, t.rowType).Scan(&oid, &rowType, &born, &kept, &was.name, &was.within)
 	if err != nil {
 		return fmt.Errorf("poll: look at %s again: %w", t.Name, err)
 	}
-	if oid != t.oid {
+	if !t.is(oid, rowType) {
 		return t.replacedBy(ctx, conn, oid, was)
 	}
 	if born || !kept {
@@ -229,32 +241,50 @@ type oldTable struct {
 	within bool
 }
 
+// is says whether the table of OID oid and row type rowType is the one
+// Check looked at (or the one recorded): an OID of a dropped table given
+// again to a later one comes with another row type (a row type of 0, of a
+// record without one, is not compared).
+func (t *Table) is(oid, rowType uint32) bool {
+	return oid == t.oid && (t.rowType == 0 || rowType == t.rowType)
+}
+
 // oldTableSQL is the two columns of oldTable, for the checked table of
-// OID old and the table top its name names now.
-func oldTableSQL(old, top string) string {
+// OID old and row type oldType (0: not compared), and the table top its
+// name names now. A relation of that OID with another row type is another
+// table, given the OID of the checked one after it was dropped: the
+// checked one is gone.
+func oldTableSQL(old, oldType, top string) string {
+	same := `(` + oldType + ` = 0 OR o.reltype = ` + oldType + `)`
 	return `(SELECT format('%I.%I', n.nspname, o.relname) FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnamespace
-			WHERE o.oid = ` + old + ` AND o.oid IS DISTINCT FROM ` + top + ` AND o.relkind IN ('r', 'p')),
+			WHERE o.oid = ` + old + ` AND o.oid IS DISTINCT FROM ` + top + ` AND o.relkind IN ('r', 'p') AND ` + same + `),
 		EXISTS (WITH RECURSIVE d(oid) AS (SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = ` + top + `
-			UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid) SELECT 1 FROM d WHERE d.oid = ` + old + `)`
+			UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid)
+			SELECT 1 FROM d JOIN pg_class o ON o.oid = d.oid WHERE d.oid = ` + old + ` AND ` + same + `)`
 }
 
 // Replaced is, for a new session, what Recheck says between claims: nil
-// if the table's name still names the table Check last looked at (or
-// Check never looked), else a *ReplacedError. A session that ended on
-// something else (a claim that failed because the table was gone, a
-// Kafka error) leaves the change to the next one, whose Check would
+// if the table's name still names the table Check last looked at, or the
+// one recorded (LoadRecord), or if there is none, else a *ReplacedError.
+// A session that ended on something else (a claim that failed because
+// the table was gone, a Kafka error), or a process that stopped (on this
+// error, say), leaves the change to the next one, whose Check would
 // otherwise take the table the name then names and forget the old one.
+// Record then records only the table the name named here.
 func (t *Table) Replaced(ctx context.Context, conn *pgx.Conn) (*ReplacedError, error) {
+	t.looked = 0
 	if t.oid == 0 {
 		return nil, nil
 	}
-	var oid uint32
+	var oid, rowType uint32
 	var was oldTable
-	err := conn.QueryRow(ctx, "SELECT coalesce(to_regclass($2)::oid, 0), "+oldTableSQL("$1::oid", "to_regclass($2)::oid"), t.oid, t.quoted).Scan(&oid, &was.name, &was.within)
+	err := conn.QueryRow(ctx, `SELECT coalesce(c.oid, 0), coalesce((SELECT reltype FROM pg_class WHERE oid = c.oid), 0), `+oldTableSQL("$1::oid", "$3::oid", "c.oid")+`
+		FROM (SELECT to_regclass($2)::oid AS oid) c`, t.oid, t.quoted, t.rowType).Scan(&oid, &rowType, &was.name, &was.within)
 	if err != nil {
 		return nil, fmt.Errorf("poll: look whether %s is still the table OID %d: %w", t.Name, t.oid, err)
 	}
-	if oid == t.oid {
+	t.looked = oid
+	if t.is(oid, rowType) {
 		return nil, nil
 	}
 	return t.replacedBy(ctx, conn, oid, was), nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -86,6 +87,20 @@ type pollTableSt struct {
 	// MissingKeep are the triggers that keep unpublished rows (from
 	// deletes, from TRUNCATE) that the table lacks or has disabled.
 	MissingKeep []string `json:"missing_keep_triggers"`
+	// Recorded is the table the relays checked last under the name, as
+	// recorded (null: none, or the record cannot be read).
+	Recorded *pollRecorded `json:"recorded"`
+}
+
+// pollRecorded is the record of the table checked last (poll.Recorded).
+type pollRecorded struct {
+	OID       uint32    `json:"oid"`
+	CheckedAt time.Time `json:"checked_at"`
+	// Elsewhere: recorded in another cluster or database, not used.
+	Elsewhere bool `json:"elsewhere"`
+	// Now says what became of it when the name names another table ("":
+	// the name names it).
+	Now string `json:"now"`
 }
 
 type pollBacklog struct {
@@ -125,6 +140,10 @@ func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fi
 		&st.Server.Version, &st.Server.VersionNum, &st.Server.Database, &st.Server.User, &st.Server.InRecovery)
 	if err != nil {
 		return st, fmt.Errorf("server version: %w", err)
+	}
+	// Before Check, which takes the table the name names.
+	if err := readPollRecorded(ctx, conn, t, &st); err != nil {
+		return st, err
 	}
 	cols, err := poll.Columns(ctx, conn, t.Name)
 	if err != nil {
@@ -180,6 +199,30 @@ func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fi
 		st.Instances = []poll.Member{}
 	}
 	return st, nil
+}
+
+// readPollRecorded reads the record of the table checked last under t's
+// name into st, and what became of that table: one renamed away with
+// unpublished rows is a problem (the relay refuses to start). A record
+// this role may not read is left out.
+func readPollRecorded(ctx context.Context, conn *pgx.Conn, t *poll.Table, st *pollStatus) error {
+	rec, err := t.LoadRecord(ctx, conn)
+	if errors.Is(err, poll.ErrUnrecorded) || (err == nil && !rec.Found) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st.Table.Recorded = &pollRecorded{OID: rec.OID, CheckedAt: rec.CheckedAt, Elsewhere: rec.Elsewhere}
+	re, err := t.Replaced(ctx, conn)
+	if err != nil || re == nil {
+		return err
+	}
+	st.Table.Recorded.Now = re.Error()
+	if re.Unpublished != 0 && !re.Within {
+		st.Problems = append(st.Problems, re.Error())
+	}
+	return nil
 }
 
 // keepTriggersNote is what migrate --print for the WAL source says of the
@@ -273,6 +316,16 @@ func writePollStatus(w io.Writer, st pollStatus) {
 		table = append(table, "keep_triggers", keep)
 	}
 	table = append(table, "buckets", fmt.Sprint(st.Table.Buckets))
+	if r := st.Table.Recorded; r != nil {
+		checked := fmt.Sprintf("table OID %d, checked %s", r.OID, r.CheckedAt.Format(time.RFC3339))
+		switch {
+		case r.Elsewhere:
+			checked += " in another cluster or database (not used)"
+		case r.Now != "":
+			checked += ": the name names another table now (see problems, or the relay's log)"
+		}
+		table = append(table, "checked_last", checked)
+	}
 	section("table", table...)
 	if b := st.Backlog; b != nil {
 		oldest := "-"
@@ -389,5 +442,54 @@ func validatePollSource(ctx context.Context, v *validation, conn *pgx.Conn, f pg
 	}
 	if ms, err := poll.Members(ctx, conn, t.Name); err == nil {
 		v.report(pass("poll instances", fmt.Sprintf("%d relay(s) on %s now", len(ms), t.Name)))
+	}
+	validatePollRecord(ctx, v, conn, f, t)
+}
+
+// validatePollRecord judges the record of the table checked last: whether
+// the role may keep it (without it a table renamed away while the relay
+// is stopped goes unnoticed) and whether the name still names it.
+func validatePollRecord(ctx context.Context, v *validation, conn *pgx.Conn, f pgFacts, t *poll.Table) {
+	quoted, _, err := migrations.PollState(t.Name)
+	if err != nil {
+		v.report(fail("poll record", err.Error(), "name exactly one outbox table in postgres.table.include.list"))
+		return
+	}
+	var exists, may bool
+	err = conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, CASE WHEN to_regclass($1) IS NULL
+		THEN has_schema_privilege(split_part($2, '.', 1), 'CREATE')
+		ELSE has_table_privilege(to_regclass($1), 'SELECT') AND has_table_privilege(to_regclass($1), 'INSERT') AND has_table_privilege(to_regclass($1), 'UPDATE') END`,
+		quoted, t.Name).Scan(&exists, &may)
+	switch {
+	case err != nil:
+		v.report(fail("poll record", oneLine(err), "check the role's access to the catalog"))
+		return
+	case !may:
+		what := fmt.Sprintf("%q may not SELECT, INSERT and UPDATE %s", f.user, quoted)
+		if !exists {
+			what = fmt.Sprintf("%s does not exist and %q may not make it", quoted, f.user)
+		}
+		v.report(warn("poll record", what+": the relay records there the table it checked, and without it a table renamed away with unpublished rows while the relay is stopped (or before a restart) goes unnoticed",
+			fmt.Sprintf("run pgoutbox migrate with relay.source=poll as the table's owner, then GRANT SELECT, INSERT, UPDATE ON %s TO %s;", quoted, pgx.Identifier{f.user}.Sanitize())))
+		return
+	}
+	rec, err := t.LoadRecord(ctx, conn)
+	var re *poll.ReplacedError
+	if err == nil {
+		re, err = t.Replaced(ctx, conn)
+	}
+	switch {
+	case err != nil:
+		v.report(fail("poll record", oneLine(err), "check the role's access to "+quoted))
+	case re != nil && re.Unpublished != 0 && !re.Within:
+		v.report(fail("poll record", re.Error(), "publish the old table's rows as the message says; the relay refuses to start until then"))
+	case !rec.Found:
+		v.report(pass("poll record", "no table recorded yet: the relay records the one it checks at its first start"))
+	case rec.Elsewhere:
+		v.report(warn("poll record", fmt.Sprintf("the table checked last was recorded in another cluster or database (table OID %d, %s): the relay does not use the record, and records the table the name names", rec.OID, rec.CheckedAt.Format(time.RFC3339)), "none needed after a restore or pg_upgrade"))
+	case re != nil:
+		v.report(pass("poll record", "the table checked last is not the one the name names now, and holds no unpublished rows left behind: "+re.Error()))
+	default:
+		v.report(pass("poll record", fmt.Sprintf("%s is the table checked last (table OID %d, %s)", t.Name, rec.OID, rec.CheckedAt.Format(time.RFC3339))))
 	}
 }

@@ -206,7 +206,14 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		return false, fmt.Errorf("relay: poll session: turn off the server's transaction timeouts: %w", err)
 	}
 	// First the table an earlier session checked, if the name names
-	// another now: Check takes the one it names.
+	// another now: Check takes the one it names. The table checked last
+	// is recorded (by this process, another instance, or one before a
+	// restart), so that a stop on its unpublished rows holds across
+	// restarts, and a rename while no relay ran is found.
+	unrecorded, err := pr.loadRecord(ctx, conn)
+	if err != nil {
+		return false, err
+	}
 	if re, err := t.Replaced(ctx, conn); err != nil {
 		return false, err
 	} else if re != nil {
@@ -222,6 +229,17 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 	}
 	if err := r.checkQueriedTable(ctx, conn, t.Name); err != nil {
 		return false, err
+	}
+	if unrecorded == nil {
+		if err := t.Record(ctx, conn); errors.Is(err, poll.ErrUnrecorded) {
+			unrecorded = err
+		} else if err != nil {
+			return false, err
+		}
+	}
+	if unrecorded != nil {
+		r.log.Warn("the poll source cannot record the table it checked: it knows it only while it runs, so a table renamed away with unpublished rows while it is stopped, or before a restart, is not found, and those rows are never relayed",
+			zap.String("table", t.Name), zap.Error(unrecorded))
 	}
 	if err := pr.handover(ctx, conn); err != nil {
 		return false, err
@@ -268,6 +286,31 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		r.obs.SessionEnded(err)
 	}
 	return true, err
+}
+
+// loadRecord makes the record table if it is missing and reads the record
+// of the table last checked under the name (poll.Table.LoadRecord), which
+// Replaced then compares with. A record table this role may not make or
+// read is returned as unrecorded (the relay goes on, saying so).
+func (pr *pollRunner) loadRecord(ctx context.Context, conn *pgx.Conn) (unrecorded, err error) {
+	t := pr.table
+	if err := t.EnsureRecordTable(ctx, conn); errors.Is(err, poll.ErrUnrecorded) {
+		return err, nil
+	} else if err != nil {
+		return nil, err
+	}
+	rec, err := t.LoadRecord(ctx, conn)
+	if errors.Is(err, poll.ErrUnrecorded) {
+		return err, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.Elsewhere {
+		pr.r.log.Warn("the record of the poll table checked last was made in another cluster or database (a restored copy, pg_upgrade, a database made from a template), whose table OIDs say nothing here: a table renamed away there is not looked for; relaying the table the name names",
+			zap.String("table", t.Name), zap.Uint32("recorded_oid", rec.OID), zap.Time("checked_at", rec.CheckedAt))
+	}
+	return nil, nil
 }
 
 // tableReplaced is what the relay does when the table's name no longer

@@ -21,6 +21,9 @@ type Pending struct {
 	// for (transactional or not); FirstMessage is the LSN of the first.
 	Messages     int
 	FirstMessage LSN
+	// OtherMessages counts the messages with any other prefix, by prefix:
+	// a relay with another messages.prefix relayed those.
+	OtherMessages map[string]int
 	// Others counts, by relation OID, the inserts into other tables the
 	// publication carries (a partition's own, when the publication reports
 	// partitions under their names).
@@ -31,6 +34,17 @@ type Pending struct {
 type OtherInserts struct {
 	Table   string
 	Inserts int
+}
+
+// OtherPrefixes lists messages (Pending.OtherMessages) as "prefix (n)", by
+// prefix.
+func OtherPrefixes(messages map[string]int) string {
+	var names []string
+	for p, n := range messages {
+		names = append(names, fmt.Sprintf("%q (%d)", p, n))
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 // OtherTables lists others as "name (n inserts)", by name.
@@ -48,7 +62,7 @@ func OtherTables(others map[uint32]OtherInserts) string {
 // v1 with the publication, messages on): every row inserted into table
 // (schema.table), or into any of its partitions (a publication without
 // publish_via_partition_root reports them under their own names), the
-// messages with prefix (none asked for when it is empty), and the inserts
+// messages with prefix (none when it is empty) and those with others, and the inserts
 // into other tables, each by a transaction committed after the slot's
 // confirmed position and at or before upto: what the slot has not
 // relayed. q runs the query: a connection, or a transaction whose snapshot
@@ -95,12 +109,17 @@ func PeekPending(ctx context.Context, q interface {
 		}
 		switch m := v.(type) {
 		case *Message:
-			if prefix != "" && m.Prefix == prefix {
-				if p.Messages == 0 {
-					p.FirstMessage = m.LSN
+			if prefix == "" || m.Prefix != prefix {
+				if p.OtherMessages == nil {
+					p.OtherMessages = map[string]int{}
 				}
-				p.Messages++
+				p.OtherMessages[m.Prefix]++
+				continue
 			}
+			if p.Messages == 0 {
+				p.FirstMessage = m.LSN
+			}
+			p.Messages++
 			continue
 		case *Change:
 			if m.Op != OpInsert {

@@ -92,6 +92,19 @@ type State struct {
 	// the server's shutdown, which waits for the end of its WAL to be
 	// confirmed and refuses the connection the fence is written on.
 	StoppedLSN LSN
+	// MessagesPrefix is the messages.prefix the last session relayed
+	// table-less messages with ("": none), when MessagesRecorded is true
+	// (a version from before it, or Prepare alone, recorded none): a
+	// poll relay's handover counts the slot's pending messages with it.
+	MessagesPrefix   string
+	MessagesRecorded bool
+	// AwaitingSnapshot, when not empty, says why the slot is missing on
+	// purpose (handed over to the poll source, recreated by migrate
+	// --recreate-slot for an initial snapshot): the row is a placeholder
+	// with no history, and the slot is to be made by the initial snapshot
+	// of the WAL source (snapshot.mode: initial), which publishes the rows
+	// written since. A start without one refuses it (see AwaitSnapshot).
+	AwaitingSnapshot string
 }
 
 // FencePassedBy says whether a slot confirmed at at is past the fence
@@ -175,13 +188,15 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	retired_oids       jsonb,
 	stopped_lsn        pg_lsn,
 	membership         jsonb,
-	cleanup_hold       text
+	cleanup_hold       text,
+	messages_prefix    text,
+	awaiting_snapshot  text
 )`
 
 // stateAddColumnsDDL adds the columns of later versions to a state table
 // made before them.
 const stateAddColumnsDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn pg_lsn, ADD COLUMN IF NOT EXISTS membership jsonb,
-	ADD COLUMN IF NOT EXISTS cleanup_hold text`
+	ADD COLUMN IF NOT EXISTS cleanup_hold text, ADD COLUMN IF NOT EXISTS messages_prefix text, ADD COLUMN IF NOT EXISTS awaiting_snapshot text`
 
 // membershipRecord is the membership column: what State.PublicationXmin and
 // State.Membership hold.
@@ -211,14 +226,15 @@ func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 	}
 	if exists {
 		// A table made by an earlier version lacks stopped_lsn,
-		// membership or cleanup_hold: add them when this role may (it owns the table), or
-		// go on without the checks they serve (pgoutbox migrate adds them).
+		// membership, cleanup_hold, messages_prefix or awaiting_snapshot:
+		// add them when this role may (it owns the table), or go on
+		// without the checks they serve (pgoutbox migrate adds them).
 		var has int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
-			AND attname IN ('stopped_lsn', 'membership', 'cleanup_hold') AND NOT attisdropped`, quoteTable(table)).Scan(&has); err != nil {
+			AND attname IN ('stopped_lsn', 'membership', 'cleanup_hold', 'messages_prefix', 'awaiting_snapshot') AND NOT attisdropped`, quoteTable(table)).Scan(&has); err != nil {
 			return fmt.Errorf("replication: look up state table %s: %w", table, err)
 		}
-		if has < 3 {
+		if has < 5 {
 			q, err := qualifiedIdent(table)
 			if err != nil {
 				return err
@@ -255,15 +271,21 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	var pubOID *uint32
 	var stopped *string
 	var membership *membershipRecord
-	// stopped_lsn and membership through to_jsonb: a table made before
-	// them has no such columns, and reads as never stopped and with no
-	// membership recorded.
+	var prefix *string
+	// The later columns through to_jsonb: a table made before them has no
+	// such columns, and reads as never stopped, with no membership or
+	// messages prefix recorded, awaiting nothing.
 	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
 		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids,
-		coalesce(publication_name, ''), retired_oids, to_jsonb(st) ->> 'stopped_lsn', to_jsonb(st) -> 'membership'
+		coalesce(publication_name, ''), retired_oids, to_jsonb(st) ->> 'stopped_lsn', to_jsonb(st) -> 'membership',
+		to_jsonb(st) ->> 'messages_prefix', coalesce(to_jsonb(st) ->> 'awaiting_snapshot', '')
 		FROM `+q+` AS st WHERE slot_name = $1`, slot).Scan(
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
-		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs, &stopped, &membership)
+		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs, &stopped, &membership,
+		&prefix, &s.AwaitingSnapshot)
+	if prefix != nil {
+		s.MessagesPrefix, s.MessagesRecorded = *prefix, true
+	}
 	if membership != nil {
 		s.PublicationXmin, s.Membership, s.Attached = membership.PublicationXmin, membership.Tables, membership.Partitions
 	}
@@ -344,8 +366,15 @@ func writeState(ctx context.Context, conn *pgx.Conn, table string, s State, repl
 	if s.Membership != nil {
 		membership = &membershipRecord{PublicationXmin: s.PublicationXmin, Tables: s.Membership, Partitions: s.Attached}
 	}
+	var prefix, awaiting *string
+	if s.MessagesRecorded {
+		prefix = &s.MessagesPrefix
+	}
+	if s.AwaitingSnapshot != "" {
+		awaiting = &s.AwaitingSnapshot
+	}
 	args := []any{s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
-		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped, membership}
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped, membership, prefix, awaiting}
 	// The later columns, newest last: a table made before one of them
 	// (whose owner did not let this role add it) is written without it and
 	// those after it.
@@ -380,6 +409,8 @@ func writeState(ctx context.Context, conn *pgx.Conn, table string, s State, repl
 var stateLater = []struct{ name, cast string }{
 	{"stopped_lsn", "::pg_lsn"},
 	{"membership", ""},
+	{"messages_prefix", ""},
+	{"awaiting_snapshot", ""},
 }
 
 // RecordConfirmed moves the recorded confirmed position of slot forward to
@@ -503,6 +534,56 @@ func DeleteState(ctx context.Context, conn *pgx.Conn, table, slot string) error 
 	}
 	return nil
 }
+
+// AwaitSnapshot makes the state row of slot a placeholder that says why
+// the slot is missing on purpose (State.AwaitingSnapshot): no history (no
+// position, fence, catalog or instance), and the slot to be made by the
+// WAL source's initial snapshot, which publishes the rows written since
+// (a start without one is refused: a slot made then would skip them). A
+// cleanup hold not yet released stays. id is the server's; publication,
+// when not empty, keeps the publication protected by migrate --guard.
+// q may be a transaction: a handover marks the row in the one that drops
+// the slot. A state table made before awaiting_snapshot fails with
+// PostgreSQL's undefined_column (see EnsureStateTable).
+func AwaitSnapshot(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, table, slot string, id ServerIdentity, publication, why string) error {
+	qt, err := qualifiedIdent(table)
+	if err != nil {
+		return err
+	}
+	var pub *string
+	if publication != "" {
+		pub = &publication
+	}
+	_, err = q.Exec(ctx, `INSERT INTO `+qt+` AS st (slot_name, system_identifier, database, timeline, confirmed_lsn, confirmed_at,
+			instance, session_started_at, note, publication_name, awaiting_snapshot)
+		VALUES ($1, $2, $3, $4, '0/0', now(), '', now(), $5, $6, $5)
+		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = EXCLUDED.system_identifier, database = EXCLUDED.database,
+			timeline = EXCLUDED.timeline, slot_created_at = NULL, slot_created_lsn = NULL, confirmed_lsn = EXCLUDED.confirmed_lsn,
+			confirmed_at = EXCLUDED.confirmed_at, instance = '', session_started_at = EXCLUDED.session_started_at, note = EXCLUDED.note,
+			publication_oid = NULL, table_oids = NULL, publication_name = EXCLUDED.publication_name, retired_oids = NULL,
+			stopped_lsn = NULL, membership = NULL, messages_prefix = NULL, awaiting_snapshot = EXCLUDED.awaiting_snapshot`,
+		slot, id.SystemIdentifier, id.Database, id.Timeline, why, pub)
+	if err != nil {
+		return fmt.Errorf("replication: record in %s that slot %q is to be made by an initial snapshot: %w", table, slot, err)
+	}
+	return nil
+}
+
+// StateTableExists says whether the state table exists.
+func StateTableExists(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoteTable(table)).Scan(&exists); err != nil {
+		return false, fmt.Errorf("replication: look up state table %s: %w", table, err)
+	}
+	return exists, nil
+}
+
+// UndefinedColumn says err is PostgreSQL's undefined_column (42703): for
+// the state table, one made by an earlier version whose owner has not run
+// pgoutbox migrate since.
+func UndefinedColumn(err error) bool { return undefinedColumn(err) }
 
 // CatalogChangedHold is the cleanup hold a start that finds the catalog
 // changed records (once, however often it is refused).

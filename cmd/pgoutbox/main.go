@@ -573,9 +573,13 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *recreate {
-		if err := recreateSlot(ctx, conn, cfg.Postgres, stdout); err != nil {
+		if err := recreateSlot(ctx, conn, cfg.Postgres, cfg.Snapshot, stdout); err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: recreate slot %s: %v\n", cfg.Postgres.Slot, err)
 			return exitRuntime
+		}
+		if cfg.Snapshot.Mode == relay.SnapshotInitial {
+			// recreateSlot said who makes it.
+			return exitOK
 		}
 	}
 	if !cfg.Postgres.CreateSlot {
@@ -704,8 +708,14 @@ func waitForSnapshot(ctx context.Context, conn *pgx.Conn, slot string, stdout io
 // state row (writing a placeholder row when there is none), so that a
 // failure later leaves cleanup held rather than free to delete the rows of
 // the gap, and then lets Prepare create the slot and replace the row's
-// history (the hold, and any older hold not yet released, stay).
-func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
+// history (the hold, and any older hold not yet released, stay). With
+// snapshot.mode: initial it makes no slot: a slot made now would start
+// before pgoutbox run's snapshot, which then would not be taken. The row
+// is made a placeholder that awaits the snapshot instead
+// (replication.AwaitSnapshot), and run publishes the rows the outbox
+// tables hold (the gap's among them) before it makes the slot.
+func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, snap relay.Snapshot, stdout io.Writer) error {
+	bySnapshot := snap.Mode == relay.SnapshotInitial
 	if pcfg.StateTable == "" {
 		return errors.New("postgres.state.table is empty: there is no history to correct; pgoutbox run creates a missing slot by itself")
 	}
@@ -723,9 +733,16 @@ func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, 
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
 	gap := "events committed before the new slot"
-	if had {
-		fmt.Fprintf(stdout, "the old slot was last recorded confirmed at %s (%s): events committed after that and before the new slot are not relayed\n",
-			st.ConfirmedLSN, st.ConfirmedAt.UTC().Format(time.RFC3339))
+	notRelayed := "are not relayed"
+	if bySnapshot {
+		notRelayed = fmt.Sprintf("are not relayed from the WAL: pgoutbox run's initial snapshot publishes those whose rows the outbox tables still hold (snapshot.rows: %s), not table-less messages or rows deleted since", snap.Rows)
+	}
+	if had && st.AwaitingSnapshot != "" {
+		fmt.Fprintf(stdout, "the old slot was %s\n", st.AwaitingSnapshot)
+		gap = "events committed before the new slot (the old one was " + st.AwaitingSnapshot + ")"
+	} else if had {
+		fmt.Fprintf(stdout, "the old slot was last recorded confirmed at %s (%s): events committed after that and before the new slot %s\n",
+			st.ConfirmedLSN, st.ConfirmedAt.UTC().Format(time.RFC3339), notRelayed)
 		gap = fmt.Sprintf("events committed after %s (where the old slot was last recorded confirmed) and before the new slot", st.ConfirmedLSN)
 	} else {
 		id, err := replication.ReadServerIdentity(ctx, conn)
@@ -740,12 +757,39 @@ func recreateSlot(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, 
 		}
 	}
 	note := "slot recreated by pgoutbox migrate --recreate-slot at " + now
-	if err := holdCleanup(ctx, conn, pcfg, stdout, note+": "+gap+" were not relayed from the WAL"); err != nil {
+	why := note + ": " + gap + " were not relayed from the WAL"
+	if bySnapshot {
+		why += "; pgoutbox run's initial snapshot publishes those whose rows the outbox tables still hold"
+	}
+	if err := holdCleanup(ctx, conn, pcfg, stdout, why); err != nil {
 		return err
 	}
 	pcfg.CreateSlot, pcfg.RecreateVanishedSlot = true, true
 	if err := waitForSnapshot(ctx, conn, pcfg.Slot, stdout); err != nil {
 		return err
+	}
+	if bySnapshot {
+		// (After the snapshot's lock: one that ran meanwhile made the
+		// slot, and the row is its session's.)
+		if _, err := replication.ReadSlot(ctx, conn, pcfg.Slot); err == nil {
+			return errors.New("an initial snapshot made the slot meanwhile: nothing left to do")
+		} else if !errors.Is(err, replication.ErrSlotMissing) {
+			return err
+		}
+		id, err := replication.ReadServerIdentity(ctx, conn)
+		if err != nil {
+			return err
+		}
+		awaited := "recreated by pgoutbox migrate --recreate-slot at " + now + " for pgoutbox run's initial snapshot"
+		if had && st.AwaitingSnapshot != "" {
+			awaited = st.AwaitingSnapshot + ", then " + awaited
+		}
+		if err := replication.AwaitSnapshot(ctx, conn, pcfg.StateTable, pcfg.Slot, id, pcfg.Publication, awaited); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "slot %s not created now, and recorded as left to pgoutbox run (snapshot.mode=initial): it publishes the rows the outbox tables hold (snapshot.rows: %s), then creates the slot where its snapshot ends\n",
+			pcfg.Slot, snap.Rows)
+		return nil
 	}
 	start, err := replication.Prepare(ctx, pcfg, zap.NewNop())
 	if err != nil {

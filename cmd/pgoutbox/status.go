@@ -204,7 +204,10 @@ func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replica
 			if !h.SlotCreatedAt.IsZero() {
 				st.History.SlotCreatedAt = &h.SlotCreatedAt
 			}
-			if !st.Slot.Exists {
+			switch {
+			case !st.Slot.Exists && h.AwaitingSnapshot != "":
+				st.Problems = append(st.Problems, fmt.Sprintf("slot %q does not exist, on purpose: it was %s; pgoutbox run with the WAL source and snapshot.mode: initial publishes the rows written since, then makes it", rc.Slot, h.AwaitingSnapshot))
+			case !st.Slot.Exists:
 				st.Problems = append(st.Problems, (&replication.VanishedError{Slot: rc.Slot, State: h}).Error())
 			}
 		}

@@ -63,10 +63,11 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	if st.Active {
 		return fmt.Errorf("%w: a WAL relay still streams from slot %q (walsender PID %d); stop it (SIGTERM), and this relay takes over", errWaitingForOthers, slot, st.ActivePID)
 	}
-	recorded, err := pr.slotJudged(ctx, conn, st)
+	state, err := pr.slotJudged(ctx, conn, st)
 	if err != nil {
 		return err
 	}
+	recorded := state.Publication
 	// The peek sees the pending inserts only through a publication that
 	// carries every one of them: through any other (missing, which
 	// PostgreSQL 18 only warns about; without the table; not publishing
@@ -130,14 +131,35 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	if err := replication.WaitFlushed(ctx, tx, lsn, handoverFlushWait, waiting); err != nil {
 		return fmt.Errorf("relay: handover from slot %q: %w", slot, err)
 	}
-	pending, err := replication.PeekPending(ctx, tx, slot, pcfg.Publication, t.Name, t.IDColumn, r.cfg.Messages.Prefix, lsn)
+	// The messages the WAL relay relayed are those with its prefix, which
+	// its state row records; this relay's messages.prefix need not be it.
+	prefix := r.cfg.Messages.Prefix
+	if state.MessagesRecorded {
+		if state.MessagesPrefix != prefix {
+			r.log.Info("handover: counting the slot's pending messages with the messages.prefix the WAL relay relayed them with",
+				zap.String("slot", slot), zap.String("prefix", state.MessagesPrefix), zap.String("messages.prefix", prefix))
+		}
+		prefix = state.MessagesPrefix
+	}
+	pending, err := replication.PeekPending(ctx, tx, slot, pcfg.Publication, t.Name, t.IDColumn, prefix, lsn)
 	if err != nil {
 		return err
 	}
 	// What the slot holds that no row can carry would go with the slot.
 	if pending.Messages > 0 {
 		return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: the slot holds %d logical decoding messages with prefix %q that it has not relayed (the first at %s); a poll relay reads rows, so they would be dropped with the slot: have writers stop emitting them, run the WAL relay until it has relayed them, stop it and start again; nothing was marked",
-			slot, pending.Messages, r.cfg.Messages.Prefix, pending.FirstMessage)}
+			slot, pending.Messages, prefix, pending.FirstMessage)}
+	}
+	if len(pending.OtherMessages) > 0 {
+		// Without a record of the WAL relay's prefix, a message with
+		// another one than this relay's may be one it would have relayed
+		// (a poll configuration keeps the default prefix).
+		if !state.MessagesRecorded {
+			return &FatalError{Err: fmt.Errorf("relay: handover from slot %q: the slot holds logical decoding messages it has not relayed with prefixes other than %q (messages.prefix): %s; no state row records the WAL relay's messages.prefix, and messages with it would be dropped with the slot (a poll relay reads rows); nothing was marked: start the WAL relay once and stop it (it records its prefix in postgres.state.table), or set messages.prefix to the WAL relay's; if messages with it are among these, have writers stop emitting them and run the WAL relay until it has relayed them first",
+				slot, prefix, replication.OtherPrefixes(pending.OtherMessages))}
+		}
+		r.log.Info("handover: the slot holds messages with prefixes the WAL relay did not relay (its messages.prefix, as its state row records it, is another); they go with the slot",
+			zap.String("slot", slot), zap.String("prefix", prefix), zap.String("other_prefixes", replication.OtherPrefixes(pending.OtherMessages)))
 	}
 	pending.Others = pr.unrelayedElsewhere(slot, pending.Others, walRelayed, known, cat.AllTables)
 	if len(pending.Others) > 0 {
@@ -166,11 +188,79 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	r.log.Info("took over from the WAL source: marked the rows its slot relayed as published",
 		zap.String("slot", slot), zap.String("slot_confirmed_lsn", st.ConfirmedFlushLSN.String()), zap.Int64("rows_marked", n),
 		zap.Int("rows_left_to_poll", len(pending.Inserts)), zap.Stringer("upto", lsn))
-	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
-		return fmt.Errorf("relay: handover done; drop slot %q: %w (drop it yourself: it keeps WAL)", slot, err)
+	marked, err := pr.dropHandedOver(ctx, conn, slot, state.Publication)
+	if err != nil {
+		return err
 	}
-	r.log.Info("dropped the WAL source's slot", zap.String("slot", slot))
+	r.log.Info("dropped the WAL source's slot", zap.String("slot", slot), zap.Bool("state_row_awaits_snapshot", marked))
 	return nil
+}
+
+// dropHandedOver drops the slot a handover is done with, and, in the same
+// transaction, makes its state row a placeholder saying it was handed
+// over (replication.AwaitSnapshot): a later WAL-source start with that
+// slot name then takes it for one to be made by its initial snapshot
+// (snapshot.mode: initial, which publishes the rows the poll relays left
+// unpublished) and refuses to start without one, instead of taking the
+// slot for lost (the row kept) or making a new one that skips those rows
+// (no row). Without the state table (or its awaiting_snapshot column,
+// which this role may not add) the row is left as it is: the WAL source
+// refuses the slot as vanished then. marked says the row was made so.
+func (pr *pollRunner) dropHandedOver(ctx context.Context, conn *pgx.Conn, slot, publication string) (marked bool, err error) {
+	r, table := pr.r, pr.r.cfg.Postgres.StateTable
+	var id replication.ServerIdentity
+	if table != "" {
+		exists, err := replication.StateTableExists(ctx, conn, table)
+		if err != nil {
+			return false, fmt.Errorf("relay: handover done: %w", err)
+		}
+		if !exists {
+			table = ""
+		} else {
+			// (Adds the column where this role may.)
+			if err := replication.EnsureStateTable(ctx, conn, table); err != nil {
+				return false, fmt.Errorf("relay: handover done: %w", err)
+			}
+			if id, err = replication.ReadServerIdentity(ctx, conn); err != nil {
+				return false, fmt.Errorf("relay: handover done: %w", err)
+			}
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("relay: handover done; drop slot %q: %w", slot, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if table != "" {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return false, fmt.Errorf("relay: handover done; drop slot %q: %w", slot, err)
+		}
+		why := fmt.Sprintf("handed over to the poll source by a poll relay's handover (poll.handover.slot) at %s", time.Now().UTC().Format(time.RFC3339))
+		err = replication.AwaitSnapshot(ctx, sp, table, slot, id, publication, why)
+		switch {
+		case err == nil:
+			if err := sp.Commit(ctx); err != nil {
+				return false, fmt.Errorf("relay: handover done; drop slot %q: %w", slot, err)
+			}
+			marked = true
+		case replication.UndefinedColumn(err):
+			_ = sp.Rollback(ctx)
+			r.log.Warn("handover: the state table has no awaiting_snapshot column, and this role may not add it: its row for the slot stays, and a WAL source started again on this slot name takes it for lost; run pgoutbox migrate with the WAL source as the table's owner, then pgoutbox migrate --recreate-slot with snapshot.mode: initial",
+				zap.String("slot", slot), zap.String("state_table", table))
+		default:
+			return false, fmt.Errorf("relay: handover done; slot %q kept: %w", slot, err)
+		}
+	}
+	// pg_drop_replication_slot is not undone by a rollback; the row's
+	// placeholder is, if the drop fails.
+	if _, err := tx.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+		return false, fmt.Errorf("relay: handover done; drop slot %q: %w (drop it yourself: it keeps WAL)", slot, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("relay: handover done, slot %q dropped; record it in %s: %w (a WAL source started on this slot name takes it for lost)", slot, table, err)
+	}
+	return marked, nil
 }
 
 // walTables reads which relations the WAL relay relayed, by OID: the
@@ -217,14 +307,16 @@ func (pr *pollRunner) walTables(ctx context.Context, conn *pgx.Conn, slot string
 // gap (or another, see replication.CleanupHold) that was not resolved.
 // Either way the handover would mark rows published that never reached
 // Kafka. Without a state row there is nothing to judge by: a warning says
-// so. It returns the publication the WAL relay streamed through, as its
-// state row records it ("" without one).
-func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot replication.SlotState) (string, error) {
+// so. It returns the WAL relay's state row (the zero State without one),
+// which records the publication it streamed through and its messages
+// prefix.
+func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot replication.SlotState) (replication.State, error) {
 	r, table := pr.r, pr.r.cfg.Postgres.StateTable
-	noRecord := func(why string) (string, error) {
+	var none replication.State
+	noRecord := func(why string) (replication.State, error) {
 		r.log.Warn("handover: no record of the WAL relay's sessions on the slot ("+why+"), so whether something other than pgoutbox moved it cannot be told; every row before its position is taken as relayed",
 			zap.String("slot", slot.Name), zap.String("state_table", table))
-		return "", nil
+		return none, nil
 	}
 	if table == "" {
 		return noRecord("postgres.state.table is empty")
@@ -235,7 +327,7 @@ func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot repli
 		return noRecord("the state table does not exist")
 	}
 	if err != nil {
-		return "", fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+		return none, fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
 	}
 	if !found {
 		return noRecord("the state table has no row for it")
@@ -252,25 +344,25 @@ func (pr *pollRunner) slotJudged(ctx context.Context, conn *pgx.Conn, slot repli
 	}
 	never, _, err := replication.NeverStreamed(ctx, conn, pcfg, st)
 	if err != nil {
-		return "", fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+		return none, fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
 	}
 	if len(never) > 0 {
-		return "", &FatalError{Err: fmt.Errorf("relay: handover from slot %q: rows of %s before the slot's position were never in its stream, so the position does not say which rows were relayed; nothing was marked: %s; start the WAL relay (pgoutbox run with the WAL source) once: it stops, holds cleanup and says how to go on",
+		return none, &FatalError{Err: fmt.Errorf("relay: handover from slot %q: rows of %s before the slot's position were never in its stream, so the position does not say which rows were relayed; nothing was marked: %s; start the WAL relay (pgoutbox run with the WAL source) once: it stops, holds cleanup and says how to go on",
 			slot.Name, pr.table.Name, strings.Join(never, "; "))}
 	}
 	hold, err := replication.CleanupHold(ctx, conn, table, slot.Name)
 	if err != nil {
-		return "", fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
+		return none, fmt.Errorf("relay: handover from slot %q: %w", slot.Name, err)
 	}
 	if hold != "" {
-		return "", &FatalError{Err: fmt.Errorf("relay: handover from slot %q: cleanup of the slot is held (%s), so its position does not say which rows were relayed; nothing was marked: relay those events from the outbox table, release the hold (pgoutbox cleanup --release-hold=%s) and start again",
+		return none, &FatalError{Err: fmt.Errorf("relay: handover from slot %q: cleanup of the slot is held (%s), so its position does not say which rows were relayed; nothing was marked: relay those events from the outbox table, release the hold (pgoutbox cleanup --release-hold=%s) and start again",
 			slot.Name, hold, replication.HoldID(hold))}
 	}
 	if st.FencePassedBy(slot.ConfirmedFlushLSN) {
-		return "", &FatalError{Err: fmt.Errorf("%w: handover from slot %q: the slot is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down), so its position does not say which rows were relayed; nothing was marked: start the WAL relay (pgoutbox run with the WAL source) once: it tells these apart, holds cleanup where events may have been skipped, and says how to go on",
+		return none, &FatalError{Err: fmt.Errorf("%w: handover from slot %q: the slot is at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (pg_replication_slot_advance, another client, or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down), so its position does not say which rows were relayed; nothing was marked: start the WAL relay (pgoutbox run with the WAL source) once: it tells these apart, holds cleanup where events may have been skipped, and says how to go on",
 			replication.ErrSlotAdvanced, slot.Name, slot.ConfirmedFlushLSN, st.StoppedLSN)}
 	}
-	return st.Publication, nil
+	return st, nil
 }
 
 // unrelayedElsewhere keeps, of the other relations' pending inserts, those

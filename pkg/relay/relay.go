@@ -480,7 +480,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if sessionStart.IsZero() {
 		sessionStart = r.clock.Now()
 	}
-	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.instance, sessionStart)); err != nil {
+	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.cfg.Messages.Prefix, r.instance, sessionStart)); err != nil {
 		abandon()
 		return false, err
 	}
@@ -598,7 +598,12 @@ func (r *Relay) checkSlotAtStart(ctx context.Context, judged replication.SlotSta
 // them); anything else is retried.
 func (r *Relay) prepareError(err error) error {
 	pcfg := r.cfg.Postgres
+	var ve *replication.VanishedError
 	switch {
+	case errors.As(err, &ve) && ve.State.AwaitingSnapshot != "":
+		// (With snapshot.mode: initial, the snapshot takes it: snapshot.go.)
+		return &FatalError{Err: fmt.Errorf("relay: slot %q is missing on purpose: it was %s, and the outbox rows written since are to be published by the WAL source's initial snapshot, which a slot made now would skip; start with snapshot.mode: initial (and snapshot.rows: unpublished, after the poll source), which publishes them and then makes the slot: %w",
+			pcfg.Slot, ve.State.AwaitingSnapshot, replication.ErrSlotVanished)}
 	case r.history.slotSeen && errors.Is(err, replication.ErrSlotMissing):
 		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w", pcfg.Slot, r.history.lastConfirmed, err)}
 	case errors.Is(err, replication.ErrPublicationMissing), errors.Is(err, replication.ErrSlotMissing), errors.Is(err, replication.ErrSlotAdvanced),
@@ -789,15 +794,22 @@ func (r *Relay) checkDeadLetterTopic(ctx context.Context) error {
 	return nil
 }
 
-// sessionState is the state row that records this instance's session.
-func sessionState(start replication.Start, publication, instance string, now time.Time) replication.State {
+// sessionState is the state row that records this instance's session,
+// with the messages.prefix it relays messages with (prefix).
+func sessionState(start replication.Start, publication, prefix, instance string, now time.Time) replication.State {
 	s := start.State
-	if !start.HadState || start.Created {
+	if awaited := start.State.AwaitingSnapshot; !start.HadState || start.Created || awaited != "" {
+		// (A row awaiting the slot holds no history: the initial
+		// snapshot made the slot.)
 		s = replication.State{Slot: start.Slot.Name, SlotCreatedAt: now, SlotCreatedLSN: start.Slot.ConfirmedFlushLSN, Note: "created by pgoutbox"}
-		if !start.Created {
+		switch {
+		case awaited != "" && !start.Created:
+			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Time{}, 0, "found the slot already there, made by the initial snapshot after it was "+awaited
+		case !start.Created:
 			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Time{}, 0, "found the slot already there"
 		}
 	}
+	s.MessagesPrefix, s.MessagesRecorded = prefix, true
 	s.Slot = start.Slot.Name
 	s.SystemIdentifier = start.Identity.SystemIdentifier
 	s.Database = start.Identity.Database

@@ -184,10 +184,18 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	check := pc
 	check.CreateSlot = false
 	start, err := replication.Prepare(ctx, check, r.log)
+	var ve *replication.VanishedError
+	awaited := errors.As(err, &ve) && ve.State.AwaitingSnapshot != ""
 	switch {
 	case err == nil:
 		// The slot exists: streaming goes on from it.
 		return r.dropFinishedAnchor(ctx, conn, start)
+	case awaited && pc.CreateSlot:
+		// Handed over to the poll source, or recreated by migrate
+		// --recreate-slot for this snapshot: its state row awaits it.
+		r.log.Info("the slot is missing on purpose, left to the initial snapshot", zap.String("slot", pc.Slot), zap.String("why", ve.State.AwaitingSnapshot))
+	case errors.As(err, &ve):
+		return &FatalError{Err: fmt.Errorf("%w; with snapshot.mode: initial, pgoutbox migrate --recreate-slot with this configuration records the gap and leaves the slot to the next start, whose snapshot publishes the rows the outbox tables hold (snapshot.rows: %s) before it makes the slot", err, r.cfg.Snapshot.Rows)}
 	case !errors.Is(err, replication.ErrSlotMissing):
 		return r.prepareError(err)
 	case !pc.CreateSlot:

@@ -440,8 +440,9 @@ func (e *VanishedError) Error() string {
 	s := e.State
 	return fmt.Sprintf("%v: slot %q does not exist, but pgoutbox used it on this database (last recorded confirmed position %s at %s, by %s); "+
 		"events committed after that position may be lost (the slot was dropped by someone, expired, or lost in a database failover). "+
-		"pgoutbox will not create a new slot by itself: find out what happened, relay what is missing (rows still in the outbox table can be read from it), "+
-		"then run `pgoutbox migrate --recreate-slot` to create a new slot and record that you did",
+		"pgoutbox will not create a new slot by itself: find out what happened, then run `pgoutbox migrate --recreate-slot`, which records the gap and creates a new slot "+
+		"(with snapshot.mode: initial it leaves the slot to the next start, whose snapshot publishes the rows the outbox tables hold), "+
+		"and then relay what is still missing from before the new slot (rows still in the outbox table can be read from it)",
 		ErrSlotVanished, e.Slot, s.ConfirmedLSN, s.ConfirmedAt.UTC().Format(time.RFC3339), instanceName(s.Instance))
 }
 

@@ -35,7 +35,8 @@ const (
 	// (100+200+400+800 ms, then 1 s per retry) before it fails: enough to
 	// ride out a broker restart or a ~30 s outage. The metadata refresh that
 	// runs before each retry waits with the same backoff, so it too outlasts
-	// an outage instead of failing the record early.
+	// an outage instead of failing the record early, for at most
+	// TopicMissingTimeout (see sarama()).
 	// DefaultRetryMax and DefaultMetadataRetryMax retry for a long time
 	// (1000 tries, about 16 minutes at the 1 s backoff cap): a record that
 	// fails after its retries leaves a gap, and sarama goes on sending later
@@ -161,8 +162,13 @@ type Config struct {
 	AutoCreateTopics bool `yaml:"auto.create.topics"`
 	// TopicMissingTimeout is how long the relay asks again about a topic
 	// the cluster does not know before its records are poison (they fail,
-	// or go to the dead-letter topic). With AutoCreateTopics it is not
-	// used: the first record creates the topic. Default 1 minute.
+	// or go to the dead-letter topic). With AutoCreateTopics the relay
+	// does not ask (the first record creates the topic) unless the topic
+	// was deleted while it ran. It also bounds each metadata refresh of
+	// the producer: a topic deleted while the relay runs (or one the
+	// broker does not auto-create) fails its records after it, and so
+	// does a cluster that answers no metadata request for that long.
+	// Default 1 minute.
 	TopicMissingTimeout time.Duration `yaml:"topic.missing.timeout"`
 
 	// ExactlyOnce writes records in Kafka transactions, each holding whole
@@ -206,6 +212,11 @@ type Config struct {
 	// applied to every connection: the producer's, and the admin and
 	// inspection clients'.
 	Security `yaml:",inline"`
+
+	// metadataRefresh, when set, replaces sarama's background metadata
+	// refresh interval (10 minutes): tests use it to catch a refresh
+	// under way.
+	metadataRefresh time.Duration
 }
 
 // Defaults sets every zero-valued field except Brokers to its default.
@@ -429,6 +440,17 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	sc.Metadata.Retry.Max = c.MetadataRetryMax
 	sc.Metadata.Retry.Backoff = c.RetryBackoff
 	sc.Metadata.Retry.BackoffFunc = backoff(c.RetryBackoff, c.RetryBackoffMax)
+	// Each refresh is bounded in time too: sarama retries a topic the
+	// cluster does not know (deleted while the relay runs, or one the
+	// broker will not auto-create) as it retries a leader election, and
+	// MetadataRetryMax tries at the backoff cap last 16 minutes, during
+	// which the topic's records wait with no error and Close waits for a
+	// background refresh under way. After TopicMissingTimeout the records
+	// fail, and the relay asks about the topic as about any missing one.
+	sc.Metadata.Timeout = c.TopicMissingTimeout
+	if c.metadataRefresh > 0 {
+		sc.Metadata.RefreshFrequency = c.metadataRefresh
+	}
 
 	p := &sc.Producer
 	p.Idempotent = true
@@ -494,7 +516,7 @@ func (c *Config) sarama() (*sarama.Config, error) {
 		// coordinator is not available (of __consumer_offsets, which may
 		// not exist) would otherwise retry metadata.retry.max times: bound
 		// each lookup by the transaction's own timeout.
-		sc.Metadata.Timeout = c.TransactionTimeout
+		sc.Metadata.Timeout = min(sc.Metadata.Timeout, c.TransactionTimeout)
 	}
 
 	if err := sc.Validate(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -76,6 +77,16 @@ func (e *ProduceError) Error() string {
 
 func (e *ProduceError) Unwrap() error { return e.Err }
 
+// IsUnknownTopic reports whether Kafka answered that it does not know the
+// record's topic (UNKNOWN_TOPIC_OR_PARTITION). sarama retries that answer
+// with metadata refreshes for up to kafka.topic.missing.timeout before the
+// record fails with it, so a topic that existed has most likely been
+// deleted; one refused at once may only be a producer's stale view
+// (MayBeStaleMetadata).
+func IsUnknownTopic(err error) bool {
+	return errors.Is(err, sarama.ErrUnknownTopicOrPartition)
+}
+
 // Producer writes records to Kafka with sarama's idempotent async producer
 // and reports each outcome on Acks.
 //
@@ -84,7 +95,9 @@ func (e *ProduceError) Unwrap() error { return e.Err }
 // defined order). Acks and Partitions may be used from any goroutine. The
 // Producer owns two goroutines: the pump, which hands queued records to
 // sarama in Send's order, and the drain, which moves sarama's Successes and
-// Errors into Acks; Close waits for both.
+// Errors into Acks; Close waits for both. A third, the closer, closes
+// sarama's client once Close asks; Close waits for it until its context
+// ends (see closeClient for what is then left behind).
 //
 // The caller must never have more than AckBuffer records sent whose acks it
 // has not read; see Config.AckBuffer.
@@ -104,6 +117,12 @@ type Producer struct {
 	done    chan struct{} // closed when the drain (and so the pump) has returned
 	closed  atomic.Bool
 	cfg     Config
+
+	// closeOnce starts the closer (closeClient); clientClosed is closed
+	// when sarama's client has closed, clientErr is what it said.
+	closeOnce    sync.Once
+	clientClosed chan struct{}
+	clientErr    error
 }
 
 // New connects to the cluster and starts the producer. It fails with an
@@ -170,6 +189,8 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 		barrier: make(chan chan struct{}),
 		done:    make(chan struct{}),
 		cfg:     cfg,
+
+		clientClosed: make(chan struct{}),
 	}
 	go p.pump()
 	go p.drain()
@@ -390,7 +411,9 @@ func (p *Producer) AckBuffer() int { return cap(p.acks) }
 // fails what is still in flight, and waits for that CloseGrace longer; if
 // sarama still has not finished it returns ErrCloseTimeout and leaves its
 // goroutines to end with the process. Records failed that way are reported
-// like any failure: nothing after them may be confirmed.
+// like any failure: nothing after them may be confirmed. Closing sarama's
+// client waits for a metadata refresh under way (see closeClient): Close
+// never waits for that past ctx's end and CloseGrace either.
 //
 // Close may be called once; later calls return ErrClosed. It must not run
 // concurrently with Send.
@@ -405,29 +428,75 @@ func (p *Producer) Close(ctx context.Context) error {
 		return p.forceClose(p.done, "kafka producer did not finish in time; closing its connections")
 	}
 	// The producer was made from our client, so it leaves the client open.
-	if err := p.client.Close(); err != nil && !errors.Is(err, sarama.ErrClosedClient) {
-		return fmt.Errorf("kafka: close client: %w", err)
+	closed := p.closeClient()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t := time.NewTimer(CloseGrace)
+		defer t.Stop()
+		select {
+		case <-closed:
+		case <-t.C:
+		}
+	}
+	select {
+	case <-closed:
+	default:
+		p.log.Warn("kafka producer closed, but not its client: a metadata refresh is under way (a topic the cluster does not know, or brokers that do not answer), which sarama lets end first; leaving the client to close in the background",
+			zap.Duration("at_most", p.cfg.TopicMissingTimeout))
+		return ErrCloseTimeout
+	}
+	if p.clientErr != nil {
+		return fmt.Errorf("kafka: close client: %w", p.clientErr)
 	}
 	p.log.Info("kafka producer closed")
 	return nil
 }
 
+// closeClient starts closing sarama's client, once, on the closer
+// goroutine, and returns the channel closed when the client has closed.
+// sarama's Client.Close first waits for its background metadata refresh,
+// which against a topic the cluster does not know (deleted while the relay
+// runs) goes on for up to Metadata.Timeout (kafka.topic.missing.timeout,
+// plus the network timeouts of its last try), and only then closes the
+// connections. So no caller waits for it unbounded: Close and forceClose
+// wait until their deadline, and past it leave the closer behind. It then
+// ends by itself when sarama's refresh does, holding the client's
+// connections until then; a process that exits ends it sooner.
+func (p *Producer) closeClient() <-chan struct{} {
+	p.closeOnce.Do(func() {
+		go func() {
+			defer close(p.clientClosed)
+			if err := p.client.Close(); err != nil && !errors.Is(err, sarama.ErrClosedClient) {
+				p.clientErr = err
+			}
+		}()
+	})
+	return p.clientClosed
+}
+
 // forceClose is the way out of a Close whose context ended: it logs why,
 // closes the connections under sarama, which fails what still waits for
 // them (and so frees a pump waiting for sarama's input), and waits
-// CloseGrace for done to close. It returns ErrCloseTimeout
-// if done stays open.
+// CloseGrace for done to close and for the client to have closed. It
+// returns ErrCloseTimeout if either has not: sarama closes the connections
+// only after a metadata refresh under way has ended (see closeClient).
 func (p *Producer) forceClose(done <-chan struct{}, why string) error {
 	p.log.Warn(why)
-	_ = p.client.Close()
+	closed := p.closeClient()
 	t := time.NewTimer(CloseGrace)
 	defer t.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-t.C:
-		return ErrCloseTimeout
+	for done != nil || closed != nil {
+		select {
+		case <-done:
+			done = nil
+		case <-closed:
+			closed = nil
+		case <-t.C:
+			return ErrCloseTimeout
+		}
 	}
+	return nil
 }
 
 // CloseGrace is how long Close waits for sarama after its context ended and

@@ -134,7 +134,7 @@ func NewTransactional(ctx context.Context, cfg Config, id SlotIdentity, log *zap
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.TransactionTimeout+cfg.ReadTimeout)
 	defer cancel()
-	stop := context.AfterFunc(rctx, func() { _ = p.client.Close() })
+	stop := context.AfterFunc(rctx, func() { p.closeClient() })
 	t.stored, t.found, err = readStored(rctx, p.client, cfg.OffsetsTopic, t.key)
 	if !stop() {
 		err = errors.Join(err, context.Cause(rctx))

@@ -167,6 +167,27 @@ func (e *Env) CreateTopicWith(t testing.TB, name string, spec TopicSpec) {
 	})
 }
 
+// DeleteTopic deletes topic name while the test runs (under a client that
+// produces to it, say) and waits until the broker no longer knows it.
+func (e *Env) DeleteTopic(t testing.TB, name string) {
+	t.Helper()
+	if err := e.deleteTopic(name); err != nil {
+		t.Fatalf("testenv: delete topic %s: %v", name, err)
+	}
+	cfg := newSaramaConfig()
+	cfg.Metadata.AllowAutoTopicCreation = false
+	cfg.Metadata.Retry.Max = 0
+	client, err := sarama.NewClient(e.KafkaBrokers, cfg)
+	if err != nil {
+		t.Fatalf("testenv: connect to Kafka: %v", err)
+	}
+	defer func() { _ = client.Close() }()
+	Eventually(t, topicTimeout, 50*time.Millisecond, func() (bool, string) {
+		err := client.RefreshMetadata(name)
+		return errors.Is(err, sarama.ErrUnknownTopicOrPartition), fmt.Sprintf("topic %s still known after its deletion: %v", name, err)
+	})
+}
+
 func (e *Env) deleteTopic(name string) error {
 	cfg := newSaramaConfig()
 	cfg.Admin.Timeout = 10 * time.Second

@@ -20,11 +20,12 @@ import (
 // fixed time each, transactions of one business insert alone, plus an
 // outbox row, plus an outbox row deleted in the same transaction, plus a
 // pg_logical_emit_message instead of the row (pkg/outbox's three modes),
-// with no relay reading. "interactive" sends each statement on its own
-// (BEGIN, the business INSERT, the outbox.Writer's statements, COMMIT), as
-// an application with pgx and pkg/outbox does; "pipelined" sends the same
-// statements in one round trip (a pgx batch: one implicit transaction),
-// which leaves the server's work.
+// with a logical slot in the database (pkg/outbox refuses the last two
+// modes' writes without one) and no relay reading it. "interactive" sends
+// each statement on its own (BEGIN, the business INSERT, the
+// outbox.Writer's statements, COMMIT), as an application with pgx and
+// pkg/outbox does; "pipelined" sends the same statements in one round trip
+// (a pgx batch: one implicit transaction), which leaves the server's work.
 type WritersResult struct {
 	Clients         int     `json:"clients"`
 	DurationSeconds float64 `json:"duration_s"`
@@ -122,11 +123,23 @@ func (h *harness) writers(ctx context.Context, res *Results) []error {
 			}
 		}
 	}
+	h.dropSlot(context.WithoutCancel(ctx), h.writersSlot())
 	if err := h.resetFsync(context.WithoutCancel(ctx)); err != nil {
 		failed = append(failed, err)
 	}
 	return failed
 }
+
+// writersSlot is the logical slot the writers scenario keeps in the
+// database, without which pkg/outbox refuses the writes of its
+// delete-after-insert and message modes (nothing would decode them).
+func (h *harness) writersSlot() string { return h.name("writers") }
+
+// slotCheck is pkg/outbox's condition that the database has a logical slot,
+// which its delete-after-insert and message statements carry.
+const slotCheck = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
+	`WHERE database = pg_catalog.current_database() AND slot_type = 'logical' ` +
+	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost')`
 
 // setFsync sets the server's fsync (reloadable). It is server-wide: the
 // benchmark's own environment only.
@@ -238,11 +251,11 @@ func (h *harness) writerTxnFunc(variant, mode string) (writerTxn, error) {
 				b.Queue("INSERT INTO "+outboxTable+" (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5)",
 					id, ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload))
 				if mode == writerDelete {
-					b.Queue("DELETE FROM "+outboxTable+" WHERE id IN ($1)", id)
+					b.Queue("WITH deleted AS (DELETE FROM "+outboxTable+" WHERE id IN ($1) RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted) OR "+slotCheck, id)
 				}
 			case writerMessage:
 				content := fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":%q,"type":%q,"payload":%s}`, id, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
-				b.Queue("SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::text)) AS m(content)", outbox.DefaultMessagePrefix, content)
+				b.Queue("SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::text)) AS m(content) WHERE "+slotCheck, outbox.DefaultMessagePrefix, content)
 			}
 		}
 		return conn.SendBatch(ctx, b).Close()
@@ -258,6 +271,13 @@ func (h *harness) writerPoint(ctx context.Context, run int, fsync, variant, mode
 	txn, err := h.writerTxnFunc(variant, mode)
 	if err != nil {
 		return p, err
+	}
+	// A fresh slot for each point, as a relay's would be: it holds back
+	// only the point's own WAL, which the server would keep until its next
+	// checkpoint anyway.
+	h.dropSlot(ctx, h.writersSlot())
+	if _, err := h.admin.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", h.writersSlot()); err != nil {
+		return p, fmt.Errorf("create slot %s: %w", h.writersSlot(), err)
 	}
 	for _, sql := range []string{"TRUNCATE " + businessTable + ", " + outboxTable, "CHECKPOINT"} {
 		if _, err := h.admin.Exec(ctx, sql); err != nil {

@@ -6,7 +6,11 @@
 //
 // It creates its orders table and the outbox table in Debezium's shape, in
 // every mode (-mode message writes no row to the latter; `pgoutbox migrate`
-// creates it, with the publication, in a real deployment).
+// creates it, with the publication, in a real deployment). In the modes
+// whose events only the WAL holds (-mode message and
+// -mode table-delete-after-insert) the write is refused unless the
+// database has a logical replication slot, such as the one `pgoutbox
+// migrate` makes: make it first.
 package main
 
 import (

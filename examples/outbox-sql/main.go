@@ -61,7 +61,9 @@ func run() error {
 	}
 
 	// Insert and delete in the same transaction: the outbox table stays
-	// empty, and the relay still sees the insert in the WAL.
+	// empty, and the relay still sees the insert in the WAL. Only the WAL
+	// holds the event, so the write is refused unless the database has a
+	// logical replication slot (make the relay's first: pgoutbox migrate).
 	w, err := outbox.NewWriter(outbox.Config{Mode: outbox.ModeTableDeleteAfterInsert})
 	if err != nil {
 		return err

@@ -73,6 +73,34 @@
 // message is decoded at commit, in commit order with the transaction's
 // other changes, and discarded on rollback, as a row would be.
 //
+// # Make the slot before the first write
+//
+// In ModeMessage and ModeTableDeleteAfterInsert only the WAL holds the
+// events, and only a logical replication slot that exists when they are
+// written ever decodes them: a slot made later starts after them, and the
+// poll source (relay.source=poll) reads no messages. So in these modes a
+// write in a database that has no logical slot (pgoutbox's not made yet,
+// or dropped; wal_level not logical) fails with a *NoSlotError
+// (errors.Is(err, ErrNoSlot)) naming the database, and the transaction
+// fails with it. Make the relay's slot first (pgoutbox migrate, or the
+// relay's first start); with the poll source, write with ModeTable. The
+// check is part of the statement each write sends anyway, so it costs no
+// round trip, only the server's read of pg_replication_slots (some
+// microseconds per statement).
+//
+// Any logical slot of the database that is neither temporary nor
+// invalidated lets the write through, pgoutbox's or another consumer's
+// (Debezium's slot during a migration): the writer cannot tell which slot
+// is the relay's, so the check is a minimum, not a proof that the relay
+// reads the event. It is made when the event is written: a slot dropped
+// between the write and the commit is not noticed.
+//
+// A ModeTableDeleteAfterInsert write to the poll source's table (made by
+// pgoutbox migrate with relay.source=poll) needs no slot: the table's keep
+// trigger skips the delete of a row not yet published, the row stays, and
+// the poll source publishes it. Only a write that really deleted rows is
+// refused without a slot.
+//
 // # Consuming events once
 //
 // Kafka delivers at least once, and the relay, like Debezium, may deliver

@@ -3,7 +3,9 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -19,11 +21,19 @@ type SQLExecer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// execer runs one statement and returns the number of rows it affected;
-// it hides the difference between pgx and database/sql from the writers.
+// execer runs one statement and returns the number of rows it affected
+// (for a SELECT, the rows it returned); it hides the difference between pgx
+// and database/sql from the writers. queryRow scans the one row of a query
+// into dest; only the writers' failure path uses it, with a transaction of
+// either driver, which has it.
 type execer interface {
 	exec(ctx context.Context, query string, args []any) (int64, error)
+	queryRow(ctx context.Context, query string, dest ...any) error
 }
+
+// errNoQueryRow is queryRow's error for a PgxExecer or SQLExecer that
+// cannot query rows (never a transaction: pgx.Tx and *sql.Tx can).
+var errNoQueryRow = errors.New("outbox: cannot query rows through this connection")
 
 type pgxExec struct{ db PgxExecer }
 
@@ -35,6 +45,16 @@ func (e pgxExec) exec(ctx context.Context, query string, args []any) (int64, err
 	return tag.RowsAffected(), nil
 }
 
+func (e pgxExec) queryRow(ctx context.Context, query string, dest ...any) error {
+	q, ok := e.db.(interface {
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	})
+	if !ok {
+		return errNoQueryRow
+	}
+	return q.QueryRow(ctx, query).Scan(dest...)
+}
+
 type sqlExec struct{ db SQLExecer }
 
 func (e sqlExec) exec(ctx context.Context, query string, args []any) (int64, error) {
@@ -43,4 +63,14 @@ func (e sqlExec) exec(ctx context.Context, query string, args []any) (int64, err
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+func (e sqlExec) queryRow(ctx context.Context, query string, dest ...any) error {
+	q, ok := e.db.(interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	})
+	if !ok {
+		return errNoQueryRow
+	}
+	return q.QueryRowContext(ctx, query).Scan(dest...)
 }

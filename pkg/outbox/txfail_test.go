@@ -11,6 +11,7 @@ import (
 type failingExec struct{ err error }
 
 func (f failingExec) exec(context.Context, string, []any) (int64, error) { return 0, f.err }
+func (f failingExec) queryRow(context.Context, string, ...any) error     { return f.err }
 
 type serverError struct{}
 

@@ -22,6 +22,72 @@ const maxEventsPerStatement = 1000
 // ErrNoTx is returned by Write and WriteSQL when given a nil transaction.
 var ErrNoTx = errors.New("outbox: no transaction")
 
+// ErrNoSlot is wrapped by every *NoSlotError, for errors.Is.
+var ErrNoSlot = errors.New("outbox: no logical replication slot in the database")
+
+// NoSlotError is the error of a Write or WriteSQL refused because only the
+// WAL would hold its events and nothing decodes this database's WAL: the
+// database has no logical replication slot (the relay's not made yet, or
+// dropped; or wal_level is not logical, which allows none). Such events
+// would be lost without a word: a slot made later starts after them, and
+// the poll source reads neither messages nor deleted rows. It is the error
+// of ModeMessage, and of ModeTableDeleteAfterInsert when it really deleted
+// rows (a row kept by the poll source's keep trigger stays in the table and
+// is read from there, so that write succeeds). As with every failed Write,
+// the transaction fails: roll it back.
+//
+// Any logical slot of the database lets the write through, the relay's or
+// another consumer's (Debezium's during a migration): the writer cannot
+// tell which slot is the relay's, so this is a minimum, not a proof that
+// the relay will read the event.
+type NoSlotError struct {
+	Mode Mode
+	// Database is the database's name and WALLevel the server's wal_level,
+	// read after the refusal; empty when they could not be read.
+	Database string
+	WALLevel string
+}
+
+// Error says what was refused, why, and what to do.
+func (e *NoSlotError) Error() string {
+	db := "this database"
+	if e.Database != "" {
+		db = fmt.Sprintf("database %q", e.Database)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "outbox: write refused in mode %s: %s has no logical replication slot, so nothing would ever decode ", e.Mode, db)
+	if e.Mode == ModeTableDeleteAfterInsert {
+		b.WriteString("the inserts of the rows just deleted")
+	} else {
+		b.WriteString("the messages")
+	}
+	b.WriteString(" from the WAL (a slot made later starts after them) and the events would be lost")
+	if e.WALLevel != "" && e.WALLevel != "logical" {
+		fmt.Fprintf(&b, "; wal_level is %s: set it to logical and restart PostgreSQL", e.WALLevel)
+	}
+	b.WriteString("; make the relay's slot first (pgoutbox migrate, or the relay's first start), or, with the poll source (relay.source=poll), write with ModeTable")
+	if e.Mode == ModeTableDeleteAfterInsert {
+		b.WriteString(" (or to the table pgoutbox migrate makes for it, whose trigger keeps the rows)")
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrNoSlot.
+func (e *NoSlotError) Unwrap() error { return ErrNoSlot }
+
+// logicalSlotExists is true when the database has a logical replication
+// slot that can still decode its WAL: not temporary (gone with its
+// session) and not invalidated (wal_status 'lost'). Any such slot will do
+// (see NoSlotError). pg_replication_slots is readable by every role, and
+// reads the slots' shared state, not a snapshot: a slot made or dropped by
+// another session counts at once, at every isolation level. The condition
+// does not depend on the statement's parameters: PostgreSQL evaluates it
+// once per statement (a one-time filter), before the VALUES list or the
+// rows are read.
+const logicalSlotExists = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
+	`WHERE database = pg_catalog.current_database() AND slot_type = 'logical' ` +
+	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost')`
+
 // Writer records outbox events inside the caller's transaction, so that an
 // event exists if and only if the business change it describes commits.
 //
@@ -31,7 +97,7 @@ type Writer struct {
 	cfg        Config
 	table      string    // quoted table name
 	insertHead string    // INSERT INTO t (cols) VALUES
-	deleteHead string    // DELETE FROM t WHERE id IN
+	deleteHead string    // WITH deleted AS (DELETE FROM t WHERE id IN (
 	jsonKeys   [5]string // the JSON object's keys, quoted, with their colon
 }
 
@@ -50,7 +116,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 		w.jsonKeys[i] = string(appendJSONString(nil, n)) + ":"
 	}
 	w.insertHead = "INSERT INTO " + table + " (" + strings.Join(quoted, ", ") + ") VALUES "
-	w.deleteHead = "DELETE FROM " + table + " WHERE " + quoted[0] + " IN ("
+	w.deleteHead = "WITH deleted AS (DELETE FROM " + table + " WHERE " + quoted[0] + " IN ("
 	return w, nil
 }
 
@@ -61,6 +127,11 @@ func (w *Writer) Config() Config { return w.cfg }
 // the order of events (generated where Event.ID is empty). The events are
 // sent in one statement (two in ModeTableDeleteAfterInsert); they become
 // visible to the relay when tx commits, and vanish if it rolls back.
+//
+// In ModeMessage and ModeTableDeleteAfterInsert, whose events only the WAL
+// holds, the same statement checks that the database has a logical
+// replication slot, and the write fails with a *NoSlotError if it has none
+// (see there): no extra round trip.
 //
 // Any error aborts the transaction: roll it back. An invalid event (see
 // EventError) fails the whole call before any event is sent, and then Write
@@ -115,8 +186,13 @@ func (w *Writer) write(ctx context.Context, db execer, events []Event) ([]string
 func (w *Writer) writeBatch(ctx context.Context, db execer, events []Event, ids []string) error {
 	if w.cfg.Mode == ModeMessage {
 		query, args := w.messageStatement(events, ids)
-		if _, err := db.exec(ctx, query, args); err != nil {
+		n, err := db.exec(ctx, query, args)
+		if err != nil {
 			return fmt.Errorf("outbox: emit %d messages with prefix %q: %w", len(events), w.cfg.MessagePrefix, err)
+		}
+		if n != int64(len(events)) {
+			// No row: no logical slot, and no message emitted.
+			return w.noSlot(ctx, db)
 		}
 		return nil
 	}
@@ -138,12 +214,27 @@ func (w *Writer) writeBatch(ctx context.Context, db execer, events []Event, ids 
 		if err != nil {
 			return fmt.Errorf("outbox: delete %d events from %s: %w", len(ids), w.cfg.Table, err)
 		}
-		if n != int64(len(ids)) {
-			// A trigger or rule that renamed the ids would leave rows behind.
-			return fmt.Errorf("outbox: deleted %d of the %d events just inserted into %s (a table of pgoutbox's poll source keeps its rows until they are published: write to it with ModeTable)", n, len(ids), w.cfg.Table)
+		if n != 1 {
+			// No row: rows were deleted and no logical slot exists. (Rows
+			// not deleted, such as those the poll source's keep trigger
+			// keeps, stay in the table with their events: as in
+			// ModeTable, they are not lost.)
+			return w.noSlot(ctx, db)
 		}
 	}
 	return nil
+}
+
+// noSlot returns the *NoSlotError of a write refused in db, with the
+// database's name and wal_level if they can be read (a query on the
+// failure path only; failTx makes the transaction fail afterwards).
+func (w *Writer) noSlot(ctx context.Context, db execer) error {
+	e := &NoSlotError{Mode: w.cfg.Mode}
+	var name, level string
+	if db.queryRow(ctx, `SELECT pg_catalog.current_database()::text, pg_catalog.current_setting('wal_level')`, &name, &level) == nil {
+		e.Database, e.WALLevel = name, level
+	}
+	return e
 }
 
 // insertStatement returns one multi-row INSERT for events.
@@ -177,7 +268,11 @@ func (w *Writer) insertStatement(events []Event, ids []string) (string, []any) {
 	return b.String(), args
 }
 
-// deleteStatement returns the DELETE of the rows with ids.
+// deleteStatement returns the DELETE of the rows with ids, in a statement
+// that returns one row unless it deleted rows in a database without a
+// logical replication slot (whose inserts nothing would decode). It is
+// one statement, and so one round trip, as the DELETE alone was; the
+// DELETE in its WITH runs to completion whatever the rest reads of it.
 func (w *Writer) deleteStatement(ids []string) (string, []any) {
 	var b strings.Builder
 	b.WriteString(w.deleteHead)
@@ -189,12 +284,15 @@ func (w *Writer) deleteStatement(ids []string) (string, []any) {
 		writeParam(&b, i+1)
 		args[i] = id
 	}
-	b.WriteByte(')')
+	b.WriteString(") RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted) OR ")
+	b.WriteString(logicalSlotExists)
 	return b.String(), args
 }
 
 // messageStatement returns one SELECT that emits a transactional message
-// per event, in the order of events (a VALUES list is scanned in order).
+// per event, in the order of events (a VALUES list is scanned in order),
+// and returns a row per message; none, and emits none, in a database
+// without a logical replication slot (see logicalSlotExists).
 // The casts pick pg_logical_emit_message's bytea variant, whose content
 // reaches the WAL as the UTF-8 bytes sent: the text variant converts its
 // content to the database's encoding first, and pgoutput sends a message's
@@ -214,7 +312,8 @@ func (w *Writer) messageStatement(events []Event, ids []string) (string, []any) 
 		b.WriteString("::bytea)")
 		args = append(args, w.messageJSON(&events[i], ids[i]))
 	}
-	b.WriteString(") AS m(content)")
+	b.WriteString(") AS m(content) WHERE ")
+	b.WriteString(logicalSlotExists)
 	return b.String(), args
 }
 

@@ -92,13 +92,13 @@ func TestStatementsBatchEventsInOneStatement(t *testing.T) {
 	}
 
 	q, args = w.deleteStatement(ids)
-	wantQ = `DELETE FROM "app"."Events" WHERE "event_id" IN ($1, $2)`
+	wantQ = `WITH deleted AS (DELETE FROM "app"."Events" WHERE "event_id" IN ($1, $2) RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted) OR ` + logicalSlotExists
 	if q != wantQ || !reflect.DeepEqual(args, []any{"id-1", "id-2"}) {
 		t.Fatalf("delete: got %s %#v", q, args)
 	}
 
 	q, args = w.messageStatement(events, ids)
-	wantQ = `SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::bytea), ($3::bytea)) AS m(content)`
+	wantQ = `SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::bytea), ($3::bytea)) AS m(content) WHERE ` + logicalSlotExists
 	wantArgs = []any{
 		"app",
 		[]byte(`{"event_id":"id-1","aggregatetype":"Order","aggregateid":"1","type":"Created","body":{"a":1}}`),

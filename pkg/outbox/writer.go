@@ -285,7 +285,7 @@ func (w *Writer) deleteStatement(ids []string) (string, []any) {
 		args[i] = id
 	}
 	b.WriteString(") RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted) OR ")
-	b.WriteString(logicalSlotExists)
+	b.WriteString(w.slotCheck())
 	return b.String(), args
 }
 
@@ -313,8 +313,17 @@ func (w *Writer) messageStatement(events []Event, ids []string) (string, []any) 
 		args = append(args, w.messageJSON(&events[i], ids[i]))
 	}
 	b.WriteString(") AS m(content) WHERE ")
-	b.WriteString(logicalSlotExists)
+	b.WriteString(w.slotCheck())
 	return b.String(), args
+}
+
+// slotCheck is the condition of the WAL-only modes' statements:
+// logicalSlotExists, or true under Config.AssumeSlot.
+func (w *Writer) slotCheck() string {
+	if w.cfg.AssumeSlot {
+		return "true"
+	}
+	return logicalSlotExists
 }
 
 func writeParam(b *strings.Builder, n int) {

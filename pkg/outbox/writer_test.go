@@ -97,6 +97,16 @@ func TestStatementsBatchEventsInOneStatement(t *testing.T) {
 		t.Fatalf("delete: got %s %#v", q, args)
 	}
 
+	// Config.AssumeSlot leaves the check out.
+	assumed := *w
+	assumed.cfg.AssumeSlot = true
+	if q, _ := assumed.deleteStatement(ids); strings.Contains(q, "pg_replication_slots") || !strings.HasSuffix(q, " OR true") {
+		t.Fatalf("delete with AssumeSlot: %s", q)
+	}
+	if q, _ := assumed.messageStatement(events, ids); strings.Contains(q, "pg_replication_slots") || !strings.HasSuffix(q, " WHERE true") {
+		t.Fatalf("message with AssumeSlot: %s", q)
+	}
+
 	q, args = w.messageStatement(events, ids)
 	wantQ = `SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::bytea), ($3::bytea)) AS m(content) WHERE ` + logicalSlotExists
 	wantArgs = []any{

@@ -3,6 +3,7 @@ package outbox
 import (
 	"encoding/json"
 	"net/url"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -63,5 +64,56 @@ func testMessageModeWritesUTF8(t *testing.T, drv dbDriver, clientEncoding string
 	}
 	if len(got) != 1 || got[0] != want || !utf8.ValidString(got[0]) {
 		t.Fatalf("message contents in the WAL = %q, want the UTF-8 %q", got, want)
+	}
+}
+
+// In a database whose encoding is not UTF-8, pgx takes the database's
+// encoding as the session's client_encoding (it sets none), and the server
+// read the UTF-8 text of a table-mode event as LATIN1: Müller was stored,
+// and relayed, as MÃ¼ller. Write refuses such a connection, and the
+// transaction fails; with client_encoding=UTF8 in the DSN the row holds
+// what was written.
+func TestTableModeRefusesAConnectionThatWouldMisreadItsText(t *testing.T) {
+	ctx := testContext(t)
+	dsn := testenv.Require(t).NewDatabaseEncoded(t, "LATIN1")
+	admin := connect(t, dsn)
+	createOutboxTable(t, admin, "public.outbox")
+	for _, mode := range []Mode{ModeTable, ModeTableDeleteAfterInsert} {
+		w := mustWriter(t, Config{Mode: mode, AssumeSlot: true})
+		ev := Event{ID: "0192c0de-0000-7000-8000-000000000002", AggregateType: "Bestellung", AggregateID: "Müller", Type: "Größe", Payload: json.RawMessage(`{"n":"Ä"}`)}
+		conn := openPgx(t, dsn)
+		tx, err := conn.begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.write(ctx, w, ev); err == nil || !strings.Contains(err.Error(), "client_encoding is LATIN1") {
+			t.Fatalf("%s: Write on a LATIN1 session: %v; want a refusal naming client_encoding", mode, err)
+		}
+		if err := tx.commit(ctx); err == nil {
+			t.Fatalf("%s: Commit after the refused Write succeeded", mode)
+		}
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("client_encoding", "UTF8")
+	u.RawQuery = q.Encode()
+	conn := openPgx(t, u.String())
+	tx, err := conn.begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := mustWriter(t, Config{})
+	if _, err := tx.write(ctx, w, Event{ID: "0192c0de-0000-7000-8000-000000000003", AggregateType: "Bestellung", AggregateID: "Müller", Type: "Größe", Payload: json.RawMessage(`{"n":"Ä"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := connect(t, u.String()).QueryRow(ctx, "SELECT aggregateid FROM public.outbox").Scan(&got); err != nil || got != "Müller" {
+		t.Fatalf("aggregateid stored through a UTF8 session: %q, %v; want Müller", got, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // maxEventsPerStatement bounds one statement's events, which keeps its
@@ -143,7 +144,28 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]strin
 	if tx == nil {
 		return nil, ErrNoTx
 	}
+	if c := tx.Conn(); c != nil && w.cfg.Mode != ModeMessage && len(events) > 0 {
+		if err := textEncoding(c.PgConn()); err != nil {
+			return nil, failTx(ctx, pgxExec{tx}, err)
+		}
+	}
 	return w.writeInTx(ctx, pgxExec{tx}, events)
+}
+
+// textEncoding refuses a connection that would have the server read the
+// UTF-8 text of events in another encoding: pgx sends strings as they are
+// and sets no client_encoding, so a session in a LATIN1 database takes the
+// database's, and Müller would be stored as MÃ¼ller (and relayed so, its
+// key on another partition). The session's settings come with the
+// connection (ParameterStatus): no round trip. A SQL_ASCII database
+// converts nothing and keeps the bytes. (Messages are sent as bytea, which
+// no encoding touches.)
+func textEncoding(pc *pgconn.PgConn) error {
+	enc := pc.ParameterStatus("client_encoding")
+	if enc == "" || enc == "UTF8" || enc == "SQL_ASCII" && pc.ParameterStatus("server_encoding") == "SQL_ASCII" {
+		return nil
+	}
+	return fmt.Errorf("outbox: the connection's client_encoding is %s, not UTF8: PostgreSQL would read the events' UTF-8 text as %s, and store (and pgoutbox relay) other characters than written; connect with client_encoding=UTF8 (in the DSN: client_encoding=UTF8, or pgx.ConnConfig's RuntimeParams)", enc, enc)
 }
 
 // WriteSQL is Write for a database/sql transaction (any PostgreSQL driver

@@ -3,9 +3,12 @@ package relay
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
@@ -31,16 +34,63 @@ func (s *session) deadLetter(id checkpoint.TxnID, key, value, eventID []byte, re
 			{Key: "pgoutbox.commit.lsn", Value: []byte(lsn.String())},
 		},
 	}
-	// A record refused for its size would be refused again: keep the head
-	// of it in a JSON object that says so.
-	if limit := s.r.cfg.Kafka.MaxMessageBytes / 2; limit > 0 && len(rec.Value) > limit {
-		rec.Headers = append(rec.Headers,
-			router.Header{Key: "pgoutbox.truncated.from", Value: []byte(strconv.Itoa(len(rec.Value)))})
-		rec.Value = truncatedValue(rec.Value, limit)
-	}
 	chunk, _ := hold.(*replication.Chunk)
+	if err := s.r.fitDeadLetter(&rec, topic); err != nil {
+		// Refused as Kafka would refuse it: the loop stops on it, as on
+		// any record the dead-letter topic refuses.
+		m := s.meta(&rec, chunk, id, stamp)
+		s.eos.sent()
+		s.topics.fail(&rec, m, err)
+		return
+	}
 	s.r.obs.DeadLettered(s.r.deadLetteredAs(topic))
 	s.send(&rec, s.meta(&rec, chunk, id, stamp))
+}
+
+// fitDeadLetter makes rec, a dead-letter record, fit what it is sent to:
+// the producer (kafka.max.message.bytes) and the dead-letter topic (its
+// max.message.bytes, when known), which may take less than the topic the
+// event was meant for (from). A record refused for its size would be
+// refused again, at every restart: when the whole record does not fit,
+// its value becomes the JSON of truncatedValue, as large as its key and
+// headers leave room for, and the header pgoutbox.truncated.from gives
+// the value's size. The error, when even that does not fit (its key and
+// headers alone are too large), is poison (kafka.IsPoison) and names the
+// event and both topics.
+func (r *Relay) fitDeadLetter(rec *router.Record, from string) error {
+	own := r.cfg.Kafka.MaxMessageBytes
+	limit := r.topics.ok[rec.Topic] // 0: not known
+	fits := func() error {
+		if size := kafka.RecordSize(rec); own > 0 && size > own {
+			return &kafka.RecordTooLargeError{Topic: rec.Topic, Size: size, Limit: own, Option: "kafka.max.message.bytes"}
+		}
+		return r.overTopicLimit(rec, limit)
+	}
+	if fits() == nil {
+		return nil
+	}
+	value := rec.Value
+	rec.Headers = append(rec.Headers, router.Header{Key: "pgoutbox.truncated.from", Value: []byte(strconv.Itoa(len(value)))})
+	rec.Value = nil
+	room := math.MaxInt
+	if own > 0 {
+		room = own - kafka.RecordSize(rec)
+	}
+	if limit > 0 {
+		topicRoom := limit - kafka.BatchOverhead - kafka.RecordSize(rec)
+		if kafka.Compresses(r.cfg.Kafka.Compression) {
+			// Below the size at which overTopicLimit counts a record
+			// compressed, which can come out larger.
+			topicRoom -= limit/64 + 64
+		}
+		room = min(room, topicRoom)
+	}
+	rec.Value = truncatedValue(value, room)
+	if err := fits(); err != nil {
+		return fmt.Errorf("relay: the dead-letter record of event %s (meant for topic %q, %d bytes of value) does not fit dead-letter topic %q even with its value cut to %d bytes: its key and headers alone are too large: %w",
+			rec.EventID, from, len(value), rec.Topic, len(rec.Value), err)
+	}
+	return nil
 }
 
 // deadLetteredAs is the topic a dead-lettered event is counted under: the

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
@@ -79,6 +80,14 @@ type pollRunner struct {
 	// whole batch again: its acknowledged rows sent twice, their keys'
 	// order broken, up to poll.max.attempts times.
 	refusedSeqs []int64
+	// staleRetried holds the rows Kafka refused for a partition or topic
+	// the producer's metadata lacked (kafka.MayBeStaleMetadata), which a
+	// session with a new producer, and fresh metadata, tries again before
+	// the refusal counts as an attempt: sarama keeps a topic's partition
+	// count for up to ten minutes, longer than a row's attempts last. An
+	// entry goes when the row is published or dead-lettered (one whose
+	// buckets another instance took stays: a few bytes).
+	staleRetried map[int64]bool
 }
 
 // single says sessions send one record per produce request (see
@@ -92,7 +101,7 @@ func (r *Relay) runPoll(ctx context.Context) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
-	pr := &pollRunner{r: r, table: table, blocked: map[string]time.Time{}}
+	pr := &pollRunner{r: r, table: table, blocked: map[string]time.Time{}, staleRetried: map[int64]bool{}}
 	lim := r.cfg.Relay
 	backoff := lim.RestartBackoff
 	ran := false
@@ -524,7 +533,9 @@ func (pr *pollRunner) blockedKeys(now time.Time) []string {
 // acknowledged are marked published; rows that cannot be published count
 // an attempt, and past poll.max.attempts follow relay.poison.policy; the
 // rest stay as they were. A failure Kafka may recover from rolls the batch
-// back, since what it acknowledged after the failure may lie after a gap.
+// back, since what it acknowledged after the failure may lie after a gap. A
+// row refused for a partition or topic the producer's metadata may not know
+// yet stays as it was, once, and the session ends for a new producer.
 func (s *pollSession) process(b *poll.Batch) error {
 	r, pr := s.r, s.pr
 	if len(b.Rows) == 0 {
@@ -578,13 +589,25 @@ func (s *pollSession) process(b *poll.Batch) error {
 	var failed []poll.Failure
 	var dead []int
 	var fatal error
+	stale := false
 	now := r.clock.Now()
 	for i := range res {
 		row := &b.Rows[i]
+		retried := pr.staleRetried[row.Seq]
 		switch res[i].outcome {
 		case rowPublished:
 			published = append(published, i)
+			delete(pr.staleRetried, row.Seq)
 		case rowPoison:
+			if kafka.MayBeStaleMetadata(res[i].err) && !retried {
+				// Neither published nor failed: the next session's
+				// claim takes it again. The later rows of its key were
+				// held.
+				pr.staleRetried[row.Seq], stale = true, true
+				r.log.Warn("Kafka refused a record for a partition or topic the producer's metadata lacks, which may be out of date (a partition added since, a leader moving): starting a new producer, with fresh metadata, before counting an attempt; refused again, the attempt counts",
+					zap.ByteString("event_id", res[i].rec.EventID), zap.Int64("seq", row.Seq), zap.String("topic", res[i].rec.Topic), zap.Error(res[i].err))
+				continue
+			}
 			attempts := row.Attempts + 1
 			f := poll.Failure{Index: i, Err: res[i].err.Error()}
 			switch {
@@ -596,6 +619,7 @@ func (s *pollSession) process(b *poll.Batch) error {
 					zap.Int("attempt", attempts), zap.Int("max_attempts", r.cfg.Poll.MaxAttempts), zap.Duration("retry_in", retry), zap.Error(res[i].err))
 			case r.cfg.Relay.PoisonPolicy == "dead-letter":
 				dead = append(dead, len(failed))
+				delete(pr.staleRetried, row.Seq)
 			default:
 				if fatal == nil {
 					fatal = &FatalError{Err: fmt.Errorf("relay: %w (event %s, key %q, after %d of poll.max.attempts=%d attempts; poison.policy=fail: stopping, no later row of its key was published)",
@@ -607,42 +631,67 @@ func (s *pollSession) process(b *poll.Batch) error {
 	}
 	if len(dead) > 0 {
 		if err := s.deadLetter(b, rows, res, failed, dead); err != nil {
-			s.abort(b)
+			// Kafka acknowledged the published rows, and the dead-letter
+			// records delivered, with nothing in flight since: recorded,
+			// a restart does not send them again.
+			if ferr := s.finishBatch(b, published, failed, len(rows)); ferr != nil {
+				r.log.Error("could not mark the rows Kafka acknowledged as published, after a dead-letter record was not delivered: they are sent again",
+					zap.String("table", pr.table.Name), zap.Int("rows", len(published)), zap.Error(ferr))
+			}
 			return err
 		}
 	}
 	if err := s.finishBatch(b, published, failed, len(rows)); err != nil {
 		return err
 	}
+	if fatal == nil && stale {
+		return errNewProducer
+	}
 	return fatal
 }
 
 // deadLetter produces the dead-letter records of the failures at dead
-// (indexes into failed) and marks them dead-lettered.
+// (indexes into failed) and marks them dead-lettered. Each is cut to what
+// the dead-letter topic takes (fitDeadLetter) and sent alone, with nothing
+// else in flight, so that a refusal is its own, never a batch's to send
+// again: the dead-letter topic refusing it stops the relay (a FatalError
+// naming the event and both topics; the failure's reason says so too).
+// Sent with others, a record the topic refused failed the whole batch,
+// which was taken for one to resend: the claim rolled back, and the
+// session started again, sending its other rows again, without end.
 func (s *pollSession) deadLetter(b *poll.Batch, rows []pubRow, res []rowResult, failed []poll.Failure, dead []int) error {
-	recs := make([]router.Record, len(dead))
-	ptrs := make([]*router.Record, len(dead))
-	stamps := make([]int64, len(dead))
-	for j, k := range dead {
+	dlq := s.r.cfg.Relay.DeadLetterTopic
+	// Known first: records are cut to its max.message.bytes.
+	if err := s.pub.knowTopics([]string{dlq}); err != nil {
+		return err
+	}
+	single := s.pub.single
+	defer func() { s.pub.single = single }()
+	s.pub.single = true // alone in its request: a refused batch is the record's
+	for _, k := range dead {
 		i := failed[k].Index
-		recs[j] = s.pub.deadLetterRecord(&rows[i], &res[i], b.Rows[i].Seq, b.Rows[i].Attempts+1)
-		ptrs[j], stamps[j] = &recs[j], rows[i].stamp
+		row := &b.Rows[i]
+		rec := s.pub.deadLetterRecord(&rows[i], &res[i], row.Seq, row.Attempts+1)
 		s.r.log.Warn("dead-lettering a row that cannot be published", zap.ByteString("event_id", res[i].rec.EventID),
-			zap.Int64("seq", b.Rows[i].Seq), zap.Int("attempts", b.Rows[i].Attempts+1), zap.Error(res[i].err))
-	}
-	if err := s.pub.knowTopics([]string{s.r.cfg.Relay.DeadLetterTopic}); err != nil {
-		return err
-	}
-	errs, err := s.pub.deliver(ptrs, stamps)
-	if err != nil {
-		return err
-	}
-	for j, k := range dead {
-		if errs[j] != nil {
-			return &FatalError{Err: fmt.Errorf("relay: the dead-letter topic %q refused the record of event %s: %w", s.r.cfg.Relay.DeadLetterTopic, recs[j].EventID, errs[j])}
+			zap.Int64("seq", row.Seq), zap.Int("attempts", row.Attempts+1), zap.Error(res[i].err))
+		err := s.r.fitDeadLetter(&rec, res[i].rec.Topic)
+		if err == nil {
+			err = s.pub.sendable(&rec)
+		}
+		if err == nil {
+			var errs []error
+			if errs, err = s.pub.deliver([]*router.Record{&rec}, []int64{rows[i].stamp}); err != nil {
+				return err
+			}
+			err = errs[0]
+		}
+		if err != nil {
+			failed[k].Err += "; the dead-letter topic refuses its record: " + err.Error()
+			return &FatalError{Err: fmt.Errorf("relay: dead-letter topic %q refuses the dead-letter record of event %s (%s, meant for topic %q): %w (poison.policy=dead-letter: stopping; the row stays unpublished, and no later row of its key is published)",
+				dlq, res[i].rec.EventID, rows[i].where, res[i].rec.Topic, err)}
 		}
 		failed[k].DeadLettered = true
-		s.r.obs.DeadLettered(s.r.deadLetteredAs(res[failed[k].Index].rec.Topic))
+		s.r.obs.DeadLettered(s.r.deadLetteredAs(res[i].rec.Topic))
 	}
 	return nil
 }

@@ -137,6 +137,12 @@ type session struct {
 	// a record too large for its topic), handled like Kafka's.
 	failures []kafka.Ack
 
+	// ackWaitSince is when the records in flight began to wait for Kafka
+	// with no ack arriving (zero: none in flight); unackedWarned is when
+	// warnUnacked last said so.
+	ackWaitSince  time.Time
+	unackedWarned time.Time
+
 	stopping bool
 	stopBy   time.Time // the end of the whole stop's budget
 	// stopSeen: a wait returned for the stop request.
@@ -200,7 +206,7 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		fenceOn:       r.cfg.Postgres.StateTable != "",
 		warnedXmin:    start.Catalog.PublicationXmin,
 	}
-	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
+	s.topics = newTopicGate(s, deletedTopicChecker{topicChecker: r.be.StartTopicChecker(r.cfg.Kafka, s.wake), cache: r.topics, clock: s.clock})
 	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, &start.Catalog, s.wake)
 	return s
 }
@@ -379,7 +385,7 @@ func (s *session) wait(deadline time.Time) error {
 	case res := <-s.eos.results():
 		return s.eos.result(res)
 	case res := <-s.topics.checker.Results():
-		s.topics.result(res)
+		s.topics.result(s.r.topics.deletedResult(res))
 	case res := <-s.watcher.Results():
 		return s.catalog(res)
 	case <-t.C():
@@ -410,7 +416,7 @@ func (s *session) drain() error {
 			}
 			continue
 		case res := <-s.topics.checker.Results():
-			s.topics.result(res)
+			s.topics.result(s.r.topics.deletedResult(res))
 			continue
 		case res := <-s.watcher.Results():
 			if err := s.catalog(res); err != nil {
@@ -609,6 +615,10 @@ func (s *session) ack(a kafka.Ack) error {
 		return fmt.Errorf("relay: ack for transaction %d: %w", id, err)
 	}
 	now := s.clock.Now()
+	s.ackWaitSince = now
+	if s.tr.InFlight() == 0 {
+		s.ackWaitSince = time.Time{}
+	}
 	s.r.obs.Acked(a.Topic, a.Bytes, now.Sub(time.Unix(0, a.Stamp)), now.Sub(a.Sent))
 	if due, tail := s.fenceDue(); due && !tail {
 		s.requestCheck()
@@ -621,6 +631,12 @@ func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
 	s.r.obs.Failed(a.Topic, a.Err)
 	lsn := s.commitLSN(id)
 	lim := s.r.cfg.Relay
+	if kafka.IsUnknownTopic(a.Err) {
+		// Deleted, most likely: its next records wait for the topic
+		// checker, and are poison once it has been missing for
+		// kafka.topic.missing.timeout.
+		s.r.topics.forget(a.Topic, a.Sent, s.clock.Now())
+	}
 	if !s.localFailure {
 		if handled, err := s.eos.failedAck(a, lsn); handled {
 			s.tr.Fail(id)
@@ -643,6 +659,12 @@ func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
 		s.log.Warn("Kafka refused a whole batch for one of its records (too large for the topic, a timestamp out of its range, ...); resending them one at a time, so that only that record is poison",
 			zap.String("topic", a.Topic), zap.ByteString("event_id", a.EventID), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
 		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
+	}
+	if kafka.IsUnknownTopic(a.Err) {
+		// Refused again after a restart with fresh metadata: with
+		// kafka.auto.create.topics (the topic checker asks otherwise),
+		// a topic deleted that the brokers did not create again.
+		a.Err = &deletedTopicError{topic: a.Topic, since: a.Sent, err: a.Err}
 	}
 	if kafka.IsPoison(a.Err) {
 		if lim.PoisonPolicy == "dead-letter" && a.Topic != lim.DeadLetterTopic {
@@ -692,8 +714,32 @@ func (s *session) status(force bool) error {
 	s.sentConfirmed = confirmed
 	s.watcher.Confirmed(confirmed, min(s.eventCommit, confirmed))
 	s.reportProgress()
+	s.warnUnacked()
 	s.progress()
 	return nil
+}
+
+// unackedWarnAfter is how long records may wait for Kafka with no ack
+// arriving before the log says so, and how often it says so again while
+// they wait: sarama retries quietly (for minutes, through an outage), and
+// only /readyz would tell otherwise.
+const unackedWarnAfter = 30 * time.Second
+
+// warnUnacked warns, every unackedWarnAfter, of records in flight for which
+// no ack has arrived for that long.
+func (s *session) warnUnacked() {
+	n := s.tr.InFlight()
+	if s.ackWaitSince.IsZero() || n == 0 {
+		return
+	}
+	now := s.clock.Now()
+	waited := now.Sub(s.ackWaitSince)
+	if waited < unackedWarnAfter || now.Sub(s.unackedWarned) < unackedWarnAfter {
+		return
+	}
+	s.unackedWarned = now
+	s.log.Warn("records wait for Kafka with no acknowledgement: the producer still retries them (a broker down or not answering, a partition without a leader, a topic deleted: see kafka.topic.missing.timeout); nothing past them is confirmed meanwhile",
+		zap.Int("records", n), zap.Duration("waiting", waited.Round(time.Second)), zap.Stringer("confirmed_lsn", s.sentConfirmed))
 }
 
 // statusContext bounds one status update's write: a server that does not
@@ -1217,6 +1263,9 @@ func (s *session) meta(rec *router.Record, chunk *replication.Chunk, id checkpoi
 	}
 	m := kafka.Meta{Ref: uint64(id), Stamp: stamp, Held: held}
 	s.inflightBytes += int64(held)
+	if s.ackWaitSince.IsZero() {
+		s.ackWaitSince = s.clock.Now()
+	}
 	if inChunk {
 		m.Hold = chunk
 		if chunk.Pin() {

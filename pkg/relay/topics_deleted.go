@@ -1,0 +1,93 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
+)
+
+// A topic deleted while the relay runs: Kafka answers its records with
+// UNKNOWN_TOPIC_OR_PARTITION (kafka.IsUnknownTopic), which sarama gives
+// only after asking for the topic's metadata for up to
+// kafka.topic.missing.timeout. The topic cache knew it to exist, so its
+// records would go to the producer again and again: forget drops it, and
+// marks it deleted in topicCache.failed, with an answer that stands no
+// longer (until is the record's send), so that its next record waits for
+// the topic checker. The checker asks for what is left of
+// kafka.topic.missing.timeout since that send (deletedTopicChecker), and
+// its "missing" is then poison that says the topic was deleted
+// (deletedResult). A topic found again is known again.
+
+// deletedTopicError is a topic Kafka stopped knowing while the relay ran:
+// in topicCache.failed, the mark of forget; in a checker's answer, the
+// topic still missing.
+type deletedTopicError struct {
+	topic string
+	since time.Time // the send of the record Kafka refused
+	err   error     // the checker's answer (kafka.ErrTopicMissing); nil in the mark
+}
+
+func (e *deletedTopicError) Error() string {
+	msg := fmt.Sprintf("topic %q was deleted while the relay ran: Kafka answered UNKNOWN_TOPIC_OR_PARTITION to a record sent at %s",
+		e.topic, e.since.UTC().Format(time.RFC3339))
+	if e.err != nil {
+		msg += ", and does not know the topic since: " + e.err.Error()
+	}
+	return msg
+}
+
+func (e *deletedTopicError) Unwrap() error { return e.err }
+
+// forget drops topic from the topics known to exist after Kafka refused a
+// record for it, sent at since, as unknown.
+func (c *topicCache) forget(topic string, since, now time.Time) {
+	delete(c.ok, topic)
+	if _, ok := c.deletedSince(topic); ok {
+		return
+	}
+	if since.IsZero() || since.After(now) {
+		since = now
+	}
+	c.failed[topic] = failedTopic{err: &deletedTopicError{topic: topic, since: since}, until: since}
+}
+
+// deletedSince says whether topic is marked deleted by forget, and since
+// when.
+func (c *topicCache) deletedSince(topic string) (time.Time, bool) {
+	f, ok := c.failed[topic]
+	if !ok {
+		return time.Time{}, false
+	}
+	var d *deletedTopicError
+	if !errors.As(f.err, &d) {
+		return time.Time{}, false
+	}
+	return d.since, true
+}
+
+// deletedTopicChecker is the session's topic checker, which asks about a
+// topic marked deleted for what is left of kafka.topic.missing.timeout
+// since Kafka refused its record: sarama has asked for most of it already.
+type deletedTopicChecker struct {
+	topicChecker
+	cache *topicCache
+	clock clock
+}
+
+func (c deletedTopicChecker) Request(topic string, missingFor time.Duration) {
+	if since, ok := c.cache.deletedSince(topic); ok {
+		missingFor = min(missingFor, max(c.cache.ttl-c.clock.Now().Sub(since), 0))
+	}
+	c.topicChecker.Request(topic, missingFor)
+}
+
+// deletedResult makes a checker's "missing" for a topic marked deleted
+// say so.
+func (c *topicCache) deletedResult(res topicResult) topicResult {
+	if since, ok := c.deletedSince(res.Topic); ok && errors.Is(res.State.Err, kafka.ErrTopicMissing) {
+		res.State.Err = &deletedTopicError{topic: res.Topic, since: since, err: res.State.Err}
+	}
+	return res
+}

@@ -375,6 +375,15 @@ load 1m
 eval instant at 5m %[2]s
 	{namespace="outbox",stream="a"} 600
 `},
+		{"PgoutboxOutboxBacklogUnreadable", `
+# The poll source's backlog reads: stream a's fail every minute, b's once.
+load 1m
+	pgoutbox_outbox_backlog_read_errors_total{%[1]s,stream="a",pod="a1"} 0+1x30
+	pgoutbox_outbox_backlog_read_errors_total{%[1]s,stream="b",pod="b1"} 0 1x30
+
+eval instant at 20m %[2]s
+	{namespace="outbox",stream="a"} 15
+`},
 	} {
 		t.Run(c.alert, func(t *testing.T) {
 			engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 100_000, Timeout: 10 * time.Second, EnableAtModifier: true, EnableNegativeOffset: true, Parser: parser.NewParser(parser.Options{})})

@@ -175,6 +175,20 @@ groups:
           summary: {{ "The outbox of pgoutbox stream {{ $labels.stream }} has rows waiting {{ $value | humanizeDuration }}" | quote }}
           description: {{ printf "The oldest unpublished row of the outbox table of {{ $labels.namespace }}/{{ $labels.stream }} was written {{ $value | humanizeDuration }} ago, over %v s for %s; pgoutbox_outbox_unpublished_rows and pgoutbox_outbox_failed_rows say how many wait and how many failed." $p.backlogAgeSeconds $p.backlogFor | quote }}
           runbook_url: {{ $url }}
+      # PgoutboxOutboxBacklogOld sees nothing while the backlog cannot be
+      # read (its count is slowest when the backlog is largest).
+      - alert: PgoutboxOutboxBacklogUnreadable
+        expr: |-
+          sum by (namespace, stream) (increase(pgoutbox_outbox_backlog_read_errors_total{{ $m }}[{{ $p.restartWindow }}])) > {{ $p.slotPollErrors }}
+        labels:
+          severity: warning
+          {{- with $p.alertLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ "pgoutbox stream {{ $labels.stream }} cannot read its outbox table's backlog" | quote }}
+          description: {{ printf "Reads of the outbox table's backlog by {{ $labels.namespace }}/{{ $labels.stream }} failed {{ $value | humanize }} times in the last %s: pgoutbox_outbox_oldest_unpublished_age_seconds is stale and PgoutboxOutboxBacklogOld blind meanwhile." $p.restartWindow | quote }}
+          runbook_url: {{ $url }}
 {{- end -}}
 
 {{/*

@@ -134,8 +134,10 @@ type Config struct {
 	// change, broker down, not enough replicas) before it fails. Backoff
 	// between tries doubles from RetryBackoff up to RetryBackoffMax; the
 	// same backoff applies to metadata refreshes, which are retried
-	// MetadataRetryMax times. Defaults: 1000, 100 ms, 1 s, 1000 (see
-	// DefaultRetryMax for why so many).
+	// MetadataRetryMax times within TopicMissingTimeout. Defaults: 1000,
+	// 100 ms, 1 s, 1000 (see DefaultRetryMax for why so many). A record
+	// whose retry needs metadata no broker gives (the whole cluster
+	// unreachable, its topic deleted) fails after TopicMissingTimeout.
 	RetryMax         int           `yaml:"retry.max"`
 	RetryBackoff     time.Duration `yaml:"retry.backoff"`
 	RetryBackoffMax  time.Duration `yaml:"retry.backoff.max"`

@@ -35,8 +35,8 @@ const (
 	// (100+200+400+800 ms, then 1 s per retry) before it fails: enough to
 	// ride out a broker restart or a ~30 s outage. The metadata refresh that
 	// runs before each retry waits with the same backoff, so it too outlasts
-	// an outage instead of failing the record early, for at most
-	// TopicMissingTimeout (see sarama()).
+	// an outage instead of failing the record early (unless MetadataTimeout
+	// says otherwise: see sarama()).
 	// DefaultRetryMax and DefaultMetadataRetryMax retry for a long time
 	// (1000 tries, about 16 minutes at the 1 s backoff cap): a record that
 	// fails after its retries leaves a gap, and sarama goes on sending later
@@ -134,10 +134,8 @@ type Config struct {
 	// change, broker down, not enough replicas) before it fails. Backoff
 	// between tries doubles from RetryBackoff up to RetryBackoffMax; the
 	// same backoff applies to metadata refreshes, which are retried
-	// MetadataRetryMax times within TopicMissingTimeout. Defaults: 1000,
-	// 100 ms, 1 s, 1000 (see DefaultRetryMax for why so many). A record
-	// whose retry needs metadata no broker gives (the whole cluster
-	// unreachable, its topic deleted) fails after TopicMissingTimeout.
+	// MetadataRetryMax times (within MetadataTimeout, if set). Defaults:
+	// 1000, 100 ms, 1 s, 1000 (see DefaultRetryMax for why so many).
 	RetryMax         int           `yaml:"retry.max"`
 	RetryBackoff     time.Duration `yaml:"retry.backoff"`
 	RetryBackoffMax  time.Duration `yaml:"retry.backoff.max"`
@@ -166,12 +164,15 @@ type Config struct {
 	// the cluster does not know before its records are poison (they fail,
 	// or go to the dead-letter topic). With AutoCreateTopics the relay
 	// does not ask (the first record creates the topic) unless the topic
-	// was deleted while it ran. It also bounds each metadata refresh of
-	// the producer: a topic deleted while the relay runs (or one the
-	// broker does not auto-create) fails its records after it, and so
-	// does a cluster that answers no metadata request for that long.
-	// Default 1 minute.
+	// was deleted while it ran (its records fail after the producer's
+	// retries, or MetadataTimeout). Default 1 minute.
 	TopicMissingTimeout time.Duration `yaml:"topic.missing.timeout"`
+	// MetadataTimeout bounds each metadata refresh of the producer in
+	// time (0: only MetadataRetryMax bounds it, about 16 minutes at the
+	// backoff cap). Records whose retry needs metadata no broker gives (a
+	// topic deleted while the relay runs, the whole cluster unreachable)
+	// fail after it, and the session starts again from the slot. Default 0.
+	MetadataTimeout time.Duration `yaml:"metadata.timeout"`
 
 	// ExactlyOnce writes records in Kafka transactions, each holding whole
 	// PostgreSQL transactions and one record to OffsetsTopic with the
@@ -320,6 +321,7 @@ func (c *Config) Validate() error {
 		{"write.timeout", cfg.WriteTimeout},
 		{"request.timeout", cfg.RequestTimeout},
 		{"topic.missing.timeout", cfg.TopicMissingTimeout},
+		{"metadata.timeout", cfg.MetadataTimeout},
 	} {
 		if d.v < 0 {
 			bad(d.option, "%v must not be negative", d.v)
@@ -442,14 +444,16 @@ func (c *Config) sarama() (*sarama.Config, error) {
 	sc.Metadata.Retry.Max = c.MetadataRetryMax
 	sc.Metadata.Retry.Backoff = c.RetryBackoff
 	sc.Metadata.Retry.BackoffFunc = backoff(c.RetryBackoff, c.RetryBackoffMax)
-	// Each refresh is bounded in time too: sarama retries a topic the
-	// cluster does not know (deleted while the relay runs, or one the
-	// broker will not auto-create) as it retries a leader election, and
-	// MetadataRetryMax tries at the backoff cap last 16 minutes, during
-	// which the topic's records wait with no error and Close waits for a
-	// background refresh under way. After TopicMissingTimeout the records
-	// fail, and the relay asks about the topic as about any missing one.
-	sc.Metadata.Timeout = c.TopicMissingTimeout
+	// sarama retries a topic the cluster does not know (deleted while the
+	// relay runs, or one the broker will not auto-create) as it retries a
+	// cluster that does not answer, MetadataRetryMax times: 16 minutes at
+	// the backoff cap, during which the relay warns of the records
+	// unacknowledged (Close does not wait for it: see closer). A
+	// MetadataTimeout fails them sooner, and the relay then asks about the
+	// topic as about any missing one; not by default, since it fails
+	// records during a whole-cluster outage as long too, and a record that
+	// fails leaves a gap that later ones of its key may pass.
+	sc.Metadata.Timeout = c.MetadataTimeout
 	if c.metadataRefresh > 0 {
 		sc.Metadata.RefreshFrequency = c.metadataRefresh
 	}
@@ -518,7 +522,9 @@ func (c *Config) sarama() (*sarama.Config, error) {
 		// coordinator is not available (of __consumer_offsets, which may
 		// not exist) would otherwise retry metadata.retry.max times: bound
 		// each lookup by the transaction's own timeout.
-		sc.Metadata.Timeout = min(sc.Metadata.Timeout, c.TransactionTimeout)
+		if sc.Metadata.Timeout == 0 || sc.Metadata.Timeout > c.TransactionTimeout {
+			sc.Metadata.Timeout = c.TransactionTimeout
+		}
 	}
 
 	if err := sc.Validate(); err != nil {

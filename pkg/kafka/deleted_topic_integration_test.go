@@ -16,7 +16,7 @@ import (
 
 // TestCloseDoesNotWaitForAMetadataRefreshOfADeletedTopic: a topic deleted
 // under the producer keeps sarama's metadata refreshes retrying it (for
-// kafka.topic.missing.timeout, here ten minutes), and sarama's client
+// kafka.metadata.timeout, here ten minutes), and sarama's client
 // Close waits for its background refresh to end. Close with a context that
 // ends must still return within the context and CloseGrace, leaving the
 // client's close behind, as a second signal or the stop's budget needs.
@@ -24,7 +24,7 @@ func TestCloseDoesNotWaitForAMetadataRefreshOfADeletedTopic(t *testing.T) {
 	env := testenv.Require(t)
 	topic := testenv.UniqueName(t, "kafka-deleted")
 	env.CreateTopic(t, topic, 1)
-	cfg := Config{Brokers: env.KafkaBrokers, TopicMissingTimeout: 10 * time.Minute,
+	cfg := Config{Brokers: env.KafkaBrokers, MetadataTimeout: 10 * time.Minute,
 		// The background refresh comes soon after the deletion, as it
 		// came ten minutes into the stall the reviewer met.
 		metadataRefresh: 50 * time.Millisecond}

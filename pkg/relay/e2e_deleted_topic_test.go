@@ -40,9 +40,11 @@ func (o *routedCount) count(topic string) int {
 // TestTopicDeletedWhileRunningIsPoisonWithinTheMissingTimeout: a topic the
 // relay has produced to is deleted while it runs, and an event for it
 // follows. Kafka answers UNKNOWN_TOPIC_OR_PARTITION, which sarama retried
-// for 16 minutes with nothing in the log; now the relay forgets the topic
-// and, within about kafka.topic.missing.timeout, says so under the poison
-// policy: with fail it stops naming the topic, the event and the deletion,
+// for 16 minutes with nothing in the log. With kafka.metadata.timeout
+// (here as short as the missing timeout; by default the producer's
+// retries last the 16 minutes, warned of every 30 s) the record fails,
+// the relay forgets the topic and, within about kafka.topic.missing.timeout
+// more, says so under the poison policy: with fail it stops naming the topic, the event and the deletion,
 // and confirms nothing past the event; with dead-letter the event goes to
 // the dead-letter topic and the relay runs on.
 func TestTopicDeletedWhileRunningIsPoisonWithinTheMissingTimeout(t *testing.T) {
@@ -58,7 +60,7 @@ func TestTopicDeletedWhileRunningIsPoisonWithinTheMissingTimeout(t *testing.T) {
 			cfg := f.config()
 			topic, dlq := f.poisonTopics(t, &cfg, policy)
 			const missing = 3 * time.Second
-			cfg.Kafka.TopicMissingTimeout = missing
+			cfg.Kafka.TopicMissingTimeout, cfg.Kafka.MetadataTimeout = missing, missing
 			done := startPoisonRelay(t, cfg)
 			f.waitStreaming(t)
 			insert := func(id string) {
@@ -121,8 +123,7 @@ func TestTopicDeletedWhileRunningIsPoisonWithinTheMissingTimeout(t *testing.T) {
 }
 
 // TestSecondStopEndsAStallOnADeletedTopic: while the producer retries the
-// metadata of a deleted topic (for kafka.topic.missing.timeout, here five
-// minutes), a stop and then a second one (WithForceStop, the second
+// metadata of a deleted topic (for its retries, about 16 minutes), a stop and then a second one (WithForceStop, the second
 // signal) end Run within seconds: closing the producer does not wait for
 // sarama's metadata refresh.
 func TestSecondStopEndsAStallOnADeletedTopic(t *testing.T) {

@@ -93,6 +93,34 @@ func (r *Relay) fitDeadLetter(rec *router.Record, from string) error {
 	return nil
 }
 
+// deliverDeadLetter sends rec, the dead-letter record of an event meant
+// for topic from, for a table source (the poll source, the snapshot): cut
+// to what the dead-letter topic takes (fitDeadLetter, once the topic is
+// known) and alone, with nothing else in flight, so that a refusal is the
+// record's own, never a batch's to send again. refused says why the
+// dead-letter topic (or the producer) does not take it: sent again, it
+// would be refused again, so the caller stops. err is a failure Kafka may
+// recover from, as deliver returns it.
+func (p *rowPublisher) deliverDeadLetter(rec *router.Record, stamp int64, from string) (refused, err error) {
+	if err := p.knowTopics([]string{rec.Topic}); err != nil {
+		return nil, err
+	}
+	if refused = p.r.fitDeadLetter(rec, from); refused == nil {
+		refused = p.sendable(rec)
+	}
+	if refused != nil {
+		return refused, nil
+	}
+	single := p.single
+	p.single = true // alone in its request: a refused batch is the record's
+	errs, err := p.deliver([]*router.Record{rec}, []int64{stamp})
+	p.single = single
+	if err != nil {
+		return nil, err
+	}
+	return errs[0], nil
+}
+
 // deadLetteredAs is the topic a dead-lettered event is counted under: the
 // one it was meant for, or the dead-letter topic's own name when the row
 // could not be routed to one.

@@ -652,43 +652,28 @@ func (s *pollSession) process(b *poll.Batch) error {
 
 // deadLetter produces the dead-letter records of the failures at dead
 // (indexes into failed) and marks them dead-lettered. Each is cut to what
-// the dead-letter topic takes (fitDeadLetter) and sent alone, with nothing
-// else in flight, so that a refusal is its own, never a batch's to send
-// again: the dead-letter topic refusing it stops the relay (a FatalError
+// the dead-letter topic takes and sent alone (deliverDeadLetter), so that a
+// refusal is its own, never a batch's to send again: the dead-letter topic
+// refusing it stops the relay (a FatalError
 // naming the event and both topics; the failure's reason says so too).
 // Sent with others, a record the topic refused failed the whole batch,
 // which was taken for one to resend: the claim rolled back, and the
 // session started again, sending its other rows again, without end.
 func (s *pollSession) deadLetter(b *poll.Batch, rows []pubRow, res []rowResult, failed []poll.Failure, dead []int) error {
-	dlq := s.r.cfg.Relay.DeadLetterTopic
-	// Known first: records are cut to its max.message.bytes.
-	if err := s.pub.knowTopics([]string{dlq}); err != nil {
-		return err
-	}
-	single := s.pub.single
-	defer func() { s.pub.single = single }()
-	s.pub.single = true // alone in its request: a refused batch is the record's
 	for _, k := range dead {
 		i := failed[k].Index
 		row := &b.Rows[i]
 		rec := s.pub.deadLetterRecord(&rows[i], &res[i], row.Seq, row.Attempts+1)
 		s.r.log.Warn("dead-lettering a row that cannot be published", zap.ByteString("event_id", res[i].rec.EventID),
 			zap.Int64("seq", row.Seq), zap.Int("attempts", row.Attempts+1), zap.Error(res[i].err))
-		err := s.r.fitDeadLetter(&rec, res[i].rec.Topic)
-		if err == nil {
-			err = s.pub.sendable(&rec)
-		}
-		if err == nil {
-			var errs []error
-			if errs, err = s.pub.deliver([]*router.Record{&rec}, []int64{rows[i].stamp}); err != nil {
-				return err
-			}
-			err = errs[0]
-		}
+		refused, err := s.pub.deliverDeadLetter(&rec, rows[i].stamp, res[i].rec.Topic)
 		if err != nil {
-			failed[k].Err += "; the dead-letter topic refuses its record: " + err.Error()
+			return err
+		}
+		if refused != nil {
+			failed[k].Err += "; the dead-letter topic refuses its record: " + refused.Error()
 			return &FatalError{Err: fmt.Errorf("relay: dead-letter topic %q refuses the dead-letter record of event %s (%s, meant for topic %q): %w (poison.policy=dead-letter: stopping; the row stays unpublished, and no later row of its key is published)",
-				dlq, res[i].rec.EventID, rows[i].where, res[i].rec.Topic, err)}
+				rec.Topic, res[i].rec.EventID, rows[i].where, res[i].rec.Topic, refused)}
 		}
 		failed[k].DeadLettered = true
 		s.r.obs.DeadLettered(s.r.deadLetteredAs(res[i].rec.Topic))

@@ -544,6 +544,7 @@ func (r *Relay) publishSnapshotBatch(pub *rowPublisher, rows []pubRow) error {
 			return err
 		}
 		var dead []router.Record
+		var from []string // the topic each dead-letter record's event was meant for
 		var rest []pubRow
 		for i := range res {
 			switch res[i].outcome {
@@ -553,27 +554,23 @@ func (r *Relay) publishSnapshotBatch(pub *rowPublisher, rows []pubRow) error {
 				}
 				r.log.Warn("dead-lettering a snapshot row that cannot be published", zap.ByteString("event_id", res[i].rec.EventID), zap.Error(res[i].err))
 				dead = append(dead, pub.deadLetterRecord(&rows[i], &res[i], 0, 1))
+				from = append(from, res[i].rec.Topic)
 				r.obs.DeadLettered(r.deadLetteredAs(res[i].rec.Topic))
 			case rowHeld:
 				rest = append(rest, rows[i])
 			}
 		}
-		if len(dead) > 0 {
-			ptrs := make([]*router.Record, len(dead))
-			for i := range dead {
-				ptrs[i] = &dead[i]
-			}
-			if err := pub.knowTopics([]string{r.cfg.Relay.DeadLetterTopic}); err != nil {
-				return err
-			}
-			errs, err := pub.deliver(ptrs, make([]int64, len(ptrs)))
+		// Cut to what the dead-letter topic takes, and each alone: sent
+		// together, one the topic refused failed them all as a batch to
+		// resend, and the snapshot started again, and again.
+		for i := range dead {
+			refused, err := pub.deliverDeadLetter(&dead[i], 0, from[i])
 			if err != nil {
 				return err
 			}
-			for i, e := range errs {
-				if e != nil {
-					return &FatalError{Err: fmt.Errorf("relay: the dead-letter topic %q refused the record of event %s: %w", r.cfg.Relay.DeadLetterTopic, dead[i].EventID, e)}
-				}
+			if refused != nil {
+				return &FatalError{Err: fmt.Errorf("relay: dead-letter topic %q refuses the dead-letter record of event %s (meant for topic %q): %w (poison.policy=dead-letter: stopping before the slot exists; the next start takes a new snapshot)",
+					dead[i].Topic, dead[i].EventID, from[i], refused)}
 			}
 		}
 		rows = rest

@@ -729,16 +729,22 @@ const unackedWarnAfter = 30 * time.Second
 // no ack has arrived for that long.
 func (s *session) warnUnacked() {
 	n := s.tr.InFlight()
-	if s.ackWaitSince.IsZero() || n == 0 {
+	if n == 0 {
 		return
 	}
 	now := s.clock.Now()
+	if s.ackWaitSince.IsZero() {
+		// Records in flight and none acknowledged yet in this session:
+		// counted from the first status update that sees them.
+		s.ackWaitSince = now
+		return
+	}
 	waited := now.Sub(s.ackWaitSince)
 	if waited < unackedWarnAfter || now.Sub(s.unackedWarned) < unackedWarnAfter {
 		return
 	}
 	s.unackedWarned = now
-	s.log.Warn("records wait for Kafka with no acknowledgement: the producer still retries them (a broker down or not answering, a partition without a leader, a topic deleted: see kafka.topic.missing.timeout); nothing past them is confirmed meanwhile",
+	s.log.Warn("records wait for Kafka with no acknowledgement: the producer still retries them (a broker down or not answering, a partition without a leader, a topic deleted: see kafka.metadata.timeout); nothing past them is confirmed meanwhile",
 		zap.Int("records", n), zap.Duration("waiting", waited.Round(time.Second)), zap.Stringer("confirmed_lsn", s.sentConfirmed))
 }
 

@@ -60,3 +60,28 @@ func TestRecordsUnacknowledgedForLongAreWarnedOf(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordsNeverAcknowledgedAreWarnedOf: the first records of a session
+// that never get an ack (the session started while the topic was already
+// gone) are warned of too: the wait counts from the first status update
+// that sees them in flight. It once counted only from an ack, and a session
+// with none said nothing.
+func TestRecordsNeverAcknowledgedAreWarnedOf(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
+	s := &session{r: &Relay{obs: NopObserver{}}, clock: clk, tr: checkpoint.New(1), log: zap.New(core)}
+	if _, err := s.tr.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.tr.Add(1)
+	for i, step := range []struct {
+		after time.Duration
+		want  int
+	}{{0, 0}, {20 * time.Second, 0}, {11 * time.Second, 1}} {
+		clk.now = clk.now.Add(step.after)
+		s.warnUnacked()
+		if got := logs.FilterMessageSnippet("no acknowledgement").Len(); got != step.want {
+			t.Fatalf("step %d: %d warnings, want %d", i, got, step.want)
+		}
+	}
+}

@@ -34,14 +34,7 @@ func testMessageModeWritesUTF8(t *testing.T, drv dbDriver, clientEncoding string
 	createSlot(t, admin, "public.outbox", "outbox_pub", "s")
 	w := mustWriter(t, Config{Mode: ModeMessage})
 	if clientEncoding == "UTF8" {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("client_encoding", "UTF8")
-		u.RawQuery = q.Encode()
-		dsn = u.String()
+		dsn = withUTF8(t, dsn)
 	}
 	conn := drv.open(t, dsn)
 	tx, err := conn.begin(ctx)
@@ -93,14 +86,8 @@ func TestTableModeRefusesAConnectionThatWouldMisreadItsText(t *testing.T) {
 			t.Fatalf("%s: Commit after the refused Write succeeded", mode)
 		}
 	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("client_encoding", "UTF8")
-	u.RawQuery = q.Encode()
-	conn := openPgx(t, u.String())
+	utf8DSN := withUTF8(t, dsn)
+	conn := openPgx(t, utf8DSN)
 	tx, err := conn.begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +100,20 @@ func TestTableModeRefusesAConnectionThatWouldMisreadItsText(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got string
-	if err := connect(t, u.String()).QueryRow(ctx, "SELECT aggregateid FROM public.outbox").Scan(&got); err != nil || got != "Müller" {
+	if err := connect(t, utf8DSN).QueryRow(ctx, "SELECT aggregateid FROM public.outbox").Scan(&got); err != nil || got != "Müller" {
 		t.Fatalf("aggregateid stored through a UTF8 session: %q, %v; want Müller", got, err)
 	}
+}
+
+// withUTF8 returns dsn with client_encoding=UTF8.
+func withUTF8(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("client_encoding", "UTF8")
+	u.RawQuery = q.Encode()
+	return u.String()
 }

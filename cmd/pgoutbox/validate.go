@@ -626,6 +626,10 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 		}
 	}
 
+	if kc.AutoCreateTopics && cfg.UsesEventTimestamp() {
+		v.report(warn("topic retention", "with kafka.auto.create.topics pgoutbox reads no topic's settings, so records stamped with table.field.event.timestamp are not checked against their topic's retention: on a topic created with the broker's defaults (CreateTime, 7 days) an event older than that is deleted soon after it is relayed",
+			"create the topics yourself and set kafka.auto.create.topics=false, or give the broker log.message.timestamp.type=LogAppendTime, or leave table.field.event.timestamp unset"))
+	}
 	fixed, ok := fixedTopic(cfg.Router.RouteTopicReplacement)
 	if ok && !slices.Contains(topics, fixed) {
 		topics = append(topics, fixed)
@@ -658,7 +662,27 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 		}
 		v.report(r)
 		v.report(checkTopicDurability(s, label, kc.Brokers)...)
+		if !dlq || s.Topic != cfg.Relay.DeadLetterTopic { // dead-letter records carry the time they are sent
+			v.report(checkTopicRetention(s, cfg, kc.Brokers)...)
+		}
 	}
+}
+
+// checkTopicRetention warns of a topic that deletes records by the
+// timestamps they carry (CreateTime, a finite retention.ms) when records
+// carry the timestamp column's value (table.field.event.timestamp): an
+// event older than the retention would be deleted at once, so the relay
+// refuses it as poison (kafka.RecordTooOldError).
+func checkTopicRetention(s kafka.TopicState, cfg fileConfig, brokers []string) []checkResult {
+	retention, deletes, _ := s.TimestampRetention()
+	if s.Err != nil || !deletes || !cfg.UsesEventTimestamp() {
+		return nil // unknown settings: the durability check says so
+	}
+	alter := fmt.Sprintf("kafka-configs.sh --bootstrap-server %s --alter --entity-type topics --entity-name %s --add-config ", strings.Join(brokers, ","), s.Topic)
+	return []checkResult{warn("topic "+s.Topic+" retention",
+		fmt.Sprintf("records carry the table.field.event.timestamp column's value as their timestamp, and the topic (message.timestamp.type=CreateTime) deletes records by it after retention.ms=%d (%s): an event older than that, less a margin (a backlog after a longer outage, snapshot.mode=initial or the poll source over old rows), would be deleted by the topic as soon as it is relayed, so pgoutbox refuses it as poison (relay.poison.policy)",
+			retention.Milliseconds(), retention),
+		"if events may wait that long, set "+alter+"message.timestamp.type=LogAppendTime, or raise its retention.ms, or leave table.field.event.timestamp unset")}
 }
 
 func checkTopic(s kafka.TopicState, kc kafka.Config) checkResult {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -23,7 +25,9 @@ type TopicState struct {
 	ReplicationFactor int
 	// Configs holds the topic's settings that matter to delivery
 	// (max.message.bytes, min.insync.replicas,
-	// unclean.leader.election.enable), when the broker answered a
+	// unclean.leader.election.enable, and retention.ms,
+	// message.timestamp.type and cleanup.policy, which say how long it
+	// keeps a record by the record's timestamp), when the broker answered a
 	// DescribeConfigs for it (the credentials may not allow it); a missing
 	// key means unknown.
 	Configs map[string]string
@@ -82,7 +86,8 @@ func CheckTopics(ctx context.Context, cfg Config, topics []string) ([]TopicState
 }
 
 // topicConfigs are the topic settings CheckTopics reads.
-var topicConfigs = []string{"max.message.bytes", "min.insync.replicas", "unclean.leader.election.enable"}
+var topicConfigs = []string{"max.message.bytes", "min.insync.replicas", "unclean.leader.election.enable",
+	"retention.ms", "message.timestamp.type", "cleanup.policy"}
 
 // openBroker connects to the broker at addr for one exchange; ctx's end
 // closes the connection (and a dial in progress). The func returned
@@ -191,4 +196,45 @@ func (s TopicState) MaxMessageBytes() (int, bool) {
 	}
 	n, err := strconv.Atoi(v)
 	return n, err == nil
+}
+
+// TimestampRetention says how long the topic keeps a record by the
+// timestamp the record was produced with: the broker deletes a segment once
+// its newest timestamp is older than retention.ms, and it rolls a segment
+// for a record whose timestamp is old, so such a record is deleted at the
+// next retention check (log.retention.check.interval.ms, 5 minutes by
+// default) whatever else the topic holds. deletes is false when no record
+// is deleted by the timestamp it carries: retention.ms negative (-1:
+// kept for ever), message.timestamp.type=LogAppendTime (the broker stamps
+// the time it appends), or a cleanup.policy without delete (compact
+// alone). known is false when the settings were not read (the credentials
+// may not describe the topic's configs); deletes is false then too.
+func (s TopicState) TimestampRetention() (retention time.Duration, deletes, known bool) {
+	ms, ok := s.Configs["retention.ms"]
+	typ, typOK := s.Configs["message.timestamp.type"]
+	if !ok || !typOK {
+		return 0, false, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(ms), 10, 64)
+	if err != nil {
+		return 0, false, false
+	}
+	if strings.EqualFold(strings.TrimSpace(typ), "LogAppendTime") || n < 0 {
+		return 0, false, true
+	}
+	// The broker's default is delete; an empty policy (Kafka 4.1) deletes
+	// nothing.
+	if policy, ok := s.Configs["cleanup.policy"]; ok {
+		del := false
+		for _, p := range strings.Split(policy, ",") {
+			del = del || strings.EqualFold(strings.TrimSpace(p), "delete")
+		}
+		if !del {
+			return 0, false, true
+		}
+	}
+	if n > math.MaxInt64/int64(time.Millisecond) {
+		return 0, false, true // longer than time.Duration holds: 292 years
+	}
+	return time.Duration(n) * time.Millisecond, true, true
 }

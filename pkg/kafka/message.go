@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 	"unsafe"
 
@@ -99,6 +100,9 @@ func ack(pm *sarama.ProducerMessage, err error) Ack {
 	}
 	if err != nil {
 		a.Offset = -1
+		if errors.Is(err, sarama.ErrInvalidTimestamp) {
+			err = &TimestampRefusedError{Topic: pm.Topic, Timestamp: pm.Timestamp, Err: err}
+		}
 		a.Err = &ProduceError{Topic: pm.Topic, Partition: pm.Partition, Err: err}
 		// A failed record's bytes come back so that it can be dead-lettered.
 		if m, ok := pm.Metadata.(*message); ok {

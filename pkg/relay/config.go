@@ -86,6 +86,23 @@ func (c *Config) RouterSet() (*router.Set, error) {
 	return router.NewSet(c.Router, per)
 }
 
+// UsesEventTimestamp says whether records may carry a column's value as
+// their Kafka timestamp (table.field.event.timestamp, in the router section
+// or a table's routes entry) rather than the time they are relayed: an old
+// value makes a record its topic may delete at once (see
+// kafka.RecordTooOldError).
+func (c *Config) UsesEventTimestamp() bool {
+	if c.Router.EventTimestampField != "" {
+		return true
+	}
+	for _, opts := range c.Routes {
+		if opts["table.field.event.timestamp"] != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Limits bounds memory and time.
 type Limits struct {
 	// MaxInFlightRecords caps records sent to Kafka and not yet acknowledged.

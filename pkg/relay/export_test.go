@@ -7,3 +7,7 @@ package relay
 func WithSnapshotPersistFault(f func() error) Option {
 	return func(r *Relay) { r.persistFault = f }
 }
+
+// TopicSettingsFresh is how recently a topic's settings must have been
+// read for a record to be refused by them.
+const TopicSettingsFresh = topicSettingsFresh

@@ -120,6 +120,9 @@ func (p *rowPublisher) publish(rows []pubRow) ([]rowResult, error) {
 	if err := p.knowTopics(topics); err != nil {
 		return nil, err
 	}
+	if err := p.rereadTopics(res); err != nil {
+		return nil, err
+	}
 	// Send in order; a key that met a row it cannot publish sends no more.
 	blocked := map[string]bool{}
 	var recs []*router.Record
@@ -200,6 +203,12 @@ func (p *rowPublisher) knowTopics(topics []string) error {
 		waiting[t] = true
 		p.checker.Request(t, cache.ttl)
 	}
+	return p.awaitTopics(waiting)
+}
+
+// awaitTopics waits for the topic checker's answers about the topics asked
+// about (waiting), and records them.
+func (p *rowPublisher) awaitTopics(waiting map[string]bool) error {
 	for len(waiting) > 0 {
 		res, err := p.next(nil)
 		if err != nil {
@@ -227,11 +236,13 @@ func (p *rowPublisher) noteTopic(res topicResult) {
 	delete(cache.failed, res.Topic)
 	limit, _ := res.State.MaxMessageBytes()
 	cache.ok[res.Topic] = limit
+	p.r.learnSettings(res.State)
 }
 
 // sendable says why a record can never be produced, if it cannot: its
-// topic is missing or not writable, or it is larger than the topic or the
-// producer accepts (by kafka.RecordSize, the most a record can take).
+// topic is missing or not writable, it is larger than the topic or the
+// producer accepts (by kafka.RecordSize, the most a record can take), or
+// too old for the topic's retention (tooOldForTopic).
 func (p *rowPublisher) sendable(rec *router.Record) error {
 	cache, kc := p.r.topics, p.r.cfg.Kafka
 	size := kafka.RecordSize(rec)
@@ -245,7 +256,7 @@ func (p *rowPublisher) sendable(rec *router.Record) error {
 	if f, ok := cache.failed[rec.Topic]; ok {
 		return &kafka.ProduceError{Topic: rec.Topic, Partition: rec.Partition, Err: f.err}
 	}
-	if err := p.r.overTopicLimit(rec, cache.ok[rec.Topic]); err != nil {
+	if err := p.r.topicRefuses(rec, cache.ok[rec.Topic], cache.settings[rec.Topic], p.r.clock.Now()); err != nil {
 		return &kafka.ProduceError{Topic: rec.Topic, Partition: rec.Partition, Err: err}
 	}
 	return nil

@@ -20,6 +20,12 @@ type topicCache struct {
 	ok     map[string]int
 	failed map[string]failedTopic
 	ttl    time.Duration
+	// settings are the settings, besides max.message.bytes, that records
+	// are judged by, of the topics in ok (topicconfig.go), and when they
+	// were read; settingsWarned the topics whose settings could not be
+	// read, warned of once.
+	settings       map[string]topicSettings
+	settingsWarned map[string]bool
 }
 
 type failedTopic struct {
@@ -68,7 +74,11 @@ func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 	}
 	topic := rec.Topic
 	if limit, ok := cache.ok[topic]; ok {
-		if err := s.r.overTopicLimit(rec, limit); err != nil {
+		parked, err := g.judge(rec, m, limit)
+		if parked {
+			return
+		}
+		if err != nil {
 			g.fail(rec, m, err)
 			return
 		}
@@ -117,6 +127,7 @@ func (g *topicGate) result(res topicResult) {
 	delete(cache.failed, res.Topic)
 	limit, _ := res.State.MaxMessageBytes()
 	cache.ok[res.Topic] = limit
+	s.r.learnSettings(res.State)
 	if own := s.r.cfg.Kafka.MaxMessageBytes; limit > 0 && limit < own && !g.warned[res.Topic] {
 		g.warned[res.Topic] = true
 		s.log.Warn("the topic accepts smaller batches than the producer builds: a refused batch is resent one record at a time; set kafka.max.message.bytes to at most the topic's max.message.bytes",
@@ -133,6 +144,7 @@ func (c *topicCache) known(states []kafka.TopicState) {
 		if st.Err == nil {
 			limit, _ := st.MaxMessageBytes()
 			c.ok[st.Topic] = limit
+			c.knownSettings(st)
 		}
 	}
 }

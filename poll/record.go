@@ -144,13 +144,25 @@ func (t *Table) Record(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	tag, err := conn.Exec(ctx, `INSERT INTO `+quoted+` (table_name, table_oid, row_type_oid, system_identifier, database_oid, checked_at)
+	// Committed without waiting for the WAL to be flushed: a record lost
+	// with a crash is written again by the next start, and a flush here
+	// (a disk sync at every session start) would also flush the WAL of
+	// every commit made with synchronous_commit=off before it.
+	var tag pgconn.CommandTag
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+			return err
+		}
+		var err error
+		tag, err = tx.Exec(ctx, `INSERT INTO `+quoted+` (table_name, table_oid, row_type_oid, system_identifier, database_oid, checked_at)
 		SELECT $1, c.oid, c.reltype, s.system_identifier::text, d.oid, now()
 		FROM pg_class c, pg_control_system() s, pg_database d
 		WHERE c.oid = $3::oid AND c.reltype = $4::oid AND c.oid = to_regclass($2) AND d.datname = current_database()
 		ON CONFLICT (table_name) DO UPDATE SET table_oid = EXCLUDED.table_oid, row_type_oid = EXCLUDED.row_type_oid,
 			system_identifier = EXCLUDED.system_identifier, database_oid = EXCLUDED.database_oid, checked_at = EXCLUDED.checked_at`,
-		t.Name, t.quoted, t.oid, t.rowType)
+			t.Name, t.quoted, t.oid, t.rowType)
+		return err
+	})
 	if err != nil {
 		return t.unrecorded("record the table checked in", quoted, err)
 	}

@@ -390,7 +390,8 @@ func (p *rowPublisher) next(onWait func(int)) (waited, error) {
 // published, as the WAL source makes it: the record's key and value, or
 // for a row the router could not map its columns as a JSON object and its
 // key column; headers say why and where it came from (the row's sequence
-// number and attempts where the WAL source names the commit LSN).
+// number and attempts where the WAL source names the commit LSN). Its
+// value is cut, if need be, by deliverDeadLetter.
 func (p *rowPublisher) deadLetterRecord(row *pubRow, res *rowResult, seq int64, attempts int) router.Record {
 	key, value, topic := res.rec.Key, res.rec.Value, res.rec.Topic
 	if res.rec.Topic == "" || !isKafkaRefusal(res.err) {
@@ -414,10 +415,6 @@ func (p *rowPublisher) deadLetterRecord(row *pubRow, res *rowResult, seq int64, 
 		rec.Headers = append(rec.Headers,
 			router.Header{Key: "pgoutbox.poll.seq", Value: strconv.AppendInt(nil, seq, 10)},
 			router.Header{Key: "pgoutbox.poll.attempts", Value: strconv.AppendInt(nil, int64(attempts), 10)})
-	}
-	if limit := p.r.cfg.Kafka.MaxMessageBytes / 2; limit > 0 && len(rec.Value) > limit {
-		rec.Headers = append(rec.Headers, router.Header{Key: "pgoutbox.truncated.from", Value: []byte(strconv.Itoa(len(rec.Value)))})
-		rec.Value = truncatedValue(rec.Value, limit)
 	}
 	return rec
 }

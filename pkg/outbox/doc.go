@@ -53,12 +53,14 @@
 // that the relay publishes (it ignores deletes).
 //
 // Which to choose (measured by make bench-writers; see the README's
-// "Choosing a mode"): ModeMessage costs writers least in most settings
-// (10–28% fewer transactions/s than the business change alone), ModeTable
-// more (8–38%), ModeTableDeleteAfterInsert most (19–50%). Prefer
-// ModeMessage with the WAL relay; ModeTable with pgoutbox cleanup when the
-// rows are needed (Debezium's outbox router, the polling relay);
-// ModeTableDeleteAfterInsert only when no cleanup can run.
+// "Choosing a mode"): with the slot check below, ModeMessage and ModeTable
+// cost writers about the same (15–52% and 18–43% fewer transactions/s than
+// the business change alone, on a busy machine), ModeTableDeleteAfterInsert
+// most (29–65%); without the check (Config.AssumeSlot) ModeMessage costs
+// least (10–28%, measured before the check). Prefer ModeMessage with the
+// WAL relay; ModeTable with pgoutbox cleanup when the rows are needed
+// (Debezium's outbox router, the polling relay); ModeTableDeleteAfterInsert
+// only when no cleanup can run.
 //
 // ModeMessage writes no row. Each event is a transactional logical decoding
 // message, pg_logical_emit_message(true, prefix, content), prefix "outbox"

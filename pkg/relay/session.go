@@ -206,7 +206,7 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		fenceOn:       r.cfg.Postgres.StateTable != "",
 		warnedXmin:    start.Catalog.PublicationXmin,
 	}
-	s.topics = newTopicGate(s, deletedTopicChecker{topicChecker: r.be.StartTopicChecker(r.cfg.Kafka, s.wake), cache: r.topics, clock: s.clock})
+	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
 	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, &start.Catalog, s.wake)
 	return s
 }
@@ -385,7 +385,7 @@ func (s *session) wait(deadline time.Time) error {
 	case res := <-s.eos.results():
 		return s.eos.result(res)
 	case res := <-s.topics.checker.Results():
-		s.topics.result(s.r.topics.deletedResult(res))
+		s.topics.result(res)
 	case res := <-s.watcher.Results():
 		return s.catalog(res)
 	case <-t.C():
@@ -416,7 +416,7 @@ func (s *session) drain() error {
 			}
 			continue
 		case res := <-s.topics.checker.Results():
-			s.topics.result(s.r.topics.deletedResult(res))
+			s.topics.result(res)
 			continue
 		case res := <-s.watcher.Results():
 			if err := s.catalog(res); err != nil {

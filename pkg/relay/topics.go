@@ -92,7 +92,7 @@ func (g *topicGate) send(rec *router.Record, m kafka.Meta) {
 	p := parkedRecord{rec: *rec, meta: m}
 	p.rec.Headers = slices.Clone(rec.Headers) // the router reuses rec's headers
 	if _, waiting := g.parked[topic]; !waiting {
-		g.checker.Request(topic, cache.ttl)
+		g.checker.Request(topic, cache.missingFor(topic, s.clock.Now()))
 	}
 	g.parked[topic] = append(g.parked[topic], p)
 }
@@ -111,6 +111,7 @@ func (g *topicGate) fail(rec *router.Record, m kafka.Meta, err error) {
 // parked records.
 func (g *topicGate) result(res topicResult) {
 	s, cache := g.s, g.s.r.topics
+	res = cache.deletedResult(res)
 	recs := g.parked[res.Topic]
 	delete(g.parked, res.Topic)
 	if res.State.Err != nil {

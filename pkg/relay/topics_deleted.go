@@ -10,14 +10,14 @@ import (
 
 // A topic deleted while the relay runs: Kafka answers its records with
 // UNKNOWN_TOPIC_OR_PARTITION (kafka.IsUnknownTopic), which sarama gives
-// only after asking for the topic's metadata for up to
-// kafka.topic.missing.timeout. The topic cache knew it to exist, so its
-// records would go to the producer again and again: forget drops it, and
-// marks it deleted in topicCache.failed, with an answer that stands no
+// only after asking for the topic's metadata for as long as its retries
+// (or kafka.metadata.timeout) last. The topic cache knew it to exist, so
+// its records would go to the producer again and again: forget drops it,
+// and marks it deleted in topicCache.failed, with an answer that stands no
 // longer (until is the record's send), so that its next record waits for
-// the topic checker. The checker asks for what is left of
-// kafka.topic.missing.timeout since that send (deletedTopicChecker), and
-// its "missing" is then poison that says the topic was deleted
+// the topic checker. The gate has the checker ask for what is left of
+// kafka.topic.missing.timeout since that send (missingFor), and its
+// "missing" is then poison that says the topic was deleted
 // (deletedResult). A topic found again is known again.
 
 // deletedTopicError is a topic Kafka stopped knowing while the relay ran:
@@ -67,20 +67,15 @@ func (c *topicCache) deletedSince(topic string) (time.Time, bool) {
 	return d.since, true
 }
 
-// deletedTopicChecker is the session's topic checker, which asks about a
-// topic marked deleted for what is left of kafka.topic.missing.timeout
-// since Kafka refused its record: sarama has asked for most of it already.
-type deletedTopicChecker struct {
-	topicChecker
-	cache *topicCache
-	clock clock
-}
-
-func (c deletedTopicChecker) Request(topic string, missingFor time.Duration) {
-	if since, ok := c.cache.deletedSince(topic); ok {
-		missingFor = min(missingFor, max(c.cache.ttl-c.clock.Now().Sub(since), 0))
+// missingFor is how long the topic checker asks about topic before its
+// "missing" stands: kafka.topic.missing.timeout, or for a topic marked
+// deleted what is left of it since Kafka refused its record (sarama asked
+// for its metadata in between).
+func (c *topicCache) missingFor(topic string, now time.Time) time.Duration {
+	if since, ok := c.deletedSince(topic); ok {
+		return min(c.ttl, max(c.ttl-now.Sub(since), 0))
 	}
-	c.topicChecker.Request(topic, missingFor)
+	return c.ttl
 }
 
 // deletedResult makes a checker's "missing" for a topic marked deleted

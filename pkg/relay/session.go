@@ -733,12 +733,6 @@ func (s *session) warnUnacked() {
 		return
 	}
 	now := s.clock.Now()
-	if s.ackWaitSince.IsZero() {
-		// Records in flight and none acknowledged yet in this session:
-		// counted from the first status update that sees them.
-		s.ackWaitSince = now
-		return
-	}
 	waited := now.Sub(s.ackWaitSince)
 	if waited < unackedWarnAfter || now.Sub(s.unackedWarned) < unackedWarnAfter {
 		return

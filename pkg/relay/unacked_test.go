@@ -63,17 +63,19 @@ func TestRecordsUnacknowledgedForLongAreWarnedOf(t *testing.T) {
 
 // TestRecordsNeverAcknowledgedAreWarnedOf: the first records of a session
 // that never get an ack (the session started while the topic was already
-// gone) are warned of too: the wait counts from the first status update
-// that sees them in flight. It once counted only from an ack, and a session
-// with none said nothing.
+// gone) are warned of too: the wait counts from the first record made
+// (meta) while none was in flight.
 func TestRecordsNeverAcknowledgedAreWarnedOf(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
 	s := &session{r: &Relay{obs: NopObserver{}}, clock: clk, tr: checkpoint.New(1), log: zap.New(core)}
-	if _, err := s.tr.Begin(); err != nil {
+	id, err := s.tr.Begin()
+	if err != nil {
 		t.Fatal(err)
 	}
 	_ = s.tr.Add(1)
+	rec := router.Record{Key: []byte("k"), Value: []byte("v")}
+	s.meta(&rec, nil, id, 0)
 	for i, step := range []struct {
 		after time.Duration
 		want  int

@@ -79,9 +79,9 @@ func (e *ProduceError) Unwrap() error { return e.Err }
 
 // IsUnknownTopic reports whether Kafka answered that it does not know the
 // record's topic (UNKNOWN_TOPIC_OR_PARTITION). sarama retries that answer
-// with metadata refreshes for up to kafka.topic.missing.timeout before the
-// record fails with it, so a topic that existed has most likely been
-// deleted; one refused at once may only be a producer's stale view
+// with metadata refreshes for as long as its retries (or
+// kafka.metadata.timeout) last before the record fails with it, so a topic
+// that existed has most likely been deleted; one refused at once may only be a producer's stale view
 // (MayBeStaleMetadata).
 func IsUnknownTopic(err error) bool {
 	return errors.Is(err, sarama.ErrUnknownTopicOrPartition)
@@ -457,9 +457,9 @@ func (p *Producer) Close(ctx context.Context) error {
 // goroutine, and returns the channel closed when the client has closed.
 // sarama's Client.Close first waits for its background metadata refresh,
 // which against a topic the cluster does not know (deleted while the relay
-// runs) goes on for up to Metadata.Timeout (kafka.topic.missing.timeout,
-// plus the network timeouts of its last try), and only then closes the
-// connections. So no caller waits for it unbounded: Close and forceClose
+// runs) goes on for as long as its retries last (about 16 minutes), or
+// Metadata.Timeout (kafka.metadata.timeout) if set, plus the network
+// timeouts of its last try, and only then closes the connections. So no caller waits for it unbounded: Close and forceClose
 // wait until their deadline, and past it leave the closer behind. It then
 // ends by itself when sarama's refresh does, holding the client's
 // connections until then; a process that exits ends it sooner.

@@ -443,7 +443,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	case <-closed:
 	default:
 		p.log.Warn("kafka producer closed, but not its client: a metadata refresh is under way (a topic the cluster does not know, or brokers that do not answer), which sarama lets end first; leaving the client to close in the background",
-			zap.Duration("at_most", p.cfg.TopicMissingTimeout))
+			zap.Duration("metadata_timeout", p.cfg.MetadataTimeout))
 		return ErrCloseTimeout
 	}
 	if p.clientErr != nil {

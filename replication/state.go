@@ -220,9 +220,9 @@ func StateTableDDL(table string) (string, error) {
 // EnsureStateTable creates the state table unless it exists. A role that may
 // not create it gets an error that says how to have it created.
 func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoteTable(table)).Scan(&exists); err != nil {
-		return fmt.Errorf("replication: look up state table %s: %w", table, err)
+	exists, err := StateTableExists(ctx, conn, table)
+	if err != nil {
+		return err
 	}
 	if exists {
 		// A table made by an earlier version lacks stopped_lsn,

@@ -65,6 +65,15 @@ func (t *Table) unrecorded(op, quoted string, err error) error {
 	return fmt.Errorf("poll: %s %s: %w", op, quoted, err)
 }
 
+// tableExists says whether the table quoted (quoted as needed) exists.
+func tableExists(ctx context.Context, conn *pgx.Conn, quoted string) (bool, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoted).Scan(&exists); err != nil {
+		return false, fmt.Errorf("poll: look up %s: %w", quoted, err)
+	}
+	return exists, nil
+}
+
 // EnsureRecordTable makes the record table of t unless it exists; an
 // error that this role may not wraps ErrUnrecorded.
 func (t *Table) EnsureRecordTable(ctx context.Context, conn *pgx.Conn) error {
@@ -72,12 +81,8 @@ func (t *Table) EnsureRecordTable(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoted).Scan(&exists); err != nil {
-		return fmt.Errorf("poll: look up %s: %w", quoted, err)
-	}
-	if exists {
-		return nil
+	if exists, err := tableExists(ctx, conn, quoted); err != nil || exists {
+		return err
 	}
 	if _, err := conn.Exec(ctx, create, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return t.unrecorded("make", quoted, err)
@@ -94,12 +99,8 @@ func (t *Table) ReadRecord(ctx context.Context, conn *pgx.Conn) (Recorded, error
 	if err != nil {
 		return rec, err
 	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", quoted).Scan(&exists); err != nil {
-		return rec, fmt.Errorf("poll: look up %s: %w", quoted, err)
-	}
-	if !exists {
-		return rec, nil
+	if exists, err := tableExists(ctx, conn, quoted); err != nil || !exists {
+		return rec, err
 	}
 	var here bool
 	err = conn.QueryRow(ctx, `SELECT r.table_oid, r.row_type_oid, r.checked_at,

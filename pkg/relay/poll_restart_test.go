@@ -69,7 +69,7 @@ func TestPollStopsAgainAfterARestartWhileItsOldTableHoldsUnpublishedRows(t *test
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			cfg, conn := scriptedPollDatabase(t)
+			cfg, conn := scriptedPollDatabase(t, func(cfg *Config) { cfg.Poll.RebalanceInterval = 100 * time.Millisecond })
 			be := &scriptedPollBackend{}
 			acked := func(id string) func() (bool, string) {
 				return func() (bool, string) { return len(be.ackedBy(id)) > 0, "row " + id + " not relayed" }
@@ -164,9 +164,10 @@ func TestPollStopsAgainAfterARestartWhileItsOldTableHoldsUnpublishedRows(t *test
 }
 
 // scriptedPollDatabase creates a database with the poll migration's
-// outbox table and returns the configuration startScriptedPoll runs the
-// poll source with on it, and a connection to it.
-func scriptedPollDatabase(t *testing.T) (Config, *pgx.Conn) {
+// outbox table and returns the configuration a scripted poll source runs
+// with on it (polling every 50 ms; mutate, if not nil, changes it before
+// the migration), and a connection to it.
+func scriptedPollDatabase(t *testing.T, mutate func(*Config)) (Config, *pgx.Conn) {
 	t.Helper()
 	env := testenv.Require(t)
 	dsn := env.NewDatabase(t)
@@ -178,8 +179,10 @@ func scriptedPollDatabase(t *testing.T) (Config, *pgx.Conn) {
 	cfg.Kafka.Brokers = []string{"127.0.0.1:1"} // never dialled: the producer is scripted
 	cfg.Kafka.AutoCreateTopics = true
 	cfg.Poll.Interval = 50 * time.Millisecond
-	cfg.Poll.RebalanceInterval = 100 * time.Millisecond
 	cfg.Relay.RestartBackoff, cfg.Relay.RestartBackoffMax = 50*time.Millisecond, 100*time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	if err := migrations.ApplyPoll(context.Background(), conn, migrations.PollParams{Table: "public.outbox", Channel: cfg.Poll.Channel("public.outbox")}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 	"github.com/pgoutbox/pgoutbox/router"
@@ -217,24 +216,8 @@ func TestPollSendsOneRecordPerRequestUntilTheRefusedRowIsGone(t *testing.T) {
 // the test stops it, and it must return nil.
 func startScriptedPoll(t *testing.T, be *scriptedPollBackend, mutate func(*Config)) (*pgx.Conn, *scriptedRun) {
 	t.Helper()
-	env := testenv.Require(t)
 	ctx := context.Background()
-	dsn := env.NewDatabase(t)
-	conn := testenv.ConnectPG(t, dsn)
-	cfg := DefaultConfig()
-	cfg.Relay.Source = SourcePoll
-	cfg.Postgres.DSN = dsn
-	cfg.Postgres.Tables = []string{"public.outbox"}
-	cfg.Kafka.Brokers = []string{"127.0.0.1:1"} // never dialled: the producer is scripted
-	cfg.Kafka.AutoCreateTopics = true
-	cfg.Poll.Interval = 50 * time.Millisecond
-	cfg.Relay.RestartBackoff, cfg.Relay.RestartBackoffMax = 50*time.Millisecond, 100*time.Millisecond
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := migrations.ApplyPoll(ctx, conn, migrations.PollParams{Table: "public.outbox", Channel: cfg.Poll.Channel("public.outbox")}); err != nil {
-		t.Fatal(err)
-	}
+	cfg, conn := scriptedPollDatabase(t, mutate)
 	be.liveBackend, be.acked = &liveBackend{log: zap.NewNop()}, map[string][]bool{}
 	seen, logs := observer.New(zap.InfoLevel)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel), zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, seen) })))

@@ -333,6 +333,11 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
+	if isPoll(cfg) {
+		// A claim waits for Kafka without reporting: the poll source's
+		// liveness is the process serving (metrics.Live).
+		cfg.Metrics.LiveStaleAfter = 0
+	}
 	m, err := metrics.New(prometheus.NewRegistry(), cfg.Metrics, metrics.WithVersion(buildVersion()))
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: metrics: %v\n", err)

@@ -29,14 +29,21 @@ type Config struct {
 	// ReadyBacklogMaxAge: with the poll source, /readyz reports 503 while
 	// the oldest unpublished row is older than this.
 	ReadyBacklogMaxAge time.Duration `yaml:"ready.backlog.max.age"`
+	// LiveStaleAfter: while a WAL session streams, /healthz reports 503 once
+	// the relay's loop has sent no progress report for this long. The loop
+	// reports with every status update (postgres.status.update.interval, at
+	// most 30 s), whatever Kafka or the server do, so a silence this long
+	// means the loop itself is stuck. 0 turns the check off.
+	LiveStaleAfter time.Duration `yaml:"live.stale.after"`
 }
 
 // DefaultConfig returns every default: no HTTP server, readiness stale
 // after 30 s, the slot polled every 15 s, at most 1000 topic labels, the
-// poll source's backlog read every 5 s and not ready past a minute.
+// poll source's backlog read every 5 s and not ready past a minute, and
+// not live after two minutes without a progress report.
 func DefaultConfig() Config {
 	return Config{ReadyStaleAfter: 30 * time.Second, SlotPollInterval: 15 * time.Second, MaxTopics: 1000,
-		BacklogPollInterval: 5 * time.Second, ReadyBacklogMaxAge: time.Minute}
+		BacklogPollInterval: 5 * time.Second, ReadyBacklogMaxAge: time.Minute, LiveStaleAfter: 2 * time.Minute}
 }
 
 // Validate checks every field and names the offending option.
@@ -61,6 +68,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadyBacklogMaxAge < time.Second {
 		errs = append(errs, fmt.Errorf("metrics: ready.backlog.max.age %s: use at least 1s", c.ReadyBacklogMaxAge))
+	}
+	if c.LiveStaleAfter != 0 && c.LiveStaleAfter < time.Minute {
+		errs = append(errs, fmt.Errorf("metrics: live.stale.after %s: use 0 (off) or at least 1m (progress is reported with each status update, up to 30s apart)", c.LiveStaleAfter))
 	}
 	return errors.Join(errs...)
 }

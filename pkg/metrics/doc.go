@@ -7,7 +7,9 @@
 // serves
 //
 //	/metrics  the registry, in the Prometheus text or protobuf format
-//	/healthz  200 while the process serves HTTP at all (liveness)
+//	/healthz  200 while the process works (liveness): 503 only when a WAL
+//	          session streams and its loop has sent no progress report
+//	          for [Config.LiveStaleAfter], which means the loop is stuck
 //	/readyz   200 while the relay is streaming and keeping up (readiness),
 //	          else 503 with a one-line reason
 //

@@ -289,6 +289,20 @@ func TestReadinessFollowsAKafkaOutage(t *testing.T) {
 		return code == 503 && strings.Contains(body, "kafka"), fmt.Sprintf("Kafka down: /readyz %d %s", code, body)
 	})
 	t.Logf("Kafka down: 503 %s", body)
+	// The loop keeps reporting while Kafka refuses, which is what keeps
+	// /healthz at 200 (metrics.Live): for 8 s (more than twice
+	// ready.stale.after), the reason stays "kafka", which needs a report
+	// fresher than 3 s, never "stalled".
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); {
+		code, body := e.readyz(t)
+		if code != 503 || !strings.HasPrefix(body, "kafka") {
+			t.Fatalf("Kafka still down: /readyz %d %q, want 503 kafka (the relay's loop must keep reporting)", code, body)
+		}
+		if code, hbody := get(t, e.srv.URL+"/healthz"); code != 200 {
+			t.Fatalf("Kafka down: /healthz %d %q, want 200 (a restart mends nothing)", code, hbody)
+		}
+		<-time.After(250 * time.Millisecond) // the probes' pace, not synchronisation
+	}
 	if v := scrape(t, e.srv.URL).value("pgoutbox_ready"); v != 0 {
 		t.Errorf("pgoutbox_ready %v while /readyz says 503", v)
 	}

@@ -59,6 +59,36 @@ func (m *Metrics) Ready() (ready bool, reason string) {
 	}
 }
 
+// Live reports whether the relay's process works, and why not in one line.
+// It is not live only when a WAL session streams and its loop has sent no
+// progress report for Config.LiveStaleAfter: the loop reports with every
+// status update whatever Kafka or PostgreSQL do (a server that stops
+// answering ends the session), so that silence means the loop itself is
+// stuck, which a restart mends and nothing else reports. Everything a
+// restart does not mend (Kafka down, a slot lost, a standby) is readiness'
+// business, and keeps the process live. The poll source, whose claim waits
+// for Kafka without reporting, is always live.
+func (m *Metrics) Live() (live bool, reason string) {
+	if m.cfg.LiveStaleAfter <= 0 {
+		return true, "ok"
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.st
+	if !s.streaming || s.poll.active {
+		return true, "ok"
+	}
+	last, what := s.lastAdvance, "none this session"
+	if s.haveProgress {
+		last, what = s.progressAt, "last "+human(now.Sub(s.progressAt))+" ago"
+	}
+	if quiet := now.Sub(last); quiet > m.cfg.LiveStaleAfter {
+		return false, fmt.Sprintf("stuck: the relay's loop has sent no progress report for %s (%s; metrics.live.stale.after %s), though it reports with every status update: restart the process", human(quiet), what, m.cfg.LiveStaleAfter)
+	}
+	return true, "ok"
+}
+
 // human rounds a duration for a reason line.
 func human(d time.Duration) string {
 	if d < time.Second {
@@ -79,6 +109,10 @@ func (m *Metrics) newHandler(reg *prometheus.Registry) http.Handler {
 		Timeout:             10 * time.Second,
 	})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, reason := m.Live(); !ok {
+			text(w, http.StatusServiceUnavailable, reason)
+			return
+		}
 		text(w, http.StatusOK, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

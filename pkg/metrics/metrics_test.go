@@ -429,6 +429,68 @@ func TestReadinessTransitions(t *testing.T) {
 	expect("stopped", 503, "not streaming: stopped")
 }
 
+// TestLivenessFailsOnlyWhenTheLoopStopsReporting: /healthz turns 503 only
+// when a streaming WAL session's loop has been silent for live.stale.after;
+// Kafka down, a standby, a stopped session or the poll source stay live.
+// (That the loop keeps reporting while Kafka refuses is what
+// TestReadinessFollowsAKafkaOutage shows on a real relay: its reason is
+// "kafka: … unacknowledged", which needs a fresh report.)
+func TestLivenessFailsOnlyWhenTheLoopStopsReporting(t *testing.T) {
+	cfg := metrics.DefaultConfig()
+	cfg.LiveStaleAfter = 2 * time.Minute
+	h := newHarness(t, cfg)
+	m, clk := h.m, h.clk
+	expect := func(step string, code int, substr string) {
+		t.Helper()
+		got, body := get(t, h.srv.URL+"/healthz")
+		if got != code || !strings.Contains(body, substr) {
+			t.Fatalf("%s: /healthz %d %q, want %d containing %q", step, got, body, code, substr)
+		}
+	}
+	expect("before any session (a standby)", 200, "ok")
+	clk.Advance(time.Hour)
+	expect("a standby for an hour", 200, "ok")
+
+	m.SessionStarted(0x1000)
+	clk.Advance(2 * time.Minute)
+	expect("session start, no report for exactly the limit", 200, "ok")
+	clk.Advance(time.Second)
+	expect("no report since the session started", 503, "no progress report for 2m1s (none this session")
+
+	// Kafka refuses for ten minutes: nothing confirmed, but the loop reports.
+	for range 600 {
+		clk.Advance(time.Second)
+		m.Progress(relay.Progress{Received: 0x2000, Confirmed: 0x1000, ServerWALEnd: 0x2000, InFlightRecords: 5})
+	}
+	expect("Kafka down for 10m, the loop reporting", 200, "ok")
+	if code, _ := get(t, h.srv.URL+"/readyz"); code != 503 {
+		t.Fatalf("/readyz %d while Kafka is down, want 503", code)
+	}
+
+	clk.Advance(2*time.Minute + time.Second)
+	expect("the loop silent", 503, "stuck: the relay's loop has sent no progress report for 2m1s (last 2m1s ago")
+	m.Progress(relay.Progress{Received: 0x2000, Confirmed: 0x2000, ServerWALEnd: 0x2000, Idle: true})
+	expect("the loop reports again", 200, "ok")
+
+	clk.Advance(time.Hour)
+	m.SessionEnded(errors.New("kafka: brokers down"))
+	expect("session ended (reconnecting)", 200, "ok")
+
+	m.SessionStarted(0x2000)
+	m.PollProgress(relay.PollProgress{Table: "public.outbox", Members: 1, Owned: 64, Buckets: 64, InFlightRecords: 3})
+	clk.Advance(time.Hour)
+	expect("poll source, a claim waiting an hour", 200, "ok")
+
+	off := metrics.DefaultConfig()
+	off.LiveStaleAfter = 0
+	h2 := newHarness(t, off)
+	h2.m.SessionStarted(0x1000)
+	h2.clk.Advance(24 * time.Hour)
+	if code, _ := get(t, h2.srv.URL+"/healthz"); code != 200 {
+		t.Fatalf("live.stale.after 0: /healthz %d, want 200", code)
+	}
+}
+
 func TestHealthzAndIndex(t *testing.T) {
 	h := newHarness(t, metrics.DefaultConfig())
 	if code, body := get(t, h.srv.URL+"/healthz"); code != 200 || body != "ok\n" {
@@ -497,6 +559,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *metrics.Config) { c.ReadyStaleAfter = 0 }, "ready.stale.after"},
 		{func(c *metrics.Config) { c.SlotPollInterval = time.Millisecond }, "slot.poll.interval"},
 		{func(c *metrics.Config) { c.MaxTopics = 0 }, "max.topics"},
+		{func(c *metrics.Config) { c.LiveStaleAfter = 30 * time.Second }, "live.stale.after"},
 	} {
 		cfg := metrics.DefaultConfig()
 		c.change(&cfg)

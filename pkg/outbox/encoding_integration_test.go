@@ -65,8 +65,15 @@ func testMessageModeWritesUTF8(t *testing.T, drv dbDriver, clientEncoding string
 // read the UTF-8 text of a table-mode event as LATIN1: Müller was stored,
 // and relayed, as MÃ¼ller. Write refuses such a connection, and the
 // transaction fails; with client_encoding=UTF8 in the DSN the row holds
-// what was written.
+// what was written. WriteSQL, whose transaction does not show the setting,
+// checks it in its INSERT.
 func TestTableModeRefusesAConnectionThatWouldMisreadItsText(t *testing.T) {
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) { testTableModeRefusesMisreadText(t, drv) })
+	}
+}
+
+func testTableModeRefusesMisreadText(t *testing.T, drv dbDriver) {
 	ctx := testContext(t)
 	dsn := testenv.Require(t).NewDatabaseEncoded(t, "LATIN1")
 	admin := connect(t, dsn)
@@ -74,7 +81,7 @@ func TestTableModeRefusesAConnectionThatWouldMisreadItsText(t *testing.T) {
 	for _, mode := range []Mode{ModeTable, ModeTableDeleteAfterInsert} {
 		w := mustWriter(t, Config{Mode: mode, AssumeSlot: true})
 		ev := Event{ID: "0192c0de-0000-7000-8000-000000000002", AggregateType: "Bestellung", AggregateID: "Müller", Type: "Größe", Payload: json.RawMessage(`{"n":"Ä"}`)}
-		conn := openPgx(t, dsn)
+		conn := drv.open(t, dsn)
 		tx, err := conn.begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -86,8 +93,12 @@ func TestTableModeRefusesAConnectionThatWouldMisreadItsText(t *testing.T) {
 			t.Fatalf("%s: Commit after the refused Write succeeded", mode)
 		}
 	}
+	var rows int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM public.outbox").Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("rows committed by the refused writes: %d, %v; want 0", rows, err)
+	}
 	utf8DSN := withUTF8(t, dsn)
-	conn := openPgx(t, utf8DSN)
+	conn := drv.open(t, utf8DSN)
 	tx, err := conn.begin(ctx)
 	if err != nil {
 		t.Fatal(err)

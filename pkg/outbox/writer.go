@@ -165,12 +165,27 @@ func textEncoding(pc *pgconn.PgConn) error {
 	if enc == "" || enc == "UTF8" || enc == "SQL_ASCII" && pc.ParameterStatus("server_encoding") == "SQL_ASCII" {
 		return nil
 	}
+	return encodingError(enc)
+}
+
+func encodingError(enc string) error {
 	return fmt.Errorf("outbox: the connection's client_encoding is %s, not UTF8: PostgreSQL would read the events' UTF-8 text as %s, and store (and pgoutbox relay) other characters than written; connect with client_encoding=UTF8 (in the DSN: client_encoding=UTF8, or pgx.ConnConfig's RuntimeParams)", enc, enc)
 }
 
+// textEncodingOK is textEncoding's rule in SQL, for database/sql, whose
+// transactions do not show their connection's settings: the table modes'
+// INSERT through WriteSQL returns its rows only where it holds, so that a
+// session that would misread the text writes nothing that commits (see
+// checkedInsert).
+const textEncodingOK = `(pg_catalog.current_setting('client_encoding') = 'UTF8' OR ` +
+	`pg_catalog.current_setting('client_encoding') = 'SQL_ASCII' AND pg_catalog.current_setting('server_encoding') = 'SQL_ASCII')`
+
 // WriteSQL is Write for a database/sql transaction (any PostgreSQL driver
 // that accepts $n placeholders, such as github.com/jackc/pgx/v5/stdlib).
-// As with Write, any error aborts the transaction: roll it back.
+// As with Write, any error aborts the transaction: roll it back. A
+// database/sql transaction does not show its connection's settings, so in
+// the table modes the INSERT itself checks the session's client_encoding
+// (see Write), in the same statement.
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]string, error) {
 	if tx == nil {
 		return nil, ErrNoTx
@@ -219,11 +234,21 @@ func (w *Writer) writeBatch(ctx context.Context, db execer, events []Event, ids 
 		return nil
 	}
 	query, args := w.insertStatement(events, ids)
+	_, checked := db.(sqlExec)
+	if checked {
+		query = checkedInsert(query)
+	}
 	n, err := db.exec(ctx, query, args)
 	if err != nil {
 		return fmt.Errorf("outbox: insert %d events into %s: %w", len(events), w.cfg.Table, err)
 	}
 	if n != int64(len(events)) {
+		if checked {
+			var enc string
+			if db.queryRow(ctx, `SELECT pg_catalog.current_setting('client_encoding') WHERE NOT `+textEncodingOK, &enc) == nil {
+				return encodingError(enc)
+			}
+		}
 		// A BEFORE INSERT trigger that returned NULL, or a rule DO INSTEAD
 		// NOTHING: the rows not inserted never reach the WAL, so no relay
 		// sees them. (A rule that inserts elsewhere instead reports its
@@ -288,6 +313,15 @@ func (w *Writer) insertStatement(events []Event, ids []string) (string, []any) {
 		args = append(args, ids[i], e.AggregateType, e.AggregateID, e.Type, payload)
 	}
 	return b.String(), args
+}
+
+// checkedInsert wraps insert (an INSERT without RETURNING) so that it
+// returns a row per row inserted where the session reads text as UTF-8
+// (textEncodingOK), and none elsewhere: still one statement and one round
+// trip, whose count the caller compares with the events. The INSERT runs
+// either way; the caller then fails the transaction.
+func checkedInsert(insert string) string {
+	return "WITH inserted AS (" + insert + " RETURNING 1) SELECT FROM inserted WHERE " + textEncodingOK
 }
 
 // deleteStatement returns the DELETE of the rows with ids, in a statement

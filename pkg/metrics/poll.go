@@ -116,21 +116,37 @@ func (m *Metrics) pollReady(now time.Time) (bool, string) {
 	if !s.streaming {
 		return false, "not streaming: " + s.lastCause
 	}
-	if b := p.backlog; !p.backlogAt.IsZero() && b.OldestKnown && b.OldestAge > m.cfg.ReadyBacklogMaxAge {
-		return false, fmt.Sprintf("backlog: the oldest unpublished row of %s was written %s ago (metrics.ready.backlog.max.age %s); %d rows unpublished, %d of them failed at least once",
-			p.table, human(b.OldestAge), m.cfg.ReadyBacklogMaxAge, b.Unpublished, b.Attempted)
+	// A reading older than a few read intervals is not used either way:
+	// reads that keep failing (pgoutbox_outbox_backlog_read_errors_total,
+	// the alert PgoutboxOutboxBacklogUnreadable) would otherwise hold the
+	// last answer, an old backlog long published or a young one long
+	// grown old.
+	unread := ""
+	if b := p.backlog; !p.backlogAt.IsZero() {
+		if age := now.Sub(p.backlogAt); age > m.backlogStale() {
+			unread = fmt.Sprintf("; backlog unknown, last read %s ago", human(age))
+		} else if b.OldestKnown && b.OldestAge > m.cfg.ReadyBacklogMaxAge {
+			return false, fmt.Sprintf("backlog: the oldest unpublished row of %s was written %s ago (metrics.ready.backlog.max.age %s); %d rows unpublished, %d of them failed at least once",
+				p.table, human(b.OldestAge), m.cfg.ReadyBacklogMaxAge, b.Unpublished, b.Attempted)
+		}
 	}
 	stuck := now.Sub(p.lastCommit)
 	if p.lastCommit.IsZero() {
 		stuck = now.Sub(s.lastAdvance) // the session's start
 	}
 	if stuck <= m.cfg.ReadyStaleAfter {
-		return true, fmt.Sprintf("polling %s: last claim ended %s ago; %d of %d buckets owned, %d instances", p.table, human(stuck), p.progress.Owned, p.progress.Buckets, p.progress.Members)
+		return true, fmt.Sprintf("polling %s: last claim ended %s ago; %d of %d buckets owned, %d instances%s", p.table, human(stuck), p.progress.Owned, p.progress.Buckets, p.progress.Members, unread)
 	}
 	if n := p.progress.InFlightRecords; n > 0 {
-		return false, fmt.Sprintf("kafka: %d records unacknowledged, no claim of %s ended for %s", n, p.table, human(stuck))
+		return false, fmt.Sprintf("kafka: %d records unacknowledged, no claim of %s ended for %s%s", n, p.table, human(stuck), unread)
 	}
-	return false, fmt.Sprintf("stalled: no claim of %s ended for %s", p.table, human(stuck))
+	return false, fmt.Sprintf("stalled: no claim of %s ended for %s%s", p.table, human(stuck), unread)
+}
+
+// backlogStale is how old a backlog reading may be and still count for
+// readiness: three read intervals, and at least ReadyStaleAfter.
+func (m *Metrics) backlogStale() time.Duration {
+	return max(3*m.cfg.BacklogPollInterval, m.cfg.ReadyStaleAfter)
 }
 
 // PollBacklog reads the backlog of t (poll.ReadBacklog) over its own

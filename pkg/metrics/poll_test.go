@@ -73,6 +73,21 @@ func TestPollSourceReadiness(t *testing.T) {
 	m.ObserveBacklog("public.outbox", poll.Backlog{Unpublished: 0, OldestKnown: true})
 	ready(true, "polling")
 
+	// The backlog reads fail from here on. The last reading counts while
+	// it is fresh.
+	m.ObserveBacklog("public.outbox", poll.Backlog{Unpublished: 3, OldestAge: 61 * time.Second, OldestKnown: true})
+	clk.Advance(11 * time.Second)
+	m.PollProgress(relay.PollProgress{Table: "public.outbox", Members: 2, Owned: 32, Buckets: 64, Committed: true})
+	ready(false, "was written 1m1s ago")
+	// Past three read intervals and ready.stale.after, the reading is not
+	// used: neither its old row (published since, perhaps) nor, below, a
+	// young one.
+	clk.Advance(20 * time.Second)
+	m.PollProgress(relay.PollProgress{Table: "public.outbox", Members: 2, Owned: 32, Buckets: 64, Committed: true})
+	ready(true, "backlog unknown, last read 31s ago")
+	m.ObserveBacklog("public.outbox", poll.Backlog{Unpublished: 0, OldestKnown: true})
+	ready(true, "instances")
+
 	m.SessionEnded(errors.New("connection reset"))
 	ready(false, "not streaming")
 }

@@ -367,6 +367,75 @@ func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
 	}
 }
 
+// TestInitialSnapshotStartedOverInAnotherProcessKeepsKeyOrder: a snapshot
+// stopped with the process is started over by the next one from a new
+// snapshot, and the slot starts where the first one's anchor kept. A key's
+// row committed in between (kept) is in the new snapshot, and an event of
+// that key committed before it only WAL held (gone, a row deleted by its
+// own transaction) comes from the slot. The new snapshot published kept,
+// and the slot then sent gone and kept: kept, gone, kept. Now the rows the
+// slot streams are left out of the new snapshot: gone, kept, once each.
+func TestInitialSnapshotStartedOverInAnotherProcessKeepsKeyOrder(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	const rows = 20000
+	cfg := snapshotOf(t, f, rows, 20)
+	cfg.Relay.RestartBackoff = 50 * time.Millisecond
+	c := env.NewConsumer(t, f.topics[:1])
+	stop := runRelay(t, cfg)
+	c.WaitFor(t, 1, time.Minute) // the anchor is made before the first row
+	const gone, kept = "00000000-0000-4000-8000-000900000011", "00000000-0000-4000-8000-000900000012"
+	row := `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, '` + f.shape.AggregateTypes[0] + `', 'kx', 'T', '{}')`
+	writer, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close(context.Background())
+	if _, err := writer.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Exec(ctx, row, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Exec(ctx, "DELETE FROM outbox WHERE id = $1", gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Exec(ctx, row, kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var slots int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", cfg.Postgres.Slot).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("%d slots named %q (%v): the snapshot was over before the test could stop it", slots, cfg.Postgres.Slot, err)
+	}
+	stop = runRelay(t, cfg)
+	var kx []string
+	distinct := map[string]bool{}
+	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Poll() {
+			id, _ := m.Header("id")
+			distinct[string(id)] = true
+			if string(m.Key) == "kx" {
+				kx = append(kx, string(id))
+			}
+		}
+		return distinct[kept] && len(distinct) == rows+2, fmt.Sprintf("%d distinct events (want %d), key kx: %v", len(distinct), rows+2, kx)
+	})
+	noAnchorLeft(t, f, cfg)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(kx, []string{gone, kept}) {
+		t.Fatalf("key kx got %v; want %s then %s, once each: the slot streams both, and the new snapshot leaves kept to it", kx, gone, kept)
+	}
+}
+
 // TestInitialSnapshotStopsOnASlotMadeMeanwhileUntilItIsDropped: a slot
 // made by something else while the snapshot is read (here by SQL, which
 // does not wait for the snapshot's lock) starts after the snapshot's

@@ -84,6 +84,9 @@ type snapshotHeld struct {
 	// publishedAt, when not 0: every row was acknowledged, and only making
 	// the slot from the anchor there is left.
 	publishedAt replication.LSN
+	// sinceAnchor goes with snap: by table, the event ids of its rows the
+	// slot streams (insertedSinceAnchor), which it does not publish.
+	sinceAnchor map[string]map[string]bool
 }
 
 func (h *snapshotHeld) release(ctx context.Context) {
@@ -149,6 +152,7 @@ func (h *snapshotHeld) dropSnap(ctx context.Context) {
 		h.snap.Close(ctx)
 		h.snap = nil
 	}
+	h.sinceAnchor = nil
 }
 
 // initialSnapshot publishes the outbox tables' rows and creates the slot,
@@ -236,7 +240,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 		// from a new snapshot, would put what only WAL held since the
 		// anchor after later events of its keys.
 	case hasAnchor && held.snap == nil:
-		r.log.Error("initial snapshot: an earlier attempt did not finish; the slot will start where it started, which its anchor slot kept: nothing is lost, and the rows committed since are sent twice (the same event ids), from the new snapshot and from the slot; a key with events only WAL held since (rows deleted by their own transaction, table-less messages) may get one of them after a later event of its own that the new snapshot published",
+		r.log.Warn("initial snapshot: an earlier attempt did not finish; the slot will start where it started, which its anchor slot kept, and a new snapshot publishes the rows committed before that point (those the earlier attempt sent are sent again, with the same event ids); the rows committed since come from the slot, in commit order",
 			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName), zap.Stringer("anchor_lsn", anchor.ConfirmedFlushLSN))
 	}
 	if !hasAnchor && *started {
@@ -294,6 +298,14 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 			return 0, err
 		}
 		held.snap = snap
+		if hasAnchor {
+			// A new snapshot after an earlier one's: what was committed
+			// since the anchor comes from the slot, which starts there.
+			if held.sinceAnchor, err = r.insertedSinceAnchor(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, snap.ConsistentPoint); err != nil {
+				held.dropSnap(ctx) // not to be used without what it leaves out
+				return 0, err
+			}
+		}
 	}
 	if !hasAnchor {
 		// Before a row is published: a stop before this publishes
@@ -305,7 +317,7 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 		*anchor = a
 	}
 	*started = true
-	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot)
+	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot, held.sinceAnchor)
 	if errors.Is(err, errSnapshotGone) {
 		// The server ended the replication connection: the next attempt
 		// needs a new slot.
@@ -321,6 +333,58 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 	held.publishedAt = anchor.ConfirmedFlushLSN
 	held.dropSnap(ctx)
 	return n, nil
+}
+
+// insertedSinceAnchor returns, by table, the event ids of the rows the
+// anchor slot decodes between its position (from) and a new snapshot's
+// consistent point (upto): rows committed after the first attempt's
+// snapshot, which the new one sees too. The slot, made from the anchor,
+// streams them after the rows committed before, with the events only WAL
+// held in between (rows deleted by their own transaction, table-less
+// messages); published from the new snapshot as well, one would reach
+// Kafka before such an event of its key that was committed earlier.
+//
+// A snapshot row is left out by its event id only where the id column has
+// a unique index on it alone (else a row committed before the anchor could
+// share an id with one after, and be left out unsent): such a table keeps
+// the earlier behaviour, said at Error.
+func (r *Relay) insertedSinceAnchor(ctx context.Context, conn *pgx.Conn, anchor string, from, upto replication.LSN) (map[string]map[string]bool, error) {
+	if upto <= from {
+		return nil, nil
+	}
+	if err := replication.WaitFlushed(ctx, conn, upto, handoverFlushWait, nil); err != nil {
+		return nil, fmt.Errorf("relay: initial snapshot: %w", err)
+	}
+	pc := r.cfg.Postgres
+	out := map[string]map[string]bool{}
+	for _, table := range pc.QualifiedTables() {
+		_, id := r.cfg.columnsOf(table)
+		t, err := poll.NewTable(table, "", "")
+		if err != nil {
+			return nil, err
+		}
+		var unique bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+			WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1 AND i.indpred IS NULL AND a.attname = $2)`,
+			t.Quoted(), id).Scan(&unique); err != nil {
+			return nil, fmt.Errorf("relay: initial snapshot: the unique indexes of %s: %w", table, err)
+		}
+		if !unique {
+			r.log.Error("initial snapshot: started over from a new snapshot, and the event id column has no unique index of its own, so the rows committed since the first attempt's point are published from the new snapshot and again from the slot: a key with an event only WAL held since (a row deleted by its own transaction, a table-less message) may get it after a later event of its own",
+				zap.String("table", table), zap.String("column", id), zap.Stringer("anchor_lsn", from), zap.Stringer("snapshot_lsn", upto))
+			continue
+		}
+		p, err := replication.PeekPending(ctx, conn, anchor, pc.Publication, table, id, "", upto)
+		if err != nil {
+			return nil, fmt.Errorf("relay: initial snapshot: the rows committed since the first attempt's point: %w", err)
+		}
+		set := make(map[string]bool, len(p.Inserts))
+		for _, v := range p.Inserts {
+			set[v] = true
+		}
+		out[table] = set
+	}
+	return out, nil
 }
 
 // errSnapshotGone: the exported snapshot can no longer be imported (its
@@ -353,7 +417,7 @@ func (r *Relay) keepPollRelaysOut(ctx context.Context, conn *pgx.Conn) error {
 
 // publishSnapshot reads every outbox table in the snapshot and publishes
 // its rows, a batch at a time, each acknowledged before the next is read.
-func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot string) (int, error) {
+func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot string, sinceAnchor map[string]map[string]bool) (int, error) {
 	if err := r.checkDeadLetterTopic(ctx); err != nil {
 		return 0, err
 	}
@@ -387,7 +451,7 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 	}
 	total := 0
 	for _, table := range r.cfg.Postgres.QualifiedTables() {
-		n, err := r.publishTable(ctx, tx, pub, table)
+		n, err := r.publishTable(ctx, tx, pub, table, sinceAnchor[table])
 		total += n
 		if err != nil {
 			return total, err
@@ -400,7 +464,9 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 
 // publishTable publishes one table's rows through a cursor, in sequence
 // order (or created_at order, or as stored, whichever the table allows).
-func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, table string) (int, error) {
+// Rows whose event id is in skip (the slot streams them: see
+// insertedSinceAnchor) are left out.
+func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, table string, skip map[string]bool) (int, error) {
 	cols, err := poll.Columns(ctx, tx.Conn(), table)
 	if err != nil {
 		return 0, err
@@ -447,8 +513,15 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		return 0, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
 	}
 	defer tx.Exec(context.WithoutCancel(ctx), "CLOSE pgoutbox_snapshot") //nolint:errcheck // the transaction ends anyway
-	key, _ := r.cfg.columnsOf(table)
-	keyAt := slices.Index(cols, key)
+	key, id := r.cfg.columnsOf(table)
+	keyAt, idAt := slices.Index(cols, key), slices.Index(cols, id)
+	skipped := 0
+	if len(skip) > 0 {
+		defer func() {
+			r.log.Info("initial snapshot: rows committed since the anchor's position left to the slot, which streams them in commit order",
+				zap.String("table", table), zap.Int("rows", skipped))
+		}()
+	}
 	fetch := "FETCH " + strconv.Itoa(r.cfg.Snapshot.BatchSize) + " FROM pgoutbox_snapshot"
 	total := 0
 	var userTypes map[uint32]replication.UserType
@@ -462,6 +535,19 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		}
 		if len(rows) == 0 {
 			return total, nil
+		}
+		if len(skip) > 0 && idAt >= 0 {
+			kept := rows[:0]
+			for _, row := range rows {
+				if v := row.row.Values[idAt]; v != nil && skip[string(v)] {
+					skipped++
+					continue
+				}
+				kept = append(kept, row)
+			}
+			if rows = kept; len(rows) == 0 {
+				continue
+			}
 		}
 		for i := range rows {
 			rows[i].where = fmt.Sprintf("snapshot row %d of %s", total+i+1, table)

@@ -198,3 +198,40 @@ func TestFlushTriggersTurnOffAsDocumented(t *testing.T) {
 		t.Fatalf("a bare -1 for a duration: want an error that suggests -1ms, got %v", err)
 	}
 }
+
+// TestTwoRoutesKeysForOneTableStopRunAndValidate: a base file's
+// "team_a_outbox:" and an overlay's "public.team_a_outbox:" both survive a
+// Helm or kustomize merge; validate --config-only said PASS and run
+// started, sending the table's events to one key's topic or the other's
+// as Go's map order fell. Both must stop at the configuration, naming both
+// keys and the table.
+func TestTwoRoutesKeysForOneTableStopRunAndValidate(t *testing.T) {
+	path := writeFile(t, `
+postgres:
+  dsn: postgres://x@127.0.0.1:1/db?connect_timeout=2
+  table.include.list: [public.team_a_outbox]
+kafka:
+  brokers: [127.0.0.1:1]
+routes:
+  team_a_outbox:
+    route.topic: team_a.x
+  public.team_a_outbox:
+    route.topic: team_a.y
+`)
+	for _, args := range [][]string{
+		{"validate", "--config-only", "--config", path},
+		{"run", "--config", path},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(args, nil, &out, &errOut)
+		all := out.String() + errOut.String()
+		if code != exitConfig {
+			t.Fatalf("%s: exit %d, want %d:\n%s", strings.Join(args, " "), code, exitConfig, all)
+		}
+		for _, want := range []string{`"team_a_outbox"`, `"public.team_a_outbox"`, "table public.team_a_outbox"} {
+			if !strings.Contains(all, want) {
+				t.Fatalf("%s: output does not name %s:\n%s", strings.Join(args, " "), want, all)
+			}
+		}
+	}
+}

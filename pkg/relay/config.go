@@ -3,6 +3,8 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,11 +61,25 @@ func (c *Config) RouterSet() (*router.Set, error) {
 		tables[t] = true
 	}
 	var errs []error
-	for table, opts := range c.Routes {
+	// Two keys may name one table ("outbox" and "public.outbox", as a base
+	// file and an overlay merged by Helm or kustomize leave them): per holds
+	// one set of options a table, so the last key in Go's random map order
+	// would win, and the table's events would go to either key's topic,
+	// another at each start. Refuse it instead; sorted, so the error names
+	// the same keys in the same order every time.
+	keys := slices.Sorted(maps.Keys(c.Routes))
+	given := make(map[string]string, len(keys))
+	for _, table := range keys {
+		opts := c.Routes[table]
 		qualified := table
 		if !strings.Contains(table, ".") {
 			qualified = "public." + table
 		}
+		if prev, dup := given[qualified]; dup {
+			errs = append(errs, fmt.Errorf("routes: keys %q and %q both name table %s, and only one set of options can apply to it: keep one key and move the other's options into it", prev, table, qualified))
+			continue
+		}
+		given[qualified] = table
 		if !tables[qualified] {
 			errs = append(errs, fmt.Errorf("routes: table %q is not in postgres.table.include.list %v", table, c.Postgres.Tables))
 			continue

@@ -113,3 +113,41 @@ func TestInFlightBytesMustFitTheRetryBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoRoutesKeysForOneTableAreRefused: "team_a_outbox" and
+// "public.team_a_outbox" name one table; both were kept under the same
+// qualified name, so whichever key Go's map order put last chose the
+// table's topic, anew at each start, and nothing said so.
+func TestTwoRoutesKeysForOneTableAreRefused(t *testing.T) {
+	c := validConfig()
+	c.Postgres.Tables = []string{"public.team_a_outbox"}
+	c.Routes = map[string]map[string]string{
+		"team_a_outbox":        {"route.topic": "x"},
+		"public.team_a_outbox": {"route.topic": "y"},
+	}
+	// Map order varies from run to run: ask several times, so a check that
+	// depends on which key comes first cannot pass by luck.
+	for range 20 {
+		_, err := c.RouterSet()
+		if err == nil {
+			t.Fatal("RouterSet accepted two routes keys for public.team_a_outbox")
+		}
+		for _, want := range []string{`"team_a_outbox"`, `"public.team_a_outbox"`, "table public.team_a_outbox"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("RouterSet: %v; want it to name %s", err, want)
+			}
+		}
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "both name table public.team_a_outbox") {
+		t.Fatalf("Validate: %v", err)
+	}
+	// One key for each of two tables is still fine.
+	c.Postgres.Tables = []string{"public.team_a_outbox", "app.team_a_outbox"}
+	c.Routes = map[string]map[string]string{
+		"team_a_outbox":     {"route.topic": "x"},
+		"app.team_a_outbox": {"route.topic": "y"},
+	}
+	if _, err := c.RouterSet(); err != nil {
+		t.Fatalf("RouterSet with two tables: %v", err)
+	}
+}

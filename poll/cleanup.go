@@ -211,11 +211,6 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 	if err != nil {
 		return 0, err
 	}
-	// Relayed from the WAL: past the poll source's trigger that keeps
-	// unpublished rows (a table on its way to the poll source has it).
-	if _, err := conn.Exec(ctx, "SELECT set_config($1, 'on', false)", migrations.DeleteUnpublished); err != nil {
-		return 0, fmt.Errorf("poll: delete relayed rows of %s: %w", table, err)
-	}
 	// The leaf partitions of a partitioned table, or the table itself.
 	rows, err := conn.Query(ctx, `SELECT r::regclass::text, pg_relation_size(r) / current_setting('block_size')::bigint FROM (
 		SELECT relid AS r FROM pg_partition_tree($1::regclass) WHERE isleaf
@@ -252,13 +247,13 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 			" WHERE t.ctid >= format('(%s,0)', $1::bigint)::tid AND t.ctid < format('(%s,0)', $2::bigint)::tid" +
 			" AND " + xid64("n.x", "t.xmin::text::bigint") + " < $3::bigint FOR UPDATE OF t SKIP LOCKED))"
 		for from := int64(0); from < l.blocks && batches < c.MaxBatches; from += walBlocks {
-			tag, err := conn.Exec(ctx, sql, from, from+walBlocks, int64(mark.SnapshotXmin))
+			n, err := relayedBatch(ctx, conn, sql, from, from+walBlocks, mark)
 			if err != nil {
 				return total, fmt.Errorf("poll: delete relayed rows of %s: %w", l.name, err)
 			}
-			total += tag.RowsAffected()
+			total += n
 			batches++
-			if tag.RowsAffected() == 0 {
+			if n == 0 {
 				continue // only read: nothing held
 			}
 			if err := c.pause(ctx); err != nil {
@@ -267,4 +262,28 @@ func (c Cleanup) Relayed(ctx context.Context, conn *pgx.Conn, table string, mark
 		}
 	}
 	return total, nil
+}
+
+// relayedBatch runs one batch of Relayed, the pages [from, to), in a
+// transaction of its own. The rows were relayed from the WAL, so the
+// delete goes past the poll source's trigger that keeps unpublished rows
+// (a table on its way to the poll source has it), but only in this
+// transaction (set_config's is_local): set for the session, the setting
+// outlived cleanup, and through a pooler in transaction mode the server
+// session went on to an application, whose deletes of rows not yet
+// published then went through and lost their events.
+func relayedBatch(ctx context.Context, conn *pgx.Conn, sql string, from, to int64, mark Mark) (int64, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT set_config($1, 'on', true)", migrations.DeleteUnpublished); err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, sql, from, to, int64(mark.SnapshotXmin))
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), tx.Commit(ctx)
 }

@@ -16,6 +16,8 @@ import (
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 //go:embed 0001_outbox.sql
@@ -28,6 +30,10 @@ type Params struct {
 	// Tables are the schema-qualified outbox tables, e.g. public.outbox.
 	Tables      []string
 	Publication string
+	// PublicationAutocreate is postgres.publication.autocreate.mode: with
+	// all_tables the publication is created FOR ALL TABLES, as run creates
+	// it; any other mode (or none) creates it FOR TABLE the outbox tables.
+	PublicationAutocreate string
 	// StateTableDDL creates the relay's state table ("" for none).
 	StateTableDDL string
 }
@@ -69,26 +75,26 @@ func tableSQL(table string) (string, error) {
 	return b.String(), nil
 }
 
-// createPublicationSQL creates the publication for tables: inserts only,
-// and partitions' changes reported under their partitioned table's name.
-func createPublicationSQL(pub string, tables []string) (string, error) {
-	qp, err := pubIdent(pub)
-	if err != nil {
+// createPublicationSQL creates p's publication exactly as run would
+// (replication.CreatePublicationSQL: FOR TABLE the outbox tables, or FOR
+// ALL TABLES with publication.autocreate.mode all_tables; inserts only;
+// partitions' changes under their partitioned table's name). One function
+// for both, so a publication made by migrate and one made by run cannot
+// differ: migrate once made FOR TABLE where run makes FOR ALL TABLES.
+func createPublicationSQL(p Params) (string, error) {
+	if _, err := pubIdent(p.Publication); err != nil {
 		return "", err
 	}
-	var qt []string
-	for _, t := range tables {
-		q, err := Ident(t)
-		if err != nil {
+	for _, t := range p.Tables {
+		if _, err := Ident(t); err != nil {
 			return "", err
 		}
-		qt = append(qt, q)
 	}
-	sql := "CREATE PUBLICATION " + qp
-	if len(qt) > 0 {
-		sql += " FOR TABLE " + strings.Join(qt, ", ")
-	}
-	return sql + " WITH (publish = 'insert', publish_via_partition_root = true);", nil
+	return replication.CreatePublicationSQL(replication.Config{
+		Publication:           p.Publication,
+		Tables:                p.Tables,
+		PublicationAutocreate: p.PublicationAutocreate,
+	}) + ";", nil
 }
 
 // Render returns the SQL Apply runs, for `pgoutbox migrate --print`. The
@@ -103,7 +109,7 @@ func Render(p Params) ([]string, error) {
 		}
 		out = append(out, s)
 	}
-	create, err := createPublicationSQL(p.Publication, p.Tables)
+	create, err := createPublicationSQL(p)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +162,7 @@ func ensurePublication(ctx context.Context, tx pgx.Tx, p Params) error {
 	var all bool
 	err := tx.QueryRow(ctx, "SELECT oid, puballtables FROM pg_publication WHERE pubname = $1", p.Publication).Scan(&oid, &all)
 	if errors.Is(err, pgx.ErrNoRows) {
-		create, err := createPublicationSQL(p.Publication, p.Tables)
+		create, err := createPublicationSQL(p)
 		if err != nil {
 			return err
 		}

@@ -502,7 +502,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
-	p := migrations.Params{Tables: cfg.Postgres.QualifiedTables(), Publication: cfg.Postgres.Publication}
+	p := migrations.Params{Tables: cfg.Postgres.QualifiedTables(), Publication: cfg.Postgres.Publication, PublicationAutocreate: cfg.Postgres.PublicationAutocreate}
 	if cfg.Postgres.StateTable != "" {
 		ddl, err := replication.StateTableDDL(cfg.Postgres.StateTable)
 		if err != nil {

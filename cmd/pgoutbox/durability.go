@@ -190,6 +190,9 @@ func startTopics(cfg relay.Config) map[string]string {
 		if t := opts["route.topic"]; t != "" {
 			out[t] = "topic"
 		}
+		if t, ok := fixedTopic(opts["route.topic.replacement"]); ok {
+			out[t] = "topic"
+		}
 	}
 	if cfg.Relay.PoisonPolicy == "dead-letter" {
 		out[cfg.Relay.DeadLetterTopic] = "dead-letter topic"

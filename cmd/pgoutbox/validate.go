@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,9 +31,9 @@ postgres.status.update.interval. Prints one line per check,
 "fix:" line saying what to do; a durability line says what can be lost.
 Nothing is created or changed.
 
-Topics are computed from each row, so only the topics named with --topics,
-and the topic of a route.topic.replacement without group references, are
-checked.
+Topics are computed from each row, so only the topics named with --topics
+and the fixed topics are checked: router.route.topic, each routes entry's
+route.topic, and a route.topic.replacement without group references.
 
 Exit status 0 when nothing failed (with --strict: nothing failed and nothing
 warned), 1 when a check failed (or, with --strict, warned), 2 for bad flags
@@ -630,9 +631,16 @@ func validateKafka(v *validation, cfg fileConfig, topics []string) {
 		v.report(warn("topic retention", "with kafka.auto.create.topics pgoutbox reads no topic's settings, so records stamped with table.field.event.timestamp are not checked against their topic's retention: on a topic created with the broker's defaults (CreateTime, 7 days) an event older than that is deleted soon after it is relayed",
 			"create the topics yourself and set kafka.auto.create.topics=false, or give the broker log.message.timestamp.type=LogAppendTime, or leave table.field.event.timestamp unset"))
 	}
-	fixed, ok := fixedTopic(cfg.Router.RouteTopicReplacement)
-	if ok && !slices.Contains(topics, fixed) {
-		topics = append(topics, fixed)
+	// The topics known before any row is routed (router.route.topic, a
+	// table's route.topic, a replacement without group references) are
+	// checked like those named with --topics: the same list run audits at
+	// start (startTopics), so a fixed topic that does not exist fails here
+	// rather than at the first event. The dead-letter topic comes below.
+	start := startTopics(cfg.Config)
+	for _, t := range slices.Sorted(maps.Keys(start)) {
+		if start[t] == "topic" && !slices.Contains(topics, t) {
+			topics = append(topics, t)
+		}
 	}
 	if len(topics) == 0 {
 		v.report(warn("topics", fmt.Sprintf("none checked: each row's %s column picks its topic through route.topic.replacement %q, so the topics are not known in advance",

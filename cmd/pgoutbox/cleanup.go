@@ -38,9 +38,13 @@ beside the hold, once those events are relayed. A start that finds the
 outbox table or publication changed, or the slot moved on by something
 else, holds it too. A slot past the fence the relay's last session
 recorded, or no row for the slot in the state table, also stops cleanup
-before it deletes anything. Cleanup reads the hold and the fence from
-postgres.state.table: its role needs SELECT on that table (and UPDATE for
---release-hold). Without a state table the WAL source's cleanup refuses
+before it deletes anything. A hold of another slot whose state row (in
+the same state table) records one of the tables, or records none yet and
+whose publication publishes one, stops the cleanup of either source too:
+the rows of that slot's gap are in the table, to be relayed from it.
+Release it with that slot's configuration. Cleanup reads the holds and
+the fence from postgres.state.table: its role needs SELECT on that table
+(and UPDATE for --release-hold). Without a state table the WAL source's cleanup refuses
 unless --without-state-table is given: nothing then records what would
 make the slot's position say nothing of rows never relayed.
 
@@ -112,6 +116,12 @@ func cleanupPoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cl
 	}
 	if err := t.Check(ctx, conn); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: cleanup: %v\n", err)
+		return exitRuntime
+	}
+	// A published row may still be in a WAL slot's gap (a slot on the
+	// same table, or the one handed over to the poll source): its hold
+	// says those rows are to be relayed from the table.
+	if cfg.Postgres.StateTable != "" && refuseSharedHolds(ctx, conn, cfg.Postgres.StateTable, "", t.Name, []string{t.Name}, stderr) {
 		return exitRuntime
 	}
 	n, err := cl.Published(ctx, conn, t, keep)
@@ -217,6 +227,12 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s is held, so nothing was deleted: %s. Relay those events from the outbox table, then run pgoutbox cleanup --release-hold=%s (the ID of this hold: a gap added later changes it)\n", pc.Slot, hold, replication.HoldID(hold))
 			return exitRuntime
 		}
+		// Another slot on the same table (a region's) may be held: its
+		// gap's rows are in this table, to be relayed from it, and this
+		// slot's position says nothing of them.
+		if refuseSharedHolds(ctx, conn, pc.StateTable, pc.Slot, "slot "+pc.Slot, pc.QualifiedTables(), stderr) {
+			return exitRuntime
+		}
 	}
 	failed := false
 	for _, table := range pc.QualifiedTables() {
@@ -244,4 +260,21 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		return exitRuntime
 	}
 	return exitOK
+}
+
+// refuseSharedHolds says on stderr, and returns true, when a slot other
+// than slot ("": any) is held on one of tables: its gap's rows are to be
+// relayed from the table, and cleanup of what (the cleanup's own name)
+// would delete them as relayed.
+func refuseSharedHolds(ctx context.Context, conn *pgx.Conn, stateTable, slot, what string, tables []string, stderr io.Writer) bool {
+	holds, err := replication.SharedCleanupHolds(ctx, conn, stateTable, slot, tables)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup of %s: nothing was deleted: %v; cleanup needs SELECT on %s to see whether another slot on the same table is held\n", what, err, stateTable)
+		return true
+	}
+	for _, h := range holds {
+		fmt.Fprintf(stderr, "pgoutbox: cleanup of %s: nothing was deleted: the cleanup of slot %s is held (%s): %s. Its gap's rows are in the same table, to be relayed from it, and deleting them would lose them: relay those events from the outbox table, then run pgoutbox cleanup --release-hold=%s with slot %s's configuration (postgres.slot.name: %s, relay.source: wal)\n",
+			what, h.Slot, h.Why, h.Hold, h.ID(), h.Slot, h.Slot)
+	}
+	return len(holds) > 0
 }

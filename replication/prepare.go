@@ -230,6 +230,21 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		if st.Created {
 			s.SlotCreatedAt, s.SlotCreatedLSN, s.Note = time.Now(), st.Slot.ConfirmedFlushLSN, "created by pgoutbox"
 		}
+		if !st.Slot.Active {
+			// The fence from the first sight of the slot: no pgoutbox
+			// session has confirmed anything on it yet, so a slot found
+			// further on later (pg_replication_slot_advance, another
+			// client, before the first session or between migrate and
+			// run) was moved by someone else, and CheckFence, cleanup and
+			// the poll handover refuse it. By the server's clock, as a
+			// session's start (CheckFence compares it with the server's
+			// start). A slot in use now is another client's, whose
+			// confirmations are its own: no fence then.
+			s.StoppedLSN = st.Slot.ConfirmedFlushLSN
+			if err := conn.QueryRow(ctx, "SELECT now()").Scan(&s.SessionStartedAt); err != nil {
+				return st, fmt.Errorf("replication: read the server's time: %w", err)
+			}
+		}
 		s.SetCatalog(&st.Catalog)
 		s.Publication = cfg.Publication
 		write := WriteState // a slot made anew: its row is replaced

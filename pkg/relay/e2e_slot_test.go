@@ -548,6 +548,53 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 	run("seventh.log", 37, 5, false)
 }
 
+// TestSlotAdvancedBeforeTheFirstSessionIsFatal: the state row written when
+// pgoutbox first makes (or finds) the slot had no fence; only a session
+// raised one. A slot moved on between pgoutbox migrate and the first run
+// (or after a first run that never streamed, Kafka unreachable) skipped
+// its events unseen: run streamed on, cleanup deleted their rows as
+// relayed. (A reviewer showed both.) The row now carries a fence at the
+// slot's position from the start: cleanup refuses, and so does run.
+func TestSlotAdvancedBeforeTheFirstSessionIsFatal(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	migrate := exec.Command(pgoutboxBinary(t), "migrate")
+	migrate.Env = f.environ()
+	if out, err := migrate.CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	if _, active := f.slotState(t); active {
+		t.Fatal("the slot is in use after migrate")
+	}
+	lost := outboxtest.NewWriter(f.conn, "outbox", f.shape, 41)
+	for range 5 {
+		if err := lost.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil || rows == 0 {
+		t.Fatalf("%d outbox rows (%v)", rows, err)
+	}
+	cl := exec.Command(pgoutboxBinary(t), "cleanup", "--retention", "0s")
+	cl.Env = f.environ()
+	if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "the furthest the last pgoutbox session on it may have confirmed") {
+		t.Fatalf("cleanup with the slot moved on before any session: %v\n%s", err, out)
+	}
+	var after int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&after); err != nil || after != rows {
+		t.Fatalf("%d outbox rows after the refused cleanup, %d before (%v)", after, rows, err)
+	}
+	startRefused(t, f, "first.log", "with the slot moved on before the first session", f.slot, "SET stopped_lsn = NULL")
+	if hold := f.cleanupHold(t); !strings.Contains(hold, "may never have been relayed") {
+		t.Fatalf("cleanup hold after the refused start: %q", hold)
+	}
+}
+
 // TestSlotAdvancedWhileStoppedStaysFatalAfterAServerRestart: the fence
 // tells a slot moved while pgoutbox was stopped from one an earlier
 // version left at the shutdown checkpoint by whether PostgreSQL restarted

@@ -8,6 +8,13 @@ func WithSnapshotPersistFault(f func() error) Option {
 	return func(r *Relay) { r.persistFault = f }
 }
 
+// WithSnapshotExportedHook makes f run each time a new initial snapshot has
+// been exported, before anything reads it: what f commits is after the
+// snapshot, at a moment a test cannot otherwise reach.
+func WithSnapshotExportedHook(f func()) Option {
+	return func(r *Relay) { r.exportedHook = f }
+}
+
 // TopicSettingsFresh is how recently a topic's settings must have been
 // read for a record to be refused by them.
 const TopicSettingsFresh = topicSettingsFresh

@@ -46,6 +46,9 @@ type Relay struct {
 	// initial snapshot makes the slot; an error it returns fails that
 	// attempt, as a dropped connection would.
 	persistFault func() error
+	// exportedHook, set only by tests (export_test.go), runs once a new
+	// initial snapshot has been exported, before anything reads it.
+	exportedHook func()
 	// instance names this process in the state table.
 	instance string
 

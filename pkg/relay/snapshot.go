@@ -298,6 +298,9 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 			return 0, err
 		}
 		held.snap = snap
+		if r.exportedHook != nil {
+			r.exportedHook()
+		}
 		if hasAnchor {
 			// A new snapshot after an earlier one's: what was committed
 			// since the anchor comes from the slot, which starts there.
@@ -318,9 +321,9 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 	}
 	*started = true
 	n, err := r.publishSnapshot(ctx, conn, snap.Snapshot, held.sinceAnchor)
-	if errors.Is(err, errSnapshotGone) {
-		// The server ended the replication connection: the next attempt
-		// needs a new slot.
+	if errors.Is(err, errSnapshotGone) || errors.Is(err, errSnapshotRewritten) {
+		// The server ended the replication connection, or a table was
+		// rewritten since the snapshot: the next attempt needs a new one.
 		held.dropSnap(ctx)
 	}
 	if err != nil || ctx.Err() != nil {
@@ -449,6 +452,9 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
 		return 0, fmt.Errorf("relay: initial snapshot: use snapshot %s: %w: %w", snapshot, errSnapshotGone, err)
 	}
+	if err := r.lockUnrewritten(ctx, tx); err != nil {
+		return 0, err
+	}
 	total := 0
 	for _, table := range r.cfg.Postgres.QualifiedTables() {
 		n, err := r.publishTable(ctx, tx, pub, table, sinceAnchor[table])
@@ -458,6 +464,53 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 		}
 	}
 	return total, nil
+}
+
+// errSnapshotRewritten: an outbox table was rewritten (ALTER TABLE that
+// rewrites, TRUNCATE, VACUUM FULL, CLUSTER) after the snapshot was
+// exported, and the snapshot would read it as it is not.
+var errSnapshotRewritten = errors.New("an outbox table was rewritten after the snapshot was taken")
+
+// lockUnrewritten locks the outbox tables (and so their partitions) in tx,
+// whose snapshot was exported earlier, against rewrites until tx ends, and
+// then makes sure none was rewritten since the export. PostgreSQL keeps no
+// old snapshot working across a table rewrite: a table rewritten after the
+// export reads as empty in it (TRUNCATE and the rewriting forms of ALTER
+// TABLE are not MVCC-safe), and the rewrite is no insert the slot decodes,
+// so its rows would be in neither. A relation's file node as the snapshot
+// sees pg_class against the one in use now tells: different, and the
+// snapshot is dropped and a new one taken (the anchor keeps where the slot
+// starts). A table is locked when its cursor opens in any case; locking
+// them all first closes the window before the later tables' turn.
+func (r *Relay) lockUnrewritten(ctx context.Context, tx pgx.Tx) error {
+	tables := r.cfg.Postgres.QualifiedTables()
+	if len(tables) == 0 {
+		return nil
+	}
+	quoted := make([]string, 0, len(tables))
+	for _, table := range tables {
+		t, err := poll.NewTable(table, "", "")
+		if err != nil {
+			return err
+		}
+		quoted = append(quoted, t.Quoted())
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(quoted, ", ")+" IN ACCESS SHARE MODE"); err != nil {
+		return fmt.Errorf("relay: initial snapshot: lock the outbox tables: %w", err)
+	}
+	var rewritten []string
+	err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(c.oid::regclass::text ORDER BY 1), '{}') FROM pg_class c
+		WHERE c.oid IN (SELECT r.oid FROM unnest($1::regclass[]) AS r(oid)
+				UNION SELECT t.relid FROM unnest($1::regclass[]) AS r(oid), pg_partition_tree(r.oid) AS t)
+			AND c.relfilenode <> 0 AND c.relfilenode IS DISTINCT FROM pg_relation_filenode(c.oid)`, quoted).Scan(&rewritten)
+	if err != nil {
+		return fmt.Errorf("relay: initial snapshot: compare the outbox tables with the snapshot: %w", err)
+	}
+	if len(rewritten) > 0 {
+		return fmt.Errorf("relay: initial snapshot: %s rewritten (ALTER TABLE, TRUNCATE, VACUUM FULL or CLUSTER) since the snapshot was taken, which would read as empty: taking a new snapshot (the slot still starts where the first one did): %w",
+			strings.Join(rewritten, ", "), errSnapshotRewritten)
+	}
+	return nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -514,7 +567,6 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 	}
 	defer tx.Exec(context.WithoutCancel(ctx), "CLOSE pgoutbox_snapshot") //nolint:errcheck // the transaction ends anyway
 	key, id := r.cfg.columnsOf(table)
-	keyAt, idAt := slices.Index(cols, key), slices.Index(cols, id)
 	skipped := 0
 	if len(skip) > 0 {
 		defer func() {
@@ -529,14 +581,14 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		if ctx.Err() != nil {
 			return total, nil
 		}
-		rows, err := r.fetchRows(ctx, tx, fetch, table, keyAt, &userTypes)
+		rows, err := r.fetchRows(ctx, tx, fetch, table, key, &userTypes)
 		if err != nil {
 			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
 		}
 		if len(rows) == 0 {
 			return total, nil
 		}
-		if len(skip) > 0 && idAt >= 0 {
+		if idAt := slices.Index(rows[0].row.Names, id); len(skip) > 0 && idAt >= 0 {
 			kept := rows[:0]
 			for _, row := range rows {
 				if v := row.row.Values[idAt]; v != nil && skip[string(v)] {
@@ -561,7 +613,10 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 
 // fetchRows reads the next rows of the cursor as router rows (text values);
 // userTypes caches the user types of the row description.
-func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, keyAt int, userTypes *map[uint32]replication.UserType) ([]pubRow, error) {
+// The key column is found among the result's columns, which are the
+// table's as it is now (a column dropped after the snapshot was exported
+// is not among them, though the snapshot's pg_attribute has it).
+func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table, key string, userTypes *map[uint32]replication.UserType) ([]pubRow, error) {
 	res, err := tx.Query(ctx, fetch, pgx.QueryResultFormats{pgx.TextFormatCode})
 	if err != nil {
 		return nil, err
@@ -572,6 +627,7 @@ func (r *Relay) fetchRows(ctx context.Context, tx pgx.Tx, fetch, table string, k
 	for i, f := range fds {
 		names[i], types[i], mods[i] = f.Name, f.DataTypeOID, f.TypeModifier
 	}
+	keyAt := slices.Index(names, key)
 	var out []pubRow
 	for res.Next() {
 		raw := res.RawValues()

@@ -150,6 +150,10 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 				}
 			}
 		}
+		if gone := st.State.Unconfigured(&st.Catalog); len(gone) > 0 && !cfg.RecreateVanishedSlot {
+			// Refused before anything is skipped: no hold.
+			return st, &CatalogError{Publication: cfg.Publication, Problems: gone, Err: ErrCatalogUnusable}
+		}
 		if len(changes) > 0 && !cfg.RecreateVanishedSlot {
 			// The slot has passed the events of the gap: cleanup, which
 			// deletes by its position, is held from now on, not only

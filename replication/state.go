@@ -715,6 +715,68 @@ func (s *State) SetCatalog(c *Catalog) {
 	}
 }
 
+// PrefixSharer is another slot of the database whose last pgoutbox session
+// relayed table-less messages with the same prefix (PrefixSharers).
+type PrefixSharer struct {
+	Slot, Publication string
+}
+
+// PrefixSharers names the other slots of this database, in the state table
+// table, whose last pgoutbox session relayed table-less messages with
+// prefix through another publication than publication. A message belongs
+// to no table: every slot of the database decodes it, so each of those
+// relays puts it in its own topics too. Slots of one publication (regions
+// relaying the same events to their own clusters) are not named. Only
+// existing slots count.
+func PrefixSharers(ctx context.Context, conn *pgx.Conn, table, slot, prefix, publication string) ([]PrefixSharer, error) {
+	if prefix == "" {
+		return nil, nil
+	}
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT t.slot_name, coalesce(t.publication_name, '') FROM `+q+` t
+		JOIN pg_replication_slots s ON s.slot_name = t.slot_name AND s.database = current_database()
+		WHERE t.slot_name <> $1 AND t.messages_prefix = $2 AND coalesce(t.publication_name, '') <> $3
+		ORDER BY 1`, slot, prefix, publication)
+	if err != nil {
+		return nil, fmt.Errorf("replication: read the state table %s: %w", table, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PrefixSharer, error) {
+		var p PrefixSharer
+		return p, r.Scan(&p.Slot, &p.Publication)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replication: read the state table %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// Unconfigured names the outbox tables the last session relayed (its
+// record) that c, the configured ones, lacks: a table left out of
+// postgres.table.include.list (a configuration drifted in a blue/green
+// deployment, a list overridden by a Helm value). In a publication that
+// still carries it (FOR ALL TABLES, FOR TABLES IN SCHEMA) its events would
+// be skipped as another table's, with the slot confirmed past them.
+func (s *State) Unconfigured(c *Catalog) []string {
+	if s.PublicationOID == 0 || s.PublicationOID != c.Publication {
+		return nil // nothing recorded, or ChangesSince's business
+	}
+	configured := make(map[string]bool, len(c.Tables))
+	for _, t := range c.Tables {
+		configured[t.Name] = true
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(s.TableOIDs)) {
+		if !configured[name] {
+			out = append(out, fmt.Sprintf("outbox table %s, which the last pgoutbox session on this slot relayed, is not configured now (postgres.table.include.list, routes): from here on its events would be skipped as another table's. If that is a mistake (a configuration that drifted), configure it again; if it is no longer an outbox table, run `pgoutbox migrate --accept-catalog` with this configuration once its events up to now are relayed",
+				name))
+		}
+	}
+	return out
+}
+
 // ChangesSince describes how c differs from the OIDs the last session
 // recorded (none when nothing was recorded).
 func (s *State) ChangesSince(c *Catalog, cfg Config) []string {

@@ -164,6 +164,27 @@ func checkTopicDurability(s kafka.TopicState, label string, brokers []string) []
 	return out
 }
 
+// checkSharedPrefix warns when another pgoutbox relay of the database
+// (another slot in the state table, through another publication) relays
+// table-less messages with this relay's messages.prefix: each message goes
+// to both relays' topics (replication.PrefixSharers).
+func checkSharedPrefix(ctx context.Context, conn *pgx.Conn, cfg relay.Config) (checkResult, bool) {
+	rc, prefix := cfg.Postgres, cfg.Messages.Prefix
+	if prefix == "" || rc.StateTable == "" || cfg.Relay.Source == relay.SourcePoll {
+		return checkResult{}, false
+	}
+	others, err := replication.PrefixSharers(ctx, conn, rc.StateTable, rc.Slot, prefix, rc.Publication)
+	if err != nil || len(others) == 0 {
+		return checkResult{}, false
+	}
+	names := make([]string, len(others))
+	for i, o := range others {
+		names[i] = fmt.Sprintf("%q (publication %q)", o.Slot, o.Publication)
+	}
+	return warn("messages.prefix", fmt.Sprintf("another pgoutbox relay of this database also relays table-less messages with prefix %q: slot %s. A message belongs to no table and every slot decodes it, so each one written with this prefix goes to both relays' topics (and stops a relay whose router expects other fields)",
+		prefix, strings.Join(names, ", ")), "give each relay a messages.prefix of its own and have its writers use it (pkg/outbox Config.MessagePrefix), or messages.prefix: \"\" for a relay that reads no messages"), true
+}
+
 // validatePGDurability reports the PostgreSQL side of the audit.
 func validatePGDurability(v *validation, ctx context.Context, conn *pgx.Conn, rc replication.Config) {
 	ctx, cancel := context.WithTimeout(ctx, statusQueryTimeout)
@@ -302,6 +323,9 @@ func (a *durabilityAudit) postgres(ctx context.Context) {
 		return
 	}
 	a.report([]checkResult{checkWALKeep(d, rc.Slot), checkWALSenderTimeout(d.walSenderTimeout, rc.StatusInterval)})
+	if r, ok := checkSharedPrefix(ctx, conn, a.cfg); ok {
+		a.report([]checkResult{r})
+	}
 }
 
 func (a *durabilityAudit) topics(ctx context.Context, labels map[string]string) {

@@ -650,7 +650,7 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	if err != nil {
 		return err
 	}
-	for _, ch := range never {
+	for _, ch := range append(never, st.Unconfigured(&cat)...) {
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
 	}
 	// The old tables' rows may still be in the WAL still to be read: their

@@ -231,6 +231,9 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	}
 	validateFailover(ctx, v, rc)
 	validatePGDurability(v, ctx, conn, rc)
+	if r, ok := checkSharedPrefix(ctx, conn, cfg.Config); ok {
+		v.report(r)
+	}
 }
 
 // connectResult turns a failed connection into its FAIL line.

@@ -989,3 +989,52 @@ func TestPartitionDetachedWhileStreamingIsNoLongerTheOutbox(t *testing.T) {
 		}
 	}
 }
+
+// TestTableLeftOutOfTheConfigurationIsRefused: a relay whose configuration
+// lost one of the outbox tables the last session on its slot relayed (a
+// blue/green deployment whose green side drifted, a list overridden by a
+// Helm value), under a FOR ALL TABLES publication that still carries it,
+// skipped the table's events as another table's with one Warn, confirmed
+// past them and recorded the shorter list (a reviewer showed it). The start
+// is refused, naming the table, until it is configured again or migrate
+// --accept-catalog records that it is no longer an outbox table.
+func TestTableLeftOutOfTheConfigurationIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	if err := outboxtest.Setup(ctx, f.conn, "outbox_b"); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(t, "CREATE PUBLICATION "+f.pub+" FOR ALL TABLES WITH (publish = 'insert')")
+	both := f.config()
+	both.Postgres.Tables = []string{"public.outbox", "public.outbox_b"}
+	p := runInProcess(t, both)
+	f.waitStreaming(t)
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	one := f.config() // public.outbox alone, as f.environ() says too
+	for _, what := range []string{"the first start without it", "the start after"} {
+		err := runInProcess(t, one).exited(t, time.Minute)
+		if !errors.Is(err, replication.ErrCatalogUnusable) || !strings.Contains(err.Error(), "outbox table public.outbox_b") || !strings.Contains(err.Error(), "--accept-catalog") {
+			t.Fatalf("%s: %v; want a refusal naming public.outbox_b and migrate --accept-catalog", what, err)
+		}
+	}
+	cmd := exec.Command(pgoutboxBinary(t), "migrate", "--accept-catalog")
+	cmd.Env = f.environ()
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted: outbox table public.outbox_b") {
+		t.Fatalf("migrate --accept-catalog: %v\n%s", err, out)
+	}
+	p = runInProcess(t, one)
+	f.waitStreaming(t)
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// Configured again: accepted as a table new to the relay (it holds no
+	// rows it never relayed).
+	p = runInProcess(t, both)
+	f.waitStreaming(t)
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -572,7 +572,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "offsets topic %s ready (kafka.exactly.once)\n", cfg.Kafka.OffsetsTopic)
 	}
 	if *accept {
-		if err := acceptCatalog(ctx, conn, cfg.Postgres, stdout); err != nil {
+		if err := acceptCatalog(ctx, conn, cfg.Postgres, cfg.Messages.Prefix, stdout); err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: accept the catalog: %v\n", err)
 			return exitRuntime
 		}
@@ -634,7 +634,7 @@ func applyGuard(ctx context.Context, conn *pgx.Conn, pcfg replication.Config) er
 // acceptCatalog records the publication's and the outbox tables' OIDs (and
 // the partitions attached to them) as they are now in the state table, so
 // that the next start accepts them.
-func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, stdout io.Writer) error {
+func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config, prefix string, stdout io.Writer) error {
 	if pcfg.StateTable == "" {
 		return errors.New("postgres.state.table is empty: there is nothing recorded to accept")
 	}
@@ -653,6 +653,10 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	for _, ch := range append(never, st.Unconfigured(&cat)...) {
 		fmt.Fprintf(stdout, "accepted: %s\n", ch)
 	}
+	if st.MessagesRecorded && st.MessagesPrefix != "" && st.MessagesPrefix != prefix {
+		fmt.Fprintf(stdout, "accepted: table-less messages with prefix %q are no longer relayed (messages.prefix %q)\n", st.MessagesPrefix, prefix)
+	}
+	st.MessagesPrefix, st.MessagesRecorded = prefix, true
 	// The old tables' rows may still be in the WAL still to be read: their
 	// OIDs stay known as the outbox's.
 	for _, t := range cat.Tables {

@@ -1038,3 +1038,51 @@ func TestTableLeftOutOfTheConfigurationIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMessagePrefixChangedIsRefused: table-less messages belong to no
+// table, so nothing but the state row's record says a relay read them. A
+// relay started with another messages.prefix (a drifted configuration, or
+// "" for none) skipped the messages written with the old one since its last
+// session, with one Warn, and confirmed past them (a reviewer showed it).
+// The start is refused, naming both prefixes, until the prefix is set back
+// or migrate --accept-catalog records the new one.
+func TestMessagePrefixChangedIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	first := f.config() // messages.prefix "outbox", the default
+	p := runInProcess(t, first)
+	f.waitStreaming(t)
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		var prefix *string
+		err := f.checkDB.QueryRow(context.Background(), "SELECT messages_prefix FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&prefix)
+		return err == nil && prefix != nil && *prefix == "outbox", fmt.Sprintf("the session has not recorded its prefix yet (%v)", err)
+	})
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	f.emitEvent(t, "00000000-0000-4000-8000-000900000031") // with "outbox", after the session
+	other := f.config()
+	other.Messages.Prefix = "evt"
+	err := runInProcess(t, other).exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), `prefix "outbox", and messages.prefix is now "evt"`) || !strings.Contains(err.Error(), "--accept-catalog") {
+		t.Fatalf("start with another prefix: %v; want a fatal error naming both prefixes and migrate --accept-catalog", err)
+	}
+	// Set back: the message arrives.
+	c := env.NewConsumer(t, f.topics[:1])
+	p = runInProcess(t, first)
+	c.WaitFor(t, 1, time.Minute)
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(pgoutboxBinary(t), "migrate", "--accept-catalog")
+	cmd.Env = append(f.environ(), "PGOUTBOX_MESSAGES_PREFIX=evt")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `accepted: table-less messages with prefix "outbox" are no longer relayed`) {
+		t.Fatalf("migrate --accept-catalog: %v\n%s", err, out)
+	}
+	p = runInProcess(t, other)
+	f.waitStreaming(t)
+	if err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

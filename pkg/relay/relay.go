@@ -647,6 +647,13 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, where this server left timeline %d for %d (a promotion or a restore): its position comes from the old timeline's WAL, and PostgreSQL would skip the transactions this timeline committed in between, which were never relayed; recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the rows written on this timeline before its position from the outbox table",
 			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.Fork, start.State.Timeline, start.Identity.Timeline)}
 	}
+	if was, now := start.State.MessagesPrefix, r.cfg.Messages.Prefix; start.HadState && start.State.MessagesRecorded && was != "" && was != now &&
+		!start.Created && start.State.AwaitingSnapshot == "" {
+		// Messages belong to no table: nothing else records that some were
+		// relayed, and a prefix no longer read skips them unseen.
+		return &FatalError{Err: fmt.Errorf("relay: the last pgoutbox session on slot %q relayed table-less messages with prefix %q, and messages.prefix is now %q: messages written with %q since would be skipped, and the slot confirmed past them; set messages.prefix back, or, once no writer uses %q any more and its messages up to now are relayed, run `pgoutbox migrate --accept-catalog` with this configuration",
+			pcfg.Slot, was, now, was, was)}
+	}
 	if slot.ConfirmedFlushLSN < r.history.lastConfirmed {
 		// The slot went back (a failover to a standby whose slot lagged):
 		// this process has confirmed nothing of what lies past it since.

@@ -88,6 +88,12 @@ type pollRunner struct {
 	// entry goes when the row is published or dead-lettered (one whose
 	// buckets another instance took stays: a few bytes).
 	staleRetried map[int64]bool
+	// holdsWarned are the other slots' cleanup holds (slot and hold) the
+	// cleanup last found and warned of, so that each is warned of once
+	// while it lasts, not at every cleanup interval. Only the cleanup
+	// goroutine uses it, one at a time: a session's stopClean waits for
+	// its goroutine before the next session starts another.
+	holdsWarned map[replication.SharedHold]bool
 }
 
 // single says sessions send one record per produce request (see
@@ -821,5 +827,42 @@ func (pr *pollRunner) cleanupOnce(ctx context.Context, conn *pgx.Conn) (int64, e
 		_ = poll.UnlockCleanup(uctx, conn, pr.table.Name)
 		cancel()
 	}()
+	if held, err := pr.cleanupHeld(ctx, conn); err != nil || held {
+		return 0, err
+	}
 	return poll.DefaultCleanup(cfg.CleanupBatchSize).Published(ctx, conn, pr.table, cfg.Retention)
+}
+
+// cleanupHeld says whether another slot's cleanup hold covers the table
+// (replication.SharedCleanupHolds), warning once of each new one. A WAL
+// slot on the same table (the one handed over to this source, a region's
+// slot) whose hold stands has rows of its gap in this table still to be
+// relayed from it, and they may well be marked published already by this
+// relay: deleting them by published_at would lose them for that slot's
+// destination. pgoutbox cleanup refuses then too. Without a state table
+// no hold is recorded anywhere, and none is checked.
+func (pr *pollRunner) cleanupHeld(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	st := pr.r.cfg.Postgres.StateTable
+	if st == "" {
+		return false, nil
+	}
+	holds, err := replication.SharedCleanupHolds(ctx, conn, st, "", []string{pr.table.Name})
+	if err != nil {
+		return false, fmt.Errorf("read other slots' cleanup holds on %s from %s (the relay's role needs SELECT on it), so nothing was deleted: %w", pr.table.Name, st, err)
+	}
+	now := make(map[replication.SharedHold]bool, len(holds))
+	for _, h := range holds {
+		now[h] = true
+		if pr.holdsWarned[h] {
+			continue
+		}
+		pr.r.log.Warn("cleanup of published rows is held by another slot's cleanup hold: its gap's rows are in this table, to be relayed from it, and deleting them would lose them; nothing is deleted until the hold is released. Relay those events from the outbox table, then run pgoutbox cleanup --release-hold=ID with that slot's configuration (relay.source: wal)",
+			zap.String("table", pr.table.Name), zap.String("slot", h.Slot), zap.String("hold", h.Hold), zap.String("why", h.Why),
+			zap.String("release", fmt.Sprintf("pgoutbox cleanup --release-hold=%s with postgres.slot.name: %s", h.ID(), h.Slot)))
+	}
+	if len(now) == 0 && len(pr.holdsWarned) > 0 {
+		pr.r.log.Info("the cleanup holds of other slots on the table are released: cleanup of published rows resumes", zap.String("table", pr.table.Name))
+	}
+	pr.holdsWarned = now
+	return len(holds) > 0, nil
 }

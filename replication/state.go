@@ -1044,25 +1044,51 @@ const partitionScanTimeout = time.Minute
 // GuardSQL returns the statements of migrate --guard: an event trigger
 // that refuses to drop a publication pgoutbox streams from, or to take an
 // outbox table out of it (DROP TABLE, ALTER PUBLICATION ... DROP TABLE,
-// DROP PUBLICATION), as recorded in the state table; and one that refuses
+// DROP PUBLICATION), as recorded in the state tables; and one that refuses
 // the changes that keep inserts from the stream for a while and leave no
 // trace once undone: an outbox table or a partition of it made unlogged
 // (SET UNLOGGED, an unlogged partition created or attached), a table made
 // to inherit from an outbox table, and the publication made to publish no
 // inserts. A session that means it sets pgoutbox.allow_outbox_ddl = on
 // first.
-func GuardSQL(stateTable string) ([]string, error) {
-	q, err := qualifiedIdent(stateTable)
-	if err != nil {
-		return nil, err
+//
+// The event triggers have one name per database, so one pair protects
+// what every state table given records (each deployment on the database
+// that installed the guard: InstallGuard keeps the list); the functions
+// live in the first one's schema. A state table that does not exist (yet,
+// or any more) protects nothing.
+func GuardSQL(stateTables ...string) ([]string, error) {
+	if len(stateTables) == 0 {
+		return nil, errors.New("replication: the guard reads what to protect from state tables, and none is given")
 	}
-	if strings.Contains(stateTable, "$") {
-		// The functions' bodies are dollar-quoted.
-		return nil, fmt.Errorf("replication: state.table %q: the guard cannot name a table with a $ in its name", stateTable)
+	lits := make([]string, 0, len(stateTables))
+	for _, t := range stateTables {
+		q, err := qualifiedIdent(t)
+		if err != nil {
+			return nil, err
+		}
+		if strings.Contains(t, "$") {
+			// The functions' bodies are dollar-quoted.
+			return nil, fmt.Errorf("replication: state.table %q: the guard cannot name a table with a $ in its name", t)
+		}
+		lits = append(lits, quoteLiteral(q))
 	}
-	lit := "'" + strings.ReplaceAll(q, "'", "''") + "'"
-	schema, _, _ := splitTable(stateTable)
+	schema, _, _ := splitTable(stateTables[0])
 	fn, fnDDL, fnOurs := quoteIdent(schema)+".pgoutbox_guard", quoteIdent(schema)+".pgoutbox_guard_ddl", quoteIdent(schema)+".pgoutbox_guard_ours"
+	// The rows of every state table that exists, read once per command
+	// into state_rows (by dynamic SQL: a static reference to a missing table
+	// fails), then read as rows of publication_name and table_oids.
+	const rows = `jsonb_to_recordset(state_rows) AS s(publication_name text, table_oids jsonb)`
+	readState := `	FOREACH state_table IN ARRAY ARRAY[` + strings.Join(lits, ", ") + `]::text[] LOOP
+		IF to_regclass(state_table) IS NOT NULL THEN
+			EXECUTE format('SELECT coalesce(jsonb_agg(jsonb_build_object(''publication_name'', coalesce(r.publication_name, ''''), ''table_oids'', coalesce(r.table_oids, ''{}''))), ''[]'') FROM %s r', to_regclass(state_table))
+				INTO state_part;
+			state_rows := state_rows || state_part;
+		END IF;
+	END LOOP;
+	IF jsonb_array_length(state_rows) = 0 THEN
+		RETURN;
+	END IF;`
 	return []string{
 		// Whether transaction x (a row's xmin, 32 bits) is this one or one
 		// of its subtransactions: in progress, and its row visible. Widened
@@ -1074,24 +1100,26 @@ SET search_path = pg_catalog, pg_temp AS $pgoutbox_guard$
 		LATERAL (SELECT ((s.u >> 32) << 32) | x::text::bigint AS f) g
 $pgoutbox_guard$`,
 		// SECURITY DEFINER: it runs on every DROP of the database, by roles
-		// that may not read the state table; and it lets every DROP pass
-		// once the state table itself is gone.
+		// that may not read the state tables; and it lets every DROP pass
+		// once every state table itself is gone.
 		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS event_trigger LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $pgoutbox_guard$
 DECLARE
 	o record;
+	state_table text;
+	state_part jsonb;
+	state_rows jsonb := '[]';
 BEGIN
-	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on'
-		OR to_regclass(` + lit + `) IS NULL
-	THEN
+	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on' THEN
 		RETURN;
 	END IF;
+` + readState + `
 	FOR o IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
 		-- By the object's address, whose names are not quoted, as the
 		-- state row keeps them (schema.table, no dot in either):
 		-- object_identity quotes some names and not others.
-		IF (o.object_type = 'publication' AND EXISTS (SELECT 1 FROM ` + q + ` s WHERE o.address_names = ARRAY[s.publication_name]))
-			OR (o.object_type = 'publication relation' AND EXISTS (SELECT 1 FROM ` + q + ` s, jsonb_object_keys(s.table_oids) k
+		IF (o.object_type = 'publication' AND EXISTS (SELECT 1 FROM ` + rows + ` WHERE o.address_names = ARRAY[s.publication_name]))
+			OR (o.object_type = 'publication relation' AND EXISTS (SELECT 1 FROM ` + rows + `, jsonb_object_keys(s.table_oids) k
 				WHERE o.address_names = ARRAY[split_part(k, '.', 1), split_part(k, '.', 2)] AND o.address_args = ARRAY[s.publication_name]))
 		THEN
 			RAISE EXCEPTION 'pgoutbox: % % is streamed by pgoutbox: dropping it would keep events from Kafka without a word', o.object_type, o.object_identity
@@ -1114,13 +1142,15 @@ DECLARE
 	outbox oid[];
 	root oid;
 	held boolean;
+	state_table text;
+	state_part jsonb;
+	state_rows jsonb := '[]';
 BEGIN
-	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on'
-		OR to_regclass(` + lit + `) IS NULL
-	THEN
+	IF coalesce(current_setting('pgoutbox.allow_outbox_ddl', true), '') = 'on' THEN
 		RETURN;
 	END IF;
-	SELECT coalesce(array_agg(DISTINCT v.value::oid), '{}') INTO outbox FROM ` + q + ` s, jsonb_each_text(s.table_oids) v;
+` + readState + `
+	SELECT coalesce(array_agg(DISTINCT v.value::oid), '{}') INTO outbox FROM ` + rows + `, jsonb_each_text(s.table_oids) v;
 	FOR c IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
 		IF c.classid = 'pg_class'::regclass THEN
 			-- The outbox table it is part of (itself a partition, maybe).
@@ -1159,7 +1189,7 @@ BEGIN
 			-- An outbox table its publication carries only as part of its
 			-- schema, moved to another schema (to come back later): the
 			-- rows written meanwhile are never decoded.
-			IF c.objid = ANY (outbox) AND EXISTS (SELECT 1 FROM ` + q + ` s JOIN pg_publication p ON p.pubname = s.publication_name
+			IF c.objid = ANY (outbox) AND EXISTS (SELECT 1 FROM ` + rows + ` JOIN pg_publication p ON p.pubname = s.publication_name
 				WHERE c.objid::text IN (SELECT v.value FROM jsonb_each_text(s.table_oids) v) AND NOT p.puballtables
 					AND NOT EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.objid)
 					AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace n JOIN pg_class k ON k.relnamespace = n.pnnspid
@@ -1174,7 +1204,7 @@ BEGIN
 				RAISE EXCEPTION 'pgoutbox: % makes % inherit from an outbox table pgoutbox streams: the rows written to it are not in the publication', c.command_tag, c.object_identity
 					USING HINT = 'write events into the outbox table itself or into a partition of it; SET pgoutbox.allow_outbox_ddl = on in this session to do it anyway';
 			END IF;
-		ELSIF c.classid = 'pg_publication'::regclass AND EXISTS (SELECT 1 FROM pg_publication p, ` + q + ` s
+		ELSIF c.classid = 'pg_publication'::regclass AND EXISTS (SELECT 1 FROM pg_publication p, ` + rows + `
 			WHERE p.oid = c.objid AND p.pubname = s.publication_name AND NOT p.pubinsert)
 		THEN
 			RAISE EXCEPTION 'pgoutbox: % stops publication %, which pgoutbox streams, from publishing inserts: the events written meanwhile would never reach the stream, and no later check could tell', c.command_tag, c.object_identity

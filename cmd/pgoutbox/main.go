@@ -555,11 +555,12 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 			migrations.KeepTrigger, migrations.KeepTruncateTrigger, strings.Join(kept, ", "))
 	}
 	if *guard {
-		if err := applyGuard(ctx, conn, cfg.Postgres); err != nil {
+		tables, err := replication.InstallGuard(ctx, conn, cfg.Postgres.StateTable)
+		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: migrate --guard: %v\n", err)
 			return exitRuntime
 		}
-		fmt.Fprintln(stdout, "guard installed: dropping the publication or an outbox table from it, making an outbox table or a partition unlogged, inheriting from an outbox table and publishing no inserts are refused")
+		fmt.Fprintf(stdout, "guard installed: dropping the publication or an outbox table from it, making an outbox table or a partition unlogged, inheriting from an outbox table and publishing no inserts are refused, for what state table(s) %s record\n", strings.Join(tables, ", "))
 	}
 	if cfg.Kafka.ExactlyOnce && len(cfg.Kafka.Brokers) > 0 {
 		kctx, cancel := context.WithTimeout(ctx, 2*(cfg.Kafka.DialTimeout+cfg.Kafka.ReadTimeout))
@@ -612,23 +613,6 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "slot %s ready at %s: events committed from now on will be relayed\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
 	return exitOK
-}
-
-// applyGuard installs migrate --guard's event trigger.
-func applyGuard(ctx context.Context, conn *pgx.Conn, pcfg replication.Config) error {
-	if pcfg.StateTable == "" {
-		return errors.New("the guard reads what to protect from the state table, and postgres.state.table is empty")
-	}
-	stmts, err := replication.GuardSQL(pcfg.StateTable)
-	if err != nil {
-		return err
-	}
-	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return fmt.Errorf("%w (event triggers need a superuser)", err)
-		}
-	}
-	return nil
 }
 
 // acceptCatalog records the publication's and the outbox tables' OIDs (and

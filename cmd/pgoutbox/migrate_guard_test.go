@@ -277,3 +277,74 @@ func TestMigrateWaitsForAnInitialSnapshotOfTheSlot(t *testing.T) {
 		t.Fatal("migrate did not end within a minute of the lock's release")
 	}
 }
+
+// TestMigrateGuardOfASecondDeploymentKeepsTheFirstProtected: the event
+// triggers have one name per database, so the guard of a second deployment
+// (another postgres.state.table, publication and outbox table) replaced the
+// first one's, and DDL that breaks the first stream went through. Installed
+// by both, in either order, the guard protects what both state tables
+// record, and validate names both.
+func TestMigrateGuardOfASecondDeploymentKeepsTheFirstProtected(t *testing.T) {
+	t.Parallel()
+	a := newFixture(t)
+	b := *a
+	b.slot, b.publication, b.outboxTable = testenv.UniqueName(t, "slotb"), testenv.UniqueName(t, "pubb"), "public.outbox_b"
+	a.exec(t, "CREATE TABLE public.outbox_b (LIKE public.outbox INCLUDING ALL)")
+	envA := a.environ(a.dsn)
+	envB := b.environ(b.dsn, "PGOUTBOX_POSTGRES_STATE_TABLE=public.pgoutbox_state_b")
+	guard := func(env []string) {
+		t.Helper()
+		if r := invoke(cmdMigrate, []string{"--guard"}, env); r.code != exitOK || !strings.Contains(r.stdout, "guard installed") {
+			t.Fatalf("migrate --guard:\n%s", r)
+		}
+	}
+	refused := func(ddls ...string) {
+		t.Helper()
+		for _, ddl := range ddls {
+			_, err := a.conn.Exec(context.Background(), ddl)
+			if err == nil || !strings.Contains(err.Error(), "is streamed by pgoutbox") {
+				t.Fatalf("%s: %v, want the guard's refusal", ddl, err)
+			}
+		}
+	}
+	guard(envA)
+	guard(envB)
+	refused("ALTER PUBLICATION "+a.publication+" DROP TABLE public.outbox", "DROP PUBLICATION "+a.publication,
+		"ALTER PUBLICATION "+b.publication+" DROP TABLE public.outbox_b")
+	if _, err := a.conn.Exec(context.Background(), "ALTER TABLE public.outbox SET UNLOGGED"); err == nil {
+		t.Fatal("ALTER TABLE public.outbox SET UNLOGGED went through after the second deployment's guard")
+	}
+	// Again by the first: the second stays protected.
+	guard(envA)
+	refused("ALTER PUBLICATION "+b.publication+" DROP TABLE public.outbox_b", "DROP PUBLICATION "+b.publication,
+		"ALTER PUBLICATION "+a.publication+" DROP TABLE public.outbox")
+
+	for _, env := range [][]string{envA, envB} {
+		r := invoke(cmdValidate, nil, env)
+		wantLine(t, r, `^PASS guard: installed, protecting what state table\(s\) public\.pgoutbox_state, public\.pgoutbox_state_b record$`)
+	}
+	// A third configuration's state table is not among them: validate
+	// says so.
+	r := invoke(cmdValidate, nil, a.environ(a.dsn, "PGOUTBOX_POSTGRES_STATE_TABLE=public.pgoutbox_state_c"))
+	wantLine(t, r, `^WARN guard: installed, .*not postgres\.state\.table public\.pgoutbox_state_c`)
+
+	// A guard installed by an earlier version keeps no list: its body
+	// names its one state table, which the next install keeps.
+	t.Run("guard of an earlier version", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		f.exec(t, `CREATE FUNCTION public.pgoutbox_guard() RETURNS event_trigger LANGUAGE plpgsql AS $g$
+BEGIN
+	IF to_regclass('"public"."old_state"') IS NULL THEN
+		RETURN;
+	END IF;
+END
+$g$`)
+		f.exec(t, "CREATE EVENT TRIGGER pgoutbox_guard ON sql_drop EXECUTE FUNCTION public.pgoutbox_guard()")
+		f.exec(t, "CREATE EVENT TRIGGER pgoutbox_guard_ddl ON ddl_command_end EXECUTE FUNCTION public.pgoutbox_guard()")
+		r := invoke(cmdMigrate, []string{"--guard"}, f.environ(f.dsn))
+		if r.code != exitOK || !strings.Contains(r.stdout, "state table(s) public.pgoutbox_state, public.old_state record") {
+			t.Fatalf("migrate --guard over an earlier version's guard:\n%s", r)
+		}
+	})
+}

@@ -234,6 +234,33 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	if r, ok := checkSharedPrefix(ctx, conn, cfg.Config); ok {
 		v.report(r)
 	}
+	if r, ok := checkGuard(ctx, conn, rc); ok {
+		v.report(r)
+	}
+}
+
+// checkGuard says what the guard of migrate --guard protects, when the
+// database has one: it is one per database, and protects only what the
+// state tables it was installed for record. Without one there is nothing
+// to say (it is optional).
+func checkGuard(ctx context.Context, conn *pgx.Conn, rc replication.Config) (checkResult, bool) {
+	ctx, cancel := context.WithTimeout(ctx, statusQueryTimeout)
+	defer cancel()
+	g, err := replication.ReadGuard(ctx, conn)
+	switch {
+	case err != nil:
+		return warn("guard", "reading the event triggers of migrate --guard failed: "+oneLine(err), "run pgoutbox validate again"), true
+	case !g.Installed:
+		return checkResult{}, false
+	case rc.StateTable == "":
+		return warn("guard", g.String()+"; this configuration has no postgres.state.table, so nothing protects its publication and tables", "set postgres.state.table, then run pgoutbox migrate --guard with this configuration"), true
+	case !g.Protects(rc.StateTable) && len(g.Disabled) == 0:
+		return warn("guard", g.String()+", not postgres.state.table "+rc.StateTable+": DDL that keeps this relay's events from the stream is not refused",
+			"run pgoutbox migrate --guard with this configuration (as a superuser): the guard then protects what every state table it was installed for records"), true
+	case !g.Protects(rc.StateTable):
+		return warn("guard", g.String(), "as a superuser: ALTER EVENT TRIGGER pgoutbox_guard ENABLE; ALTER EVENT TRIGGER pgoutbox_guard_ddl ENABLE;"), true
+	}
+	return pass("guard", g.String()), true
 }
 
 // connectResult turns a failed connection into its FAIL line.

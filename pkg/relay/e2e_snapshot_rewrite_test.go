@@ -48,6 +48,7 @@ func TestInitialSnapshotOfATableRewrittenAfterTheExportTakesANewOne(t *testing.T
 		}
 		return len(distinct) == rows, fmt.Sprintf("%d of %d rows published (snapshots exported: %d)", len(distinct), rows, rewrites.Load())
 	})
+	f.waitStreaming(t) // the anchor goes once the slot is made from it
 	noAnchorLeft(t, f, cfg)
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -258,8 +258,24 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 			return err
 		}
 	}
+	if held.lock == nil || held.lock.IsClosed() || held.lock.Ping(ctx) != nil {
+		// The snapshot lock went with its connection: another instance may
+		// be taking the snapshot over, and only the holder makes the slot.
+		// The next attempt takes the lock again, and finds the slot made
+		// or makes it.
+		return fmt.Errorf("relay: initial snapshot of slot %q: the snapshot lock's connection ended before the slot was made; trying again", pc.Slot)
+	}
 	st, err := replication.Persist(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, pc.Slot)
 	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42710" {
+		if cur, rerr := replication.ReadSlot(ctx, conn, pc.Slot); rerr == nil && cur.ConfirmedFlushLSN == anchor.ConfirmedFlushLSN {
+			// Made from the same anchor, by another instance that held
+			// the snapshot lock while this one's connection had lost it:
+			// the next attempt finds it and streams from it (or waits as
+			// the standby). Not something else's slot.
+			return fmt.Errorf("relay: slot %q was made meanwhile from this snapshot's anchor by another pgoutbox instance's initial snapshot: streaming from it", pc.Slot)
+		}
+	}
 	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
 		// Made by something that did not wait for the snapshot (another
 		// tool, an earlier pgoutbox migrate): it starts after the

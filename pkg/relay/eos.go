@@ -401,11 +401,14 @@ func (e *eosSession) failedAck(a kafka.Ack, lsn checkpoint.LSN) (handled bool, e
 	case kafka.IsPoison(a.Err) && s.r.cfg.Relay.PoisonPolicy == "dead-letter" && a.Topic != s.r.cfg.Relay.DeadLetterTopic:
 		// The record was in a Kafka transaction that must now abort: the
 		// next session, from the stored position, sends it to the
-		// dead-letter topic instead, in its transaction's place.
-		s.r.poisoned[poisonKey{lsn: lsn, topic: a.Topic, id: string(a.EventID)}] = a.Err.Error()
+		// dead-letter topic instead, in its transaction's place. Its
+		// reason says so if its topic was deleted (refusedAgain), as the
+		// at-least-once path's does.
+		err := refusedAgain(a)
+		s.r.poisoned[poisonKey{lsn: lsn, topic: a.Topic, id: string(a.EventID)}] = err.Error()
 		s.log.Warn("Kafka refused a record: aborting its Kafka transaction; it goes to the dead-letter topic from the restart on",
-			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
-		return true, &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
+			zap.ByteString("event_id", a.EventID), zap.String("topic", a.Topic), zap.Stringer("commit_lsn", lsn), zap.Error(err))
+		return true, &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: err}
 	}
 	return false, nil
 }

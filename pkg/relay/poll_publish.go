@@ -185,7 +185,10 @@ func (p *rowPublisher) publish(rows []pubRow) ([]rowResult, error) {
 // answers (kafka.topic.missing.timeout at most for a topic that stays
 // missing), so that every row's topic is known before anything is sent:
 // a record of a missing topic then fails before later records of its key
-// go out.
+// go out. A topic deleted while the relay ran (forgotten by deliver: its
+// mark in failed stands no longer) is asked about for what is left of the
+// timeout since Kafka refused its record (topicCache.missingFor), as the
+// WAL source's gate does.
 func (p *rowPublisher) knowTopics(topics []string) error {
 	cache := p.r.topics
 	if p.r.cfg.Kafka.AutoCreateTopics {
@@ -201,7 +204,7 @@ func (p *rowPublisher) knowTopics(topics []string) error {
 			continue
 		}
 		waiting[t] = true
-		p.checker.Request(t, cache.ttl)
+		p.checker.Request(t, cache.missingFor(t, now))
 	}
 	return p.awaitTopics(waiting)
 }
@@ -223,9 +226,12 @@ func (p *rowPublisher) awaitTopics(waiting map[string]bool) error {
 	return nil
 }
 
-// noteTopic records a topic checker's answer in the topic cache.
+// noteTopic records a topic checker's answer in the topic cache; a topic
+// deleted while the relay ran and still missing is poison that says so
+// (topicCache.deletedResult).
 func (p *rowPublisher) noteTopic(res topicResult) {
 	cache := p.r.topics
+	res = cache.deletedResult(res)
 	if err := res.State.Err; err != nil {
 		if kafka.IsPoison(err) {
 			err = fmt.Errorf("%w (asked for %s; create the topic, or set kafka.auto.create.topics)", err, cache.ttl)
@@ -292,6 +298,14 @@ func (p *rowPublisher) deliver(recs []*router.Record, stamps []int64) (errs []er
 			continue
 		}
 		p.r.obs.Failed(a.Topic, a.Err)
+		if kafka.IsUnknownTopic(a.Err) {
+			// Deleted, most likely (sarama asked for its metadata until
+			// it gave up): the next claim's knowTopics asks the topic
+			// checker before its rows go to a producer again, and they
+			// are poison that says so once it has been missing for
+			// kafka.topic.missing.timeout since this record was sent.
+			p.r.topics.forget(a.Topic, a.Sent, now)
+		}
 		if kafka.IsPoison(a.Err) && (p.single || !kafka.IsBatchRefused(a.Err)) {
 			errs[a.Ref] = a.Err
 			continue

@@ -660,12 +660,9 @@ func (s *session) failed(id checkpoint.TxnID, a kafka.Ack) error {
 			zap.String("topic", a.Topic), zap.ByteString("event_id", a.EventID), zap.Stringer("commit_lsn", lsn), zap.Error(a.Err))
 		return &ProduceError{EventID: string(a.EventID), Topic: a.Topic, LSN: lsn, Err: a.Err}
 	}
-	if kafka.IsUnknownTopic(a.Err) {
-		// Refused again after a restart with fresh metadata: with
-		// kafka.auto.create.topics (the topic checker asks otherwise),
-		// a topic deleted that the brokers did not create again.
-		a.Err = &deletedTopicError{topic: a.Topic, since: a.Sent, err: a.Err}
-	}
+	// Refused again after a restart with fresh metadata: a topic deleted
+	// says so (refusedAgain).
+	a.Err = refusedAgain(a)
 	if kafka.IsPoison(a.Err) {
 		if lim.PoisonPolicy == "dead-letter" && a.Topic != lim.DeadLetterTopic {
 			// The dead-letter record takes the failed one's place in its

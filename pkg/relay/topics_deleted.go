@@ -18,7 +18,10 @@ import (
 // the topic checker. The gate has the checker ask for what is left of
 // kafka.topic.missing.timeout since that send (missingFor), and its
 // "missing" is then poison that says the topic was deleted
-// (deletedResult). A topic found again is known again.
+// (deletedResult). A topic found again is known again. The poll source
+// (rowPublisher) does the same: deliver forgets, knowTopics asks for
+// missingFor before a claim's rows are sent, noteTopic applies
+// deletedResult.
 
 // deletedTopicError is a topic Kafka stopped knowing while the relay ran:
 // in topicCache.failed, the mark of forget; in a checker's answer, the
@@ -85,4 +88,16 @@ func (c *topicCache) deletedResult(res topicResult) topicResult {
 		res.State.Err = &deletedTopicError{topic: res.Topic, since: since, err: res.State.Err}
 	}
 	return res
+}
+
+// refusedAgain is the error of a record Kafka refused after the session
+// restarted once with fresh metadata for it (staleRetried): refused as of
+// an unknown topic again, with kafka.auto.create.topics (the topic
+// checker asks otherwise), the topic was deleted and the brokers did not
+// create it again, and the error says so; any other error is a.Err.
+func refusedAgain(a kafka.Ack) error {
+	if kafka.IsUnknownTopic(a.Err) {
+		return &deletedTopicError{topic: a.Topic, since: a.Sent, err: a.Err}
+	}
+	return a.Err
 }

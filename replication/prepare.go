@@ -96,7 +96,13 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	if st.Catalog, err = ReadCatalog(ctx, conn, cfg); err != nil {
 		return st, err
 	}
-	if p := st.Catalog.Problems(cfg); len(p) > 0 {
+	p := st.Catalog.Problems(cfg)
+	if shared := SharedPublication(ctx, conn, cfg, &st.Catalog, p); shared != "" {
+		// First: the other fixes would stop the other relay, or send its
+		// events to this one's topics.
+		p = append([]string{shared}, p...)
+	}
+	if len(p) > 0 {
 		return st, &CatalogError{Publication: cfg.Publication, Problems: p, Err: ErrCatalogUnusable}
 	}
 	for _, t := range st.Catalog.Tables {

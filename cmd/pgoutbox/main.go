@@ -540,6 +540,10 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitRuntime
 	}
+	if err := sharedPublication(ctx, conn, cfg.Postgres); err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+		return exitRuntime
+	}
 	kept, err := dropsKeepTriggers(ctx, conn, p.Tables) // poll.go
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
@@ -613,6 +617,28 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "slot %s ready at %s: events committed from now on will be relayed\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
 	return exitOK
+}
+
+// sharedPublication refuses to add this configuration's outbox tables to a
+// publication another relay streams other tables from (another team's,
+// both left at the default postgres.publication.name): each relay would
+// then stop on the other's rows.
+func sharedPublication(ctx context.Context, conn *pgx.Conn, pcfg replication.Config) error {
+	cat, err := replication.ReadCatalog(ctx, conn, pcfg)
+	if err != nil || cat.Publication == 0 || cat.AllTables {
+		return nil // made by migrate, or every table's already: nothing to add
+	}
+	adds := slices.ContainsFunc(cat.Tables, func(t replication.TableInfo) bool { return !t.Published })
+	if !adds {
+		return nil
+	}
+	// Advice only: a state table migrate has yet to upgrade may not be
+	// readable.
+	sharers, err := replication.PublicationSharers(ctx, conn, pcfg)
+	if err != nil || len(sharers) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s; nothing was changed", replication.SharedPublicationProblem(pcfg, sharers))
 }
 
 // acceptCatalog records the publication's and the outbox tables' OIDs (and

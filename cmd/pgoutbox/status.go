@@ -194,7 +194,11 @@ func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replica
 	}
 	st.Problems = slotProblems(st.Slot, st.Server.Database, rc)
 	if cat, err := replication.ReadCatalog(ctx, conn, rc); err == nil && st.Publication.Exists {
-		st.Problems = append(st.Problems, cat.Problems(rc)...)
+		problems := cat.Problems(rc)
+		if shared := replication.SharedPublication(ctx, conn, rc, &cat, problems); shared != "" {
+			problems = append([]string{shared}, problems...)
+		}
+		st.Problems = append(st.Problems, problems...)
 	}
 	if rc.StateTable != "" {
 		h, had, err := replication.ReadState(ctx, conn, rc.StateTable, rc.Slot)

@@ -221,6 +221,12 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	if err := replication.ValidatePublicationName(rc.Publication); err != nil {
 		v.report(warn("publication", "not checked: publication.name is invalid (see the config line above)", ""))
 	} else {
+		if shared := replication.SharedPublication(ctx, conn, rc, &f.catalog, f.catalog.Problems(rc)); shared != "" {
+			// First: the fixes of the lines below would stop the other
+			// relay, or send its events to this one's topics.
+			what, fix, _ := strings.Cut(shared, ": ")
+			v.report(fail("publication", what, fix))
+		}
 		v.report(checkPublication(f, rc)...)
 	}
 	if err := replication.ValidateSlotName(rc.Slot); err != nil {

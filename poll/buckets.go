@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -25,6 +27,55 @@ var ErrBucketsMismatch = errors.New("poll: another instance on the table uses a 
 // ALL, pg_advisory_unlock_all()). Other instances may own its buckets
 // then: the relay stops.
 var ErrNotOwnSession = errors.New("poll: the session does not hold the advisory locks it took")
+
+// ErrDestinationMismatch is returned by Rebalance when an instance on the
+// table that joined before this one publishes to another destination
+// (Destination): the two would split the table's events between their
+// destinations, each marking the rows it sent published, so that neither
+// destination gets them all, and nothing says so.
+var ErrDestinationMismatch = errors.New("poll: another instance on the table publishes to another destination")
+
+// Destination is a fingerprint of where an instance publishes the table's
+// rows: hashes of its Kafka cluster (the sorted brokers) and of the
+// settings that decide the topics. No setting's value is in it, only
+// hashes, so secrets in them do not reach pg_locks. The zero value is no
+// fingerprint: an instance joined without one checks none.
+//
+// Other server sessions cannot read a session's settings (the mark), so
+// an instance shows its fingerprint by holding shared advisory locks
+// whose keys are the hashes, in namespaces of the table and of the
+// fingerprint's format (destFormat): an instance whose format differs, or
+// that predates fingerprints, shows none that this one can read, and is
+// accepted (Ownership.Unknown) rather than stopping a rolling upgrade.
+type Destination struct {
+	Kafka, Router int32 // in [1, 2^31): 0 is "none"
+}
+
+// destFormat names the format of Destination's hashes in their lock
+// namespaces: change it when what is hashed, or how, changes.
+const destFormat = "v1"
+
+// Fingerprint hashes the text of one part of a Destination (kind: "kafka"
+// or "router") into a lock key in [1, 2^31).
+func Fingerprint(kind, text string) int32 {
+	f := fnv.New32a()
+	f.Write([]byte("pgoutbox.poll.destination." + destFormat + "." + kind + "\x00" + text))
+	return int32(f.Sum32()%(1<<31-1)) + 1
+}
+
+// destKey is the first key of the advisory locks that show the members'
+// Destinations of one kind ("kafka", "router"), in destFormat.
+func destKey(kind, table string) int32 {
+	return lockKey("destination."+destFormat+"."+kind, table)
+}
+
+// Foreign is an instance on the table with another Destination.
+type Foreign struct {
+	PID             uint32
+	ApplicationName string
+	// Kafka and Router say which part differs.
+	Kafka, Router bool
+}
 
 // Membership is an instance's place among the instances relaying one
 // table, and the key buckets it owns.
@@ -49,6 +100,10 @@ type Membership struct {
 	memberNS int32
 	self     int32 // this instance's member key: buckets<<16 | random
 	pid      uint32
+	// dest is this instance's Destination, shown by shared locks in the
+	// namespaces kafkaNS and routerNS.
+	dest              Destination
+	kafkaNS, routerNS int32
 	// mark is this instance's value of sessionMark on its server session,
 	// set when it joined: a session that answers with another (or none) is
 	// not one this instance has to itself.
@@ -63,14 +118,41 @@ type Ownership struct {
 	Owned   []int
 	// Gained and Released are the buckets taken and given up this time.
 	Gained, Released []int
+	// Unknown are the PIDs of instances that show no Destination this one
+	// can read (an earlier version's, or one whose format differs): they
+	// count as members, their destination unchecked.
+	Unknown []uint32
+	// Foreign are instances with another Destination that joined after
+	// this one (they stop at their first rebalance, before they claim):
+	// not counted as members.
+	Foreign []Foreign
 }
 
 // Join takes the member lock of this instance on conn. It owns no bucket
 // until the first Rebalance.
 func Join(ctx context.Context, conn *pgx.Conn, table string, buckets int) (*Membership, error) {
+	return JoinTo(ctx, conn, table, buckets, Destination{})
+}
+
+// JoinTo is Join for an instance that publishes to dest: it shows dest to
+// the other instances, and its Rebalance checks theirs.
+func JoinTo(ctx context.Context, conn *pgx.Conn, table string, buckets int, dest Destination) (*Membership, error) {
 	bucketNS, memberNS := lockKeys(table)
 	m := &Membership{conn: conn, table: table, buckets: buckets, bucketNS: bucketNS, memberNS: memberNS, pid: conn.PgConn().PID(),
-		mark: strconv.FormatUint(rand.Uint64(), 36)}
+		mark: strconv.FormatUint(rand.Uint64(), 36), dest: dest, kafkaNS: destKey("kafka", table), routerNS: destKey("router", table)}
+	if dest != (Destination{}) {
+		// Before the member lock: another instance that sees this one as
+		// a member sees its destination too.
+		// Shared: the instances with the same destination hold the same
+		// keys, and nothing takes them exclusively.
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock_shared($1::int, $2::int) AND pg_try_advisory_lock_shared($3::int, $4::int)",
+			m.kafkaNS, dest.Kafka, m.routerNS, dest.Router).Scan(&ok); err != nil {
+			return nil, fmt.Errorf("poll: show the destination of this instance of %s: %w", table, err)
+		} else if !ok {
+			return nil, fmt.Errorf("poll: show the destination of this instance of %s: another session holds the advisory lock (%d, %d) or (%d, %d) exclusively; pgoutbox takes them shared only: find the holder in pg_locks", table, m.kafkaNS, dest.Kafka, m.routerNS, dest.Router)
+		}
+	}
 	for range 16 { // a collision of the random parts is rare; a few tries end it
 		key := int32(buckets<<16 | rand.IntN(1<<16))
 		var ok bool
@@ -116,14 +198,14 @@ type lockHolder struct {
 
 // readLocks reads the table's granted advisory locks, and the value of
 // sessionMark on the server session that read them ("" if unset).
-func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([]lockHolder, string, error) {
+func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32, more ...int32) ([]lockHolder, string, error) {
 	var mark string
 	var locks []lockHolder
-	rows, err := conn.Query(ctx, `SELECT coalesce(current_setting($3, true), ''), l.* FROM (SELECT 1) one
+	rows, err := conn.Query(ctx, `SELECT coalesce(current_setting($2, true), ''), l.* FROM (SELECT 1) one
 		LEFT JOIN (SELECT classid::bigint::int, objid::bigint::int, pid, pid = pg_backend_pid() FROM pg_locks
 			WHERE locktype = 'advisory' AND objsubid = 2 AND granted
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			AND classid IN ($1::int::oid, $2::int::oid)) l(ns, key, pid, mine) ON true`, bucketNS, memberNS, sessionMark)
+			AND classid IN (SELECT unnest($1::int[])::oid)) l(ns, key, pid, mine) ON true`, append([]int32{bucketNS, memberNS}, more...), sessionMark)
 	if err != nil {
 		return nil, "", err
 	}
@@ -147,7 +229,7 @@ func readLocks(ctx context.Context, conn *pgx.Conn, bucketNS, memberNS int32) ([
 // its key and the bucket), so the owners of most buckets do not change
 // when an instance joins or leaves.
 func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
-	locks, mark, err := readLocks(ctx, m.conn, m.bucketNS, m.memberNS)
+	locks, mark, err := readLocks(ctx, m.conn, m.bucketNS, m.memberNS, m.kafkaNS, m.routerNS)
 	if err != nil {
 		return Ownership{}, fmt.Errorf("poll: read the instances of %s: %w", m.table, err)
 	}
@@ -156,9 +238,11 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 			ErrNotOwnSession, m.table, m.pid, sessionMark, mark, m.mark)
 	}
 	var members []int32
+	memberPID := map[int32]uint32{}
 	held := map[int]bool{}
 	var selfHeld bool
 	holder := map[int]lockHolder{} // the buckets' holders
+	dests := map[uint32]Destination{}
 	for _, l := range locks {
 		switch l.ns {
 		case m.memberNS:
@@ -166,12 +250,21 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 				return Ownership{}, fmt.Errorf("%w: PID %d runs with poll.buckets=%d, this instance with %d; give every instance the same setting", ErrBucketsMismatch, l.pid, n, m.buckets)
 			}
 			members = append(members, l.key)
+			memberPID[l.key] = l.pid
 			selfHeld = selfHeld || (l.key == m.self && l.mine)
 		case m.bucketNS:
 			if l.key >= 0 && int(l.key) < m.buckets {
 				held[int(l.key)] = true
 				holder[int(l.key)] = l
 			}
+		case m.kafkaNS:
+			d := dests[l.pid]
+			d.Kafka = l.key
+			dests[l.pid] = d
+		case m.routerNS:
+			d := dests[l.pid]
+			d.Router = l.key
+			dests[l.pid] = d
 		}
 	}
 	// Advisory locks show in pg_locks as soon as they are granted, and this
@@ -182,9 +275,15 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 	if err := m.checkHeld(selfHeld, holder); err != nil {
 		return Ownership{}, err
 	}
+	var o Ownership
+	if m.dest != (Destination{}) {
+		if members, err = m.checkDestinations(ctx, members, memberPID, dests, &o); err != nil {
+			return Ownership{}, err
+		}
+	}
 	slices.Sort(members)
 	rank := slices.Index(members, m.self)
-	o := Ownership{Members: len(members), Target: m.buckets / len(members)}
+	o.Members, o.Target = len(members), m.buckets/len(members)
 	if rank < m.buckets%len(members) {
 		o.Target++
 	}
@@ -230,6 +329,107 @@ func (m *Membership) Rebalance(ctx context.Context) (Ownership, error) {
 	sort.Ints(m.owned)
 	o.Owned = slices.Clone(m.owned)
 	return o, nil
+}
+
+// checkDestinations compares the Destinations the other members show with
+// this instance's. Members that show none (Ownership.Unknown) are
+// accepted: an earlier version, or one whose format differs, during a
+// rolling upgrade. Of the members that show one, the one whose server
+// session started first (then the lowest PID) sets the table's
+// destination: this instance stops, before it claims, when its own
+// differs (ErrDestinationMismatch, naming both and what differs), and
+// otherwise leaves the members whose destination differs out of the
+// shares (Ownership.Foreign): they stop at their own rebalance. So a
+// misconfigured copy that joins stops, and the instances it joined go on.
+// It returns the members that count.
+func (m *Membership) checkDestinations(ctx context.Context, members []int32, memberPID map[int32]uint32, dests map[uint32]Destination, o *Ownership) ([]int32, error) {
+	var differ []uint32
+	for _, key := range members {
+		pid := memberPID[key]
+		d, ok := dests[pid]
+		switch {
+		case key == m.self:
+		case !ok || d.Kafka == 0 || d.Router == 0:
+			o.Unknown = append(o.Unknown, pid)
+		case d != m.dest:
+			differ = append(differ, pid)
+		}
+	}
+	if len(differ) == 0 {
+		return members, nil
+	}
+	// Who came first: the server sessions' start. An instance joins on
+	// its session soon after it opens it.
+	pids := []int64{int64(m.pid)}
+	for pid, d := range dests {
+		if pid != m.pid && d.Kafka != 0 && d.Router != 0 {
+			pids = append(pids, int64(pid))
+		}
+	}
+	type session struct {
+		pid     uint32
+		app     string
+		started *time.Time // NULL for another role's without pg_read_all_stats
+	}
+	rows, err := m.conn.Query(ctx, "SELECT pid, coalesce(application_name, ''), backend_start FROM pg_stat_activity WHERE pid = ANY($1::int[])", pids)
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the sessions of the instances of %s: %w", m.table, err)
+	}
+	sessions := map[uint32]session{}
+	var sn session
+	if _, err := pgx.ForEachRow(rows, []any{&sn.pid, &sn.app, &sn.started}, func() error {
+		sessions[sn.pid] = sn
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("poll: read the sessions of the instances of %s: %w", m.table, err)
+	}
+	first := m.pid
+	for pid := range sessions {
+		a, b := sessions[pid].started, sessions[first].started
+		// An unknown start counts as later than a known one.
+		switch {
+		case a != nil && (b == nil || a.Before(*b)):
+			first = pid
+		case (a == nil) == (b == nil) && (a == nil || a.Equal(*b)) && pid < first:
+			first = pid
+		}
+	}
+	// A session gone since pg_locks was read is not in pg_stat_activity
+	// (nor first): it holds nothing any more.
+	foreign := func(pid uint32) Foreign {
+		d := dests[pid]
+		return Foreign{PID: pid, ApplicationName: sessions[pid].app, Kafka: d.Kafka != m.dest.Kafka, Router: d.Router != m.dest.Router}
+	}
+	if d := dests[first]; first != m.pid && d != m.dest {
+		f := foreign(first)
+		return nil, fmt.Errorf("%w: the instance on %s with PID %d (application_name %q, its session started %s) publishes to %s than this instance (PID %d, application_name %q, started %s), and was there first (its server session started earlier); both would mark the rows they claim published, each destination getting some of the table's events, so this instance stops before it claims. Give every instance on the table the same kafka.brokers (listed alike: the list's hash is compared), router settings that decide topics (route.by.field, route.topic.regex, route.topic.replacement, route.topic, the table's routes entry) and relay.dead.letter.topic; or give each deployment an outbox table of its own",
+			ErrDestinationMismatch, m.table, f.PID, f.ApplicationName, when(sessions[first].started), f.What(), m.pid, sessions[m.pid].app, when(sessions[m.pid].started))
+	}
+	for _, pid := range differ {
+		o.Foreign = append(o.Foreign, foreign(pid))
+	}
+	return slices.DeleteFunc(members, func(key int32) bool { return slices.Contains(differ, memberPID[key]) }), nil
+}
+
+// when formats a session's start ("unknown": not visible to this role).
+func when(t *time.Time) string {
+	if t == nil {
+		return "unknown"
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
+// What says what differs: "another Kafka cluster", "another router
+// configuration", or both.
+func (f Foreign) What() string {
+	var parts []string
+	if f.Kafka {
+		parts = append(parts, "another Kafka cluster (kafka.brokers)")
+	}
+	if f.Router {
+		parts = append(parts, "another router configuration (the settings that decide topics)")
+	}
+	return strings.Join(parts, " and ")
 }
 
 // checkHeld fails, wrapping ErrNotOwnSession, when this instance's

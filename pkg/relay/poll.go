@@ -94,6 +94,10 @@ type pollRunner struct {
 	// goroutine uses it, one at a time: a session's stopClean waits for
 	// its goroutine before the next session starts another.
 	holdsWarned map[replication.SharedHold]bool
+	// membersWarned are the PIDs of the other instances on the table a
+	// rebalance warned of (their destination unknown, or another), so
+	// that each is warned of once.
+	membersWarned map[uint32]bool
 }
 
 // single says sessions send one record per produce request (see
@@ -259,7 +263,7 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 	if err := pr.handover(ctx, conn); err != nil {
 		return false, err
 	}
-	m, err := poll.Join(ctx, conn, t.Name, r.cfg.Poll.Buckets)
+	m, err := poll.JoinTo(ctx, conn, t.Name, r.cfg.Poll.Buckets, r.cfg.PollDestination(t.Name))
 	if err != nil {
 		return false, err
 	}
@@ -439,12 +443,13 @@ func (s *pollSession) rebalance() error {
 	defer cancel()
 	o, err := s.members.Rebalance(ctx)
 	s.nextRebal = s.r.clock.Now().Add(s.r.cfg.Poll.RebalanceInterval)
-	if errors.Is(err, poll.ErrBucketsMismatch) || errors.Is(err, poll.ErrNotOwnSession) {
+	if errors.Is(err, poll.ErrBucketsMismatch) || errors.Is(err, poll.ErrNotOwnSession) || errors.Is(err, poll.ErrDestinationMismatch) {
 		return &FatalError{Err: err}
 	}
 	if err != nil {
 		return err
 	}
+	s.warnMembers(o)
 	// Every RebalanceInterval also: the table is still the one checked.
 	if err := s.pr.table.Recheck(ctx, s.conn); err != nil {
 		var re *poll.ReplacedError
@@ -464,6 +469,32 @@ func (s *pollSession) rebalance() error {
 	}
 	s.own = o
 	return nil
+}
+
+// warnMembers warns, once per instance, of the other instances on the
+// table whose destination this one cannot check (an earlier version's,
+// or another fingerprint format's, during a rolling upgrade: accepted),
+// or that publish elsewhere and joined later (left out of the shares;
+// they stop at their own rebalance).
+func (s *pollSession) warnMembers(o poll.Ownership) {
+	pr := s.pr
+	// The instances of now only: PIDs of those gone do not pile up.
+	warned := map[uint32]bool{}
+	for _, pid := range o.Unknown {
+		warned[pid] = true
+		if !pr.membersWarned[pid] {
+			s.r.log.Warn("another instance on the poll table shows no destination fingerprint this version can read (an earlier version, or another fingerprint format, as in a rolling upgrade): counted as a member sending where this one does, unchecked; if it sends to another Kafka cluster or topics, the table's events are split between the two. Upgrade it, or check its kafka.brokers and router settings",
+				zap.String("table", pr.table.Name), zap.Uint32("pid", pid))
+		}
+	}
+	for _, f := range o.Foreign {
+		warned[f.PID] = true
+		if !pr.membersWarned[f.PID] {
+			s.r.log.Error("another instance joined the poll table publishing to "+f.What()+" than this one: it stops before it claims (this one joined first), and is left out of the buckets' shares; give every instance on the table the same kafka.brokers and router settings",
+				zap.String("table", pr.table.Name), zap.Uint32("pid", f.PID), zap.String("application_name", f.ApplicationName))
+		}
+	}
+	pr.membersWarned = warned
 }
 
 // idle waits for a notification, the poll interval, the next rebalance or

@@ -3,8 +3,12 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/pgoutbox/pgoutbox/poll"
+	"github.com/pgoutbox/pgoutbox/router"
 )
 
 // The sources a relay reads (relay.source).
@@ -116,6 +120,42 @@ func (c *Config) columnsOf(table string) (key, id string) {
 		}
 	}
 	return key, id
+}
+
+// PollDestination is the fingerprint of where the poll source publishes
+// table (poll.Destination), which every instance on the table must share:
+// the Kafka brokers, trimmed, lower-cased and sorted (the list: one
+// cluster listed otherwise counts as another), and the settings that
+// decide a row's topic (route.by.field, route.topic.regex,
+// route.topic.replacement, route.topic, with the table's routes entry
+// over the router section, as RouterSet applies it) and
+// relay.dead.letter.topic. Only hashes leave the process. Settings that
+// shape records but not where they go (converters, headers, columns)
+// are not in it, so that changing one is no reason to stop.
+func (c *Config) PollDestination(table string) poll.Destination {
+	brokers := make([]string, 0, len(c.Kafka.Brokers))
+	for _, b := range c.Kafka.Brokers {
+		brokers = append(brokers, strings.ToLower(strings.TrimSpace(b)))
+	}
+	slices.Sort(brokers)
+	brokers = slices.Compact(brokers)
+	o := c.Router
+	for _, t := range slices.Sorted(maps.Keys(c.Routes)) {
+		if t != table && "public."+t != table {
+			continue
+		}
+		opts := c.Routes[t]
+		if _, fixed := opts["route.topic"]; fixed {
+			d := router.DefaultOptions()
+			o.RouteTopicRegex, o.RouteTopicReplacement = d.RouteTopicRegex, d.RouteTopicReplacement
+		}
+		for _, k := range slices.Sorted(maps.Keys(opts)) {
+			_ = o.Set(k, opts[k]) // Validate refused what Set refuses
+		}
+	}
+	route := fmt.Sprintf("route.by.field=%q route.topic.regex=%q route.topic.replacement=%q route.topic=%q dead.letter.topic=%q",
+		o.RouteByField, o.RouteTopicRegex, o.RouteTopicReplacement, o.RouteTopic, c.Relay.DeadLetterTopic)
+	return poll.Destination{Kafka: poll.Fingerprint("kafka", strings.Join(brokers, ",")), Router: poll.Fingerprint("router", route)}
 }
 
 // ValidateExactlyOnce refuses kafka.exactly.once where it cannot hold: with

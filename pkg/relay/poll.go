@@ -134,7 +134,11 @@ func (r *Relay) runPoll(ctx context.Context) error {
 			backoff = lim.RestartBackoff
 		}
 		wait := jitter(backoff)
-		r.log.Warn("poll session stopped; starting again", zap.Error(err), zap.Duration("backoff", wait))
+		if errors.Is(err, poll.ErrDestinationMismatch) {
+			r.log.Error("poll instance waiting: another instance on the table publishes to another destination; this one claims nothing until it has left", zap.Error(err), zap.Duration("backoff", wait))
+		} else {
+			r.log.Warn("poll session stopped; starting again", zap.Error(err), zap.Duration("backoff", wait))
+		}
 		if !r.sleep(ctx, wait) {
 			return nil
 		}
@@ -443,7 +447,13 @@ func (s *pollSession) rebalance() error {
 	defer cancel()
 	o, err := s.members.Rebalance(ctx)
 	s.nextRebal = s.r.clock.Now().Add(s.r.cfg.Poll.RebalanceInterval)
-	if errors.Is(err, poll.ErrBucketsMismatch) || errors.Is(err, poll.ErrNotOwnSession) || errors.Is(err, poll.ErrDestinationMismatch) {
+	if errors.Is(err, poll.ErrDestinationMismatch) {
+		// Not fatal: in a rolling update that changes the destination, the
+		// new instances wait for the old ones to leave, and then claim.
+		// The session ends, leaving the group, and the next joins again.
+		return fmt.Errorf("%w: %w", errWaitingForOthers, err)
+	}
+	if errors.Is(err, poll.ErrBucketsMismatch) || errors.Is(err, poll.ErrNotOwnSession) {
 		return &FatalError{Err: err}
 	}
 	if err != nil {

@@ -2,29 +2,30 @@ package relay_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
 
-// TestPollInstanceWithAnotherDestinationStops: two poll deployments on one
+// TestPollInstanceWithAnotherDestinationWaits: two poll deployments on one
 // outbox table, the second publishing to another topic (route.topic) or
 // another Kafka cluster. Before, the second joined the first's bucket
 // group (keyed by the table alone): each claimed half the keys and marked
 // them published, so each topic got part of the events and nothing said
-// so. Now the instance that joins with another destination stops with a
-// fatal error before it claims, naming the first instance's PID and what
-// differs; the first goes on, every event in its topic, none in the
-// other's.
-func TestPollInstanceWithAnotherDestinationStops(t *testing.T) {
+// so. Now the instance that joins with another destination claims
+// nothing: it says so at Error, naming the first instance's PID and what
+// differs, and waits; the first goes on with every bucket, every event in
+// its topic. Once the first has left (the old instances of a rolling
+// update that changes the topic), the second claims, and the later events
+// go to its topic.
+func TestPollInstanceWithAnotherDestinationWaits(t *testing.T) {
 	env := testenv.Require(t)
 	f := newPollFixture(t, env, 1)
 	ctx := context.Background()
@@ -33,7 +34,7 @@ func TestPollInstanceWithAnotherDestinationStops(t *testing.T) {
 	env.CreateTopic(t, topic2, 1)
 	cfg1 := f.pollConfig()
 	cfg1.Router.RouteTopic = topic1
-	runRelay(t, cfg1)
+	stop1 := runRelay(t, cfg1)
 	f.waitBalanced(t, 1, cfg1.Poll.Buckets)
 	first := f.pollMembers(t)[0].PID
 
@@ -49,20 +50,28 @@ func TestPollInstanceWithAnotherDestinationStops(t *testing.T) {
 	for range 10 {
 		insert()
 	}
+	// One partition each: the high-water mark is the topic's count.
+	counts := func() (int64, int64) {
+		hw := env.HighWater(t, []string{topic1, topic2})
+		return hw[topic1+"/0"], hw[topic2+"/0"]
+	}
 
+	var second chan error
+	var cancelSecond context.CancelFunc
 	for _, c := range []struct {
 		name, want, not string
 		change          func(*relay.Config)
 	}{
-		{"route.topic", "another router configuration", "another Kafka cluster", func(c *relay.Config) { c.Router.RouteTopic = topic2 }},
 		{"kafka.brokers", "another Kafka cluster", "another router configuration", func(c *relay.Config) {
 			c.Kafka.Brokers = append(append([]string{}, c.Kafka.Brokers...), "127.0.0.1:1")
 		}},
+		{"route.topic", "another router configuration", "another Kafka cluster", func(c *relay.Config) { c.Router.RouteTopic = topic2 }},
 	} {
 		cfg2 := f.pollConfig()
 		cfg2.Router.RouteTopic = topic1
 		c.change(&cfg2)
-		r, err := relay.New(cfg2, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
+		core, logs := observer.New(zap.ErrorLevel)
+		r, err := relay.New(cfg2, zap.New(core))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,53 +80,61 @@ func TestPollInstanceWithAnotherDestinationStops(t *testing.T) {
 		go func() { done <- r.Run(rctx) }()
 		// Rows keep coming while the second instance starts and joins:
 		// whatever buckets it claimed, their rows would go to its topic.
-		var runErr error
-		stopped := false
-		for i := 0; i < 600 && !stopped; i++ {
+		said := ""
+		testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
 			insert()
 			select {
-			case runErr = <-done:
-				stopped = true
-			case <-time.After(50 * time.Millisecond):
+			case err := <-done:
+				t.Fatalf("%s: the second instance stopped: %v; want it to wait", c.name, err)
+			default:
 			}
-		}
-		cancel()
-		if !stopped {
-			select {
-			case runErr = <-done:
-			case <-time.After(time.Minute):
-				t.Fatalf("%s: the second instance did not stop within a minute of its cancel", c.name)
+			for _, e := range logs.FilterMessageSnippet("another destination").All() {
+				said = fmt.Sprint(e.ContextMap()["error"])
 			}
-			t.Fatalf("%s: a second poll instance on the table with another destination ran for 30s beside the first (stopped with %v), want a fatal error before it claims", c.name, runErr)
+			return said != "", c.name + ": the second instance has not said it waits"
+		})
+		if !strings.Contains(said, c.want) || strings.Contains(said, c.not) || !strings.Contains(said, fmt.Sprintf("PID %d", first)) {
+			t.Fatalf("%s: the second instance said %q; want the first instance (PID %d) and %q only", c.name, said, first, c.want)
 		}
-		msg := fmt.Sprint(runErr)
-		if !strings.Contains(msg, "publishes to another destination") || !strings.Contains(msg, c.want) || strings.Contains(msg, c.not) ||
-			!strings.Contains(msg, fmt.Sprintf("PID %d", first)) {
-			t.Fatalf("%s: the second instance stopped with %v; want a fatal error naming the first instance (PID %d) and %q only", c.name, runErr, first, c.want)
+		if _, n2 := counts(); n2 != 0 {
+			t.Fatalf("%s: %d events in %s while the first instance runs", c.name, n2, topic2)
 		}
-		if fe := (*relay.FatalError)(nil); !errors.As(runErr, &fe) {
-			t.Fatalf("%s: the second instance stopped with %T, want *relay.FatalError", c.name, runErr)
+		if c.name != "route.topic" {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("%s: the second instance stopped with %v", c.name, err)
+			}
+			continue
 		}
+		second, cancelSecond = done, cancel
 	}
+	defer cancelSecond()
 
-	// The first instance goes on alone with every bucket, and every row
-	// reached its topic, none the other's.
+	// While both run, the first has every bucket and every event.
 	f.waitBalanced(t, 1, cfg1.Poll.Buckets)
+	before := written
+	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+		n1, n2 := counts()
+		return n1 >= int64(before) && f.unpublished(t) == 0,
+			fmt.Sprintf("%d of %d events in %s, %d in %s, %d rows unpublished", n1, before, topic1, n2, topic2, f.unpublished(t))
+	})
+	if n1, n2 := counts(); n2 != 0 || n1 != int64(before) {
+		t.Fatalf("%d of %d events in %s, %d in %s (the waiting instance's topic): want every event in the first's, once", n1, before, topic1, n2, topic2)
+	}
+	// The first leaves: the second claims, and the events go to its topic.
+	if err := stop1(); err != nil {
+		t.Fatal(err)
+	}
 	for range 5 {
 		insert()
 	}
-	// One partition each: the high-water mark is the topic's count.
-	counts := func() (int64, int64) {
-		hw := env.HighWater(t, []string{topic1, topic2})
-		return hw[topic1+"/0"], hw[topic2+"/0"]
-	}
-	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
-		n1, n2 := counts()
-		return n1 >= int64(written) && f.unpublished(t) == 0,
-			fmt.Sprintf("%d of %d events in %s, %d in %s, %d rows unpublished", n1, written, topic1, n2, topic2, f.unpublished(t))
+	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		_, n2 := counts()
+		return n2 == 5 && f.unpublished(t) == 0, fmt.Sprintf("%d of 5 events in %s after the first left, %d rows unpublished", n2, topic2, f.unpublished(t))
 	})
-	if n1, n2 := counts(); n2 != 0 || n1 != int64(written) {
-		t.Fatalf("%d of %d events in %s, %d in %s (the second instance's topic): want every event in the first's, once", n1, written, topic1, n2, topic2)
+	cancelSecond()
+	if err := <-second; err != nil {
+		t.Fatalf("the second instance stopped with %v", err)
 	}
 }
 

@@ -682,3 +682,55 @@ func TestInitialSnapshotWhoseLockWasTakenOverDoesNotMakeTheSlot(t *testing.T) {
 		t.Fatalf("the second instance: %v", err)
 	}
 }
+
+// TestInitialSnapshotKeptAcrossAnAnchorDroppedPublishesWhatItLeftOut: a
+// started-over snapshot leaves out the rows the anchor slot will stream.
+// When an attempt with that snapshot fails (its SQL connection ended) and
+// the anchor is gone by the retry (dropped by someone, as validate's
+// warning about an anchor left behind invites), the retry made a new anchor
+// at the kept snapshot's own point and still left those rows out: the slot
+// started after them, and they reached neither path (a reviewer lost 50 of
+// 50). The retry now takes a new snapshot, judged against the anchor there
+// is, and every row arrives.
+func TestInitialSnapshotKeptAcrossAnAnchorDroppedPublishesWhatItLeftOut(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	const rows = 20000
+	cfg := snapshotOf(t, f, rows, 20)
+	cfg.Relay.RestartBackoff = 50 * time.Millisecond
+	c := env.NewConsumer(t, f.topics[:1])
+	stop := runRelay(t, cfg)
+	c.WaitFor(t, 1, time.Minute) // the anchor is made before the first row
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(t, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT ('00000000-0000-4000-8000-' || lpad((900000 + g)::text, 12, '0'))::uuid, $1, 'gap', 'T', '{}' FROM generate_series(1, 50) g`, f.shape.AggregateTypes[0])
+	topic := f.topics[0] + "/0"
+	before := env.HighWater(t, f.topics[:1])[topic]
+	stop = runRelay(t, cfg)
+	// The new snapshot, which leaves the 50 to the slot, publishes.
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		now := env.HighWater(t, f.topics[:1])[topic]
+		return now > before+40, fmt.Sprintf("%d records since the second start", now-before)
+	})
+	f.exec(t, "SELECT pg_drop_replication_slot($1)", replication.AnchorSlot(cfg.Postgres.Slot))
+	var ended int
+	if err := f.checkDB.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'pgoutbox-snapshot'`).Scan(&ended); err != nil || ended != 1 {
+		t.Fatalf("ended %d snapshot connections (%v), want 1: the snapshot was over before the test could end it", ended, err)
+	}
+	got := map[string]bool{}
+	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Poll() {
+			h, _ := m.Header("id")
+			got[string(h)] = true
+		}
+		return len(got) >= rows+50, fmt.Sprintf("%d distinct events, want %d", len(got), rows+50)
+	})
+	f.waitStreaming(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -85,8 +85,10 @@ type snapshotHeld struct {
 	// the slot from the anchor there is left.
 	publishedAt replication.LSN
 	// sinceAnchor goes with snap: by table, the event ids of its rows the
-	// slot streams (insertedSinceAnchor), which it does not publish.
-	sinceAnchor map[string]map[string]bool
+	// slot streams from the anchor at sinceAnchorAt (insertedSinceAnchor),
+	// which it does not publish.
+	sinceAnchor   map[string]map[string]bool
+	sinceAnchorAt replication.LSN
 }
 
 func (h *snapshotHeld) release(ctx context.Context) {
@@ -152,7 +154,7 @@ func (h *snapshotHeld) dropSnap(ctx context.Context) {
 		h.snap.Close(ctx)
 		h.snap = nil
 	}
-	h.sinceAnchor = nil
+	h.sinceAnchor, h.sinceAnchorAt = nil, 0
 }
 
 // initialSnapshot publishes the outbox tables' rows and creates the slot,
@@ -304,6 +306,15 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 	if held.snap != nil && !held.snap.Alive() {
 		held.dropSnap(ctx)
 	}
+	if held.snap != nil && held.sinceAnchor != nil && (!hasAnchor || anchor.ConfirmedFlushLSN != held.sinceAnchorAt) {
+		// Its rows were left out for the slot to stream from an anchor
+		// that is gone (dropped by someone) or another: a slot made from
+		// the anchor made now would start elsewhere, past rows left out.
+		// A new snapshot, judged against the anchor there is.
+		r.log.Warn("initial snapshot: the anchor slot changed since this snapshot was taken; taking a new one",
+			zap.String("slot", pc.Slot), zap.String("anchor_slot", anchorName), zap.Stringer("was", held.sinceAnchorAt))
+		held.dropSnap(ctx)
+	}
 	snap := held.snap
 	if snap != nil {
 		r.log.Info("initial snapshot: publishing again in the same snapshot (its rows sent already are sent again, with the same event ids)",
@@ -320,10 +331,8 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 		if hasAnchor {
 			// A new snapshot after an earlier one's: what was committed
 			// since the anchor comes from the slot, which starts there.
-			if held.sinceAnchor, err = r.insertedSinceAnchor(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, snap.ConsistentPoint); err != nil {
-				held.dropSnap(ctx) // not to be used without what it leaves out
-				return 0, err
-			}
+			held.sinceAnchor = r.insertedSinceAnchor(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, snap.ConsistentPoint)
+			held.sinceAnchorAt = anchor.ConfirmedFlushLSN
 		}
 	}
 	if !hasAnchor {
@@ -365,37 +374,54 @@ func (r *Relay) publishAnchored(ctx context.Context, conn *pgx.Conn, held *snaps
 //
 // A snapshot row is left out by its event id only where the id column has
 // a unique index on it alone (else a row committed before the anchor could
-// share an id with one after, and be left out unsent): such a table keeps
-// the earlier behaviour, said at Error.
-func (r *Relay) insertedSinceAnchor(ctx context.Context, conn *pgx.Conn, anchor string, from, upto replication.LSN) (map[string]map[string]bool, error) {
+// share an id with one after, and be left out unsent). A table without
+// one, a gap of more than sinceAnchorMaxWAL of WAL (the ids are held in
+// memory), or a peek that fails (a column renamed in the gap, say) keeps
+// the earlier behaviour for that table or all, said at Error: the rows of
+// the gap are published from the new snapshot too, nothing lost, and a
+// key's event only WAL held may follow a later row of its own.
+func (r *Relay) insertedSinceAnchor(ctx context.Context, conn *pgx.Conn, anchor string, from, upto replication.LSN) map[string]map[string]bool {
 	if upto <= from {
-		return nil, nil
-	}
-	if err := replication.WaitFlushed(ctx, conn, upto, handoverFlushWait, nil); err != nil {
-		return nil, fmt.Errorf("relay: initial snapshot: %w", err)
+		return nil
 	}
 	pc := r.cfg.Postgres
+	degrade := func(why string, err error, table string) {
+		r.log.Error("initial snapshot: started over from a new snapshot, and "+why+", so the rows committed since the first attempt's point are published from the new snapshot and again from the slot (the same event ids, nothing lost): a key with an event only WAL held since (a row deleted by its own transaction, a table-less message) may get it after a later event of its own",
+			zap.String("table", table), zap.Stringer("anchor_lsn", from), zap.Stringer("snapshot_lsn", upto), zap.Error(err))
+	}
+	if gap := uint64(upto - from); gap > sinceAnchorMaxWAL {
+		degrade(fmt.Sprintf("the %d MB of WAL in between are more than pgoutbox reads to tell those rows (%d MB)", gap>>20, sinceAnchorMaxWAL>>20), nil, "")
+		return nil
+	}
+	if err := replication.WaitFlushed(ctx, conn, upto, handoverFlushWait, nil); err != nil {
+		degrade("the WAL in between could not be read", err, "")
+		return nil
+	}
+	r.log.Info("initial snapshot: reading the WAL since the first attempt's point, for the rows the slot will stream",
+		zap.String("anchor_slot", anchor), zap.Stringer("from", from), zap.Stringer("to", upto))
 	out := map[string]map[string]bool{}
 	for _, table := range pc.QualifiedTables() {
 		_, id := r.cfg.columnsOf(table)
 		t, err := poll.NewTable(table, "", "")
 		if err != nil {
-			return nil, err
+			degrade("the table's name could not be read", err, table)
+			continue
 		}
 		var unique bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 			WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1 AND i.indpred IS NULL AND a.attname = $2)`,
 			t.Quoted(), id).Scan(&unique); err != nil {
-			return nil, fmt.Errorf("relay: initial snapshot: the unique indexes of %s: %w", table, err)
+			degrade("the table's unique indexes could not be read", err, table)
+			continue
 		}
 		if !unique {
-			r.log.Error("initial snapshot: started over from a new snapshot, and the event id column has no unique index of its own, so the rows committed since the first attempt's point are published from the new snapshot and again from the slot: a key with an event only WAL held since (a row deleted by its own transaction, a table-less message) may get it after a later event of its own",
-				zap.String("table", table), zap.String("column", id), zap.Stringer("anchor_lsn", from), zap.Stringer("snapshot_lsn", upto))
+			degrade(fmt.Sprintf("the event id column %q has no unique index of its own", id), nil, table)
 			continue
 		}
 		p, err := replication.PeekPending(ctx, conn, anchor, pc.Publication, table, id, "", upto)
 		if err != nil {
-			return nil, fmt.Errorf("relay: initial snapshot: the rows committed since the first attempt's point: %w", err)
+			degrade("the WAL in between could not be read", err, table)
+			continue
 		}
 		set := make(map[string]bool, len(p.Inserts))
 		for _, v := range p.Inserts {
@@ -403,8 +429,13 @@ func (r *Relay) insertedSinceAnchor(ctx context.Context, conn *pgx.Conn, anchor 
 		}
 		out[table] = set
 	}
-	return out, nil
+	return out
 }
+
+// sinceAnchorMaxWAL bounds the WAL insertedSinceAnchor reads (and the ids
+// it holds): a gap between two attempts longer than this is published
+// twice instead.
+const sinceAnchorMaxWAL = 1 << 30
 
 // errSnapshotGone: the exported snapshot can no longer be imported (its
 // replication connection ended).

@@ -33,7 +33,13 @@ func (h SharedHold) ID() string { return HoldID(h.Hold) }
 // when that cannot be told (no publication recorded, or it is gone).
 // Holds are kept per slot, and the slots of one table (regions, a poll
 // source beside a slot) share its rows: a slot's position says nothing of
-// another slot's gap. None when the state table does not exist.
+// another slot's gap. A row that records tables counts only while its
+// slot exists: the row of a slot dropped for good (a region taken down)
+// relays nothing any more, and would hold those tables' cleanup for ever.
+// A row that records none (a placeholder of migrate --recreate-slot, one
+// awaiting a snapshot) counts without its slot, which is being made. None
+// when the state table does not exist. A role that may not read it gets a
+// *pgconn.PgError 42501.
 func SharedCleanupHolds(ctx context.Context, conn *pgx.Conn, stateTable, slot string, tables []string) ([]SharedHold, error) {
 	q, err := qualifiedIdent(stateTable)
 	if err != nil {
@@ -72,7 +78,10 @@ func SharedCleanupHolds(ctx context.Context, conn *pgx.Conn, stateTable, slot st
 	}
 	var all []held
 	rows, err := conn.Query(ctx, `SELECT slot_name, to_jsonb(st) ->> 'cleanup_hold', table_oids, retired_oids, coalesce(publication_name, '')
-		FROM `+q+` AS st WHERE slot_name <> $1 AND coalesce(to_jsonb(st) ->> 'cleanup_hold', '') <> '' ORDER BY slot_name`, slot)
+		FROM `+q+` AS st WHERE slot_name <> $1 AND coalesce(to_jsonb(st) ->> 'cleanup_hold', '') <> ''
+			AND (EXISTS (SELECT FROM pg_replication_slots s WHERE s.slot_name = st.slot_name AND s.database = current_database())
+				OR coalesce(st.table_oids, '{}'::jsonb) = '{}'::jsonb)
+		ORDER BY slot_name`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("replication: read the cleanup holds of other slots from %s: %w", stateTable, err)
 	}

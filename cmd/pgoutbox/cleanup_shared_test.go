@@ -125,6 +125,7 @@ func TestPollCleanupKeepsTheRowsAWALSlotsHoldNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	walSlot := testenv.UniqueName(t, "wal")
+	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", walSlot)
 	id := f.holdSlot(t, walSlot, f.publication, "public.outbox")
 	for range 3 {
 		f.exec(t, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload, published_at) VALUES (gen_random_uuid(), 'order', 'gap', 'created', '{}', now() - interval '2 hours')`)
@@ -141,5 +142,25 @@ func TestPollCleanupKeepsTheRowsAWALSlotsHoldNames(t *testing.T) {
 	r = invoke(cmdCleanup, []string{"--retention", "1h"}, env)
 	if r.code != exitOK || !strings.Contains(r.stdout, "deleted 3 rows") || rows() != 0 {
 		t.Fatalf("poll cleanup once the hold is released: want exit 0 and the 3 rows deleted (%d left):\n%s", rows(), r)
+	}
+
+	// A held row of a slot dropped for good (a region taken down) relays
+	// nothing any more: it does not hold the table's cleanup for ever.
+	gone := testenv.UniqueName(t, "gone")
+	f.holdSlot(t, gone, f.publication, "public.outbox")
+	f.exec(t, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload, published_at) VALUES (gen_random_uuid(), 'order', 'gap', 'created', '{}', now() - interval '2 hours')`)
+	if r := invoke(cmdCleanup, []string{"--retention", "1h"}, env); r.code != exitOK || rows() != 0 {
+		t.Fatalf("poll cleanup with a held row of a slot that does not exist: want exit 0 and the row deleted (%d left):\n%s", rows(), r)
+	}
+
+	// A role that may not read the state table (another team's): the
+	// poll source, which needs none, is not stopped by it, and says so.
+	f.exec(t, "CREATE ROLE "+gone+"_reader LOGIN")
+	f.exec(t, "GRANT SELECT, UPDATE, DELETE ON public.outbox TO "+gone+"_reader")
+	t.Cleanup(func() { f.exec(t, "DROP OWNED BY "+gone+"_reader; DROP ROLE "+gone+"_reader") })
+	f.exec(t, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload, published_at) VALUES (gen_random_uuid(), 'order', 'gap', 'created', '{}', now() - interval '2 hours')`)
+	reader := f.environ(withPassword(t, f.dsn, gone+"_reader"), "PGOUTBOX_RELAY_SOURCE=poll")
+	if r := invoke(cmdCleanup, []string{"--retention", "1h"}, reader); r.code != exitOK || rows() != 0 || !strings.Contains(r.stderr, "are not checked") {
+		t.Fatalf("poll cleanup by a role that may not read the state table: want exit 0, the row deleted (%d left) and a warning:\n%s", rows(), r)
 	}
 }

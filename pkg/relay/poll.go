@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pgoutbox/pgoutbox/pkg/kafka"
@@ -98,6 +99,8 @@ type pollRunner struct {
 	// rebalance warned of (their destination unknown, or another), so
 	// that each is warned of once.
 	membersWarned map[uint32]bool
+	// holdsUnreadable: the state table may not be read, warned of once.
+	holdsUnreadable bool
 }
 
 // single says sessions send one record per produce request (see
@@ -888,6 +891,17 @@ func (pr *pollRunner) cleanupHeld(ctx context.Context, conn *pgx.Conn) (bool, er
 		return false, nil
 	}
 	holds, err := replication.SharedCleanupHolds(ctx, conn, st, "", []string{pr.table.Name})
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+		// The poll source needs no state table: a role that may not read
+		// another team's is not stopped by it (nor was it before).
+		if !pr.holdsUnreadable {
+			pr.holdsUnreadable = true
+			pr.r.log.Warn("the cleanup holds of WAL slots on the table are not checked: the relay's role may not read the state table",
+				zap.String("table", pr.table.Name), zap.String("state_table", st), zap.Error(err),
+				zap.String("fix", "GRANT SELECT ON "+st+" to the relay's role"))
+		}
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("read other slots' cleanup holds on %s from %s (the relay's role needs SELECT on it), so nothing was deleted: %w", pr.table.Name, st, err)
 	}

@@ -32,6 +32,11 @@ func TestPollRelayCleanupKeepsTheRowsAWALSlotsHoldNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	walSlot := testenv.UniqueName(t, "wal")
+	// A slot that exists: the held row of one dropped for good holds nothing.
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", walSlot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = f.checkDB.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", walSlot) })
 	var oid uint32
 	if err := f.checkDB.QueryRow(ctx, "SELECT 'public.outbox'::regclass::oid").Scan(&oid); err != nil {
 		t.Fatal(err)

@@ -681,9 +681,17 @@ func acceptCatalog(ctx context.Context, conn *pgx.Conn, pcfg replication.Config,
 	st.Publication = pcfg.Publication
 	st.Note = "catalog accepted by pgoutbox migrate --accept-catalog at " + time.Now().UTC().Format(time.RFC3339)
 	// The hold first: once the new catalog is recorded, a start streams
-	// past the gap, and cleanup must already be held by then.
-	if err := holdCleanup(ctx, conn, pcfg, stdout, st.Note+": events committed while the table or publication was changed may never have been relayed from the WAL"); err != nil {
-		return err
+	// past the gap, and cleanup must already be held by then. Only for a
+	// change that may have kept events out of the stream: a table no
+	// longer configured or another messages.prefix (refused at start,
+	// before anything was skipped) leave no gap, and a hold would also
+	// stop the cleanup of every other slot on these tables.
+	if len(never) > 0 {
+		if err := holdCleanup(ctx, conn, pcfg, stdout, st.Note+": events committed while the table or publication was changed may never have been relayed from the WAL"); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout, "pgoutbox cleanup is not held: no change of the publication or the outbox tables that could have kept events out of the stream")
 	}
 	return replication.WriteState(ctx, conn, pcfg.StateTable, st)
 }

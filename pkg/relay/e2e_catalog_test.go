@@ -1077,8 +1077,14 @@ func TestMessagePrefixChangedIsRefused(t *testing.T) {
 	}
 	cmd := exec.Command(pgoutboxBinary(t), "migrate", "--accept-catalog")
 	cmd.Env = append(f.environ(), "PGOUTBOX_MESSAGES_PREFIX=evt")
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `accepted: table-less messages with prefix "outbox" are no longer relayed`) {
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `accepted: table-less messages with prefix "outbox" are no longer relayed`) ||
+		!strings.Contains(string(out), "pgoutbox cleanup is not held") {
 		t.Fatalf("migrate --accept-catalog: %v\n%s", err, out)
+	}
+	// Refused before anything was skipped: no gap, and no hold, which
+	// would also stop the cleanup of every other slot on the table.
+	if hold := f.cleanupHold(t); hold != "" {
+		t.Fatalf("cleanup held after accepting another prefix: %q", hold)
 	}
 	p = runInProcess(t, other)
 	f.waitStreaming(t)

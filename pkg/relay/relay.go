@@ -701,9 +701,12 @@ func (r *Relay) checkHistory(start replication.Start) error {
 				zap.String("instance", start.State.Instance), zap.Time("session_started_at", start.State.SessionStartedAt))
 			return nil
 		case replication.FencePassed:
-			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s where the last pgoutbox session on it stopped (instance %s, started %s): it was advanced while no pgoutbox session held it (pg_replication_slot_advance, or another client streamed from it; or the database was put back to an earlier point with a later slot), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
-				replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, start.State.Instance,
-				start.State.SessionStartedAt.UTC().Format(time.RFC3339), pcfg.StateTable, quoteLiteral(pcfg.Slot))}
+			where := fmt.Sprintf("where the last pgoutbox session on it stopped (instance %s, started %s)", start.State.Instance, start.State.SessionStartedAt.UTC().Format(time.RFC3339))
+			if start.State.Instance == "" {
+				where = fmt.Sprintf("where pgoutbox first recorded it (%s), before any session streamed from it", start.State.SessionStartedAt.UTC().Format(time.RFC3339))
+			}
+			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s %s: it was advanced while no pgoutbox session held it (pg_replication_slot_advance, or another client streamed from it; or the database was put back to an earlier point with a later slot), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
+				replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, where, pcfg.StateTable, quoteLiteral(pcfg.Slot))}
 		}
 	}
 	if !r.history.slotSeen || r.history.othersHeld || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {

@@ -306,15 +306,13 @@ func TestInitialSnapshotTriedAgainKeepsWhatOnlyWALHeld(t *testing.T) {
 	ctx := context.Background()
 	const rows = 20000
 	cfg := snapshotOf(t, f, rows, 20)
-	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	c := env.NewConsumer(t, f.topics[:1])
 	stop := runRelay(t, cfg)
 	c.WaitFor(t, 1, time.Minute)
 	const message = "00000000-0000-4000-8000-000900000099"
 	f.emitEvent(t, message)
-	var ended int
-	if err := f.checkDB.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgoutbox-snapshot' AND datname = current_database()").Scan(&ended); err != nil || ended != 1 {
-		t.Fatalf("ended %d snapshot connections (%v), want 1: the snapshot was over before the test could end it", ended, err)
+	if n, err := endBackends(ctx, f.checkDB, "pgoutbox-snapshot"); err != nil || n != 1 {
+		t.Fatalf("ended %d snapshot connections (%v), want 1: the snapshot was over before the test could end it", n, err)
 	}
 	waitForRowsAndEvent(t, c, rows, message)
 	if err := stop(); err != nil {
@@ -338,7 +336,6 @@ func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
 			ctx := context.Background()
 			const rows = 20000
 			cfg := snapshotOf(t, f, rows, 20)
-			cfg.Relay.RestartBackoff = 50 * time.Millisecond
 			c := env.NewConsumer(t, f.topics[:1])
 			stop := runRelay(t, cfg)
 			c.WaitFor(t, 1, time.Minute)
@@ -348,10 +345,7 @@ func TestInitialSnapshotStartedOverKeepsWhatOnlyWALHeld(t *testing.T) {
 				if err := stop(); err != nil {
 					t.Fatal(err)
 				}
-				var slots int
-				if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", cfg.Postgres.Slot).Scan(&slots); err != nil || slots != 0 {
-					t.Fatalf("%d slots named %q (%v): the snapshot was over before the test could stop it", slots, cfg.Postgres.Slot, err)
-				}
+				noSlotYet(t, f, cfg)
 				stop = runRelay(t, cfg)
 			} else {
 				// The temporary slot's walsender: its snapshot goes with it.
@@ -384,7 +378,6 @@ func TestInitialSnapshotStartedOverInAnotherProcessKeepsKeyOrder(t *testing.T) {
 	ctx := context.Background()
 	const rows = 20000
 	cfg := snapshotOf(t, f, rows, 20)
-	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	c := env.NewConsumer(t, f.topics[:1])
 	stop := runRelay(t, cfg)
 	c.WaitFor(t, 1, time.Minute) // the anchor is made before the first row
@@ -413,10 +406,7 @@ func TestInitialSnapshotStartedOverInAnotherProcessKeepsKeyOrder(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	var slots int
-	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", cfg.Postgres.Slot).Scan(&slots); err != nil || slots != 0 {
-		t.Fatalf("%d slots named %q (%v): the snapshot was over before the test could stop it", slots, cfg.Postgres.Slot, err)
-	}
+	noSlotYet(t, f, cfg)
 	stop = runRelay(t, cfg)
 	var kx []string
 	distinct := map[string]bool{}
@@ -453,7 +443,6 @@ func TestInitialSnapshotStopsOnASlotMadeMeanwhileUntilItIsDropped(t *testing.T) 
 	f := newFixture(t, env, 1)
 	const rows = 20000
 	cfg := snapshotOf(t, f, rows, 20)
-	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	c := env.NewConsumer(t, f.topics[:1])
 	p := runInProcess(t, cfg)
 	c.WaitFor(t, 1, time.Minute)
@@ -495,7 +484,6 @@ func TestInitialSnapshotFailingToMakeTheSlotDoesNotPublishAgain(t *testing.T) {
 	ctx := context.Background()
 	const rows = 200
 	cfg := snapshotOf(t, f, rows, 0)
-	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	writer, err := pgx.Connect(ctx, f.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -561,6 +549,7 @@ func snapshotOf(t *testing.T, f *fixture, rows, batch int) relay.Config {
 		FROM generate_series(1, $2) g`, f.shape.AggregateTypes[0], rows)
 	cfg := f.config()
 	cfg.Snapshot.Mode = relay.SnapshotInitial
+	cfg.Relay.RestartBackoff = 50 * time.Millisecond // retries are what these tests watch
 	if batch > 0 {
 		cfg.Snapshot.BatchSize = batch
 	}
@@ -590,6 +579,25 @@ func waitForRowsAndEvent(t *testing.T, c *testenv.Consumer, rows int, id string)
 
 // noAnchorLeft checks that the snapshot's anchor slot is gone once the
 // slot streams.
+// noSlotYet fails t unless the slot of cfg is still missing: the
+// snapshot was stopped before it made it.
+func noSlotYet(t *testing.T, f *fixture, cfg relay.Config) {
+	t.Helper()
+	var slots int
+	if err := f.checkDB.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", cfg.Postgres.Slot).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("%d slots named %q (%v): the snapshot was over before the test could stop it", slots, cfg.Postgres.Slot, err)
+	}
+}
+
+// endBackends ends the server sessions of the current database named app
+// (application_name), and says how many it ended.
+func endBackends(ctx context.Context, conn *pgx.Conn, app string) (int, error) {
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1`, app).Scan(&n)
+	return n, err
+}
+
 func noAnchorLeft(t *testing.T, f *fixture, cfg relay.Config) {
 	t.Helper()
 	var anchors int
@@ -619,7 +627,6 @@ func TestInitialSnapshotWhoseLockWasTakenOverDoesNotMakeTheSlot(t *testing.T) {
 	ctx := context.Background()
 	const rows = 2000
 	cfg := snapshotOf(t, f, rows, 20)
-	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	c := env.NewConsumer(t, f.topics[:1])
 	hookDB, err := pgx.Connect(ctx, f.dsn) // the hook's: it runs on the relay's goroutine
 	if err != nil {
@@ -631,10 +638,8 @@ func TestInitialSnapshotWhoseLockWasTakenOverDoesNotMakeTheSlot(t *testing.T) {
 		if !held.CompareAndSwap(false, true) {
 			return nil
 		}
-		var ended int
-		if err := hookDB.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = 'pgoutbox-snapshot-lock'`).Scan(&ended); err != nil || ended != 1 {
-			t.Errorf("ended %d snapshot lock connections (%v), want 1", ended, err)
+		if n, err := endBackends(ctx, hookDB, "pgoutbox-snapshot-lock"); err != nil || n != 1 {
+			t.Errorf("ended %d snapshot lock connections (%v), want 1", n, err)
 			return nil
 		}
 		second <- runInProcess(t, cfg)
@@ -698,7 +703,6 @@ func TestInitialSnapshotKeptAcrossAnAnchorDroppedPublishesWhatItLeftOut(t *testi
 	ctx := context.Background()
 	const rows = 20000
 	cfg := snapshotOf(t, f, rows, 20)
-	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	c := env.NewConsumer(t, f.topics[:1])
 	stop := runRelay(t, cfg)
 	c.WaitFor(t, 1, time.Minute) // the anchor is made before the first row
@@ -716,10 +720,8 @@ func TestInitialSnapshotKeptAcrossAnAnchorDroppedPublishesWhatItLeftOut(t *testi
 		return now > before+40, fmt.Sprintf("%d records since the second start", now-before)
 	})
 	f.exec(t, "SELECT pg_drop_replication_slot($1)", replication.AnchorSlot(cfg.Postgres.Slot))
-	var ended int
-	if err := f.checkDB.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = 'pgoutbox-snapshot'`).Scan(&ended); err != nil || ended != 1 {
-		t.Fatalf("ended %d snapshot connections (%v), want 1: the snapshot was over before the test could end it", ended, err)
+	if n, err := endBackends(ctx, f.checkDB, "pgoutbox-snapshot"); err != nil || n != 1 {
+		t.Fatalf("ended %d snapshot connections (%v), want 1: the snapshot was over before the test could end it", n, err)
 	}
 	got := map[string]bool{}
 	testenv.Eventually(t, 2*time.Minute, 50*time.Millisecond, func() (bool, string) {

@@ -26,7 +26,6 @@ func TestInitialSnapshotOfATableRewrittenAfterTheExportTakesANewOne(t *testing.T
 	f := newFixture(t, env, 1)
 	const rows = 200
 	cfg := snapshotOf(t, f, rows, 0)
-	cfg.Relay.RestartBackoff = 50 * time.Millisecond
 	var rewrites atomic.Int32
 	hook := func() {
 		if rewrites.Add(1) > 1 {

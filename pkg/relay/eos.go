@@ -607,8 +607,10 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 	if ok {
 		r.log.Info("exactly-once: Kafka holds the slot's transactions up to the stored position; those at or below it are skipped",
 			zap.Stringer("stored_lsn", checkpoint.LSN(stored)), zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
-	} else if start.HadState && !r.eosStarted {
-		// pgoutbox streamed from the slot before: if that was with
+	} else if start.HadState && start.State.Instance != "" && !r.eosStarted {
+		// A session streamed from the slot before (a row with no instance
+		// is migrate's or a first start's, which streamed nothing): if
+		// that was with
 		// exactly-once, its record is gone (the offsets topic deleted and
 		// recreated, renamed, or its retention not compaction), and what
 		// Kafka holds past the slot is sent again.

@@ -251,8 +251,13 @@ type PartitionRecord struct {
 // transactional records cannot count its way to (markers take offsets).
 func ReadPartition(ctx context.Context, client sarama.Client, topic string, p int32, from, to int64, iso sarama.IsolationLevel, fn func(PartitionRecord)) error {
 	next := from
+	var stuckAt, stable int64 = -1, -1 // waiting for the last stable offset: where
 	for next < to {
 		if err := ctx.Err(); err != nil {
+			if stuckAt >= 0 {
+				return fmt.Errorf("kafka: read %s/%d: the partition's last stable offset stayed at %d, below its records up to %d: a transaction another producer opened there is still open (a relay or a tool stopped while it committed, writing to this topic too); the transaction coordinator aborts it after that producer's transaction.timeout.ms, and the read goes on then (give each slot an offsets topic of its own, kafka.offsets.topic, not to wait for others): %w",
+					topic, p, stable, to, context.Cause(ctx))
+			}
 			return fmt.Errorf("kafka: read %s/%d: %w", topic, p, context.Cause(ctx))
 		}
 		broker, err := client.Leader(topic, p)
@@ -309,12 +314,16 @@ func ReadPartition(ctx context.Context, client sarama.Client, topic string, p in
 			}
 			next = max(next, last+1)
 		}
+		if next != before {
+			stuckAt = -1
+		}
 		if next == before {
 			// Nothing past next is decided yet (the last stable offset is
 			// held by an open transaction), or nothing is left.
 			if block.HighWaterMarkOffset <= next {
 				break
 			}
+			stuckAt, stable = next, block.LastStableOffset
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond): // waiting for the LSO; bounded by ctx

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,5 +205,43 @@ func TestTombstoneInOffsetsTopicForgetsThePosition(t *testing.T) {
 	defer p2.Close(ctx)
 	if lsn, ok := p2.Stored(); ok {
 		t.Fatalf("stored %X after a tombstone, want none", lsn)
+	}
+}
+
+// TestReadPartitionNamesAnOpenTransactionItWaitsFor: another producer's
+// transaction left open in a partition (a relay killed while it committed,
+// sharing the offsets topic) holds the last stable offset, and a
+// read_committed read to the end waits for it. The start of every relay
+// on that offsets topic ended with "context deadline exceeded" and no
+// cause (found by the exactly-once review); the error now names the open
+// transaction, what ends it, and the way not to wait for others.
+func TestReadPartitionNamesAnOpenTransactionItWaitsFor(t *testing.T) {
+	env := testenv.Require(t)
+	topic := testenv.UniqueName(t, "lso")
+	env.CreateTopic(t, topic, 1)
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V4_0_0_0
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Return.Successes = true
+	sc.Producer.Transaction.ID = topic
+	sc.Producer.Transaction.Timeout = time.Minute
+	sc.Net.MaxOpenRequests = 1
+	p, err := sarama.NewSyncProducer(env.KafkaBrokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.BeginTxn(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder("open")}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.AbortTxn() }()
+	_, err = readFor(env, topic, 0, sarama.ReadCommitted, 2*time.Second)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "last stable offset stayed at") ||
+		!strings.Contains(err.Error(), "transaction.timeout.ms") || !strings.Contains(err.Error(), "kafka.offsets.topic") {
+		t.Fatalf("read to the end past an open transaction: %v; want an error naming the open transaction, what ends it and kafka.offsets.topic", err)
 	}
 }

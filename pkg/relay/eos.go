@@ -365,7 +365,7 @@ func (e *eosSession) fenced(err error, began time.Time) error {
 		return fmt.Errorf("relay: the Kafka transaction begun at %s was open longer than kafka.transaction.timeout (%s) and the coordinator aborted it; restarting from the position the offsets topic holds: %w",
 			began.Format(time.RFC3339), e.cfg.TransactionTimeout, err)
 	}
-	return &FatalError{Err: fmt.Errorf("relay: Kafka fenced this instance: another instance with transactional id %q took over, and its first act aborted this one's open transaction; exiting without confirming anything more: %w",
+	return &FatalError{Err: fmt.Errorf("relay: Kafka fenced this instance: another producer with transactional id %q started, and its first act aborted this one's open transaction; exiting without confirming anything more. That is another instance of this slot taking over, or, if it keeps happening, a relay of another slot (or database) configured with the same kafka.transactional.id: each slot needs an id of its own (leave kafka.transactional.id unset, and pgoutbox derives one from the slot): %w",
 		e.cfg.TransactionalID, err)}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -60,7 +61,7 @@ func (p *forkProducer) Close(context.Context) error { p.closed = true; return ni
 func startEOS(t *testing.T, r *Relay, start replication.Start, refused bool) {
 	t.Helper()
 	kcfg := r.cfg.Kafka
-	p, err := r.startTransactional(context.Background(), &kcfg, start)
+	p, err := r.startTransactional(context.Background(), &kcfg, start, time.Time{})
 	if !refused {
 		if err != nil || p == nil {
 			t.Fatalf("refused: %v", err)

@@ -458,7 +458,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	// and the session starts again.
 	kept := keepStreamAlive(ctx, st, slot.ConfirmedFlushLSN, r.cfg.Postgres.StatusInterval)
 	if kcfg.ExactlyOnce {
-		txn, err = r.startTransactional(ctx, &kcfg, start)
+		txn, err = r.startTransactional(ctx, &kcfg, start, serverNow)
 		prod = txn
 	} else {
 		prod, err = r.be.NewProducer(ctx, kcfg)

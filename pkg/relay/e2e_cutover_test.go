@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
@@ -603,88 +600,6 @@ func noAnchorLeft(t *testing.T, f *fixture, cfg relay.Config) {
 	var anchors int
 	if err := f.checkDB.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", replication.AnchorSlot(cfg.Postgres.Slot)).Scan(&anchors); err != nil || anchors != 0 {
 		t.Fatalf("%d anchor slots left once the slot streams (%v)", anchors, err)
-	}
-}
-
-// TestInitialSnapshotWhoseLockWasTakenOverDoesNotMakeTheSlot: the snapshot
-// lock's connection of a relay that has published its initial snapshot
-// ends before it makes the slot, and a second instance takes the lock and
-// the snapshot over, from the anchor the first one made, and makes the
-// slot. The first then made the slot without the lock, was refused as the
-// slot existed, and stopped: "made by something else ... drop that slot",
-// about a slot pgoutbox made from the same anchor (a reviewer found it).
-// The first now makes no slot without the lock: it takes the lock again,
-// finds the slot made, and waits as the standby. (The hook holds the first
-// before it makes the slot until the second has made it: the order a test
-// cannot otherwise choose. It passes on the earlier code too: there the
-// second had dropped the anchor by then, and the first's copy of it failed
-// and was tried again; the refusal needed the first to copy between the
-// second's copy and its drop, which no hook reaches.)
-func TestInitialSnapshotWhoseLockWasTakenOverDoesNotMakeTheSlot(t *testing.T) {
-	second := make(chan *inproc, 1)
-	env := testenv.Require(t)
-	f := newFixture(t, env, 1)
-	ctx := context.Background()
-	const rows = 2000
-	cfg := snapshotOf(t, f, rows, 20)
-	c := env.NewConsumer(t, f.topics[:1])
-	hookDB, err := pgx.Connect(ctx, f.dsn) // the hook's: it runs on the relay's goroutine
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hookDB.Close(context.Background())
-	var held atomic.Bool
-	waitForTheSecond := func() error {
-		if !held.CompareAndSwap(false, true) {
-			return nil
-		}
-		if n, err := endBackends(ctx, hookDB, "pgoutbox-snapshot-lock"); err != nil || n != 1 {
-			t.Errorf("ended %d snapshot lock connections (%v), want 1", n, err)
-			return nil
-		}
-		second <- runInProcess(t, cfg)
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) {
-			var n int
-			if err := hookDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&n); err == nil && n == 1 {
-				return nil
-			}
-			<-time.After(20 * time.Millisecond) // polling the server for the slot
-		}
-		t.Errorf("the second instance made no slot within 2m")
-		return nil
-	}
-	r, err := relay.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), relay.WithSnapshotPersistFault(waitForTheSecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	firstDone := make(chan error, 1)
-	go func() { firstDone <- r.Run(rctx) }()
-	var other *inproc
-	got := map[string]bool{}
-	testenv.Eventually(t, 3*time.Minute, 50*time.Millisecond, func() (bool, string) {
-		for _, m := range c.Poll() {
-			h, _ := m.Header("id")
-			got[string(h)] = true
-		}
-		select {
-		case err := <-firstDone:
-			t.Fatalf("the first instance stopped: %v", err)
-		case other = <-second:
-		default:
-		}
-		_, active := f.slotState(t)
-		return len(got) == rows && active && other != nil, fmt.Sprintf("%d of %d rows, slot streamed: %v, second started: %v", len(got), rows, active, other != nil)
-	})
-	noAnchorLeft(t, f, cfg)
-	cancel()
-	if err := <-firstDone; err != nil {
-		t.Fatalf("the first instance: %v", err)
-	}
-	if err := other.stop(t); err != nil {
-		t.Fatalf("the second instance: %v", err)
 	}
 }
 

@@ -33,19 +33,8 @@ func TestSimulatedExactlyOnceRefusesToSkipATransactionCommittedAfterTheStoredPos
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			for seed := uint64(1); seed <= 20; seed++ {
-				w := newSimWorld(seed)
-				w.eos = true
-				w.visible = map[string]bool{}
-				w.cfg.Kafka.ExactlyOnce = true
-				w.cfg.Kafka.TransactionTimeout = 15 * time.Minute
-				w.failAfter, w.tooLarge, w.missing, w.catChange, w.faulty = false, false, "", 0, false
-				w.verbose, w.log = *simLog, t.Logf
-				a := simSlotStart + 0x100
-				old := simEntry{kind: 't', commitStart: a, commitEnd: a + 32,
-					events: []simEvent{{id: "e0000", key: "k1", topic: "outbox.event.Order", seq: 0}}}
-				next := simEntry{kind: 't', commitStart: a + 64, commitEnd: a + 96,
-					events: []simEvent{{id: "e0001", key: "k1", topic: "outbox.event.Order", seq: 1}}}
-				after := simEntry{kind: 't', commitStart: a + 128, commitEnd: a + 160,
+				w, old, next := putBackWorld(t, seed)
+				after := simEntry{kind: 't', commitStart: next.commitEnd + 32, commitEnd: next.commitEnd + 64,
 					events: []simEvent{{id: "e0002", key: "k2", topic: "outbox.event.Order", seq: 2}}}
 				w.wal = []simEntry{old, next, after}
 				// Kafka holds the position past next, and old's event (and
@@ -111,19 +100,8 @@ func TestSimulatedExactlyOnceRefusesToSkipWhenTheServersClockWentBack(t *testing
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			for seed := uint64(1); seed <= 10; seed++ {
-				w := newSimWorld(seed)
+				w, old, next := putBackWorld(t, seed)
 				w.now = written.Add(c.clock)
-				w.eos = true
-				w.visible = map[string]bool{}
-				w.cfg.Kafka.ExactlyOnce = true
-				w.cfg.Kafka.TransactionTimeout = 15 * time.Minute
-				w.failAfter, w.tooLarge, w.missing, w.catChange, w.faulty = false, false, "", 0, false
-				w.verbose, w.log = *simLog, t.Logf
-				a := simSlotStart + 0x100
-				old := simEntry{kind: 't', commitStart: a, commitEnd: a + 32,
-					events: []simEvent{{id: "e0000", key: "k1", topic: "outbox.event.Order", seq: 0}}}
-				next := simEntry{kind: 't', commitStart: a + 64, commitEnd: a + 96,
-					events: []simEvent{{id: "e0001", key: "k1", topic: "outbox.event.Order", seq: 1}}}
 				w.wal = []simEntry{old, next}
 				// Kafka holds the position past next and old's event; next
 				// is new, committed by the put-back database at a time its
@@ -157,4 +135,24 @@ func TestSimulatedExactlyOnceRefusesToSkipWhenTheServersClockWentBack(t *testing
 			}
 		})
 	}
+}
+
+// putBackWorld is an exactly-once world of a database put back to an
+// earlier point: its WAL holds old and next, two transactions of key k1
+// (events e0000 and e0001) past the slot; the test sets what Kafka holds,
+// the stored position and the commit times.
+func putBackWorld(t *testing.T, seed uint64) (w *simWorld, old, next simEntry) {
+	w = newSimWorld(seed)
+	w.eos = true
+	w.visible = map[string]bool{}
+	w.cfg.Kafka.ExactlyOnce = true
+	w.cfg.Kafka.TransactionTimeout = 15 * time.Minute
+	w.failAfter, w.tooLarge, w.missing, w.catChange, w.faulty = false, false, "", 0, false
+	w.verbose, w.log = *simLog, t.Logf
+	a := simSlotStart + 0x100
+	old = simEntry{kind: 't', commitStart: a, commitEnd: a + 32,
+		events: []simEvent{{id: "e0000", key: "k1", topic: "outbox.event.Order", seq: 0}}}
+	next = simEntry{kind: 't', commitStart: a + 64, commitEnd: a + 96,
+		events: []simEvent{{id: "e0001", key: "k1", topic: "outbox.event.Order", seq: 1}}}
+	return w, old, next
 }

@@ -521,14 +521,6 @@ func slotIdentity(start replication.Start) kafka.SlotIdentity {
 // server's clock may be stepped back a little.
 const commitTimeSkew = time.Second
 
-// storedTime is p's StoredAt when asked (zero otherwise).
-func storedTime(p txnProducer, asked bool) time.Time {
-	if !asked {
-		return time.Time{}
-	}
-	return p.StoredAt()
-}
-
 // serverClockBehind is how far the server's clock at start may be behind
 // the time the stored position was written before exactly-once refuses
 // to skip by commit times (startTransactional): a clock stepped back a
@@ -612,17 +604,17 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 		return nil, &FatalError{Err: fmt.Errorf("%w: PostgreSQL moved from timeline %d to %d (a promotion or a restore), leaving the old one at %s, before %s, the position the offsets topic %q holds for slot %q: the transactions the new timeline commits in between are not the ones in Kafka, and exactly-once would skip them; to resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
 			ErrTimelineForked, start.State.Timeline, start.Identity.Timeline, fork, checkpoint.LSN(stored), kcfg.OffsetsTopic, start.Slot.Name, slot, id.Key())}
 	}
-	if at := storedTime(p, ok && checkpoint.LSN(stored) > slot && !serverNow.IsZero()); !at.IsZero() && serverNow.Before(at.Add(-serverClockBehind)) {
-		// skipTxn tells a put-back database's new transactions by their
-		// commit times, later than the stored position's. A server whose
-		// clock went back with the database (a VM reverted with its
-		// memory, a restore onto a host whose clock is behind) gives its
-		// new transactions earlier times, and they would be skipped.
-		r.closeProducer(context.WithoutCancel(ctx), p, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
-		return nil, &FatalError{Err: fmt.Errorf("%w: the server's clock says %s, %s before %s, when the position the offsets topic %q holds for slot %q (%s) was written by that clock: it went back (a database put back together with its clock, a virtual machine reverted with its memory, or the clock stepped back), and exactly-once, which tells the transactions a put-back database commits anew by their later commit times, would skip them as ones Kafka holds. Set the server's clock right and start again; or, to resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
-			ErrTimelineForked, serverNow.UTC().Format(time.RFC3339), at.Sub(serverNow).Round(time.Second), at.UTC().Format(time.RFC3339), kcfg.OffsetsTopic, start.Slot.Name, checkpoint.LSN(stored), slot, id.Key())}
-	}
 	if ok && checkpoint.LSN(stored) > slot {
+		if at := p.StoredAt(); !serverNow.IsZero() && !at.IsZero() && serverNow.Before(at.Add(-serverClockBehind)) {
+			// skipTxn tells a put-back database's new transactions by their
+			// commit times, later than the stored position's. A server whose
+			// clock went back with the database (a VM reverted with its
+			// memory, a restore onto a host whose clock is behind) gives its
+			// new transactions earlier times, and they would be skipped.
+			r.closeProducer(context.WithoutCancel(ctx), p, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
+			return nil, &FatalError{Err: fmt.Errorf("%w: the server's clock says %s, %s before %s, when the position the offsets topic %q holds for slot %q (%s) was written by that clock: it went back (a database put back together with its clock, a virtual machine reverted with its memory, or the clock stepped back), and exactly-once, which tells the transactions a put-back database commits anew by their later commit times, would skip them as ones Kafka holds. Set the server's clock right and start again; or, to resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
+				ErrTimelineForked, serverNow.UTC().Format(time.RFC3339), at.Sub(serverNow).Round(time.Second), at.UTC().Format(time.RFC3339), kcfg.OffsetsTopic, start.Slot.Name, checkpoint.LSN(stored), slot, id.Key())}
+		}
 		if err := r.storedOnThisHistory(ctx, start, checkpoint.LSN(stored), p.StoredTimeline(), kcfg.OffsetsTopic, id); err != nil {
 			r.closeProducer(context.WithoutCancel(ctx), p, r.clock.Now().Add(r.cfg.Relay.ShutdownTimeout))
 			return nil, err
@@ -634,10 +626,9 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 	} else if start.HadState && start.State.Instance != "" && !r.eosStarted {
 		// A session streamed from the slot before (a row with no instance
 		// is migrate's or a first start's, which streamed nothing): if
-		// that was with
-		// exactly-once, its record is gone (the offsets topic deleted and
-		// recreated, renamed, or its retention not compaction), and what
-		// Kafka holds past the slot is sent again.
+		// that was with exactly-once, its record is gone (the offsets
+		// topic deleted and recreated, renamed, or its retention not
+		// compaction), and what Kafka holds past the slot is sent again.
 		r.log.Warn("exactly-once: the offsets topic holds no position for the slot, though pgoutbox streamed from it before: if that was with exactly-once, the record is gone (the topic deleted, renamed or not compacted), and the transactions between the slot's position and the lost one are sent again, visible twice to read_committed consumers; starting at the slot's",
 			zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID), zap.String("offsets_topic", kcfg.OffsetsTopic),
 			zap.String("last_instance", start.State.Instance), zap.Time("last_session_started_at", start.State.SessionStartedAt))

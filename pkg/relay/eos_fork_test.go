@@ -53,6 +53,7 @@ type forkProducer struct {
 
 func (p *forkProducer) Stored() (uint64, bool)      { return uint64(p.stored), true }
 func (p *forkProducer) StoredTimeline() int32       { return p.timeline }
+func (p *forkProducer) StoredAt() time.Time         { return time.Time{} }
 func (p *forkProducer) Close(context.Context) error { p.closed = true; return nil }
 
 // startEOS starts exactly-once mode's producer for start with r, and

@@ -269,7 +269,7 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 	}
 	st, err := replication.Persist(ctx, conn, anchorName, anchor.ConfirmedFlushLSN, pc.Slot)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42710" {
+	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
 		if cur, rerr := replication.ReadSlot(ctx, conn, pc.Slot); rerr == nil && cur.ConfirmedFlushLSN == anchor.ConfirmedFlushLSN {
 			// Made from the same anchor, by another instance that held
 			// the snapshot lock while this one's connection had lost it:
@@ -277,8 +277,6 @@ func (r *Relay) initialSnapshot(ctx context.Context, started *bool, held *snapsh
 			// the standby). Not something else's slot.
 			return fmt.Errorf("relay: slot %q was made meanwhile from this snapshot's anchor by another pgoutbox instance's initial snapshot: streaming from it", pc.Slot)
 		}
-	}
-	if errors.As(err, &pe) && pe.Code == "42710" { // duplicate_object
 		// Made by something that did not wait for the snapshot (another
 		// tool, an earlier pgoutbox migrate): it starts after the
 		// snapshot's consistent point, and what was committed in between

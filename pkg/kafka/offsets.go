@@ -52,13 +52,61 @@ type offsetValue struct {
 	// latest commit time the relay had read, or a keepalive's. Empty in
 	// records of versions before it was written, or when not known.
 	At string `json:"at,omitempty"`
+	// Last: the last transaction (or non-transactional message) the relay
+	// read at or below the position. Absent in records of versions before
+	// it was written, and before the slot's first transaction.
+	Last *offsetMark `json:"last,omitempty"`
 }
 
-func encodeOffset(id SlotIdentity, txnID string, lsn uint64, at time.Time) []byte {
+// offsetMark is a TxnMark in an offsets record.
+type offsetMark struct {
+	LSN        string `json:"lsn"`
+	XID        uint32 `json:"xid,omitempty"`
+	CommitTime string `json:"commit_time,omitempty"`
+}
+
+// TxnMark names one transaction the relay read from the slot: where its
+// commit record begins (a Begin's FinalLSN), its xid and its commit time;
+// or, with XID 0, a non-transactional message, by its LSN. A database put
+// back to an earlier point and written again past it would need to commit
+// a transaction at that very position, with that xid, at that microsecond,
+// to be taken for the one Kafka got.
+type TxnMark struct {
+	LSN  uint64
+	XID  uint32
+	Time time.Time
+}
+
+// IsZero says no transaction is named.
+func (m TxnMark) IsZero() bool { return m.LSN == 0 }
+
+// Message says the mark names a non-transactional message (xid 0: no
+// transaction has it).
+func (m TxnMark) Message() bool { return m.XID == 0 }
+
+// Is says whether o is the transaction (or message) m names.
+func (m TxnMark) Is(o TxnMark) bool {
+	return m.LSN == o.LSN && m.XID == o.XID && m.Time.Equal(o.Time)
+}
+
+func (m TxnMark) String() string {
+	if m.Message() {
+		return fmt.Sprintf("the non-transactional message at %s", formatLSN(m.LSN))
+	}
+	return fmt.Sprintf("transaction %d committing at %s at %s", m.XID, formatLSN(m.LSN), m.Time.UTC().Format(time.RFC3339Nano))
+}
+
+func encodeOffset(id SlotIdentity, txnID string, lsn uint64, at time.Time, last TxnMark) []byte {
 	v := offsetValue{LSN: formatLSN(lsn), SystemIdentifier: id.SystemIdentifier,
 		Database: id.Database, Slot: id.Slot, TransactionalID: txnID, Timeline: id.Timeline}
 	if !at.IsZero() {
 		v.At = at.UTC().Format(time.RFC3339Nano)
+	}
+	if !last.IsZero() {
+		v.Last = &offsetMark{LSN: formatLSN(last.LSN), XID: last.XID}
+		if !last.Time.IsZero() {
+			v.Last.CommitTime = last.Time.UTC().Format(time.RFC3339Nano)
+		}
 	}
 	b, _ := json.Marshal(v)
 	return b
@@ -69,6 +117,7 @@ type storedOffset struct {
 	lsn      uint64
 	timeline int32
 	at       time.Time
+	last     TxnMark
 }
 
 func decodeOffset(b []byte) (storedOffset, error) {
@@ -84,6 +133,17 @@ func decodeOffset(b []byte) (storedOffset, error) {
 	if v.At != "" {
 		if o.at, err = time.Parse(time.RFC3339Nano, v.At); err != nil {
 			return storedOffset{}, fmt.Errorf("at %q: %w", v.At, err)
+		}
+	}
+	if v.Last != nil {
+		if o.last.LSN, err = parseLSN(v.Last.LSN); err != nil {
+			return storedOffset{}, fmt.Errorf("last: %w", err)
+		}
+		o.last.XID = v.Last.XID
+		if v.Last.CommitTime != "" {
+			if o.last.Time, err = time.Parse(time.RFC3339Nano, v.Last.CommitTime); err != nil {
+				return storedOffset{}, fmt.Errorf("last commit_time %q: %w", v.Last.CommitTime, err)
+			}
 		}
 	}
 	return o, nil

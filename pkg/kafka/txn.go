@@ -58,6 +58,7 @@ type txnItem struct {
 	pm     *sarama.ProducerMessage // a record; nil for a commit
 	lsn    uint64
 	at     time.Time // a commit's: see offsetValue.At
+	last   TxnMark   // a commit's: see offsetValue.Last
 	sentAt time.Time
 }
 
@@ -180,6 +181,11 @@ func (t *TxnProducer) StoredTimeline() int32 { return t.stored.timeline }
 // written.
 func (t *TxnProducer) StoredAt() time.Time { return t.stored.at }
 
+// StoredLast is the last transaction read at or below the stored position:
+// zero when none is stored, none had been read, or the record is of a
+// version before it was written.
+func (t *TxnProducer) StoredLast() TxnMark { return t.stored.last }
+
 // Send queues rec for the current transaction (one begins with the first
 // record after a commit); its outcome arrives on Acks. As for
 // [Producer.Send], it never blocks while the caller keeps to AckBuffer, and
@@ -194,13 +200,13 @@ func (t *TxnProducer) Send(rec *router.Record, m Meta) {
 	}
 }
 
-// Commit ends the current transaction with an offsets record saying lsn
-// and at (see offsetValue.At; a transaction without records of its own
-// holds only that). It never blocks
+// Commit ends the current transaction with an offsets record saying lsn,
+// at and last (see offsetValue.At and Last; a transaction without records
+// of its own holds only that). It never blocks
 // while the caller has at most 8 commits outstanding; the outcome arrives on
 // Commits, in order.
-func (t *TxnProducer) Commit(lsn uint64, at time.Time) {
-	t.queue <- txnItem{lsn: lsn, at: at, sentAt: time.Now()}
+func (t *TxnProducer) Commit(lsn uint64, at time.Time, last TxnMark) {
+	t.queue <- txnItem{lsn: lsn, at: at, last: last, sentAt: time.Now()}
 }
 
 // Commits returns the channel of commit outcomes, one per Commit, in order.
@@ -267,7 +273,7 @@ func (t *TxnProducer) run() {
 			t.ap.Input() <- it.pm
 			continue
 		}
-		t.ap.Input() <- t.offsetsMessage(it.lsn, it.at)
+		t.ap.Input() <- t.offsetsMessage(it.lsn, it.at, it.last)
 		start := time.Now()
 		err := t.commit()
 		open = false
@@ -392,11 +398,11 @@ func (t *TxnProducer) refuse(it txnItem, err error) {
 	t.commits <- CommitResult{LSN: it.lsn, Err: err}
 }
 
-func (t *TxnProducer) offsetsMessage(lsn uint64, at time.Time) *sarama.ProducerMessage {
+func (t *TxnProducer) offsetsMessage(lsn uint64, at time.Time, last TxnMark) *sarama.ProducerMessage {
 	return &sarama.ProducerMessage{
 		Topic:     t.cfg.OffsetsTopic,
 		Key:       sarama.ByteEncoder(t.key),
-		Value:     sarama.ByteEncoder(encodeOffset(t.id, t.cfg.TransactionalID, lsn, at)),
+		Value:     sarama.ByteEncoder(encodeOffset(t.id, t.cfg.TransactionalID, lsn, at, last)),
 		Partition: -1,
 		Timestamp: time.Now(),
 		Metadata:  offsetsRecord{},

@@ -57,7 +57,7 @@ func readFor(env *testenv.Env, topic string, p int32, iso sarama.IsolationLevel,
 
 func commitOrFail(t *testing.T, p *TxnProducer, lsn uint64) CommitResult {
 	t.Helper()
-	p.Commit(lsn, time.Now())
+	p.Commit(lsn, time.Now(), TxnMark{})
 	select {
 	case res := <-p.Commits():
 		if res.LSN != lsn {

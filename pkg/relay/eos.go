@@ -83,6 +83,18 @@ type eosSession struct {
 	// broken: a PostgreSQL transaction is partly sent and will not be
 	// finished (the session ends): nothing more may be committed.
 	broken bool
+	// last is the last transaction (or non-transactional message) read,
+	// skipped or sent, which the offsets record names beside the position
+	// (see skipTxn); opening is the open transaction's until its commit.
+	last, opening kafka.TxnMark
+	// marked: the stored position's record names the last transaction
+	// read below it, so each transaction skipped is checked against it:
+	// meet is that transaction when the slot sends it again (it commits at
+	// or after the slot's position; zero when it commits before, and the
+	// record then says no transaction lies between the slot's position and
+	// the stored one), and met says it was read.
+	marked, met bool
+	meet        kafka.TxnMark
 }
 
 // idleCommitEvery bounds how often a position without records (an idle
@@ -96,8 +108,9 @@ type txnProducer interface {
 	// Commit ends the Kafka transaction holding every record sent so far,
 	// with the offsets record saying lsn. It never blocks; its outcome
 	// arrives on Commits, in order. at is a time of the server's clock by
-	// which every transaction before lsn had committed.
-	Commit(lsn uint64, at time.Time)
+	// which every transaction before lsn had committed, last the last
+	// transaction read at or below lsn.
+	Commit(lsn uint64, at time.Time, last kafka.TxnMark)
 	Commits() <-chan kafka.CommitResult
 	// Stored is what the offsets topic held for the slot at start.
 	Stored() (lsn uint64, ok bool)
@@ -107,6 +120,9 @@ type txnProducer interface {
 	// StoredAt is the time that position was written with (zero: not
 	// known).
 	StoredAt() time.Time
+	// StoredLast is the last transaction read at or below that position
+	// (zero: not known).
+	StoredLast() kafka.TxnMark
 	// Fenced is the error with which Kafka refused the producer's epoch,
 	// if it met one; final once Close returned.
 	Fenced() error
@@ -126,10 +142,14 @@ func (e *eosSession) results() <-chan kafka.CommitResult {
 }
 
 // cap bounds what may be confirmed by what Kafka committed, and by how far
-// the transactions to skip were read.
+// the transactions to skip were read: not past the slot's position while
+// the transaction the stored record names is still to be met.
 func (e *eosSession) cap(c checkpoint.LSN) checkpoint.LSN {
 	if e == nil {
 		return c
+	}
+	if e.waiting() {
+		return min(c, e.s.start.Slot.ConfirmedFlushLSN)
 	}
 	if e.read < e.stored {
 		c = min(c, e.read)
@@ -165,11 +185,12 @@ func (e *eosSession) sent() {
 }
 
 // ended notes the commit end of a transaction (or non-transactional
-// message) whose records have all been sent.
+// message) whose records have all been sent: the one reading named.
 func (e *eosSession) ended(end checkpoint.LSN) {
 	if e == nil {
 		return
 	}
+	e.last, e.opening = e.opening, kafka.TxnMark{}
 	e.lastEnd = max(e.lastEnd, end)
 	if e.s.lastCommit.After(e.lastEndAt) {
 		e.lastEndAt = e.s.lastCommit
@@ -197,7 +218,7 @@ func (e *eosSession) pending() bool {
 // ready says whether a commit may be requested now, time apart.
 func (e *eosSession) ready() bool {
 	s := e.s
-	return !e.broken && e.outstanding == 0 && (!s.tr.Open() || e.abandoned) && e.lastEnd > e.requested &&
+	return !e.broken && e.outstanding == 0 && (!s.tr.Open() || e.abandoned) && e.lastEnd > e.requested && !e.waiting() &&
 		len(s.failures) == 0 && len(s.topics.parked) == 0 && !s.tr.Failed()
 }
 
@@ -297,7 +318,7 @@ func (e *eosSession) step() {
 	if now := s.clock.Now(); now.Before(at) && !s.stopping {
 		return
 	}
-	e.prod.Commit(uint64(e.lastEnd), e.lastEndAt)
+	e.prod.Commit(uint64(e.lastEnd), e.lastEndAt, e.last)
 	e.requested = e.lastEnd
 	e.outstanding++
 	e.groupRecords = 0
@@ -475,13 +496,124 @@ func (e *eosSession) checkAge() error {
 // (the slot's position when the offsets topic held none): the tracker
 // starts there, as everything up to it is in Kafka.
 func (s *session) startEOS(p txnProducer, stored checkpoint.LSN, storedAt time.Time) {
-	pos := max(stored, s.start.Slot.ConfirmedFlushLSN)
+	slot := s.start.Slot.ConfirmedFlushLSN
+	pos := max(stored, slot)
 	s.tr = checkpoint.New(pos)
 	s.eos = newEOSSession(s, p, pos)
 	// A slot past the stored position is refused (startTransactional):
 	// everything before pos had committed by storedAt.
 	s.eos.storedAt, s.eos.lastEndAt = storedAt, storedAt
-	s.eos.read = s.start.Slot.ConfirmedFlushLSN
+	s.eos.read = slot
+	e := s.eos
+	e.last = p.StoredLast()
+	if stored > slot && !e.last.IsZero() {
+		e.marked = true
+		// PostgreSQL sends again the commits that begin at or after the
+		// slot's position, and the non-transactional messages that end
+		// after it.
+		if e.last.LSN > uint64(slot) || !e.last.Message() && e.last.LSN == uint64(slot) {
+			e.meet = e.last
+		}
+	}
+}
+
+// waiting says the transaction the stored record names is still to be
+// met: every transaction skipped so far is only presumed to be Kafka's.
+func (e *eosSession) waiting() bool { return e != nil && !e.meet.IsZero() && !e.met }
+
+// checkSkip checks u, a transaction (or non-transactional message) before
+// the stored position about to be skipped as Kafka's, against the last
+// transaction the stored record names. Before it, u is presumed Kafka's
+// until that one is met (nothing past the slot's position is confirmed or
+// committed meanwhile). At its position, u must be it: same xid, same
+// commit time. Past it, or with nothing to meet, u is a transaction Kafka
+// never got below the stored position: the database was put back to an
+// earlier point (with its clock, or the clock caught up since, so that
+// skipTxn's commit times could not tell) or moved to another history.
+func (e *eosSession) checkSkip(u kafka.TxnMark) error {
+	switch {
+	case !e.marked:
+		return nil
+	case e.waiting() && before(u, e.meet):
+		return nil
+	case e.waiting() && e.meet.Is(u):
+		e.met = true
+		e.s.log.Info("exactly-once: read again the last transaction Kafka holds below the stored position; the ones before it were skipped as Kafka's",
+			zap.Uint32("xid", u.XID), zap.Stringer("commit_lsn", checkpoint.LSN(u.LSN)), zap.Stringer("stored_lsn", e.stored))
+		return nil
+	}
+	return e.notKafkas(u)
+}
+
+// passed checks a transaction (or message) at or past the stored position,
+// or a keepalive's WAL end outside transactions, at pos: while the one the
+// stored record names is still to be met, the stream is past it without
+// it.
+func (e *eosSession) passed(pos checkpoint.LSN, u kafka.TxnMark) error {
+	// A commit record beginning at the keepalive's WAL end is not read yet;
+	// a message ending there is.
+	if !e.waiting() || uint64(pos) < e.meet.LSN || uint64(pos) == e.meet.LSN && !e.meet.Message() {
+		return nil
+	}
+	return e.notKafkas(u)
+}
+
+// notKafkas is the error of a stream whose history before the stored
+// position is not the one Kafka got.
+func (e *eosSession) notKafkas(u kafka.TxnMark) error {
+	slot := e.s.start.Slot.ConfirmedFlushLSN
+	what := "the stream reached " + u.String()
+	if u.IsZero() {
+		what = "the stream went past it"
+	}
+	var want string
+	switch {
+	case !e.meet.IsZero():
+		want = fmt.Sprintf("the last transaction Kafka got below it was %s, and %s", e.meet, what)
+		if e.met {
+			want = fmt.Sprintf("the last transaction Kafka got below it was %s, read again, and %s after it", e.meet, u)
+		}
+	default:
+		want = fmt.Sprintf("Kafka got no transaction between the slot's position %s and it (the last it got was %s), and %s", slot, e.last, what)
+	}
+	return &FatalError{Err: fmt.Errorf("%w: the offsets topic %q holds %s for slot %q, and %s: this database's history before that position is not the one Kafka got (it was put back to an earlier point, by a restore from a snapshot or a backup, possibly with its clock, or a promotion forked it), and the transactions it commits there are new ones, which exactly-once would skip. Nothing past the slot's position %s was confirmed. To resend from it instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
+		ErrTimelineForked, e.cfg.OffsetsTopic, e.stored, e.s.start.Slot.Name, want, slot, e.key())}
+}
+
+// before says u comes before m in the WAL: a non-transactional message is
+// named by where its record ends, a transaction by where its commit record
+// begins, and one may begin where the other ends.
+func before(u, m kafka.TxnMark) bool {
+	return u.LSN < m.LSN || u.LSN == m.LSN && u.Message() && !m.Message()
+}
+
+// txnMark names the transaction b begins.
+func txnMark(b *replication.Begin) kafka.TxnMark {
+	return kafka.TxnMark{LSN: uint64(b.FinalLSN), XID: b.XID, Time: b.CommitTime}
+}
+
+// reading notes the transaction b begins, not skipped: every transaction
+// before it, the ones to skip, was read.
+func (e *eosSession) reading(b *replication.Begin) error {
+	if e == nil {
+		return nil
+	}
+	u := txnMark(b)
+	if err := e.passed(b.FinalLSN, u); err != nil {
+		return err
+	}
+	e.opening = u
+	e.readTo(b.FinalLSN)
+	return nil
+}
+
+// keepalive checks a keepalive's WAL end read outside transactions: the
+// walsender has sent every commit before it.
+func (e *eosSession) keepalive(walEnd checkpoint.LSN) error {
+	if e == nil {
+		return nil
+	}
+	return e.passed(walEnd, kafka.TxnMark{})
 }
 
 // skipping says the open transaction is one Kafka has already.
@@ -494,7 +626,16 @@ func (e *eosSession) skipping() bool { return e != nil && e.skipOpen }
 // no new timeline) committed there since. The end of the server's WAL
 // (storedOnThisHistory) tells only while the database has not yet written
 // past the stored position again.
+//
+// The offsets record names the last transaction read at or below its
+// position (checkSkip): a transaction skipped must lie on the way to it,
+// be it, or the start stops; that holds whatever the clocks did.
 func (e *eosSession) skipTxn(b *replication.Begin) error {
+	u := txnMark(b)
+	if err := e.checkSkip(u); err != nil {
+		return err
+	}
+	e.opening = u
 	if !e.storedAt.IsZero() && b.CommitTime.After(e.storedAt.Add(commitTimeSkew)) {
 		return &FatalError{Err: fmt.Errorf("%w: transaction %d committed at %s, at %s, before %s, the position the offsets topic holds for slot %q, but after %s, when that position was written: the database was put back to an earlier point (a restore from a snapshot or a backup) after Kafka got the transactions there, and this one is new; exactly-once would skip it. To resend from the slot's position %s instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic %q",
 			ErrTimelineForked, b.XID, b.CommitTime.UTC().Format(time.RFC3339Nano), b.FinalLSN, e.stored, e.s.start.Slot.Name,
@@ -528,8 +669,22 @@ const commitTimeSkew = time.Second
 const serverClockBehind = time.Minute
 
 // skipMessage says whether a non-transactional message whose record ends
-// at end is in Kafka already.
-func (e *eosSession) skipMessage(end checkpoint.LSN) bool { return e != nil && end <= e.stored }
+// at end is in Kafka already (checked as skipTxn checks a transaction).
+func (e *eosSession) skipMessage(end checkpoint.LSN) (bool, error) {
+	if e == nil {
+		return false, nil
+	}
+	u := kafka.TxnMark{LSN: uint64(end)}
+	if end > e.stored {
+		e.opening = u
+		return false, e.passed(end, u)
+	}
+	if err := e.checkSkip(u); err != nil {
+		return false, err
+	}
+	e.last = u
+	return true, nil
+}
 
 // skipped handles a message of a transaction Kafka has already: nothing of
 // it is routed, nor does a keepalive in its middle move the tracker (its
@@ -538,10 +693,13 @@ func (s *session) skipped(ev replication.Event) error {
 	switch {
 	case ev.Commit != nil:
 		s.eos.skipOpen = false
+		s.eos.last, s.eos.opening = s.eos.opening, kafka.TxnMark{}
 		s.eos.readTo(ev.Commit.EndLSN)
 	case ev.Relation != nil:
 		s.relation(ev.Relation)
 	case ev.Keepalive != nil:
+		// In the middle of a transaction skipped: its WAL end says nothing
+		// of the commits after it.
 		s.walEnd = max(s.walEnd, ev.Keepalive.WALEnd)
 		if ev.Keepalive.ReplyRequested {
 			return s.status(true)

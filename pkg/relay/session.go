@@ -829,7 +829,9 @@ func (s *session) handle(ev replication.Event) error {
 			return s.eos.skipTxn(ev.Begin)
 		}
 		// Every transaction before it, the ones to skip, was read.
-		s.eos.readTo(ev.Begin.FinalLSN)
+		if err := s.eos.reading(ev.Begin); err != nil {
+			return err
+		}
 		id, err := s.tr.Begin()
 		if err != nil {
 			return fmt.Errorf("relay: BEGIN of xid %d at %s: %w", ev.Begin.XID, ev.Begin.FinalLSN, err)
@@ -853,6 +855,11 @@ func (s *session) handle(ev replication.Event) error {
 		s.requestCheck()
 	case ev.Keepalive != nil:
 		k := ev.Keepalive
+		if !s.tr.Open() {
+			if err := s.eos.keepalive(k.WALEnd); err != nil {
+				return err
+			}
+		}
 		if k.WALEnd > s.walEnd {
 			s.walEnd = k.WALEnd
 		}
@@ -908,8 +915,8 @@ func (s *session) message(m *replication.Message) error {
 		// Read up to it, whether skipped or not: every commit before it
 		// was sent.
 		s.eos.readTo(m.LSN)
-		if s.eos.skipMessage(m.LSN) {
-			return nil
+		if skip, err := s.eos.skipMessage(m.LSN); skip || err != nil {
+			return err
 		}
 		id, err := s.tr.Begin()
 		if err != nil {

@@ -42,6 +42,10 @@ import (
 //	    that finds a
 //	    transaction to skip committed later takes the database for put
 //	    back to an earlier point, and stops).
+//	E6. The transaction the stored record names is the last one (or the
+//	    last non-transactional message) at or below the stored position
+//	    in the script's WAL, by its commit position, xid and commit time
+//	    (a start skipping what Kafka holds must meet it).
 //
 // And at the end, per key, the visible records are exactly the committed
 // events in commit order, each once (invariant 5 without sarama's
@@ -82,17 +86,19 @@ func runSimEOS(seed uint64, verbose bool, logf func(string, ...any)) error {
 // simTxnProducer is Kafka with transactions.
 type simTxnProducer struct {
 	*simProducer
-	commits  chan kafka.CommitResult
-	cur      []simMsg    // the open transaction's records
-	waiting  []simCommit // commits requested, not answered
-	stored   checkpoint.LSN
-	storedAt time.Time
-	found    bool
+	commits    chan kafka.CommitResult
+	cur        []simMsg    // the open transaction's records
+	waiting    []simCommit // commits requested, not answered
+	stored     checkpoint.LSN
+	storedAt   time.Time
+	storedLast kafka.TxnMark
+	found      bool
 }
 
 type simCommit struct {
 	lsn  checkpoint.LSN
 	at   time.Time
+	last kafka.TxnMark
 	recs []simMsg
 }
 
@@ -105,8 +111,8 @@ func (p *simTxnProducer) Send(rec *router.Record, m kafka.Meta) {
 	p.cur = append(p.cur, q[len(q)-1])
 }
 
-func (p *simTxnProducer) Commit(lsn uint64, at time.Time) {
-	p.waiting = append(p.waiting, simCommit{lsn: checkpoint.LSN(lsn), at: at, recs: p.cur})
+func (p *simTxnProducer) Commit(lsn uint64, at time.Time, last kafka.TxnMark) {
+	p.waiting = append(p.waiting, simCommit{lsn: checkpoint.LSN(lsn), at: at, last: last, recs: p.cur})
 	p.cur = nil
 }
 
@@ -114,6 +120,7 @@ func (p *simTxnProducer) Commits() <-chan kafka.CommitResult { return p.commits 
 func (p *simTxnProducer) Stored() (uint64, bool)             { return uint64(p.stored), p.found }
 func (p *simTxnProducer) StoredTimeline() int32              { return 0 }
 func (p *simTxnProducer) StoredAt() time.Time                { return p.storedAt }
+func (p *simTxnProducer) StoredLast() kafka.TxnMark          { return p.storedLast }
 func (p *simTxnProducer) Fenced() error                      { return nil }
 
 // answer answers the oldest commit once its records are all answered.
@@ -160,7 +167,25 @@ func (w *simWorld) commitTxn(c simCommit) {
 		w.log2[key] = append(w.log2[key], id)
 	}
 	if c.lsn > w.stored {
-		w.stored, w.storedAt, w.storedSet = c.lsn, c.at, true
+		w.stored, w.storedAt, w.storedLast, w.storedSet = c.lsn, c.at, c.last, true
+	}
+	var want kafka.TxnMark
+	for _, e := range w.wal {
+		if e.commitEnd > w.stored {
+			break
+		}
+		switch e.kind {
+		case 't':
+			want = kafka.TxnMark{LSN: uint64(e.commitStart), XID: uint32(e.commitStart), Time: w.commitTimes[e.commitStart]}
+		case 'm':
+			want = kafka.TxnMark{LSN: uint64(e.commitEnd)}
+		}
+	}
+	if want.IsZero() && !w.storedLast.IsZero() && checkpoint.LSN(w.storedLast.LSN) < simSlotStart {
+		want = w.storedLast // named by the test, before the script's WAL
+	}
+	if !w.storedLast.Is(want) {
+		w.fail("invariant E6: the stored position %s names %+v as the last transaction read below it; the WAL's last is %+v", w.stored, w.storedLast, want)
 	}
 	for _, e := range w.wal {
 		if e.commitEnd > w.stored {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
+	"github.com/pgoutbox/pgoutbox/pkg/kafka"
 )
 
 // TestSimulatedExactlyOnceRefusesToSkipATransactionCommittedAfterTheStoredPosition:
@@ -135,6 +136,106 @@ func TestSimulatedExactlyOnceRefusesToSkipWhenTheServersClockWentBack(t *testing
 			}
 		})
 	}
+}
+
+// TestSimulatedExactlyOnceMeetsTheTransactionTheStoredRecordNames: the
+// offsets record names the last transaction read at or below its position
+// (commit position, xid, commit time), and a start that skips what Kafka
+// holds must meet it on the way. A database put back with its clock, whose
+// clock has caught up again by the start, commits new transactions at
+// times before the stored position's: neither the start's clock check nor
+// skipTxn's commit times tell, and before this check the new transaction
+// was skipped, the slot confirmed past it (an exactly-once review's
+// proposal). Now the start stops, having confirmed nothing past the slot's
+// position (or past the transaction it met), whether the new history has another transaction where Kafka's
+// last was (same xid, as a put-back database assigns the same ones again),
+// one before it and none there, a transaction where Kafka got none, or
+// nothing at all (only keepalives past it). The same history is skipped as
+// before. The harness, not a real server: the record and the commit times
+// are set by the script.
+func TestSimulatedExactlyOnceMeetsTheTransactionTheStoredRecordNames(t *testing.T) {
+	written := time.Unix(1_700_000_000, 0).Add(-time.Hour)
+	for _, c := range []struct {
+		name string
+		// what the new history holds: old, then next (unless nextGone),
+		// next committed at nextAt after the position was written.
+		nextAt   time.Duration
+		nextGone bool
+		// last is what the stored record names, by the entry it stands
+		// for and the commit time Kafka's history gave it.
+		last    func(old, next simEntry) kafka.TxnMark
+		refused string
+	}{
+		{name: "the same history", nextAt: -time.Minute,
+			last: func(old, next simEntry) kafka.TxnMark { return simMark(next, written.Add(-time.Minute)) }},
+		{name: "another transaction where Kafka's last committed", nextAt: -30 * time.Minute,
+			last:    func(old, next simEntry) kafka.TxnMark { return simMark(next, written.Add(-time.Minute)) },
+			refused: "and the stream reached transaction 16777536"},
+		{name: "none where Kafka's last committed", nextAt: -30 * time.Minute, nextGone: true,
+			last: func(old, next simEntry) kafka.TxnMark {
+				return simMark(simEntry{kind: 't', commitStart: next.commitStart + 8}, written.Add(-time.Minute))
+			},
+			refused: "the last transaction Kafka got below it was transaction 16777544"},
+		{name: "a transaction where Kafka got none", nextAt: -30 * time.Minute,
+			last: func(old, next simEntry) kafka.TxnMark {
+				return simMark(simEntry{kind: 't', commitStart: simSlotStart - 0x100}, written.Add(-2*time.Hour))
+			},
+			refused: "Kafka got no transaction between the slot's position"},
+		{name: "a transaction after the one Kafka got last", nextAt: -30 * time.Minute,
+			last:    func(old, next simEntry) kafka.TxnMark { return simMark(old, written.Add(-time.Hour)) },
+			refused: "read again, and transaction 16777536"},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			for seed := uint64(1); seed <= 20; seed++ {
+				w, old, next := putBackWorld(t, seed)
+				// The server's clock at start has caught up with the time
+				// the position was written.
+				w.now = written.Add(time.Hour)
+				after := simEntry{kind: 't', commitStart: next.commitEnd + 32, commitEnd: next.commitEnd + 64,
+					events: []simEvent{{id: "e0002", key: "k2", topic: "outbox.event.Order", seq: 2}}}
+				w.wal = []simEntry{old, next, after}
+				if c.nextGone {
+					w.wal = []simEntry{old, after}
+				}
+				w.stored, w.storedSet, w.storedAt = next.commitEnd, true, written
+				w.storedLast = c.last(old, next)
+				w.visible["e0000"], w.delivered["e0000"] = true, true
+				if c.refused == "" {
+					w.visible["e0001"], w.delivered["e0001"] = true, true
+				}
+				w.commitTimes = map[checkpoint.LSN]time.Time{
+					old.commitStart:   written.Add(-time.Hour),
+					next.commitStart:  written.Add(c.nextAt),
+					after.commitStart: written.Add(2 * time.Hour),
+				}
+				err := w.run()
+				if c.refused == "" {
+					if err != nil || w.err != nil {
+						t.Fatalf("seed %d: Run returned %v (harness: %v)", seed, err, w.err)
+					}
+					if !w.visible["e0002"] || len(w.log2) != 1 {
+						t.Fatalf("seed %d: committed %v; want only e0002 (the others are Kafka's already)", seed, w.log2)
+					}
+					continue
+				}
+				var fe *FatalError
+				if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), c.refused) {
+					t.Fatalf("seed %d: Run returned %v; want a fatal ErrTimelineForked saying %q", seed, err, c.refused)
+				}
+				// Confirmed at next's commit, PostgreSQL would skip it; old
+				// is confirmed only once it was met.
+				if w.visible["e0001"] || w.visible["e0002"] || w.confirmed > next.commitStart || w.confirmed > simSlotStart && !strings.Contains(err.Error(), "read again") {
+					t.Fatalf("seed %d: visible %v, the slot confirmed at %s (its position was %s)", seed, w.visible, w.confirmed, simSlotStart)
+				}
+			}
+		})
+	}
+}
+
+// simMark is the mark of the harness's transaction e committed at at (its
+// xid is its commit position, as the harness's walsender sends it).
+func simMark(e simEntry, at time.Time) kafka.TxnMark {
+	return kafka.TxnMark{LSN: uint64(e.commitStart), XID: uint32(e.commitStart), Time: at}
 }
 
 // putBackWorld is an exactly-once world of a database put back to an

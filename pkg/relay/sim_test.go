@@ -198,6 +198,8 @@ type simWorld struct {
 	// fixed when the walsender first sends it.
 	storedAt    time.Time
 	commitTimes map[checkpoint.LSN]time.Time
+	// storedLast is the last transaction the stored record names.
+	storedLast kafka.TxnMark
 	// logger, when set, is the relay's.
 	logger *zap.Logger
 	// maxPending, when set, is the relay's cap on pending transactions;
@@ -760,7 +762,7 @@ func (b *simBackend) NewTxnProducer(ctx context.Context, cfg kafka.Config, id ka
 		return nil, errors.New("sim: exactly-once mode is off")
 	}
 	p := &simTxnProducer{simProducer: &simProducer{w: w, acks: make(chan kafka.Ack, cfg.AckBuffer), single: cfg.SingleRecordBatches},
-		commits: make(chan kafka.CommitResult, 16), stored: w.stored, storedAt: w.storedAt, found: w.storedSet}
+		commits: make(chan kafka.CommitResult, 16), stored: w.stored, storedAt: w.storedAt, storedLast: w.storedLast, found: w.storedSet}
 	w.prod, w.txnProd = p.simProducer, p
 	return p, nil
 }

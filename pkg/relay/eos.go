@@ -341,6 +341,7 @@ func (e *eosSession) result(res kafka.CommitResult) error {
 			Err: fmt.Errorf("%w; restarting from the position the offsets topic holds", res.Err)}
 	}
 	e.committed = max(e.committed, checkpoint.LSN(res.LSN))
+	s.r.eosCommitted = true
 	e.lastCommitAt = s.clock.Now()
 	e.lastTook = res.Took
 	if ce := s.log.Check(zap.DebugLevel, "kafka transaction committed"); ce != nil {
@@ -781,12 +782,14 @@ func (r *Relay) startTransactional(ctx context.Context, kcfg *kafka.Config, star
 	if ok {
 		r.log.Info("exactly-once: Kafka holds the slot's transactions up to the stored position; those at or below it are skipped",
 			zap.Stringer("stored_lsn", checkpoint.LSN(stored)), zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID))
-	} else if start.HadState && start.State.Instance != "" && !r.eosStarted {
+	} else if (start.HadState && start.State.Instance != "" && !r.eosStarted) || r.eosCommitted {
 		// A session streamed from the slot before (a row with no instance
 		// is migrate's or a first start's, which streamed nothing): if
 		// that was with exactly-once, its record is gone (the offsets
 		// topic deleted and recreated, renamed, or its retention not
 		// compaction), and what Kafka holds past the slot is sent again.
+		// So it is, certainly, when a session of this process committed
+		// one (the offsets topic deleted while the relay ran).
 		r.log.Warn("exactly-once: the offsets topic holds no position for the slot, though pgoutbox streamed from it before: if that was with exactly-once, the record is gone (the topic deleted, renamed or not compacted), and the transactions between the slot's position and the lost one are sent again, visible twice to read_committed consumers; starting at the slot's",
 			zap.Stringer("slot_confirmed_lsn", slot), zap.String("transactional_id", kcfg.TransactionalID), zap.String("offsets_topic", kcfg.OffsetsTopic),
 			zap.String("last_instance", start.State.Instance), zap.Time("last_session_started_at", start.State.SessionStartedAt))

@@ -70,8 +70,9 @@ type Relay struct {
 	maxPending         int
 	maxProducerRecords int64
 	// eosStarted: a session of this process started exactly-once mode (a
-	// state row written since may be its own).
-	eosStarted bool
+	// state row written since may be its own); eosCommitted: one had a
+	// position committed to the offsets topic.
+	eosStarted, eosCommitted bool
 	// Exactly-once mode: whether the offsets topic is known to exist; the
 	// records Kafka refused, which sessions from then on dead-letter; the
 	// transaction that did not fit in kafka.transaction.timeout once.

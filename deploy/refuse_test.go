@@ -206,3 +206,103 @@ func TestChartAcceptsOneSlotNameOnTwoServers(t *testing.T) {
 		})
 	}
 }
+
+// TestChartRefusesOneTransactionalIDForSeveralStreams: each exactly-once
+// start fences every earlier producer of its transactional id, so streams
+// sharing one fence each other at every start and their pods exit 1 in
+// turn. The chart refuses an id that more than one stream ends up with
+// where the mode is on, naming the streams and the id; an id in the
+// release's config is merged into every stream. A stream whose connector
+// is in a Secret may turn the mode on there (exactly.once.support), so it
+// counts as on.
+func TestChartRefusesOneTransactionalIDForSeveralStreams(t *testing.T) {
+	orders := func(v map[string]any) map[string]any { return v["streams"].([]any)[0].(map[string]any) }
+	payments := func(v map[string]any) map[string]any { return v["streams"].([]any)[1].(map[string]any) }
+	releaseKafka := func(v map[string]any) map[string]any { return v["config"].(map[string]any)["kafka"].(map[string]any) }
+	// streamKafka is a stream's config.kafka, made if missing.
+	streamKafka := func(s map[string]any) map[string]any {
+		if s["config"] == nil {
+			s["config"] = map[string]any{}
+		}
+		cfg := s["config"].(map[string]any)
+		if cfg["kafka"] == nil {
+			cfg["kafka"] = map[string]any{}
+		}
+		return cfg["kafka"].(map[string]any)
+	}
+	connectorConfig := func(s map[string]any) map[string]any {
+		return s["connector"].(map[string]any)["json"].(map[string]any)["config"].(map[string]any)
+	}
+	// billing is a third stream, its connector in a Secret.
+	billing := func(v map[string]any) map[string]any {
+		b := map[string]any{"name": "billing", "connector": map[string]any{"secret": map[string]any{"name": "billing-connector", "key": "connector.json"}}}
+		v["streams"] = append(v["streams"].([]any), b)
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(v map[string]any)
+		want   string // "" for values the chart must render
+	}{
+		{"one id and the mode for the whole release", func(v map[string]any) {
+			releaseKafka(v)["exactly.once"] = true
+			releaseKafka(v)["transactional.id"] = "pgoutbox"
+		}, `streams orders, payments use the one kafka.transactional.id "pgoutbox" with exactly-once on (or, for a connector in a Secret, possibly on; config.kafka.transactional.id, which is merged into every stream, sets it)`},
+		{"one id for the release, the mode per stream and from a connector", func(v map[string]any) {
+			releaseKafka(v)["transactional.id"] = "pgoutbox"
+			streamKafka(orders(v))["exactly.once"] = true
+			connectorConfig(payments(v))["exactly.once.support"] = "Required"
+		}, `streams orders, payments use the one kafka.transactional.id "pgoutbox"`},
+		{"one id set by each of two streams", func(v map[string]any) {
+			releaseKafka(v)["exactly.once"] = true
+			streamKafka(orders(v))["transactional.id"] = "outbox-tx"
+			streamKafka(payments(v))["transactional.id"] = "outbox-tx"
+		}, `streams orders, payments use the one kafka.transactional.id "outbox-tx" with exactly-once on (or, for a connector in a Secret, possibly on; each stream's config sets it)`},
+		{"one id for three streams, one a connector in a Secret", func(v map[string]any) {
+			releaseKafka(v)["exactly.once"] = true
+			releaseKafka(v)["transactional.id"] = "pgoutbox"
+			billing(v)
+		}, `streams orders, payments, billing use the one kafka.transactional.id "pgoutbox"`},
+		{"a connector in a Secret and a stream with the mode on", func(v map[string]any) {
+			releaseKafka(v)["transactional.id"] = "pgoutbox"
+			streamKafka(orders(v))["exactly.once"] = true
+			billing(v)
+		}, `streams orders, billing use the one kafka.transactional.id "pgoutbox"`},
+
+		// Rendered: the id is unused without the mode, ids of their own,
+		// or one stream in the mode.
+		{"one id for the release without the mode", func(v map[string]any) {
+			releaseKafka(v)["transactional.id"] = "pgoutbox"
+		}, ""},
+		{"one id for the release, the mode in one stream", func(v map[string]any) {
+			releaseKafka(v)["transactional.id"] = "pgoutbox"
+			streamKafka(orders(v))["exactly.once"] = true
+			connectorConfig(payments(v))["exactly.once.support"] = "requested"
+		}, ""},
+		{"an id of its own for each stream", func(v map[string]any) {
+			releaseKafka(v)["exactly.once"] = true
+			streamKafka(orders(v))["transactional.id"] = "orders-tx"
+			streamKafka(payments(v))["transactional.id"] = "payments-tx"
+		}, ""},
+		{"the mode for the release, ids derived from the slots", func(v map[string]any) {
+			releaseKafka(v)["exactly.once"] = true
+			billing(v)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, h := range helms {
+				vals := readValues(t, goldenValues)
+				tc.change(vals)
+				out, err := h.render(vals)
+				switch {
+				case tc.want == "" && err != nil:
+					t.Errorf("%s refuses the values: %v", h.name, err)
+				case tc.want != "" && err == nil:
+					t.Fatalf("%s renders the values:\n%s", h.name, out)
+				case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+					t.Errorf("%s: error %q does not say %q", h.name, err, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -106,6 +106,46 @@ Secret, say) is not compared.
 {{- $_ := set $slots $key (dict "name" $s.name "dbname" $dbname) -}}
 {{- end -}}
 {{- end -}}
+{{- /*
+A transactional id is one producer: each exactly-once start fences every
+earlier producer of its id, so two streams with one id fence each other at
+every start, and each fenced pod exits 1, a crash loop that passes back and
+forth (README.md, kafka.transactional.id). An id in the release's config
+is merged into every stream. Compared: the id each stream's config file
+ends with (what pgoutbox reads), for the streams whose exactly-once mode
+is on (kafka.exactly.once, or exactly.once.support=required in an inline
+connector) or cannot be seen (a connector in a Secret, which may set
+exactly.once.support). A connector JSON has no key for the id. Without an
+id of its own a stream's is derived from its slot, which the check above
+keeps apart.
+*/ -}}
+{{- $ids := dict -}}
+{{- range $s := .Values.streams -}}
+{{- $ctx := dict "root" $ "stream" $s -}}
+{{- $kafka := (include "pgoutbox.config" $ctx | fromYaml).kafka | default dict -}}
+{{- $id := get $kafka "transactional.id" | default "" | toString -}}
+{{- $conn := $s.connector | default dict -}}
+{{- $eos := has (get $kafka "exactly.once" | toString | lower) (list "true" "yes" "on") -}}
+{{- if $conn.json -}}
+{{- $inner := $conn.json.config | default $conn.json -}}
+{{- $eos = or $eos (eq (get $inner "exactly.once.support" | default "" | toString | trim | lower) "required") -}}
+{{- else if $conn.secret -}}
+{{- $eos = true -}}
+{{- end -}}
+{{- if and $id $eos -}}
+{{- $_ := set $ids $id (append (get $ids $id | default list) $s.name) -}}
+{{- end -}}
+{{- end -}}
+{{- range $id := keys $ids | sortAlpha -}}
+{{- $names := get $ids $id -}}
+{{- if gt (len $names) 1 -}}
+{{- $where := "each stream's config sets it" -}}
+{{- if eq (get (($.Values.config | default dict).kafka | default dict) "transactional.id" | default "" | toString) $id -}}
+{{- $where = "config.kafka.transactional.id, which is merged into every stream, sets it" -}}
+{{- end -}}
+{{- fail (printf "streams %s use the one kafka.transactional.id %q with exactly-once on (or, for a connector in a Secret, possibly on; %s): each stream's start fences the others' producer, and the fenced pod exits 1, a crash loop passing from stream to stream; remove kafka.transactional.id (pgoutbox derives one from each stream's slot), or give each stream its own in streams[].config" (join ", " $names) $id $where) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

@@ -57,6 +57,9 @@ type Start struct {
 	// not in that history at all.
 	Fork      LSN
 	ForkKnown bool
+	// OtherPrefixes: the messages.prefix other slots of the database relay
+	// with, by prefix their names (RelayedPrefixes; nil when not read).
+	OtherPrefixes map[string]string
 }
 
 // TimelineChanged says the server is on another timeline than the one the
@@ -125,6 +128,11 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		}
 		if st.State, st.HadState, err = ReadState(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
 			return st, err
+		}
+		if st.OtherPrefixes, err = RelayedPrefixes(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
+			// Only the log's wording depends on it (other messages).
+			log.Debug("could not read which prefixes other slots relay", zap.Error(err))
+			st.OtherPrefixes = nil
 		}
 		changes := st.State.ChangesSince(&st.Catalog, cfg)
 		if !cfg.RecreateVanishedSlot {

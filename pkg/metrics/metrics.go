@@ -100,6 +100,7 @@ type Metrics struct {
 	catchUpETA     prometheus.Gauge
 	lastCommit     prometheus.Gauge
 	otherTables    prometheus.Counter
+	skippedMsgs    map[string]prometheus.Counter
 	verifiedLSN    prometheus.Gauge
 	catalogChanged prometheus.Gauge
 
@@ -244,6 +245,11 @@ func (m *Metrics) build() {
 	m.catchUpETA = gauge("pgoutbox_catchup_eta_seconds", "Estimated time to catch up at the current rate; 0 when caught up or unknown.")
 	m.lastCommit = gauge("pgoutbox_last_commit_timestamp_seconds", "Commit time of the last transaction read from the slot, in Unix seconds (time() minus it is how old the events being read are).")
 	m.otherTables = counter("pgoutbox_other_table_changes_total", "Changes on tables of a FOR ALL TABLES publication that are not outbox tables, skipped.")
+	skipped := counterVec("pgoutbox_skipped_messages_total", "Logical decoding messages whose prefix is not messages.prefix, skipped, by reason: another_relay (another slot's state row records the prefix), unclaimed (no relay records it), unclaimed_event (no relay records it, and the message looks like an outbox event: most likely an event no one relays).", "reason")
+	m.skippedMsgs = map[string]prometheus.Counter{}
+	for _, r := range []string{relay.SkippedAnotherRelays, relay.SkippedUnclaimed, relay.SkippedUnclaimedEvent} {
+		m.skippedMsgs[r] = skipped.WithLabelValues(r)
+	}
 	m.verifiedLSN = gauge("pgoutbox_catalog_verified_lsn_bytes", "WAL position of the last check that found the publication and the outbox tables unchanged; the slot is not confirmed past it.")
 	m.catalogChanged = gauge("pgoutbox_catalog_changed", "1 after the relay stopped because the publication or an outbox table changed under it (events may be missing from the stream).")
 
@@ -339,6 +345,13 @@ func (m *Metrics) Routed(_, topic string) { m.topic(topic).routed.Inc() }
 
 // OtherTable implements relay.Observer.
 func (m *Metrics) OtherTable(string) { m.otherTables.Inc() }
+
+// SkippedMessage implements relay.Observer.
+func (m *Metrics) SkippedMessage(reason string) {
+	if c, ok := m.skippedMsgs[reason]; ok {
+		c.Inc()
+	}
+}
 
 // Dropped implements relay.Observer. The relay's reasons are sentences;
 // they are counted as one of DropDelete, DropUpdate, DropOther.

@@ -4,13 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 func emit(t *testing.T, f *fixture, transactional, commit bool, events ...outboxtest.Event) {
@@ -142,4 +149,75 @@ func TestMessagePayloadIsRoutedLikeTheTablesJSONB(t *testing.T) {
 			t.Errorf("payload %s: the table's row gave %q (tombstone %v), the message %q (tombstone %v)", p, values[row], tombstone[row], values[msg], tombstone[msg])
 		}
 	}
+}
+
+// TestMessagesOfAPrefixNoRelayClaimsAreAnError: every slot decodes every
+// logical decoding message of its database. A message that looks like an
+// event, with a prefix that another slot's state row records, is that
+// relay's (Info); one whose prefix no relay records is most likely an
+// event no one relays, skipped with the slot confirmed past it: an Error,
+// counted. Before, both were one Warn per prefix, and nothing once a
+// hundred other prefixes had been named. Real PostgreSQL and Kafka; the
+// other relay is a slot and a state row made by the test.
+func TestMessagesOfAPrefixNoRelayClaimsAreAnError(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 2)
+	ctx := context.Background()
+	other := f.slot + "_b"
+	if err := replication.EnsureStateTable(ctx, f.checkDB, replication.DefaultStateTable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = f.checkDB.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", other) })
+	if _, err := f.checkDB.Exec(ctx, `INSERT INTO pgoutbox_state (slot_name, system_identifier, database, timeline, confirmed_lsn, confirmed_at, instance, session_started_at, messages_prefix)
+		SELECT $1, system_identifier::text, current_database(), 1, '0/0', now(), 'other', now(), 'orders' FROM pg_control_system()`, other); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	obs := &skipCounts{n: map[string]int{}}
+	runRelayLog(t, f.config(), zap.New(core), relay.WithObserver(obs))
+	f.waitStreaming(t)
+	event := `{"id":"3f1c5b8e-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"o1","type":"Created","payload":{"x":1}}`
+	for _, prefix := range []string{"orders", "orders2"} {
+		if _, err := f.conn.Exec(ctx, "SELECT pg_logical_emit_message(true, $1, $2)", prefix, event); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		return obs.get(relay.SkippedUnclaimedEvent) == 1 && obs.get(relay.SkippedAnotherRelays) == 1, fmt.Sprintf("skipped %v", obs.snapshot())
+	})
+	if errs := logs.FilterLevelExact(zapcore.ErrorLevel).FilterField(zap.String("prefix", "orders2")); errs.Len() != 1 {
+		t.Fatalf("%d errors for orders2; want 1: %v", errs.Len(), logs.All())
+	}
+	if n := logs.FilterMessageSnippet("another slot relays").FilterField(zap.String("relayed_by_slots", other)).Len(); n != 1 {
+		t.Fatalf("%d lines naming %s's prefix; want 1", n, other)
+	}
+}
+
+// skipCounts counts SkippedMessage by reason, for the relay's goroutine and
+// the test's.
+type skipCounts struct {
+	relay.NopObserver
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *skipCounts) SkippedMessage(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[reason]++
+}
+
+func (c *skipCounts) get(reason string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[reason]
+}
+
+func (c *skipCounts) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
 }

@@ -118,6 +118,9 @@ type Observer interface {
 	// OtherTable: a change on a table of a FOR ALL TABLES publication that
 	// is not an outbox table was skipped.
 	OtherTable(table string)
+	// SkippedMessage: a logical decoding message whose prefix is not
+	// messages.prefix was skipped; reason is one of the Skipped constants.
+	SkippedMessage(reason string)
 	// Acked: Kafka acknowledged a record; commitToAck is measured from the
 	// transaction's commit time on the server, sendToAck from the send.
 	Acked(topic string, bytes int, commitToAck, sendToAck time.Duration)
@@ -158,11 +161,25 @@ type Progress struct {
 // NopObserver implements Observer with methods that do nothing.
 type NopObserver struct{}
 
-func (NopObserver) SessionStarted(checkpoint.LSN)                   {}
-func (NopObserver) SessionEnded(error)                              {}
-func (NopObserver) Routed(string, string)                           {}
-func (NopObserver) Dropped(string, string)                          {}
-func (NopObserver) OtherTable(string)                               {}
+func (NopObserver) SessionStarted(checkpoint.LSN) {}
+func (NopObserver) SessionEnded(error)            {}
+func (NopObserver) Routed(string, string)         {}
+func (NopObserver) Dropped(string, string)        {}
+func (NopObserver) OtherTable(string)             {}
+func (NopObserver) SkippedMessage(string)         {}
+
+// The reasons of SkippedMessage.
+const (
+	// SkippedAnotherRelays: another slot's state row records the prefix.
+	SkippedAnotherRelays = "another_relay"
+	// SkippedUnclaimed: no relay records the prefix, and the message does
+	// not look like an outbox event.
+	SkippedUnclaimed = "unclaimed"
+	// SkippedUnclaimedEvent: no relay records the prefix, and the message
+	// looks like an outbox event: most likely one no one relays.
+	SkippedUnclaimedEvent = "unclaimed_event"
+)
+
 func (NopObserver) Acked(string, int, time.Duration, time.Duration) {}
 func (NopObserver) Failed(string, error)                            {}
 func (NopObserver) DeadLettered(string)                             {}

@@ -65,8 +65,12 @@ type session struct {
 	othersLogged map[string]bool
 	// sent counts the records handed to this session's producer.
 	sent int64
-	// prefixesLogged: the prefixes of other messages named in the log.
-	prefixesLogged map[string]bool
+	// prefixesLogged: the prefixes of other messages named in the log;
+	// eventPrefixes: those of messages that look like events and no relay
+	// records, said at Error (eventPrefixLogged: when, past a thousand).
+	prefixesLogged    map[string]bool
+	eventPrefixes     map[string]bool
+	eventPrefixLogged time.Time
 
 	cur    checkpoint.TxnID
 	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
@@ -991,29 +995,79 @@ func (s *session) relation(rel *replication.Relation) {
 // logical decoding messages that are not outbox events: louder when the
 // message looks like one (its JSON has the event id and payload fields),
 // since a misspelt messages.prefix skips every table-less event.
+//
+// Every slot decodes every message of the database. A message whose prefix
+// another slot relays (its state row says so) is that relay's. One whose
+// prefix no relay records, and that looks like an outbox event, is most
+// likely an event no one relays (a writer's prefix that is not
+// messages.prefix): it is skipped and the slot confirmed past it, so it is
+// said at Error, for each such prefix once per session (at most once a
+// minute past a thousand prefixes), and counted.
 func (s *session) otherMessage(m *replication.Message) {
-	if s.prefixesLogged[m.Prefix] || len(s.prefixesLogged) >= 100 {
+	if slots, ok := s.start.OtherPrefixes[m.Prefix]; ok {
+		s.r.obs.SkippedMessage(SkippedAnotherRelays)
+		if s.logPrefixOnce(m.Prefix) {
+			s.log.Info("skipping logical decoding messages of a prefix another slot relays", zap.String("prefix", m.Prefix),
+				zap.String("relayed_by_slots", slots), zap.String("messages.prefix", s.r.cfg.Messages.Prefix), zap.Stringer("lsn", m.LSN))
+		}
 		return
+	}
+	if !s.looksLikeEvent(m.Content) {
+		s.r.obs.SkippedMessage(SkippedUnclaimed)
+		if s.logPrefixOnce(m.Prefix) {
+			s.log.Info("skipping logical decoding messages whose prefix is not messages.prefix", zap.String("prefix", m.Prefix),
+				zap.String("messages.prefix", s.r.cfg.Messages.Prefix), zap.Stringer("lsn", m.LSN))
+		}
+		return
+	}
+	s.r.obs.SkippedMessage(SkippedUnclaimedEvent)
+	if s.eventPrefixes[m.Prefix] {
+		return
+	}
+	if len(s.eventPrefixes) >= 1000 {
+		if now := s.clock.Now(); now.Sub(s.eventPrefixLogged) < time.Minute {
+			return
+		} else {
+			s.eventPrefixLogged = now
+		}
+	} else {
+		if s.eventPrefixes == nil {
+			s.eventPrefixes = map[string]bool{}
+		}
+		s.eventPrefixes[m.Prefix] = true
+	}
+	s.log.Error("skipping a logical decoding message that looks like an outbox event, whose prefix is not messages.prefix and is relayed by no other slot (no state row records it): if it is an event, it is lost; set messages.prefix (or the writer's prefix) so that they match. Every message of this prefix is skipped and counted in pgoutbox_skipped_messages_total{reason=\"unclaimed_event\"}",
+		zap.String("prefix", m.Prefix), zap.String("messages.prefix", s.r.cfg.Messages.Prefix), zap.Stringer("lsn", m.LSN),
+		zap.Bool("transactional", m.Transactional))
+}
+
+// logPrefixOnce says whether to name prefix in the log: once per session,
+// for at most 100 prefixes.
+func (s *session) logPrefixOnce(prefix string) bool {
+	if s.prefixesLogged[prefix] || len(s.prefixesLogged) >= 100 {
+		return false
 	}
 	if s.prefixesLogged == nil {
 		s.prefixesLogged = map[string]bool{}
 	}
-	s.prefixesLogged[m.Prefix] = true
+	s.prefixesLogged[prefix] = true
+	return true
+}
+
+// looksLikeEvent says whether a message's content is a JSON object with
+// the router's event id and payload fields.
+func (s *session) looksLikeEvent(content []byte) bool {
 	o := s.r.cfg.Router
+	if o.EventIDField == "" || o.EventPayloadField == "" {
+		return false
+	}
 	var fields map[string]json.RawMessage
-	looksLikeEvent := json.Unmarshal(m.Content, &fields) == nil && o.EventIDField != "" && o.EventPayloadField != ""
-	if looksLikeEvent {
-		_, id := fields[o.EventIDField]
-		_, payload := fields[o.EventPayloadField]
-		looksLikeEvent = id && payload
+	if json.Unmarshal(content, &fields) != nil {
+		return false
 	}
-	prefix := zap.String("messages.prefix", s.r.cfg.Messages.Prefix)
-	if looksLikeEvent {
-		s.log.Warn("skipping logical decoding messages whose prefix is not messages.prefix, though they look like outbox events (if they are, set messages.prefix to their prefix: every one is skipped until then)",
-			zap.String("prefix", m.Prefix), prefix, zap.Stringer("lsn", m.LSN))
-		return
-	}
-	s.log.Info("skipping logical decoding messages whose prefix is not messages.prefix", zap.String("prefix", m.Prefix), prefix, zap.Stringer("lsn", m.LSN))
+	_, id := fields[o.EventIDField]
+	_, payload := fields[o.EventPayloadField]
+	return id && payload
 }
 
 // classified records rel's class; a table that is not an outbox table (of

@@ -21,17 +21,24 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     attempts      integer      NOT NULL DEFAULT 0,
     last_error    text
 );
-ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now();
-ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY;
-ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS published_at timestamptz;
-ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0;
-ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS last_error text;
--- The claim's index: the unpublished rows in sequence order. Published
+-- The statements below that lock the table (ALTER TABLE and CREATE
+-- TRIGGER take locks that conflict with INSERT, and CREATE INDEX one that
+-- does even when the index exists) run only for what the catalog shows
+-- missing or different, so a migrate of a table that has it all takes no
+-- lock that an application's INSERT waits for; those that run wait for
+-- their lock at most lock_timeout (migrate --lock-timeout), a bounded
+-- number of times. --print shows them all.
+{{if .Plan.CreatedAt}}ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now();
+{{end}}{{if .Plan.Seq}}ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS seq bigint GENERATED ALWAYS AS IDENTITY;
+{{end}}{{if .Plan.PublishedAt}}ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS published_at timestamptz;
+{{end}}{{if .Plan.Attempts}}ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0;
+{{end}}{{if .Plan.LastError}}ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS last_error text;
+{{end}}-- The claim's index: the unpublished rows in sequence order. Published
 -- rows leave it, so it stays small however many the table keeps.
-CREATE INDEX IF NOT EXISTS {{.UnpublishedIndex}} ON {{.Table}} (seq) WHERE published_at IS NULL;
--- Cleanup's index: the published rows by age.
-CREATE INDEX IF NOT EXISTS {{.PublishedIndex}} ON {{.Table}} (published_at) WHERE published_at IS NOT NULL;
--- Unpublished rows stay until they are published: a writer that deletes
+{{if .Plan.UnpublishedIndex}}CREATE INDEX IF NOT EXISTS {{.UnpublishedIndex}} ON {{.Table}} (seq) WHERE published_at IS NULL;
+{{end}}-- Cleanup's index: the published rows by age.
+{{if .Plan.PublishedIndex}}CREATE INDEX IF NOT EXISTS {{.PublishedIndex}} ON {{.Table}} (published_at) WHERE published_at IS NOT NULL;
+{{end}}-- Unpublished rows stay until they are published: a writer that deletes
 -- its row in its own transaction (the WAL source's delete-after-insert
 -- mode) would leave nothing for the poll source to read, and its event
 -- would be lost without a word. Such a delete is skipped, with a warning,
@@ -48,9 +55,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER {{.KeepTrigger}} BEFORE DELETE ON {{.Table}}
+{{if .Plan.KeepTrigger}}CREATE OR REPLACE TRIGGER {{.KeepTrigger}} BEFORE DELETE ON {{.Table}}
     FOR EACH ROW WHEN (OLD.published_at IS NULL) EXECUTE FUNCTION {{.KeepFunction}}();
--- TRUNCATE fires no row trigger: one of the table (not of a partition on
+{{end}}-- TRUNCATE fires no row trigger: one of the table (not of a partition on
 -- its own) is refused while it holds unpublished rows.
 CREATE OR REPLACE FUNCTION {{.KeepTruncateFunction}}() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -67,5 +74,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER {{.KeepTruncateTrigger}} BEFORE TRUNCATE ON {{.Table}}
+{{if .Plan.KeepTruncateTrigger}}CREATE OR REPLACE TRIGGER {{.KeepTruncateTrigger}} BEFORE TRUNCATE ON {{.Table}}
     FOR EACH STATEMENT EXECUTE FUNCTION {{.KeepTruncateFunction}}();
+{{end}}

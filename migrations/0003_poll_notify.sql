@@ -7,5 +7,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER {{.Trigger}} AFTER INSERT ON {{.Table}}
+{{if .Plan.NotifyTrigger}}CREATE OR REPLACE TRIGGER {{.Trigger}} AFTER INSERT ON {{.Table}}
     FOR EACH STATEMENT EXECUTE FUNCTION {{.Function}}({{.Channel}});
+{{end}}

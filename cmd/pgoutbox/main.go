@@ -493,6 +493,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	guard := c.fs.Bool("guard", false, "create event triggers that refuse to drop the publication, take an outbox table out of it, make an outbox table or a partition of it unlogged, make a table inherit from one, or stop the publication from publishing inserts (needs a superuser)")
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
 	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
+	lockTimeout := c.fs.Duration("lock-timeout", migrations.DefaultLockTimeout, fmt.Sprintf("relay.source=poll: how long each of migrate's %d attempts waits for a lock on the table (while it waits, the table's INSERTs wait behind it); migrate takes none when the table has everything", migrations.DefaultLockAttempts))
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
@@ -534,7 +535,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	defer conn.Close(ctx)
 	if isPoll(cfg) { // the poll table instead: poll.go
-		return migratePoll(ctx, conn, cfg, stdout, stderr)
+		return migratePoll(ctx, conn, cfg, pollMigrateFlags{lockTimeout: *lockTimeout}, stdout, stderr)
 	}
 	if err := replication.PublicationAfterSlot(ctx, conn, cfg.Postgres); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)

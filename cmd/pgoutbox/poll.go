@@ -44,15 +44,30 @@ func renderPoll(cfg fileConfig) ([]string, error) {
 	return migrations.RenderPoll(p)
 }
 
+// pollMigrateFlags are migrate's flags for the poll source.
+type pollMigrateFlags struct {
+	lockTimeout time.Duration
+}
+
 // migratePoll creates or completes the poll table, its indexes and (with
 // poll.notify) its trigger, on cmdMigrate's connection.
-func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, stdout, stderr io.Writer) int {
+func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, flags pollMigrateFlags, stdout, stderr io.Writer) int {
 	p, err := pollParams(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: configuration: %v\n", err)
 		return exitConfig
 	}
-	if err := migrations.ApplyPoll(ctx, conn, p); err != nil {
+	p.LockTimeout = flags.lockTimeout
+	plan, err := migrations.PlanPoll(ctx, conn, p)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+		return exitRuntime
+	}
+	err = migrations.ApplyPoll(ctx, conn, p, migrations.OnLockWait(func(attempt int, le *migrations.LockError) {
+		fmt.Fprintf(stderr, "pgoutbox: migrate: attempt %d of %d got no lock on %s within %s; trying again: %s\n",
+			attempt, migrations.DefaultLockAttempts, p.Table, le.Timeout, lockHoldersLine(le.Holders))
+	}))
+	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
 	}
@@ -60,8 +75,26 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, stdout, st
 	if !p.Notify {
 		trigger = "no notification trigger (poll.notify is false): rows are claimed every poll.interval"
 	}
-	fmt.Fprintf(stdout, "migrated %s for the poll source: columns, indexes, %s\n", p.Table, trigger)
+	changed := "nothing was missing, and no lock was taken on the table"
+	switch c := plan.Changes(); {
+	case !plan.TableExists:
+		changed = "table created"
+	case len(c) > 0:
+		changed = "added " + strings.Join(c, ", ")
+	}
+	fmt.Fprintf(stdout, "migrated %s for the poll source: columns, indexes, %s (%s)\n", p.Table, trigger, changed)
 	return exitOK
+}
+
+func lockHoldersLine(hs []migrations.LockHolder) string {
+	if len(hs) == 0 {
+		return "no session holds a lock on it now"
+	}
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = h.String()
+	}
+	return "held by " + strings.Join(out, "; ")
 }
 
 // pollStatus is the output of "pgoutbox status" with the poll source.

@@ -494,6 +494,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	accept := c.fs.Bool("accept-catalog", false, "record the publication and outbox tables as they are now, after pgoutbox stopped because one was dropped and created again (relay what is missing first)")
 	recreate := c.fs.Bool("recreate-slot", false, "create the slot again after it was lost or dropped, and record that in the state table (events between the old slot's last confirmed position and now are not relayed)")
 	lockTimeout := c.fs.Duration("lock-timeout", migrations.DefaultLockTimeout, fmt.Sprintf("relay.source=poll: how long each of migrate's %d attempts waits for a lock on the table (while it waits, the table's INSERTs wait behind it); migrate takes none when the table has everything", migrations.DefaultLockAttempts))
+	acceptRelays := c.fs.Bool("accept-running-poll-relays", false, "relay.source=poll: install the keep trigger although poll relays run on the table with poll.on.publish=delete (relays of versions before it would have their deletes on publish skipped and resend those rows forever)")
 	cfg, code, ok := c.loadOrExit(args, environ, &stdout, &stderr)
 	if !ok {
 		return code
@@ -535,7 +536,7 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	defer conn.Close(ctx)
 	if isPoll(cfg) { // the poll table instead: poll.go
-		return migratePoll(ctx, conn, cfg, pollMigrateFlags{lockTimeout: *lockTimeout}, stdout, stderr)
+		return migratePoll(ctx, conn, cfg, pollMigrateFlags{lockTimeout: *lockTimeout, acceptRelays: *acceptRelays}, stdout, stderr)
 	}
 	if err := replication.PublicationAfterSlot(ctx, conn, cfg.Postgres); err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/poll"
 )
 
 // connectAs opens a connection to the fixture's database with the given
@@ -128,5 +131,71 @@ func TestPollMigrateTakesNoLockWhenNothingIsMissingAndBoundsItsWait(t *testing.T
 	r = invoke(cmdMigrate, nil, env)
 	if r.code != exitOK || !strings.Contains(r.stdout, "added the published rows' index") {
 		t.Fatalf("migrate once the claim ended:\n%s", r)
+	}
+}
+
+// TestPollMigrateRefusesTheKeepTriggerUnderRunningRelaysThatDelete: relays
+// of versions before the keep trigger delete the rows they publish
+// (poll.on.publish=delete) without setting pgoutbox.delete_unpublished, so
+// the trigger would skip those deletes and the rows would be resent
+// forever. Migrate that would newly install it while poll relays hold the
+// table's member locks refuses, naming them, unless told to go on.
+func TestPollMigrateRefusesTheKeepTriggerUnderRunningRelaysThatDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	env := f.environ(f.dsn, "PGOUTBOX_RELAY_SOURCE=poll", "PGOUTBOX_POLL_ON_PUBLISH=delete")
+	if r := invoke(cmdMigrate, nil, env); r.code != exitOK {
+		t.Fatalf("first migrate:\n%s", r)
+	}
+	// The table as a version before the keep trigger left it.
+	dropKeep := func() {
+		t.Helper()
+		f.exec(t, "DROP TRIGGER "+migrations.KeepTrigger+" ON public.outbox; DROP TRIGGER "+migrations.KeepTruncateTrigger+" ON public.outbox")
+	}
+	dropKeep()
+	hasKeep := func() bool {
+		t.Helper()
+		return f.count(t, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.outbox'::regclass AND tgname = $1", migrations.KeepTrigger) == 1
+	}
+
+	// This simulates a poll relay of an earlier version running on the
+	// table: it holds the table's member and bucket advisory locks, taken
+	// as the current member code takes them (their keys are unchanged
+	// since the poll source's first version).
+	old := f.connectAs(t, "devb-old-relay")
+	m, err := poll.Join(ctx, old, "public.outbox", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r := invoke(cmdMigrate, nil, env)
+	if r.code != exitRuntime {
+		t.Fatalf("migrate installing the keep trigger under a running relay that deletes on publish: want exit 1:\n%s", r)
+	}
+	wantLine(t, r, fmt.Sprintf(`^pgoutbox: migrate: 1 poll relay session\(s\) run on public\.outbox now \(PID %d, application_name "devb-old-relay", client 127\.0\.0\.1\), and the table has no trigger %s yet, with poll\.on\.publish=delete: relays of an earlier version delete rows on publish, which the trigger would skip \(each row stays unpublished and is resent forever\)\. Stop them, run migrate, then start this version; or run migrate --accept-running-poll-relays to go on anyway$`,
+		old.PgConn().PID(), migrations.KeepTrigger))
+	if hasKeep() {
+		t.Fatal("the refused migrate installed the keep trigger")
+	}
+
+	r = invoke(cmdMigrate, []string{"--accept-running-poll-relays"}, env)
+	if r.code != exitOK || !strings.Contains(r.stderr, "going on (--accept-running-poll-relays)") || !hasKeep() {
+		t.Fatalf("migrate --accept-running-poll-relays: want exit 0, a warning and the trigger:\n%s", r)
+	}
+
+	// With the trigger already there, or no relay running, nothing is refused.
+	if r := invoke(cmdMigrate, nil, env); r.code != exitOK {
+		t.Fatalf("migrate with the trigger in place:\n%s", r)
+	}
+	dropKeep()
+	if err := old.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := invoke(cmdMigrate, nil, env); r.code != exitOK || !hasKeep() {
+		t.Fatalf("migrate once the relay stopped:\n%s", r)
 	}
 }

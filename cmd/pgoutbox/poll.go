@@ -46,11 +46,14 @@ func renderPoll(cfg fileConfig) ([]string, error) {
 
 // pollMigrateFlags are migrate's flags for the poll source.
 type pollMigrateFlags struct {
-	lockTimeout time.Duration
+	lockTimeout  time.Duration
+	acceptRelays bool // --accept-running-poll-relays
 }
 
 // migratePoll creates or completes the poll table, its indexes and (with
-// poll.notify) its trigger, on cmdMigrate's connection.
+// poll.notify) its trigger, on cmdMigrate's connection. It refuses to
+// install the keep trigger under running relays that delete on publish
+// (keepTriggerAbsentUnderRelays).
 func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, flags pollMigrateFlags, stdout, stderr io.Writer) int {
 	p, err := pollParams(cfg)
 	if err != nil {
@@ -62,6 +65,22 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, flags poll
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
+	}
+	if plan.TableExists && plan.KeepTrigger && cfg.Poll.OnPublish == poll.OnPublishDelete {
+		members, err := keepTriggerAbsentUnderRelays(ctx, conn, p.Table)
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+			return exitRuntime
+		}
+		if len(members) > 0 {
+			msg := fmt.Sprintf("%d poll relay session(s) run on %s now (%s), and the table has no trigger %s yet, with poll.on.publish=delete: relays of an earlier version delete rows on publish, which the trigger would skip (each row stays unpublished and is resent forever)",
+				len(members), p.Table, describeMembers(members), migrations.KeepTrigger)
+			if !flags.acceptRelays {
+				fmt.Fprintf(stderr, "pgoutbox: migrate: %s. Stop them, run migrate, then start this version; or run migrate --accept-running-poll-relays to go on anyway\n", msg)
+				return exitRuntime
+			}
+			fmt.Fprintf(stderr, "pgoutbox: migrate: %s; going on (--accept-running-poll-relays)\n", msg)
+		}
 	}
 	err = migrations.ApplyPoll(ctx, conn, p, migrations.OnLockWait(func(attempt int, le *migrations.LockError) {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: attempt %d of %d got no lock on %s within %s; trying again: %s\n",
@@ -84,6 +103,34 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, flags poll
 	}
 	fmt.Fprintf(stdout, "migrated %s for the poll source: columns, indexes, %s (%s)\n", p.Table, trigger, changed)
 	return exitOK
+}
+
+// keepTriggerAbsentUnderRelays returns the poll relays on table when its
+// keep trigger is missing or disabled (migrate would put it in force
+// under them), nil otherwise.
+func keepTriggerAbsentUnderRelays(ctx context.Context, conn *pgx.Conn, table string) ([]poll.Member, error) {
+	quoted, err := migrations.Ident(table)
+	if err != nil {
+		return nil, err
+	}
+	missing, err := poll.MissingKeepTriggers(ctx, conn, quoted)
+	if err != nil || !slices.Contains(missing, migrations.KeepTrigger) {
+		return nil, err
+	}
+	return poll.Members(ctx, conn, table)
+}
+
+// describeMembers names poll relay sessions for people.
+func describeMembers(ms []poll.Member) string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		addr := m.ClientAddr
+		if addr == "" {
+			addr = "local socket"
+		}
+		out[i] = fmt.Sprintf("PID %d, application_name %q, client %s", m.PID, m.ApplicationName, addr)
+	}
+	return strings.Join(out, "; ")
 }
 
 func lockHoldersLine(hs []migrations.LockHolder) string {

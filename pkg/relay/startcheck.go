@@ -1,0 +1,69 @@
+package relay
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+// StartRefusal is the refusal of pgoutbox run's first session for what the
+// slot's history says, judged on start as replication.Prepare (or
+// replication.CheckStart, which reads the same and changes nothing) read
+// it: a slot past the end of the server's WAL or past the fork of its
+// timeline, table-less messages with another prefix than the one last
+// relayed, a slot moved past the fence while no pgoutbox session held it
+// (checkHistory at a first start). Nil when the start would go on. A slot
+// another connection holds is not judged (the instance waits as standby).
+func StartRefusal(start replication.Start, cfg Config) error {
+	if start.Slot.Active {
+		return nil
+	}
+	if err := historyRefusal(start, cfg.Postgres, cfg.Messages.Prefix); err != nil {
+		return err
+	}
+	return fenceRefusal(start, cfg.Postgres)
+}
+
+// historyRefusal is checkHistory's refusal of a slot whose position or
+// messages prefix does not fit this server's history (whatever the
+// process remembers).
+func historyRefusal(start replication.Start, pcfg replication.Config, prefix string) error {
+	slot := start.Slot
+	if end := start.Identity.WALEnd; end != 0 && slot.ConfirmedFlushLSN > end {
+		return &FatalError{Err: replication.SlotPastWALEndError(pcfg.Slot, slot.ConfirmedFlushLSN, end)}
+	}
+	if start.TimelineChanged() && start.ForkKnown && !start.Created && slot.ConfirmedFlushLSN > start.Fork {
+		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, where this server left timeline %d for %d (a promotion or a restore): its position comes from the old timeline's WAL, and PostgreSQL would skip the transactions this timeline committed in between, which were never relayed; recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the rows written on this timeline before its position from the outbox table",
+			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.Fork, start.State.Timeline, start.Identity.Timeline)}
+	}
+	if was, now := start.State.MessagesPrefix, prefix; start.HadState && start.State.MessagesRecorded && was != "" && was != now &&
+		!start.Created && start.State.AwaitingSnapshot == "" {
+		return &FatalError{Err: fmt.Errorf("relay: the last pgoutbox session on slot %q relayed table-less messages with prefix %q, and messages.prefix is now %q: messages written with %q since would be skipped, and the slot confirmed past them; set messages.prefix back, or, once no writer uses %q any more and its messages up to now are relayed, run `pgoutbox migrate --accept-catalog` with this configuration",
+			pcfg.Slot, was, now, was, was)}
+	}
+	return nil
+}
+
+// fenceRefusal is checkHistory's refusal of a slot found past the recorded
+// fence while no pgoutbox session held it (replication.FencePassed); nil
+// otherwise (the restart cases only warn).
+func fenceRefusal(start replication.Start, pcfg replication.Config) error {
+	if start.CheckFence() != replication.FencePassed {
+		return nil
+	}
+	where := fmt.Sprintf("where the last pgoutbox session on it stopped (instance %s, started %s)", start.State.Instance, start.State.SessionStartedAt.UTC().Format(time.RFC3339))
+	if start.State.Instance == "" {
+		where = fmt.Sprintf("where pgoutbox first recorded it (%s), before any session streamed from it", start.State.SessionStartedAt.UTC().Format(time.RFC3339))
+	}
+	return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s %s: it was advanced while no pgoutbox session held it (pg_replication_slot_advance, or another client streamed from it; or the database was put back to an earlier point with a later slot), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
+		replication.ErrSlotAdvanced, pcfg.Slot, start.Slot.ConfirmedFlushLSN, start.State.StoppedLSN, where, pcfg.StateTable, quoteLiteral(pcfg.Slot))}
+}
+
+// NotOutboxTableProblem is why the relay stops on a change of table (OID
+// oid), which publication carries but which is not an outbox table
+// (session.classify, for a publication that is not FOR ALL TABLES).
+func NotOutboxTableProblem(table string, oid uint32, publication string) string {
+	return fmt.Sprintf("table %s (OID %d) is in publication %q but is not an outbox table in postgres.table.include.list (nor a partition of one): add it there, or remove it from the publication (ALTER PUBLICATION ... DROP TABLE)",
+		table, oid, publication)
+}

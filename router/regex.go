@@ -117,15 +117,30 @@ func (t *topicRoute) topic(v, table string) string {
 	return b.String()
 }
 
-// translateJavaRegex rewrites Java's named groups (?<name>...) to Go's
-// (?P<name>...) and closes an unterminated \Q quote, leaving everything else
-// (escapes, character classes, \Q...\E quotes) as it is. Java group names are
-// a letter followed by letters and digits; other names (Go would accept an
-// underscore) are rejected, so that a configuration moves both ways between
-// pgoutbox and Debezium.
+// translateJavaRegex rewrites a Java regex (java.util.regex, which
+// Debezium's router uses) into Go's syntax with the same meaning: named
+// groups (?<name>...) become (?P<name>...), an unterminated \Q quote is
+// closed, and the constructs both engines accept with different meanings
+// are written out as Java reads them: \s, \v and . (Java's \s has the
+// vertical tab, its \v is every vertical whitespace, its . stops at \r,
+// U+0085, U+2028 and U+2029 too), octal \0nnn and \uXXXX escapes. Those Go
+// would read another way with no equivalent are refused: && (intersection)
+// and a nested [ (union; Go takes [:alpha:] for a POSIX class) inside a
+// character class, and \S inside one. Everything else (escapes, character
+// classes, \Q...\E quotes) is left as it is; Go refuses what it lacks
+// (lookaround, possessive quantifiers, backreferences). Java group names
+// are a letter followed by letters and digits; other names (Go would
+// accept an underscore) are rejected, so that a configuration moves both
+// ways between pgoutbox and Debezium.
 func translateJavaRegex(s string) (string, error) {
 	var b strings.Builder
 	inClass := false
+	// With DOTALL on somewhere ((?s)), Java's . matches everything there,
+	// as Go's does: . is then left as it is.
+	dotAll := strings.Contains(s, "(?") && javaFlagsSetDotAll(s)
+	at := func(i int, what string) error {
+		return errors.New(what + " at offset " + strconv.Itoa(i) + ": Java and Go read it differently, and pgoutbox routes as Debezium does; write the regex without it")
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -138,12 +153,43 @@ func translateJavaRegex(s string) (string, error) {
 			}
 			b.WriteString(s[i : i+2+end+2])
 			i += 2 + end + 1
+		case c == '\\' && i+1 < len(s):
+			i++
+			switch e := s[i]; {
+			case e == 's' && inClass:
+				b.WriteString(javaSpace)
+			case e == 's':
+				b.WriteString("[" + javaSpace + "]")
+			case e == 'S' && inClass:
+				return "", at(i-1, `\S inside a character class`)
+			case e == 'S':
+				b.WriteString("[^" + javaSpace + "]")
+			case e == 'v' && inClass:
+				b.WriteString(javaVertical)
+			case e == 'v':
+				b.WriteString("[" + javaVertical + "]")
+			case e == 'u' && i+4 < len(s) && isHex(s[i+1:i+5]):
+				b.WriteString(`\x{` + s[i+1:i+5] + `}`)
+				i += 4
+			case e == '0' && i+1 < len(s) && isOctal(s[i+1]):
+				// \0n, \0nn, \0mnn with m at most 3.
+				j := i + 1
+				for j < len(s) && j < i+4 && isOctal(s[j]) && (j < i+3 || s[i+1] <= '3') {
+					j++
+				}
+				v, _ := strconv.ParseUint(s[i+1:j], 8, 16)
+				b.WriteString(`\x{` + strconv.FormatUint(v, 16) + `}`)
+				i = j - 1
+			default:
+				b.WriteByte('\\')
+				b.WriteByte(e)
+			}
 		case c == '\\':
 			b.WriteByte(c)
-			if i+1 < len(s) {
-				i++
-				b.WriteByte(s[i])
-			}
+		case inClass && c == '[':
+			return "", at(i, "a character class nested in another (a union in Java, a POSIX class such as [:alpha:] in Go)")
+		case inClass && c == '&' && i+1 < len(s) && s[i+1] == '&':
+			return "", at(i, "&& inside a character class (an intersection in Java, two & in Go)")
 		case inClass:
 			if c == ']' {
 				inClass = false
@@ -160,6 +206,8 @@ func translateJavaRegex(s string) (string, error) {
 				i++
 				b.WriteByte(']')
 			}
+		case c == '.' && !dotAll:
+			b.WriteString(`[^\n\r\x{85}\x{2028}\x{2029}]`)
 		case c == '(' && strings.HasPrefix(s[i:], "(?<") && i+3 < len(s) && s[i+3] != '=' && s[i+3] != '!':
 			j := i + 3
 			for j < len(s) && isASCIIAlnum(s[j]) {
@@ -178,6 +226,41 @@ func translateJavaRegex(s string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// Java's \s and \v, as the members of a Go character class.
+const (
+	javaSpace    = `\t\n\x0B\f\r `
+	javaVertical = `\n\x0B\f\r\x{85}\x{2028}\x{2029}`
+)
+
+// javaFlagsSetDotAll says whether an inline flag group ((?s), (?is:...))
+// turns DOTALL on somewhere in s (not inside a class or quote: a rough
+// look, erring towards leaving . as it is, which is Go's DOTALL reading).
+func javaFlagsSetDotAll(s string) bool {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] != '(' || s[i+1] != '?' || (i > 0 && s[i-1] == '\\') {
+			continue
+		}
+		for j := i + 2; j < len(s) && s[j] != ')' && s[j] != ':' && s[j] != '-'; j++ {
+			if s[j] == 's' {
+				return true
+			}
+			if !isASCIILetter(s[j]) {
+				break
+			}
+		}
+	}
+	return false
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseReplacement parses a replacement string as Java's

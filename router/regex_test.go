@@ -1,12 +1,14 @@
 package router
 
 import (
+	"strings"
 	"testing"
 )
 
 func TestTranslateJavaRegex(t *testing.T) {
 	for _, c := range []struct{ java, want string }{
-		{`(?<routedByValue>.*)`, `(?P<routedByValue>.*)`},
+		{`(?<routedByValue>.*)`, `(?P<routedByValue>[^\n\r\x{85}\x{2028}\x{2029}]*)`}, // Java's . (below)
+		{`(?s)(?<v>.*)`, `(?s)(?P<v>.*)`}, // DOTALL: . is Go's
 		{`(?<a>x)(?<b2>y)`, `(?P<a>x)(?P<b2>y)`},
 		{`\(?<a>x\)`, `\(?<a>x\)`},                // escaped paren is no group
 		{`[(?<a>]`, `[(?<a>]`},                    // inside a class
@@ -26,6 +28,57 @@ func TestTranslateJavaRegex(t *testing.T) {
 	for _, bad := range []string{`(?<1a>x)`, `(?<a_b>x)`, `(?<>x)`, `(?<a`} {
 		if got, err := translateJavaRegex(bad); err == nil {
 			t.Errorf("translateJavaRegex(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// TestJavaRegexMatchesAsJavaDoes: constructs that Java and Go both accept
+// with different meanings are written out as Java reads them, or refused.
+// A hostile prober routed aggregatetype revp_order with
+// (?<routedByValue>[a-z_&&[^x]]+): Debezium matched it (intersection), Go
+// did not (two &, then a literal [), and pgoutbox sent the record to
+// another topic without a word. The expected matches are Java's, each run
+// with Pattern.compile(regex).matcher(input).matches() on OpenJDK 17
+// (2026-12-07); that is the oracle, not this code.
+func TestJavaRegexMatchesAsJavaDoes(t *testing.T) {
+	for _, c := range []struct {
+		regex, in string
+		java      bool
+	}{
+		{`[]a]+`, "]a", true},
+		{`[^]a]+`, "bc", true},
+		{`\v`, "\n", true},
+		{`\v`, "\x0b", true},
+		{`[\v]`, "\n", true},
+		{`\s`, "\x0b", true},
+		{`[\s]`, "\x0b", true},
+		{`\S`, "\x0b", false},
+		{`\0101`, "A", true},
+		{`\01011`, "A1", true},
+		{`\0400`, " 0", true},
+		{`\u0041`, "A", true},
+		{`[\u0041-\u0043]+`, "ABC", true},
+		{`.`, "\r", false},
+		{`.`, "\u2028", false},
+		{`x&&y`, "x&&y", true},
+		{`[a&]`, "&", true},
+		{`[\[]`, "[", true},
+		{`[a\&&b]`, "&", true},
+	} {
+		tr, err := compileRoute(c.regex, "t")
+		if err != nil {
+			t.Errorf("compileRoute(%q): %v", c.regex, err)
+			continue
+		}
+		if got := tr.re.MatchString(c.in) && tr.re.FindStringIndex(c.in)[0] == 0 && tr.re.FindStringIndex(c.in)[1] == len(c.in); got != c.java {
+			t.Errorf("regex %q on %q: matches %v; Java %v", c.regex, c.in, got, c.java)
+		}
+	}
+	// Java: [a-z_&&[^x]]+ and [a-z[_]]+ match revp_order, [[:alpha:]_]+
+	// does not (a nested class of :, a, l, p, h); [a&&b] does not match &.
+	for _, bad := range []string{`(?<routedByValue>[a-z_&&[^x]]+)`, `[a-z[_]]+`, `[[:alpha:]_]+`, `[a&&b]`, `[\S]`} {
+		if _, err := compileRoute(bad, "t"); err == nil || !strings.Contains(err.Error(), "Java and Go read it differently") {
+			t.Errorf("compileRoute(%q) = %v; want a refusal saying Java and Go differ", bad, err)
 		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 func TestTranslateJavaRegex(t *testing.T) {
 	for _, c := range []struct{ java, want string }{
 		{`(?<routedByValue>.*)`, `(?P<routedByValue>[^\n\r\x{85}\x{2028}\x{2029}]*)`}, // Java's . (below)
-		{`(?s)(?<v>.*)`, `(?s)(?P<v>.*)`}, // DOTALL: . is Go's
+		{`(?s)(?<v>.*)`, `(?s)(?P<v>.*)`},                                             // DOTALL: . is Go's
 		{`(?<a>x)(?<b2>y)`, `(?P<a>x)(?P<b2>y)`},
 		{`\(?<a>x\)`, `\(?<a>x\)`},                // escaped paren is no group
 		{`[(?<a>]`, `[(?<a>]`},                    // inside a class

@@ -617,6 +617,12 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: create slot %s: %v\n", cfg.Postgres.Slot, err)
 		return exitRuntime
 	}
+	if err := relay.StartRefusal(start, cfg.Config); err != nil {
+		// The state row (or the slot) says pgoutbox run would refuse to
+		// start: the slot is there, but nothing will be relayed from it.
+		fmt.Fprintf(stdout, "slot %s at %s is not ready: pgoutbox run refuses to start on it: %v\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN, err)
+		return exitRuntime
+	}
 	fmt.Fprintf(stdout, "slot %s ready at %s: events committed from now on will be relayed\n", start.Slot.Name, start.Slot.ConfirmedFlushLSN)
 	return exitOK
 }

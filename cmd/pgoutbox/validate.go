@@ -234,6 +234,7 @@ func validatePostgres(v *validation, cfg fileConfig) {
 	} else {
 		v.report(checkSlot(f, rc)...)
 		v.report(checkSnapshotAnchor(rc, anchor, anchorErr)...)
+		validateStart(ctx, v, conn, f, cfg)
 	}
 	validateFailover(ctx, v, rc)
 	validatePGDurability(v, ctx, conn, rc)

@@ -397,7 +397,22 @@ func CreatePublicationSQL(cfg Config) string {
 	return sql + " WITH (publish = 'insert', publish_via_partition_root = true)"
 }
 
+// ensurePublication creates cfg's publication unless it exists (what it
+// holds is judged afterwards, by the catalog's checks, as for one that
+// existed).
 func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) error {
+	for raced := false; ; raced = true {
+		err := createPublication(ctx, conn, cfg, log)
+		if raced || !CreatedConcurrently(err) {
+			return err
+		}
+		// Another instance starting at the same moment made it (a
+		// concurrent CREATE PUBLICATION fails with 23505 or 42710):
+		// look again, and go on as with one that existed.
+	}
+}
+
+func createPublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap.Logger) error {
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&exists); err != nil {
 		return fmt.Errorf("replication: read publication %q: %w", cfg.Publication, err)
@@ -419,8 +434,6 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 			return fmt.Errorf("replication: create publication %q: %w; create the outbox table (pgoutbox migrate) or correct postgres.table.include.list", cfg.Publication, err)
 		case errors.As(err, &pe) && pe.Code == "42501": // insufficient_privilege
 			return fmt.Errorf("replication: create publication %q: %w; create the publication as the tables' owner (pgoutbox migrate), or give this role CREATE on the database and ownership of the tables", cfg.Publication, err)
-		case errors.As(err, &pe) && pe.Code == "42710": // duplicate_object: another instance made it just now
-			return nil
 		}
 		return fmt.Errorf("replication: create publication %q: %w", cfg.Publication, err)
 	}

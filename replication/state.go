@@ -218,7 +218,9 @@ func StateTableDDL(table string) (string, error) {
 }
 
 // EnsureStateTable creates the state table unless it exists. A role that may
-// not create it gets an error that says how to have it created.
+// not create it gets an error that says how to have it created. Instances
+// starting together may all call it: the one whose creation loses to
+// another's (CreatedConcurrently) uses the table the other made.
 func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 	exists, err := StateTableExists(ctx, conn, table)
 	if err != nil {
@@ -250,6 +252,13 @@ func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 		return err
 	}
 	if _, err := conn.Exec(ctx, ddl); err != nil {
+		if CreatedConcurrently(err) {
+			// Another instance starting at the same moment made it: go on
+			// as with a table that existed.
+			if exists, xerr := StateTableExists(ctx, conn, table); xerr == nil && exists {
+				return EnsureStateTable(ctx, conn, table)
+			}
+		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
 			return fmt.Errorf("replication: create state table %s: %w; run pgoutbox migrate as the outbox tables' owner (it creates the table), grant this role CREATE on the schema, or set postgres.state.table to \"\" to keep no history (a slot dropped while pgoutbox is stopped is then replaced silently)", table, err)

@@ -931,9 +931,12 @@ func quoteTable(name string) string {
 
 // PublicationInfo is a publication as status and validate show it.
 type PublicationInfo struct {
-	Name      string
-	Exists    bool
-	Insert    bool
+	Name   string
+	Exists bool
+	Insert bool
+	// Update: the publication publishes updates (publish includes
+	// 'update'); pgoutbox's own publishes inserts only.
+	Update    bool
 	AllTables bool
 	// Tables are pg_publication_tables' schema.table entries, sorted:
 	// what the publication carries as it reports it.
@@ -943,7 +946,7 @@ type PublicationInfo struct {
 // ReadPublication reads a publication and the tables it carries.
 func ReadPublication(ctx context.Context, conn *pgx.Conn, name string) (PublicationInfo, error) {
 	p := PublicationInfo{Name: name, Tables: []string{}}
-	err := conn.QueryRow(ctx, "SELECT pubinsert, puballtables FROM pg_publication WHERE pubname = $1", name).Scan(&p.Insert, &p.AllTables)
+	err := conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, puballtables FROM pg_publication WHERE pubname = $1", name).Scan(&p.Insert, &p.Update, &p.AllTables)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, nil
 	}

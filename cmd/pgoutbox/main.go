@@ -386,6 +386,7 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: %v\n", err)
 		return exitConfig
 	}
+	warnUnseenUpdates(ctx, cfg, log)
 
 	// Goroutines and shutdown order: the relay runs on this goroutine until
 	// a signal (it drains and confirms itself); the HTTP server, the slot

@@ -236,6 +236,9 @@ func validatePostgres(v *validation, cfg fileConfig) {
 		v.report(checkSnapshotAnchor(rc, anchor, anchorErr)...)
 		validateStart(ctx, v, conn, f, cfg)
 	}
+	if r, ok := checkUnseenUpdates(ctx, conn, cfg); ok {
+		v.report(r)
+	}
 	validateFailover(ctx, v, rc)
 	validatePGDurability(v, ctx, conn, rc)
 	if r, ok := checkSharedPrefix(ctx, conn, cfg.Config); ok {

@@ -139,7 +139,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, p Params) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, s); err != nil {
+		if err := createAgain(ctx, tx, s); err != nil {
 			return fmt.Errorf("migrations: create table %s: %w", t, err)
 		}
 	}
@@ -147,7 +147,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, p Params) error {
 		return err
 	}
 	if p.StateTableDDL != "" {
-		if _, err := tx.Exec(ctx, p.StateTableDDL); err != nil {
+		if err := createAgain(ctx, tx, p.StateTableDDL); err != nil {
 			return fmt.Errorf("migrations: create the state table: %w", err)
 		}
 	}
@@ -157,21 +157,60 @@ func Apply(ctx context.Context, conn *pgx.Conn, p Params) error {
 	return nil
 }
 
+// create runs sql, which makes objects, in a savepoint of tx. When another
+// migrate or a starting relay made one of them at the same moment
+// (replication.CreatedConcurrently), the savepoint is rolled back, so that
+// the transaction goes on, and raced says so: the caller looks again, and
+// goes on as with an object that existed.
+func create(ctx context.Context, tx pgx.Tx, sql string) (raced bool, err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	if _, err := sp.Exec(ctx, sql); err != nil {
+		if replication.CreatedConcurrently(err) {
+			if rerr := sp.Rollback(ctx); rerr != nil {
+				return false, errors.Join(err, rerr)
+			}
+			return true, err
+		}
+		return false, err
+	}
+	return false, sp.Commit(ctx)
+}
+
+// createAgain runs sql, statements that make only what is missing (IF NOT
+// EXISTS), with create, and runs it again after a race: the other
+// session's objects are then found and skipped.
+func createAgain(ctx context.Context, tx pgx.Tx, sql string) error {
+	raced, err := create(ctx, tx, sql)
+	if raced {
+		_, err = create(ctx, tx, sql)
+	}
+	return err
+}
+
 func ensurePublication(ctx context.Context, tx pgx.Tx, p Params) error {
 	var oid uint32
 	var all bool
 	err := tx.QueryRow(ctx, "SELECT oid, puballtables FROM pg_publication WHERE pubname = $1", p.Publication).Scan(&oid, &all)
 	if errors.Is(err, pgx.ErrNoRows) {
-		create, err := createPublicationSQL(p)
+		sql, err := createPublicationSQL(p)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, create); err != nil {
+		raced, err := create(ctx, tx, sql)
+		if raced {
+			// Made by another instance just now: read it, and add
+			// what it lacks, as to one that existed.
+			err = tx.QueryRow(ctx, "SELECT oid, puballtables FROM pg_publication WHERE pubname = $1", p.Publication).Scan(&oid, &all)
+		} else if err == nil {
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("migrations: create publication %q: %w", p.Publication, err)
 		}
-		return nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return fmt.Errorf("migrations: read publication %q: %w", p.Publication, err)
 	}
 	if all {
@@ -191,11 +230,9 @@ func ensurePublication(ctx context.Context, tx pgx.Tx, p Params) error {
 		if member {
 			continue
 		}
-		if _, err := tx.Exec(ctx, "ALTER PUBLICATION "+qp+" ADD TABLE "+q); err != nil {
-			var se interface{ SQLState() string }
-			if errors.As(err, &se) && se.SQLState() == "42710" { // a member through its schema
-				continue
-			}
+		// 42710 (CreatedConcurrently): a member through its schema, or
+		// added by another instance at the same moment.
+		if raced, err := create(ctx, tx, "ALTER PUBLICATION "+qp+" ADD TABLE "+q); err != nil && !raced {
 			return fmt.Errorf("migrations: add table %s to publication %q: %w", t, p.Publication, err)
 		}
 	}

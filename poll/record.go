@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // The table Check looked at lives in the relay's memory, which ends with
@@ -75,7 +76,9 @@ func tableExists(ctx context.Context, conn *pgx.Conn, quoted string) (bool, erro
 }
 
 // EnsureRecordTable makes the record table of t unless it exists; an
-// error that this role may not wraps ErrUnrecorded.
+// error that this role may not wraps ErrUnrecorded. Relays starting
+// together may all call it: one whose creation loses to another's uses the
+// table the other made.
 func (t *Table) EnsureRecordTable(ctx context.Context, conn *pgx.Conn) error {
 	quoted, create, err := t.recordTable()
 	if err != nil {
@@ -85,6 +88,12 @@ func (t *Table) EnsureRecordTable(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	if _, err := conn.Exec(ctx, create, pgx.QueryExecModeSimpleProtocol); err != nil {
+		if replication.CreatedConcurrently(err) {
+			// Made by another relay starting at the same moment.
+			if exists, xerr := tableExists(ctx, conn, quoted); xerr == nil && exists {
+				return nil
+			}
+		}
 		return t.unrecorded("make", quoted, err)
 	}
 	return nil

@@ -155,7 +155,13 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		fmt.Fprintf(stderr, "pgoutbox: configuration: --marks-table: %v\n", err)
 		return exitConfig
 	}
-	if _, err := conn.Exec(ctx, ddl); err != nil {
+	_, err = conn.Exec(ctx, ddl)
+	if replication.CreatedConcurrently(err) {
+		// Made by another cleanup at the same moment: IF NOT EXISTS
+		// finds it now.
+		_, err = conn.Exec(ctx, ddl)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: cleanup: create %s: %v\n", marks, err)
 		return exitRuntime
 	}

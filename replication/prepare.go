@@ -134,49 +134,32 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 			log.Debug("could not read which prefixes other slots relay", zap.Error(err))
 			st.OtherPrefixes = nil
 		}
-		changes := st.State.ChangesSince(&st.Catalog, cfg)
-		if !cfg.RecreateVanishedSlot {
-			joined, unknown, err := JoinedWithOlderRows(ctx, conn, cfg, &st.State, &st.Catalog)
-			if err != nil {
-				return st, err
-			}
-			changes = append(changes, joined...)
-			if st.State.PublicationOID != 0 {
-				// Partitions attached since the last session started (its
-				// start, or the session, looked at those before); with no
-				// record of them (an earlier version's), those that were
-				// tables before they were attached.
-				attached, more, _, err := AttachedWithOlderRows(ctx, conn, &st.Catalog, st.State.Attached, partitionScanTimeout)
-				if err != nil {
-					return st, err
-				}
-				changes = append(changes, attached...)
-				for _, u := range more {
-					unknown = append(unknown, u.Why)
-				}
-			}
-			for _, u := range unknown {
-				log.Warn(u+"; pgoutbox cleanup is held until someone has looked", zap.String("state_table", cfg.StateTable))
-				// The session records the partition as looked at: only
-				// once the hold is there.
-				if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, u); err != nil {
-					return st, fmt.Errorf("replication: hold pgoutbox cleanup for what could not be looked at (%s): %w", u, err)
-				}
+		// What changed since the last session (StateChanges, StateRefusal:
+		// pgoutbox validate judges the same through CheckStart).
+		changes, unknown, err := StateChanges(ctx, conn, cfg, &st)
+		if err != nil {
+			return st, err
+		}
+		for _, u := range unknown {
+			log.Warn(u+"; pgoutbox cleanup is held until someone has looked", zap.String("state_table", cfg.StateTable))
+			// The session records the partition as looked at: only
+			// once the hold is there.
+			if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, u); err != nil {
+				return st, fmt.Errorf("replication: hold pgoutbox cleanup for what could not be looked at (%s): %w", u, err)
 			}
 		}
-		if gone := st.State.Unconfigured(&st.Catalog); len(gone) > 0 && !cfg.RecreateVanishedSlot {
-			// Refused before anything is skipped: no hold.
-			return st, &CatalogError{Publication: cfg.Publication, Problems: gone, Err: ErrCatalogUnusable}
-		}
-		if len(changes) > 0 && !cfg.RecreateVanishedSlot {
-			// The slot has passed the events of the gap: cleanup, which
-			// deletes by its position, is held from now on, not only
-			// once someone runs migrate --accept-catalog.
-			if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, CatalogChangedHold); err != nil {
-				log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events of the gap are relayed", zap.Error(err))
+		if err := StateRefusal(&st, cfg, changes); err != nil {
+			// A table no longer configured is refused before anything is
+			// skipped: no hold. After a change, the slot has passed the
+			// events of the gap: cleanup, which deletes by its position,
+			// is held from now on, not only once someone runs migrate
+			// --accept-catalog.
+			if errors.Is(err, ErrCatalogChanged) {
+				if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, CatalogChangedHold); err != nil {
+					log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events of the gap are relayed", zap.Error(err))
+				}
 			}
-			changes = append(changes, "find and relay what is missing (rows still in the outbox table can be read from it), then run `pgoutbox migrate --accept-catalog` to record the new one")
-			return st, &CatalogError{Publication: cfg.Publication, Problems: changes, Err: ErrCatalogChanged}
+			return st, err
 		}
 		if st.TimelineChanged() {
 			// Unknown when the history cannot be read: only exactly-once

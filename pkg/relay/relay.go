@@ -658,19 +658,9 @@ func (r *Relay) checkHistory(start replication.Start) error {
 	// skips every transaction committing before the slot's position,
 	// which are new ones here.
 	// (Prepare refuses it first where there is a state row, and records it.)
-	if end := start.Identity.WALEnd; end != 0 && slot.ConfirmedFlushLSN > end {
-		return &FatalError{Err: replication.SlotPastWALEndError(pcfg.Slot, slot.ConfirmedFlushLSN, end)}
-	}
-	if start.TimelineChanged() && start.ForkKnown && !start.Created && slot.ConfirmedFlushLSN > start.Fork {
-		return &FatalError{Err: fmt.Errorf("%w: slot %q is confirmed up to %s, past %s, where this server left timeline %d for %d (a promotion or a restore): its position comes from the old timeline's WAL, and PostgreSQL would skip the transactions this timeline committed in between, which were never relayed; recreate the slot deliberately (pgoutbox migrate --recreate-slot) and relay the rows written on this timeline before its position from the outbox table",
-			replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.Fork, start.State.Timeline, start.Identity.Timeline)}
-	}
-	if was, now := start.State.MessagesPrefix, r.cfg.Messages.Prefix; start.HadState && start.State.MessagesRecorded && was != "" && was != now &&
-		!start.Created && start.State.AwaitingSnapshot == "" {
-		// Messages belong to no table: nothing else records that some were
-		// relayed, and a prefix no longer read skips them unseen.
-		return &FatalError{Err: fmt.Errorf("relay: the last pgoutbox session on slot %q relayed table-less messages with prefix %q, and messages.prefix is now %q: messages written with %q since would be skipped, and the slot confirmed past them; set messages.prefix back, or, once no writer uses %q any more and its messages up to now are relayed, run `pgoutbox migrate --accept-catalog` with this configuration",
-			pcfg.Slot, was, now, was, was)}
+	// So does one whose messages prefix changed (historyRefusal).
+	if err := historyRefusal(start, pcfg, r.cfg.Messages.Prefix); err != nil {
+		return err
 	}
 	if slot.ConfirmedFlushLSN < r.history.lastConfirmed {
 		// The slot went back (a failover to a standby whose slot lagged):
@@ -719,12 +709,7 @@ func (r *Relay) checkHistory(start replication.Start) error {
 				zap.String("instance", start.State.Instance), zap.Time("session_started_at", start.State.SessionStartedAt))
 			return nil
 		case replication.FencePassed:
-			where := fmt.Sprintf("where the last pgoutbox session on it stopped (instance %s, started %s)", start.State.Instance, start.State.SessionStartedAt.UTC().Format(time.RFC3339))
-			if start.State.Instance == "" {
-				where = fmt.Sprintf("where pgoutbox first recorded it (%s), before any session streamed from it", start.State.SessionStartedAt.UTC().Format(time.RFC3339))
-			}
-			return &FatalError{Err: fmt.Errorf("%w: slot %q is at %s, past %s %s: it was advanced while no pgoutbox session held it (pg_replication_slot_advance, or another client streamed from it; or the database was put back to an earlier point with a later slot), and the events committed in between were skipped (pgoutbox cleanup is held); investigate, and if it was deliberate, clear the record and start again: UPDATE %s SET stopped_lsn = NULL WHERE slot_name = %s",
-				replication.ErrSlotAdvanced, pcfg.Slot, slot.ConfirmedFlushLSN, start.State.StoppedLSN, where, pcfg.StateTable, quoteLiteral(pcfg.Slot))}
+			return fenceRefusal(start, pcfg)
 		}
 	}
 	if !r.history.slotSeen || r.history.othersHeld || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {

@@ -39,6 +39,8 @@ func historyRefusal(start replication.Start, pcfg replication.Config, prefix str
 	}
 	if was, now := start.State.MessagesPrefix, prefix; start.HadState && start.State.MessagesRecorded && was != "" && was != now &&
 		!start.Created && start.State.AwaitingSnapshot == "" {
+		// Messages belong to no table: nothing else records that some were
+		// relayed, and a prefix no longer read skips them unseen.
 		return &FatalError{Err: fmt.Errorf("relay: the last pgoutbox session on slot %q relayed table-less messages with prefix %q, and messages.prefix is now %q: messages written with %q since would be skipped, and the slot confirmed past them; set messages.prefix back, or, once no writer uses %q any more and its messages up to now are relayed, run `pgoutbox migrate --accept-catalog` with this configuration",
 			pcfg.Slot, was, now, was, was)}
 	}

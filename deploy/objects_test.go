@@ -208,7 +208,8 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, s stream, o objects) {
 	cm := configMapOf(t, d, o)
 	cfg := streamConfig(t, cm)
 
-	// Probes: /healthz on the named port that metrics.listen opens.
+	// Probes: /healthz (liveness) and /rolloutz (readiness) on the named
+	// port that metrics.listen opens.
 	port := -1
 	for _, p := range c.Ports {
 		if p.Name == "metrics" {
@@ -218,9 +219,12 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, s stream, o objects) {
 	if listen := get(cfg, "metrics", "listen"); listen != ":"+strconv.Itoa(port) {
 		t.Errorf("%s: metrics.listen %q, but the metrics port is %d", d.Name, listen, port)
 	}
-	for what, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" {
-			t.Errorf("%s: %s probe %+v, want GET /healthz on port metrics", d.Name, what, p)
+	for what, want := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/rolloutz"}} {
+		if p := want.p; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want.path || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s: %s probe %+v, want GET %s on port metrics", d.Name, what, p, want.path)
 		}
 	}
 

@@ -12,6 +12,10 @@
 //	          for [Config.LiveStaleAfter], which means the loop is stuck
 //	/readyz   200 while the relay is streaming and keeping up (readiness),
 //	          else 503 with a one-line reason
+//	/rolloutz 200 when /readyz is, or for a standby whose last check of
+//	          what its takeover needs (Kafka's brokers and credentials,
+//	          the dead-letter topic, the event columns) passed within the
+//	          last minute: what a rolling update waits for ([Metrics.Available])
 //
 // [Metrics.PollSlot] adds the replication slot's view from the server (WAL
 // retained, wal_status), and [Server] runs the handler with a graceful

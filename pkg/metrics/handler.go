@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,6 +60,44 @@ func (m *Metrics) Ready() (ready bool, reason string) {
 	}
 }
 
+// standbyFresh is how recent a standby's report must be for /rolloutz: it
+// reports at every poll of the slot (every 1-2 s).
+const standbyFresh = time.Minute
+
+// Available reports whether a rolling update may count this instance as
+// up (/rolloutz): ready (Ready), or standing by with its last check of
+// what a takeover needs passed. A standby with a wrong kafka.brokers or
+// credentials, or without its dead-letter topic, is not: a rollout then
+// waits instead of replacing the working pods with it. The poll source's
+// instances all claim, and are always available (Ready is theirs).
+func (m *Metrics) Available() (bool, string) {
+	m.mu.Lock()
+	poll := m.st.poll.active
+	m.mu.Unlock()
+	if poll {
+		return true, "poll source"
+	}
+	ready, why := m.Ready()
+	if ready {
+		return true, why
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.st
+	switch {
+	case s.streaming:
+		return false, why
+	case !s.standby:
+		return false, "neither streaming nor standing by: " + cmp.Or(s.lastCause, "starting")
+	case now.Sub(s.standbyAt) > standbyFresh:
+		return false, fmt.Sprintf("standby: no report for %s", human(now.Sub(s.standbyAt)))
+	case s.standbyErr != "":
+		return false, "standby: a takeover would fail: " + s.standbyErr
+	}
+	return true, "standby: PostgreSQL and Kafka answer; ready to take over"
+}
+
 // Live reports whether the relay's process works, and why not in one line.
 // It is not live only when a WAL session streams and its loop has sent no
 // progress report for Config.LiveStaleAfter: the loop reports with every
@@ -97,7 +136,8 @@ func human(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// Handler serves /metrics, /healthz and /readyz (and a short index at /).
+// Handler serves /metrics, /healthz, /readyz and /rolloutz (and a short
+// index at /).
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
 func (m *Metrics) newHandler(reg *prometheus.Registry) http.Handler {
@@ -123,8 +163,15 @@ func (m *Metrics) newHandler(reg *prometheus.Registry) http.Handler {
 		}
 		text(w, http.StatusServiceUnavailable, reason)
 	})
+	mux.HandleFunc("GET /rolloutz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, reason := m.Available(); !ok {
+			text(w, http.StatusServiceUnavailable, reason)
+			return
+		}
+		text(w, http.StatusOK, "available")
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		text(w, http.StatusOK, "pgoutbox: /metrics /healthz /readyz")
+		text(w, http.StatusOK, "pgoutbox: /metrics /healthz /readyz /rolloutz")
 	})
 	return mux
 }

@@ -101,6 +101,7 @@ type Metrics struct {
 	lastCommit     prometheus.Gauge
 	otherTables    prometheus.Counter
 	skippedMsgs    map[string]prometheus.Counter
+	standbyOK      prometheus.Gauge
 	verifiedLSN    prometheus.Gauge
 	catalogChanged prometheus.Gauge
 
@@ -127,6 +128,12 @@ type state struct {
 
 	slot     string
 	slotLost bool
+
+	// A standby's: the outcome of its last check of what a takeover
+	// needs (StandingBy), and when it was reported.
+	standby    bool
+	standbyErr string
+	standbyAt  time.Time
 
 	poll pollState // the poll source's (poll.go)
 }
@@ -218,6 +225,7 @@ func (m *Metrics) build() {
 		m.sessionsEnded[c] = ended.WithLabelValues(c)
 	}
 	m.streaming = gauge("pgoutbox_streaming", "1 while a replication session is streaming.")
+	m.standbyOK = gauge("pgoutbox_standby_available", "1 while this instance stands by (another streams from the slot) and its last check of what a takeover needs passed (PostgreSQL, the event columns, Kafka's brokers and credentials, the dead-letter topic); 0 otherwise.")
 	add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pgoutbox_ready", Help: "1 when /readyz answers 200."},
 		func() float64 {
 			if ok, _ := m.Ready(); ok {
@@ -308,9 +316,11 @@ func (m *Metrics) newTopic(name string) *topicCounters {
 func (m *Metrics) SessionStarted(start checkpoint.LSN) {
 	m.sessionsStarted.Inc()
 	m.streaming.Set(1)
+	m.standbyOK.Set(0)
 	m.confirmedLSN.Set(float64(start))
 	now := m.now()
 	m.mu.Lock()
+	m.st.standby = false
 	m.st.streaming = true
 	m.st.confirmed = start
 	m.st.lastAdvance = now
@@ -334,9 +344,26 @@ func (m *Metrics) SessionEnded(cause error) {
 	if cause != nil {
 		why = "session ended (" + c + "): " + truncate(cause.Error(), 300)
 	}
+	m.standbyOK.Set(0)
 	m.mu.Lock()
-	m.st.streaming = false
+	m.st.streaming, m.st.standby = false, false
 	m.st.lastCause = why
+	m.mu.Unlock()
+}
+
+// StandingBy implements relay.Observer.
+func (m *Metrics) StandingBy(err error) {
+	ok := 0.0
+	reason := ""
+	if err == nil {
+		ok = 1
+	} else {
+		reason = truncate(err.Error(), 300)
+	}
+	m.standbyOK.Set(ok)
+	now := m.now()
+	m.mu.Lock()
+	m.st.standby, m.st.standbyErr, m.st.standbyAt = true, reason, now
 	m.mu.Unlock()
 }
 

@@ -88,6 +88,7 @@ func TestExposesEveryMetricWithItsType(t *testing.T) {
 		"pgoutbox_slot_poll_errors_total":         "COUNTER",
 		"pgoutbox_other_table_changes_total":      "COUNTER",
 		"pgoutbox_skipped_messages_total":         "COUNTER",
+		"pgoutbox_standby_available":              "GAUGE",
 		"pgoutbox_catchup_behind_bytes":           "GAUGE",
 		"pgoutbox_catchup_rate_bytes_per_second":  "GAUGE",
 		"pgoutbox_catchup_eta_seconds":            "GAUGE",

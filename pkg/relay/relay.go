@@ -73,6 +73,8 @@ type Relay struct {
 	// state row written since may be its own); eosCommitted: one had a
 	// position committed to the offsets topic.
 	eosStarted, eosCommitted bool
+	// standby is a standby's last check of what a takeover needs.
+	standby standbyState
 	// Exactly-once mode: whether the offsets topic is known to exist; the
 	// records Kafka refused, which sessions from then on dead-letter; the
 	// transaction that did not fit in kafka.transaction.timeout once.
@@ -118,6 +120,10 @@ type Observer interface {
 	// OtherTable: a change on a table of a FOR ALL TABLES publication that
 	// is not an outbox table was skipped.
 	OtherTable(table string)
+	// StandingBy: another instance streams from the slot, and this one
+	// waits to take over; err is what its takeover would fail on, from
+	// its last check (nil: PostgreSQL and Kafka answer).
+	StandingBy(err error)
 	// SkippedMessage: a logical decoding message whose prefix is not
 	// messages.prefix was skipped; reason is one of the Skipped constants.
 	SkippedMessage(reason string)
@@ -167,6 +173,7 @@ func (NopObserver) Routed(string, string)         {}
 func (NopObserver) Dropped(string, string)        {}
 func (NopObserver) OtherTable(string)             {}
 func (NopObserver) SkippedMessage(string)         {}
+func (NopObserver) StandingBy(error)              {}
 
 // The reasons of SkippedMessage.
 const (
@@ -352,6 +359,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		if errors.Is(err, errNewProducer) {
 			continue
 		}
+		if !ran && !errors.Is(err, replication.ErrSlotInUse) {
+			// A session that failed before it streamed (a takeover whose
+			// producer Kafka refuses): counted as one that ended, so that
+			// the restarts show in pgoutbox_sessions_ended_total and its
+			// alert, and the instance is no standby any more.
+			r.obs.SessionEnded(err)
+		}
 		if ran && r.clock.Now().Sub(started) > 4*r.cfg.Relay.RestartBackoffMax {
 			backoff = r.cfg.Relay.RestartBackoff
 		}
@@ -420,6 +434,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		// one takes over, the slot's position is legitimately ahead. No
 		// producer is built for a slot that is busy.
 		r.history.slotBusy()
+		r.standingBy(ctx, start)
 		return false, fmt.Errorf("%w: slot %q (walsender PID %d)", replication.ErrSlotInUse, pcfg.Slot, slot.ActivePID)
 	}
 	if err := r.checkHistory(start); err != nil {

@@ -57,6 +57,12 @@ END
 $$;
 {{if .Plan.KeepTrigger}}CREATE OR REPLACE TRIGGER {{.KeepTrigger}} BEFORE DELETE ON {{.Table}}
     FOR EACH ROW WHEN (OLD.published_at IS NULL) EXECUTE FUNCTION {{.KeepFunction}}();
+{{end}}-- ALWAYS: a trigger fires by default only in sessions whose
+-- session_replication_role is origin, and one set to replica (a
+-- superuser's, pg_restore --disable-triggers, a logical replication apply
+-- worker writing into the table, pglogical) would delete unpublished rows
+-- unchecked. CREATE OR REPLACE TRIGGER makes it fire in origin mode again.
+{{if or .Plan.KeepTrigger .Plan.KeepAlways}}ALTER TABLE {{.Table}} ENABLE ALWAYS TRIGGER {{.KeepTrigger}};
 {{end}}-- TRUNCATE fires no row trigger: one of the table (not of a partition on
 -- its own) is refused while it holds unpublished rows.
 CREATE OR REPLACE FUNCTION {{.KeepTruncateFunction}}() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -76,4 +82,5 @@ END
 $$;
 {{if .Plan.KeepTruncateTrigger}}CREATE OR REPLACE TRIGGER {{.KeepTruncateTrigger}} BEFORE TRUNCATE ON {{.Table}}
     FOR EACH STATEMENT EXECUTE FUNCTION {{.KeepTruncateFunction}}();
+{{end}}{{if or .Plan.KeepTruncateTrigger .Plan.KeepTruncateAlways}}ALTER TABLE {{.Table}} ENABLE ALWAYS TRIGGER {{.KeepTruncateTrigger}};
 {{end}}

@@ -95,8 +95,15 @@ type PollPlan struct {
 	CreatedAt, Seq, PublishedAt, Attempts, LastError bool // columns to add
 	UnpublishedIndex, PublishedIndex                 bool
 	// KeepTrigger and KeepTruncateTrigger are (re)created when missing,
-	// disabled or different.
+	// disabled, firing in replica mode only, or different; each is then
+	// made to fire always (ENABLE ALWAYS).
 	KeepTrigger, KeepTruncateTrigger bool
+	// KeepAlways and KeepTruncateAlways: the trigger is current but fires
+	// in origin mode only (as created by earlier versions), so that a
+	// session with session_replication_role = replica deletes or
+	// truncates unpublished rows unchecked: ALTER TABLE ... ENABLE ALWAYS
+	// TRIGGER alone runs.
+	KeepAlways, KeepTruncateAlways bool
 	// NotifyTrigger is (re)created with Notify; DropNotifyTrigger drops an
 	// existing one without it.
 	NotifyTrigger, DropNotifyTrigger bool
@@ -107,6 +114,7 @@ type PollPlan struct {
 func fullPlan(notify bool) PollPlan {
 	return PollPlan{CreatedAt: true, Seq: true, PublishedAt: true, Attempts: true, LastError: true,
 		UnpublishedIndex: true, PublishedIndex: true, KeepTrigger: true, KeepTruncateTrigger: true,
+		KeepAlways: true, KeepTruncateAlways: true,
 		NotifyTrigger: notify, DropNotifyTrigger: !notify}
 }
 
@@ -128,6 +136,8 @@ func (p PollPlan) Changes() []string {
 	add(p.PublishedIndex, "the published rows' index")
 	add(p.KeepTrigger, "trigger "+KeepTrigger)
 	add(p.KeepTruncateTrigger, "trigger "+KeepTruncateTrigger)
+	add(p.KeepAlways && !p.KeepTrigger, "ENABLE ALWAYS of trigger "+KeepTrigger)
+	add(p.KeepTruncateAlways && !p.KeepTruncateTrigger, "ENABLE ALWAYS of trigger "+KeepTruncateTrigger)
 	add(p.NotifyTrigger, "trigger "+NotifyTrigger)
 	add(p.DropNotifyTrigger, "drop trigger "+NotifyTrigger)
 	return out
@@ -207,8 +217,10 @@ func PlanPoll(ctx context.Context, q queryer, p PollParams) (PollPlan, error) {
 	plan.Attempts, plan.LastError = !have["attempts"], !have["last_error"]
 	plan.UnpublishedIndex, plan.PublishedIndex = !have["index:"+n.unpublishedIdx], !have["index:"+n.publishedIdx]
 
-	// A trigger is current when it is enabled and is what the migration
-	// makes: its timing and events (tgtype), function, arguments and WHEN.
+	// A trigger is current when it fires in origin mode and is what the
+	// migration makes: its timing and events (tgtype), function, arguments
+	// and WHEN. A keep trigger must also fire always (tgenabled 'A'): one
+	// that fires in origin mode only ('O') needs ENABLE ALWAYS alone.
 	type want struct {
 		tgtype   int16
 		function string
@@ -222,7 +234,8 @@ func PlanPoll(ctx context.Context, q queryer, p PollParams) (PollPlan, error) {
 	}
 	current := map[string]bool{}
 	present := map[string]bool{}
-	rows, err = q.Query(ctx, `SELECT tgname::text, tgtype, tgenabled IN ('O', 'A'), coalesce(tgfoid = to_regprocedure(CASE tgname
+	always := map[string]bool{}
+	rows, err = q.Query(ctx, `SELECT tgname::text, tgtype, tgenabled::text, coalesce(tgfoid = to_regprocedure(CASE tgname
 			WHEN $2 THEN $3 WHEN $4 THEN $5 ELSE $6 END || '()'), false),
 			tgargs, coalesce(substring(pg_get_triggerdef(oid) from ' WHEN \((.*)\) EXECUTE '), '')
 		FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal AND tgname IN ($2, $4, $7)`,
@@ -231,22 +244,24 @@ func PlanPoll(ctx context.Context, q queryer, p PollParams) (PollPlan, error) {
 		return PollPlan{}, fmt.Errorf("migrations: read the triggers of %s: %w", p.Table, err)
 	}
 	var (
-		name          string
+		name, enabled string
 		tgtype        int16
-		enabled, same bool
+		same          bool
 		args          []byte
 		when          string
 	)
 	_, err = pgx.ForEachRow(rows, []any{&name, &tgtype, &enabled, &same, &args, &when}, func() error {
 		w := wanted[name]
 		present[name] = true
-		current[name] = enabled && same && tgtype == w.tgtype && bytes.Equal(args, w.args) && when == w.when
+		current[name] = (enabled == "O" || enabled == "A") && same && tgtype == w.tgtype && bytes.Equal(args, w.args) && when == w.when
+		always[name] = enabled == "A"
 		return nil
 	})
 	if err != nil {
 		return PollPlan{}, fmt.Errorf("migrations: read the triggers of %s: %w", p.Table, err)
 	}
 	plan.KeepTrigger, plan.KeepTruncateTrigger = !current[KeepTrigger], !current[KeepTruncateTrigger]
+	plan.KeepAlways, plan.KeepTruncateAlways = !always[KeepTrigger], !always[KeepTruncateTrigger]
 	plan.NotifyTrigger = p.Notify && !current[NotifyTrigger]
 	plan.DropNotifyTrigger = !p.Notify && present[NotifyTrigger]
 	return plan, nil

@@ -111,6 +111,9 @@ type Table struct {
 	// errorChars is how many characters last_error holds (a varchar(n) or
 	// char(n) made by hand); 0: any number.
 	errorChars int
+	// notAlways are the keep triggers Check found firing in origin mode
+	// only (KeepTriggersNotAlways).
+	notAlways []string
 }
 
 // NewTable returns the table name (schema.table, or table for public) with
@@ -186,10 +189,15 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s lacks the keep trigger(s) %s (missing or disabled): a writer that deletes its row in its own transaction (pkg/outbox's ModeTableDeleteAfterInsert, the WAL source's way of keeping the table empty) would leave the poll source nothing to read, and its event would be lost without a word; "+
+		return fmt.Errorf("%w: %s lacks the keep trigger(s) %s (missing, disabled, or firing in replica mode only): a writer that deletes its row in its own transaction (pkg/outbox's ModeTableDeleteAfterInsert, the WAL source's way of keeping the table empty) would leave the poll source nothing to read, and its event would be lost without a word; "+
 			"create it with pgoutbox migrate run with the poll configuration (relay.source=poll), which adds what is missing (pgoutbox migrate with the WAL source drops it)",
 			ErrLayout, t.Name, strings.Join(missing, " and "))
 	}
+	notAlways, err := KeepTriggersNotAlways(ctx, conn, t.quoted)
+	if err != nil {
+		return err
+	}
+	t.notAlways = notAlways
 	t.hasKey = t.KeyColumn != "" && has[t.KeyColumn]
 	t.created = has[ColumnCreatedAt]
 	t.oid, t.rowType = oid, rowType
@@ -329,8 +337,10 @@ var keepTriggers = []string{migrations.KeepTrigger, migrations.KeepTruncateTrigg
 
 // MissingKeepTriggers returns the poll source's keep triggers (see
 // migrations.KeepTrigger) that the table quotedTable lacks, or has
-// disabled: without them a writer that deletes its row in its own
-// transaction, or a TRUNCATE, discards events the poll source never read.
+// disabled (or set to fire in replica mode only, which is disabled for
+// every ordinary session): without them a writer that deletes its row in
+// its own transaction, or a TRUNCATE, discards events the poll source
+// never read.
 func MissingKeepTriggers(ctx context.Context, conn *pgx.Conn, quotedTable string) ([]string, error) {
 	rows, err := conn.Query(ctx, `SELECT k FROM unnest($2::text[]) k WHERE NOT EXISTS (SELECT 1 FROM pg_trigger
 		WHERE tgrelid = to_regclass($1) AND tgname = k AND tgenabled IN ('O', 'A'))`, quotedTable, keepTriggers)
@@ -494,4 +504,39 @@ func lockKey(kind, table string) int32 {
 	f := fnv.New32a()
 	f.Write([]byte("pgoutbox.poll." + kind + "\x00" + table))
 	return int32(f.Sum32() & 0x7fffffff)
+}
+
+// KeepTriggersNotAlways returns the poll source's keep triggers that the
+// table quotedTable has enabled in origin mode only (tgenabled 'O', what
+// CREATE TRIGGER makes and what pgoutbox migrate of earlier versions
+// left): they fire in ordinary sessions, but not in one whose
+// session_replication_role is replica (a superuser's, pg_restore
+// --disable-triggers, a logical replication apply worker writing into the
+// table, pglogical), where a DELETE or TRUNCATE of unpublished rows
+// discards their events. pgoutbox migrate with the poll configuration
+// makes them fire always.
+func KeepTriggersNotAlways(ctx context.Context, conn *pgx.Conn, quotedTable string) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT tgname::text FROM pg_trigger
+		WHERE tgrelid = to_regclass($1) AND tgname = ANY($2) AND tgenabled = 'O' ORDER BY array_position($2, tgname::text)`, quotedTable, keepTriggers)
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the triggers of %s: %w", quotedTable, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("poll: read the triggers of %s: %w", quotedTable, err)
+	}
+	return names, nil
+}
+
+// KeepTriggersNotAlways returns the keep triggers the last Check found
+// firing in origin mode only (see the function of that name): the relay
+// runs, and warns.
+func (t *Table) KeepTriggersNotAlways() []string { return t.notAlways }
+
+// NotAlwaysWarning says, for people, what keep triggers of the table that
+// fire in origin mode only (KeepTriggersNotAlways) cost, and the fix.
+func NotAlwaysWarning(table string, names []string) string {
+	return fmt.Sprintf("the keep trigger(s) %s of %s fire in origin mode only: a session with session_replication_role = replica (a superuser's, pg_restore --disable-triggers, a logical replication apply worker writing into the table, pglogical) deletes or truncates rows not published yet unchecked, and their events are lost without a word; "+
+		"run pgoutbox migrate with the poll configuration (relay.source=poll), which makes them fire always (ALTER TABLE %s ENABLE ALWAYS TRIGGER ...; it waits for its lock on the table at most --lock-timeout)",
+		strings.Join(names, " and "), table, table)
 }

@@ -167,6 +167,9 @@ type pollTableSt struct {
 	// MissingKeep are the triggers that keep unpublished rows (from
 	// deletes, from TRUNCATE) that the table lacks or has disabled.
 	MissingKeep []string `json:"missing_keep_triggers"`
+	// NotAlwaysKeep are the keep triggers that fire in origin mode only
+	// (poll.KeepTriggersNotAlways): a warning, not a problem.
+	NotAlwaysKeep []string `json:"keep_triggers_not_always"`
 	// Recorded is the table the relays checked last under the name, as
 	// recorded (null: none, or the record cannot be read).
 	Recorded *pollRecorded `json:"recorded"`
@@ -215,7 +218,7 @@ func statusPoll(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileCo
 
 func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fileConfig, t *poll.Table) (pollStatus, error) {
 	st := pollStatus{Source: relay.SourcePoll, Server: serverStatus{Address: target.Address, User: target.User},
-		Table: pollTableSt{Name: t.Name, Missing: []string{}, MissingKeep: []string{}, Channel: cfg.Poll.Channel(t.Name), Buckets: cfg.Poll.Buckets}, Instances: []poll.Member{}, Problems: []string{}}
+		Table: pollTableSt{Name: t.Name, Missing: []string{}, MissingKeep: []string{}, NotAlwaysKeep: []string{}, Channel: cfg.Poll.Channel(t.Name), Buckets: cfg.Poll.Buckets}, Instances: []poll.Member{}, Problems: []string{}}
 	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int, current_database(), current_user, pg_is_in_recovery()`).Scan(
 		&st.Server.Version, &st.Server.VersionNum, &st.Server.Database, &st.Server.User, &st.Server.InRecovery)
 	if err != nil {
@@ -262,6 +265,9 @@ func readPollStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg fi
 	}
 	if err := t.Check(ctx, conn); err != nil {
 		return st, err
+	}
+	if names := t.KeepTriggersNotAlways(); len(names) > 0 {
+		st.Table.NotAlwaysKeep = names
 	}
 	b, err := poll.ReadBacklog(ctx, conn, t)
 	if err != nil {
@@ -357,7 +363,7 @@ func dropsKeepTriggers(ctx context.Context, conn *pgx.Conn, tables []string) ([]
 
 // keepTriggersProblem says what the missing keep triggers cost, and the fix.
 func keepTriggersProblem(table string, missing []string) string {
-	return fmt.Sprintf("table %s lacks the poll source's keep triggers %s (missing or disabled), which keep rows not published yet: the poll relay refuses to start on it, and a writer deleting its row in its own transaction would lose its event; create it with pgoutbox migrate run with the poll configuration (relay.source=poll)",
+	return fmt.Sprintf("table %s lacks the poll source's keep triggers %s (missing, disabled, or firing in replica mode only), which keep rows not published yet: the poll relay refuses to start on it, and a writer deleting its row in its own transaction would lose its event; create it with pgoutbox migrate run with the poll configuration (relay.source=poll)",
 		table, strings.Join(missing, " and "))
 }
 
@@ -390,8 +396,11 @@ func writePollStatus(w io.Writer, st pollStatus) {
 	table = append(table, "notify_trigger", fmt.Sprintf("%v (channel %s)", st.Table.Trigger, st.Table.Channel))
 	if st.Table.Exists && len(st.Table.Missing) == 0 {
 		keep := "present"
-		if len(st.Table.MissingKeep) > 0 {
+		switch {
+		case len(st.Table.MissingKeep) > 0:
 			keep = "MISSING " + strings.Join(st.Table.MissingKeep, ", ")
+		case len(st.Table.NotAlwaysKeep) > 0:
+			keep = "present; WARNING: " + poll.NotAlwaysWarning(st.Table.Name, st.Table.NotAlwaysKeep)
 		}
 		table = append(table, "keep_triggers", keep)
 	}
@@ -479,14 +488,21 @@ func validatePollSource(ctx context.Context, v *validation, conn *pgx.Conn, f pg
 		v.report(warn("poll index", fmt.Sprintf("%s has no partial index on %s WHERE %s IS NULL: every claim reads the published rows too", t.Name, poll.ColumnSeq, poll.ColumnPublishedAt),
 			"run pgoutbox migrate with relay.source=poll"))
 	}
-	switch missing, err := poll.MissingKeepTriggers(ctx, conn, t.Quoted()); {
+	missing, err = poll.MissingKeepTriggers(ctx, conn, t.Quoted())
+	var notAlways []string
+	if err == nil && len(missing) == 0 {
+		notAlways, err = poll.KeepTriggersNotAlways(ctx, conn, t.Quoted())
+	}
+	switch {
 	case err != nil:
 		v.report(fail("poll keep triggers", oneLine(err), "check the role's access to the catalog"))
 	case len(missing) > 0:
-		v.report(fail("poll keep triggers", fmt.Sprintf("%s lacks %s (missing or disabled): the poll relay refuses to start, and a writer deleting its row in its own transaction would lose its event", t.Name, strings.Join(missing, " and ")),
+		v.report(fail("poll keep triggers", fmt.Sprintf("%s lacks %s (missing, disabled, or firing in replica mode only): the poll relay refuses to start, and a writer deleting its row in its own transaction would lose its event", t.Name, strings.Join(missing, " and ")),
 			"run pgoutbox migrate with relay.source=poll (pgoutbox migrate with the WAL source drops them)"))
+	case len(notAlways) > 0:
+		v.report(warn("poll keep triggers", poll.NotAlwaysWarning(t.Name, notAlways), "run pgoutbox migrate with relay.source=poll"))
 	default:
-		v.report(pass("poll keep triggers", fmt.Sprintf("%s and %s keep the rows not published yet", migrations.KeepTrigger, migrations.KeepTruncateTrigger)))
+		v.report(pass("poll keep triggers", fmt.Sprintf("%s and %s keep the rows not published yet, in every session (ENABLE ALWAYS)", migrations.KeepTrigger, migrations.KeepTruncateTrigger)))
 	}
 	if cfg.Poll.Notify {
 		switch ok, err := hasNotifyTrigger(ctx, conn, t.Quoted()); {

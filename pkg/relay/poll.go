@@ -253,6 +253,11 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		}
 		return false, err
 	}
+	if names := t.KeepTriggersNotAlways(); len(names) > 0 {
+		// Not a refusal: tables migrated by earlier versions have them so
+		// until migrate runs again.
+		r.log.Warn(poll.NotAlwaysWarning(t.Name, names), zap.String("table", t.Name), zap.Strings("triggers", names))
+	}
 	if err := r.checkQueriedTable(ctx, conn, t.Name); err != nil {
 		return false, err
 	}

@@ -33,8 +33,15 @@ type Guard struct {
 	// Installed says both event triggers exist.
 	Installed bool
 	// Disabled names those of them that exist but are disabled (ALTER
-	// EVENT TRIGGER ... DISABLE): they refuse nothing.
+	// EVENT TRIGGER ... DISABLE), or fire in replica mode only (ENABLE
+	// REPLICA): they refuse nothing in an ordinary session.
 	Disabled []string
+	// OriginOnly names those of them that fire in origin mode only
+	// (evtenabled 'O': ALTER EVENT TRIGGER ... ENABLE, and what earlier
+	// versions installed): a session whose session_replication_role is
+	// replica (a superuser's, pg_restore --disable-triggers, pglogical)
+	// is refused nothing. InstallGuard makes them fire always.
+	OriginOnly []string
 	// StateTables lists the state tables (schema.table) whose records
 	// the guard protects.
 	StateTables []string
@@ -47,7 +54,10 @@ func (g Guard) String() string {
 	}
 	s := "installed, protecting what state table(s) " + strings.Join(g.StateTables, ", ") + " record"
 	if len(g.Disabled) > 0 {
-		s += "; but event trigger(s) " + strings.Join(g.Disabled, ", ") + " are disabled and refuse nothing (ALTER EVENT TRIGGER ... ENABLE)"
+		s += "; but event trigger(s) " + strings.Join(g.Disabled, ", ") + " are disabled and refuse nothing (ALTER EVENT TRIGGER ... ENABLE ALWAYS)"
+	}
+	if len(g.OriginOnly) > 0 {
+		s += "; but event trigger(s) " + strings.Join(g.OriginOnly, ", ") + " fire in origin mode only, so a session with session_replication_role = replica is refused nothing (pgoutbox migrate --guard, as a superuser, makes them fire always)"
 	}
 	return s
 }
@@ -70,7 +80,7 @@ func ReadGuard(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) (Guard, error) {
 	var g Guard
-	rows, err := q.Query(ctx, `SELECT e.evtname::text, e.evtenabled = 'D', coalesce(obj_description(e.oid, 'pg_event_trigger'), ''), coalesce(p.prosrc, '')
+	rows, err := q.Query(ctx, `SELECT e.evtname::text, e.evtenabled::text, coalesce(obj_description(e.oid, 'pg_event_trigger'), ''), coalesce(p.prosrc, '')
 		FROM pg_event_trigger e LEFT JOIN pg_proc p ON p.oid = e.evtfoid
 		WHERE e.evtname IN ('pgoutbox_guard', 'pgoutbox_guard_ddl') ORDER BY e.evtname`)
 	if err != nil {
@@ -79,14 +89,16 @@ func ReadGuard(ctx context.Context, q interface {
 	defer rows.Close()
 	found := 0
 	for rows.Next() {
-		var name, comment, src string
-		var disabled bool
-		if err := rows.Scan(&name, &disabled, &comment, &src); err != nil {
+		var name, enabled, comment, src string
+		if err := rows.Scan(&name, &enabled, &comment, &src); err != nil {
 			return g, fmt.Errorf("replication: read the event triggers of migrate --guard: %w", err)
 		}
 		found++
-		if disabled {
+		switch enabled {
+		case "D", "R":
 			g.Disabled = append(g.Disabled, name)
+		case "O":
+			g.OriginOnly = append(g.OriginOnly, name)
 		}
 		if name != "pgoutbox_guard" {
 			continue
@@ -191,7 +203,13 @@ func InstallGuard(ctx context.Context, conn *pgx.Conn, stateTable string) ([]str
 	if err != nil {
 		return nil, err
 	}
-	stmts = append(stmts, "COMMENT ON EVENT TRIGGER pgoutbox_guard IS "+quoteLiteral(guardComment+string(list)))
+	stmts = append(stmts, "COMMENT ON EVENT TRIGGER pgoutbox_guard IS "+quoteLiteral(guardComment+string(list)),
+		// An event trigger fires by default only in sessions whose
+		// session_replication_role is origin: in one set to replica (a
+		// superuser's, pg_restore --disable-triggers, pglogical) the DDL
+		// the guard refuses went through.
+		"ALTER EVENT TRIGGER pgoutbox_guard ENABLE ALWAYS",
+		"ALTER EVENT TRIGGER pgoutbox_guard_ddl ENABLE ALWAYS")
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			var pe *pgconn.PgError

@@ -268,7 +268,9 @@ func checkGuard(ctx context.Context, conn *pgx.Conn, rc replication.Config) (che
 		return warn("guard", g.String()+", not postgres.state.table "+rc.StateTable+": DDL that keeps this relay's events from the stream is not refused",
 			"run pgoutbox migrate --guard with this configuration (as a superuser): the guard then protects what every state table it was installed for records"), true
 	case !g.Protects(rc.StateTable):
-		return warn("guard", g.String(), "as a superuser: ALTER EVENT TRIGGER pgoutbox_guard ENABLE; ALTER EVENT TRIGGER pgoutbox_guard_ddl ENABLE;"), true
+		return warn("guard", g.String(), "as a superuser: ALTER EVENT TRIGGER pgoutbox_guard ENABLE ALWAYS; ALTER EVENT TRIGGER pgoutbox_guard_ddl ENABLE ALWAYS;"), true
+	case len(g.OriginOnly) > 0: // as earlier versions installed it
+		return warn("guard", g.String(), "run pgoutbox migrate --guard with this configuration (as a superuser)"), true
 	}
 	return pass("guard", g.String()), true
 }

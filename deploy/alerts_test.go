@@ -340,6 +340,19 @@ eval instant at 31m %[2]s
 
 eval instant at 70m %[2]s
 `},
+		{"PgoutboxEventMessagesUnclaimed", `
+# a1 skips an event-shaped message no relay claims at 20m; b1 only skips
+# another relay's messages.
+load 1m
+	pgoutbox_skipped_messages_total{%[1]s,stream="a",pod="a1",reason="unclaimed_event"} 0x19 1x60
+	pgoutbox_skipped_messages_total{%[1]s,stream="b",pod="b1",reason="another_relay"} 0x19 5x60
+	pgoutbox_skipped_messages_total{%[1]s,stream="b",pod="b1",reason="unclaimed_event"} 0x80
+
+eval instant at 21m %[2]s
+	{namespace="outbox",stream="a"} 1
+
+eval instant at 70m %[2]s
+`},
 		{"PgoutboxSlotRetainedWALNearLimit", `
 # Retained WAL near max_slot_wal_keep_size: a at 90%%, b at 50%%, c
 # without a limit (no safe_wal_size series).

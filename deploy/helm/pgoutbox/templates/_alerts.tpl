@@ -104,6 +104,22 @@ groups:
           summary: {{ "pgoutbox stream {{ $labels.stream }} dead-lettered events" | quote }}
           description: {{ printf "{{ $value | humanize }} events of {{ $labels.namespace }}/{{ $labels.stream }} went to the dead-letter topic instead of their own in the last %s." $p.eventWindow | quote }}
           runbook_url: {{ $url }}
+      # Logical decoding messages that look like outbox events, whose
+      # prefix is not messages.prefix and no other slot's state row
+      # records: most likely a writer's prefix that is not the relay's,
+      # its events skipped (the relay logs each prefix at Error).
+      - alert: PgoutboxEventMessagesUnclaimed
+        expr: |-
+          sum by (namespace, stream) ({{ include "pgoutbox.recentIncrease" (dict "metric" "pgoutbox_skipped_messages_total" "m" (printf "{%s,reason=\"unclaimed_event\"}" $sel) "window" $p.eventWindow) }}) > 0
+        labels:
+          severity: warning
+          {{- with $p.alertLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ "pgoutbox stream {{ $labels.stream }} skipped messages that look like outbox events" | quote }}
+          description: {{ printf "{{ $value | humanize }} logical decoding messages of {{ $labels.namespace }}/{{ $labels.stream }} looked like outbox events but had a prefix that is not messages.prefix and that no other relay records, in the last %s: if they are events, they were skipped. The pods' logs name the prefix." $p.eventWindow | quote }}
+          runbook_url: {{ $url }}
       # A record Kafka refused after its retries (about 16 minutes by
       # default) or for good; each ends the session.
       - alert: PgoutboxProduceFailures

@@ -105,6 +105,13 @@ type State struct {
 	// of the WAL source (snapshot.mode: initial), which publishes the rows
 	// written since. A start without one refuses it (see AwaitSnapshot).
 	AwaitingSnapshot string
+	// Destination is where the last session on the slot published (a
+	// fingerprint of its Kafka cluster and topic-deciding settings, with
+	// a description; the relay makes and reads it), "" when none was
+	// recorded (a version from before it): an instance with another
+	// destination does not take the slot over while an instance with this
+	// one runs.
+	Destination string
 }
 
 // FencePassedBy says whether a slot confirmed at at is past the fence
@@ -190,13 +197,15 @@ const stateDDL = `CREATE TABLE IF NOT EXISTS %s (
 	membership         jsonb,
 	cleanup_hold       text,
 	messages_prefix    text,
-	awaiting_snapshot  text
+	awaiting_snapshot  text,
+	destination        text
 )`
 
 // stateAddColumnsDDL adds the columns of later versions to a state table
 // made before them.
 const stateAddColumnsDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS stopped_lsn pg_lsn, ADD COLUMN IF NOT EXISTS membership jsonb,
-	ADD COLUMN IF NOT EXISTS cleanup_hold text, ADD COLUMN IF NOT EXISTS messages_prefix text, ADD COLUMN IF NOT EXISTS awaiting_snapshot text`
+	ADD COLUMN IF NOT EXISTS cleanup_hold text, ADD COLUMN IF NOT EXISTS messages_prefix text, ADD COLUMN IF NOT EXISTS awaiting_snapshot text,
+	ADD COLUMN IF NOT EXISTS destination text`
 
 // membershipRecord is the membership column: what State.PublicationXmin and
 // State.Membership hold.
@@ -228,15 +237,16 @@ func EnsureStateTable(ctx context.Context, conn *pgx.Conn, table string) error {
 	}
 	if exists {
 		// A table made by an earlier version lacks stopped_lsn,
-		// membership, cleanup_hold, messages_prefix or awaiting_snapshot:
+		// membership, cleanup_hold, messages_prefix, awaiting_snapshot or
+		// destination:
 		// add them when this role may (it owns the table), or go on
 		// without the checks they serve (pgoutbox migrate adds them).
 		var has int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
-			AND attname IN ('stopped_lsn', 'membership', 'cleanup_hold', 'messages_prefix', 'awaiting_snapshot') AND NOT attisdropped`, quoteTable(table)).Scan(&has); err != nil {
+			AND attname IN ('stopped_lsn', 'membership', 'cleanup_hold', 'messages_prefix', 'awaiting_snapshot', 'destination') AND NOT attisdropped`, quoteTable(table)).Scan(&has); err != nil {
 			return fmt.Errorf("replication: look up state table %s: %w", table, err)
 		}
-		if has < 5 {
+		if has < 6 {
 			q, err := qualifiedIdent(table)
 			if err != nil {
 				return err
@@ -283,15 +293,15 @@ func ReadState(ctx context.Context, conn *pgx.Conn, table, slot string) (s State
 	var prefix *string
 	// The later columns through to_jsonb: a table made before them has no
 	// such columns, and reads as never stopped, with no membership or
-	// messages prefix recorded, awaiting nothing.
+	// messages prefix or destination recorded, awaiting nothing.
 	err = conn.QueryRow(ctx, `SELECT slot_name, system_identifier, database, timeline, slot_created_at, slot_created_lsn::text,
 		confirmed_lsn::text, confirmed_at, instance, session_started_at, note, publication_oid, table_oids,
 		coalesce(publication_name, ''), retired_oids, to_jsonb(st) ->> 'stopped_lsn', to_jsonb(st) -> 'membership',
-		to_jsonb(st) ->> 'messages_prefix', coalesce(to_jsonb(st) ->> 'awaiting_snapshot', '')
+		to_jsonb(st) ->> 'messages_prefix', coalesce(to_jsonb(st) ->> 'awaiting_snapshot', ''), coalesce(to_jsonb(st) ->> 'destination', '')
 		FROM `+q+` AS st WHERE slot_name = $1`, slot).Scan(
 		&s.Slot, &s.SystemIdentifier, &s.Database, &s.Timeline, &createdAt, &createdLSN, &confirmed, &s.ConfirmedAt,
 		&s.Instance, &s.SessionStartedAt, &s.Note, &pubOID, &s.TableOIDs, &s.Publication, &s.RetiredOIDs, &stopped, &membership,
-		&prefix, &s.AwaitingSnapshot)
+		&prefix, &s.AwaitingSnapshot, &s.Destination)
 	if prefix != nil {
 		s.MessagesPrefix, s.MessagesRecorded = *prefix, true
 	}
@@ -375,15 +385,18 @@ func writeState(ctx context.Context, conn *pgx.Conn, table string, s State, repl
 	if s.Membership != nil {
 		membership = &membershipRecord{PublicationXmin: s.PublicationXmin, Tables: s.Membership, Partitions: s.Attached}
 	}
-	var prefix, awaiting *string
+	var prefix, awaiting, destination *string
 	if s.MessagesRecorded {
 		prefix = &s.MessagesPrefix
 	}
 	if s.AwaitingSnapshot != "" {
 		awaiting = &s.AwaitingSnapshot
 	}
+	if s.Destination != "" {
+		destination = &s.Destination
+	}
 	args := []any{s.Slot, s.SystemIdentifier, s.Database, s.Timeline, createdAt, createdLSN, s.ConfirmedLSN.String(), s.ConfirmedAt,
-		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped, membership, prefix, awaiting}
+		s.Instance, s.SessionStartedAt, s.Note, pubOID, s.TableOIDs, s.Publication, s.RetiredOIDs, stopped, membership, prefix, awaiting, destination}
 	// The later columns, newest last: a table made before one of them
 	// (whose owner did not let this role add it) is written without it and
 	// those after it.
@@ -420,6 +433,7 @@ var stateLater = []struct{ name, cast string }{
 	{"membership", ""},
 	{"messages_prefix", ""},
 	{"awaiting_snapshot", ""},
+	{"destination", ""},
 }
 
 // RecordConfirmed moves the recorded confirmed position of slot forward to

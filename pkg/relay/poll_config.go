@@ -133,12 +133,26 @@ func (c *Config) columnsOf(table string) (key, id string) {
 // shape records but not where they go (converters, headers, columns)
 // are not in it, so that changing one is no reason to stop.
 func (c *Config) PollDestination(table string) poll.Destination {
+	return poll.Destination{Kafka: poll.Fingerprint("kafka", c.brokersText()), Router: poll.Fingerprint("router", c.routeText(table))}
+}
+
+// brokersText is the Kafka part of a destination's fingerprint: the
+// brokers, trimmed, lower-cased, sorted and without repeats.
+func (c *Config) brokersText() string {
 	brokers := make([]string, 0, len(c.Kafka.Brokers))
 	for _, b := range c.Kafka.Brokers {
 		brokers = append(brokers, strings.ToLower(strings.TrimSpace(b)))
 	}
 	slices.Sort(brokers)
 	brokers = slices.Compact(brokers)
+	return strings.Join(brokers, ",")
+}
+
+// routeText is the router part of a destination's fingerprint for table:
+// the settings that decide its rows' topics, with the table's routes
+// entry over the router section ("" for a table without one: the
+// section's), and relay.dead.letter.topic.
+func (c *Config) routeText(table string) string {
 	o := c.Router
 	for _, t := range slices.Sorted(maps.Keys(c.Routes)) {
 		if t != table && "public."+t != table {
@@ -153,9 +167,8 @@ func (c *Config) PollDestination(table string) poll.Destination {
 			_ = o.Set(k, opts[k]) // Validate refused what Set refuses
 		}
 	}
-	route := fmt.Sprintf("route.by.field=%q route.topic.regex=%q route.topic.replacement=%q route.topic=%q dead.letter.topic=%q",
+	return fmt.Sprintf("route.by.field=%q route.topic.regex=%q route.topic.replacement=%q route.topic=%q dead.letter.topic=%q",
 		o.RouteByField, o.RouteTopicRegex, o.RouteTopicReplacement, o.RouteTopic, c.Relay.DeadLetterTopic)
-	return poll.Destination{Kafka: poll.Fingerprint("kafka", strings.Join(brokers, ",")), Router: poll.Fingerprint("router", route)}
 }
 
 // ValidateExactlyOnce refuses kafka.exactly.once where it cannot hold: with

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -51,6 +52,9 @@ type Relay struct {
 	exportedHook func()
 	// instance names this process in the state table.
 	instance string
+	// standbyPollEvery, set only by tests (export_test.go), replaces
+	// standbyPoll.
+	standbyPollEvery time.Duration
 
 	// Owned by Run's goroutine, across sessions.
 	history history
@@ -75,6 +79,9 @@ type Relay struct {
 	eosStarted, eosCommitted bool
 	// standby is a standby's last check of what a takeover needs.
 	standby standbyState
+	// members is this instance's membership of the slot's instances, and
+	// its destination (membership.go).
+	members slotMembers
 	// Exactly-once mode: whether the offsets topic is known to exist; the
 	// records Kafka refused, which sessions from then on dead-letter; the
 	// transaction that did not fit in kafka.transaction.timeout once.
@@ -325,6 +332,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.cfg.Relay.Source == SourcePoll {
 		return r.runPoll(ctx)
 	}
+	// Shown to the slot's other instances while Run runs (membership.go).
+	r.joinSlot(ctx)
+	defer r.leaveSlot()
 	// snapshot.mode: initial publishes the tables' rows before the slot
 	// streams, when it creates the slot: snapshot.go.
 	if r.cfg.Snapshot.Mode == SnapshotInitial {
@@ -373,7 +383,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if errors.Is(err, replication.ErrSlotInUse) {
 			// Standby: another instance streams from the slot. Poll often
 			// enough to take over within a few seconds of its end.
-			wait = jitter(standbyPoll)
+			wait = jitter(cmp.Or(r.standbyPollEvery, standbyPoll))
 			r.log.Info("standby: the slot is in use by another instance; waiting to take over", zap.Error(err), zap.Duration("retry_in", wait))
 		} else {
 			r.log.Warn("stream stopped; restarting from the slot's confirmed position", zap.Error(err), zap.Duration("backoff", wait))
@@ -424,6 +434,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	// Where checkHistory judges the fence, Prepare holds cleanup if the
 	// slot is past it.
 	pcfg.HoldOnFencePassed = r.judgesFence()
+	r.joinSlot(ctx) // again, if it failed or its connection was lost
 	start, err := r.be.Prepare(ctx, pcfg)
 	if err != nil {
 		return false, r.prepareError(err)
@@ -436,6 +447,11 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 		r.history.slotBusy()
 		r.standingBy(ctx, start)
 		return false, fmt.Errorf("%w: slot %q (walsender PID %d)", replication.ErrSlotInUse, pcfg.Slot, slot.ActivePID)
+	}
+	// Not while an instance publishing elsewhere, which the last session
+	// did, runs (membership.go).
+	if err := r.checkDestination(ctx, start); err != nil {
+		return false, err
 	}
 	if err := r.checkHistory(start); err != nil {
 		return false, err
@@ -516,7 +532,9 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if sessionStart.IsZero() {
 		sessionStart = r.clock.Now()
 	}
-	if err := r.be.RecordSession(ctx, pcfg, sessionState(start, pcfg.Publication, r.cfg.Messages.Prefix, r.instance, sessionStart)); err != nil {
+	rec := sessionState(start, pcfg.Publication, r.cfg.Messages.Prefix, r.instance, sessionStart)
+	rec.Destination = r.members.dest.record()
+	if err := r.be.RecordSession(ctx, pcfg, rec); err != nil {
 		abandon()
 		return false, err
 	}

@@ -144,3 +144,22 @@ type backend interface {
 	StartTopicChecker(cfg kafka.Config, wake func()) topicChecker
 	StartCatalogWatcher(cfg replication.Config, instance string, start *replication.Catalog, wake func()) catalogWatcher
 }
+
+// slotMembership is what a backend that shows the instances on a slot to
+// each other implements besides backend (the live one; the deterministic
+// tests' relays are alone on their slots, and have none).
+type slotMembership interface {
+	// JoinSlot shows this instance on the slot, publishing to destination
+	// (replication.JoinSlot), on a connection of its own that the member
+	// holds until closed (membership.go).
+	JoinSlot(ctx context.Context, cfg replication.Config, destination int32) (slotMember, error)
+	// SlotMembers reads the instances on the slot (replication.SlotMembers).
+	SlotMembers(ctx context.Context, cfg replication.Config) ([]replication.SlotMember, error)
+}
+
+// slotMember is this instance's membership of the slot's instances.
+type slotMember interface {
+	// Alive says whether the member's connection still answers.
+	Alive(ctx context.Context) bool
+	Close()
+}

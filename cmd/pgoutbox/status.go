@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -71,6 +72,7 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 	if !writeStatus(stdout, stderr, *format, st, func(w io.Writer) { writeStatusTable(w, st) }) {
 		return exitRuntime
 	}
+	warnOtherDestinations(ctx, conn, cfg.Config, stderr)
 	if !st.Slot.Exists {
 		fmt.Fprintf(stderr, "pgoutbox: replication slot %q does not exist on %s (pgoutbox run creates it when postgres.slot.create is true)\n", st.Slot.Name, target)
 		return exitRuntime
@@ -541,4 +543,24 @@ func (s *scrubWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// warnOtherDestinations warns of the WAL source's instances on the slot
+// that publish elsewhere than this configuration (another kafka.brokers or
+// other topic-deciding router settings): they stand by for each other, and
+// the one that takes the slot over decides where its events go (see
+// pkg/relay's membership.go). A rolling update that changes the
+// destination shows so too, until the old instances are gone.
+func warnOtherDestinations(ctx context.Context, conn *pgx.Conn, cfg relay.Config, stderr io.Writer) {
+	others, recorded, err := cfg.OtherDestinations(ctx, conn)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgoutbox: WARN: could not read the instances on slot %q: %s\n", cfg.Postgres.Slot, oneLine(err))
+		return
+	}
+	if recorded != "" {
+		fmt.Fprintf(stderr, "pgoutbox: WARN: the state row of slot %q records that its last session published to another destination than this configuration's: %s\n", cfg.Postgres.Slot, recorded)
+	}
+	for _, o := range others {
+		fmt.Fprintf(stderr, "pgoutbox: WARN: an instance on slot %q with another destination than this configuration's runs: %s; another deployment on this slot, or a rolling update that changes the destination under way\n", cfg.Postgres.Slot, o)
+	}
 }

@@ -181,6 +181,18 @@ func TestStandbyWithAnotherDestinationDoesNotTakeTheSlotOver(t *testing.T) {
 	if n := len(b1logs.FilterLevelExact(zap.ErrorLevel).FilterMessageSnippet("another deployment").All()); n > 2 {
 		t.Errorf("B1 logged the Error %d times within seconds; want at most once a minute", n)
 	}
+
+	// pgoutbox status's warning: from Y's configuration, A2 publishes
+	// elsewhere, to the recorded destination; from X's, B1 does.
+	ctx := context.Background()
+	others, recorded, err := y.OtherDestinations(ctx, f.checkDB)
+	if err != nil || len(others) != 1 || !strings.Contains(others[0], "the destination the state row records") || !strings.Contains(recorded, `replacement="outbox.event.`) {
+		t.Errorf("Y's OtherDestinations = %q, %q, %v; want A2, publishing to the recorded X", others, recorded, err)
+	}
+	others, recorded, err = x.OtherDestinations(ctx, f.checkDB)
+	if err != nil || len(others) != 1 || recorded != "" {
+		t.Errorf("X's OtherDestinations = %q, %q, %v; want B1 only, and the recorded destination X's own", others, recorded, err)
+	}
 }
 
 // TestRollingUpdateThatChangesTheDestinationTakesOver: a rolling update

@@ -308,3 +308,36 @@ func (b *liveBackend) SlotMembers(ctx context.Context, cfg replication.Config) (
 	})
 	return members, err
 }
+
+// OtherDestinations reads, on conn, the WAL source's instances on the
+// configured slot that publish to another destination than this
+// configuration's, and describes each (pgoutbox status warns of them); it
+// also returns the destination the slot's state row records when it is
+// not this configuration's ("" otherwise).
+func (c *Config) OtherDestinations(ctx context.Context, conn *pgx.Conn) (others []string, recorded string, err error) {
+	own := c.walDestination()
+	members, err := replication.SlotMembers(ctx, conn, c.Postgres.Slot)
+	if err != nil {
+		return nil, "", err
+	}
+	var rec walDestination
+	if c.Postgres.StateTable != "" {
+		if st, had, err := replication.ReadState(ctx, conn, c.Postgres.StateTable, c.Postgres.Slot); err == nil && had {
+			if d, ok := parseDestination(st.Destination); ok && d.Key != own.Key {
+				rec, recorded = d, d.Desc
+			}
+		}
+	}
+	for _, m := range members {
+		if m.Destination == own.Key {
+			continue
+		}
+		where := "another destination"
+		if rec.Key != 0 && m.Destination == rec.Key {
+			where = "the destination the state row records (" + rec.Desc + "; " + rec.differs(own) + " differs)"
+		}
+		others = append(others, fmt.Sprintf("PID %d (application_name %q, client %s, backend_start %s) publishes to %s",
+			m.PID, m.ApplicationName, orLocal(m.ClientAddr), startedAt(m.BackendStart), where))
+	}
+	return others, recorded, nil
+}

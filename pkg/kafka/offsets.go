@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,18 +64,31 @@ type offsetMark struct {
 	LSN        string `json:"lsn"`
 	XID        uint32 `json:"xid,omitempty"`
 	CommitTime string `json:"commit_time,omitempty"`
+	// ContentHash: a message's (TxnMark.Hash), in hex.
+	ContentHash string `json:"content_hash,omitempty"`
 }
 
 // TxnMark names one transaction the relay read from the slot: where its
 // commit record begins (a Begin's FinalLSN), its xid and its commit time;
-// or, with XID 0, a non-transactional message, by its LSN. A database put
-// back to an earlier point and written again past it would need to commit
-// a transaction at that very position, with that xid, at that microsecond,
-// to be taken for the one Kafka got.
+// or, with XID 0, a non-transactional message, by its LSN and a hash of
+// its prefix and content. A database put back to an earlier point and
+// written again past it would need to commit a transaction at that very
+// position, with that xid, at that microsecond (or write a message with
+// those bytes ending there) to be taken for the one Kafka got.
 type TxnMark struct {
 	LSN  uint64
 	XID  uint32
 	Time time.Time
+	Hash uint64
+}
+
+// MessageMark names a non-transactional message ending at lsn.
+func MessageMark(lsn uint64, prefix string, content []byte) TxnMark {
+	h := fnv.New64a()
+	h.Write([]byte(prefix))
+	h.Write([]byte{0})
+	h.Write(content)
+	return TxnMark{LSN: lsn, Hash: h.Sum64()}
 }
 
 // IsZero says no transaction is named.
@@ -86,7 +100,7 @@ func (m TxnMark) Message() bool { return m.XID == 0 }
 
 // Is says whether o is the transaction (or message) m names.
 func (m TxnMark) Is(o TxnMark) bool {
-	return m.LSN == o.LSN && m.XID == o.XID && m.Time.Equal(o.Time)
+	return m.LSN == o.LSN && m.XID == o.XID && m.Time.Equal(o.Time) && m.Hash == o.Hash
 }
 
 func (m TxnMark) String() string {
@@ -106,6 +120,9 @@ func encodeOffset(id SlotIdentity, txnID string, lsn uint64, at time.Time, last 
 		v.Last = &offsetMark{LSN: formatLSN(last.LSN), XID: last.XID}
 		if !last.Time.IsZero() {
 			v.Last.CommitTime = last.Time.UTC().Format(time.RFC3339Nano)
+		}
+		if last.Hash != 0 {
+			v.Last.ContentHash = strconv.FormatUint(last.Hash, 16)
 		}
 	}
 	b, _ := json.Marshal(v)
@@ -140,6 +157,11 @@ func decodeOffset(b []byte) (storedOffset, error) {
 			return storedOffset{}, fmt.Errorf("last: %w", err)
 		}
 		o.last.XID = v.Last.XID
+		if v.Last.ContentHash != "" {
+			if o.last.Hash, err = strconv.ParseUint(v.Last.ContentHash, 16, 64); err != nil {
+				return storedOffset{}, fmt.Errorf("last content_hash %q: %w", v.Last.ContentHash, err)
+			}
+		}
 		if v.Last.CommitTime != "" {
 			if o.last.Time, err = time.Parse(time.RFC3339Nano, v.Last.CommitTime); err != nil {
 				return storedOffset{}, fmt.Errorf("last commit_time %q: %w", v.Last.CommitTime, err)

@@ -29,12 +29,15 @@ func TestOffsetRecordCarriesItsTimelineAndTime(t *testing.T) {
 	if o, err := decodeOffset(encodeOffset(id, "txn", 0x1_0000_2000, at, txn)); err != nil || !o.last.Is(txn) || o.last.Message() {
 		t.Fatalf("last transaction: decoded %+v (%v); want %s", o.last, err, txn)
 	}
-	msg := TxnMark{LSN: 0x1_0000_1f80}
+	msg := MessageMark(0x1_0000_1f80, "outbox", []byte(`{"id":"1"}`))
 	if o, err := decodeOffset(encodeOffset(id, "txn", 0x1_0000_2000, at, msg)); err != nil || !o.last.Is(msg) || !o.last.Message() {
 		t.Fatalf("last message: decoded %+v (%v); want %s", o.last, err, msg)
 	}
 	if txn.Is(TxnMark{LSN: txn.LSN, XID: txn.XID, Time: txn.Time.Add(time.Microsecond)}) || txn.Is(TxnMark{LSN: txn.LSN, XID: 7, Time: txn.Time}) {
 		t.Fatal("a transaction at the same position with another xid or commit time was taken for the one named")
+	}
+	if msg.Is(MessageMark(msg.LSN, "outbox", []byte(`{"id":"2"}`))) || msg.Is(MessageMark(msg.LSN, "outbox2", []byte(`{"id":"1"}`))) {
+		t.Fatal("another message ending at the same position was taken for the one named")
 	}
 	if string(id.Key()) != "pgoutbox/7/shop/s" || id.TransactionalID() != "pgoutbox-7-shop-s" {
 		t.Fatalf("the timeline must not change the key (%s) or the transactional id (%s)", id.Key(), id.TransactionalID())

@@ -577,7 +577,7 @@ func (e *eosSession) notKafkas(u kafka.TxnMark) error {
 	default:
 		want = fmt.Sprintf("Kafka got no transaction between the slot's position %s and it (the last it got was %s), and %s", slot, e.last, what)
 	}
-	return &FatalError{Err: fmt.Errorf("%w: the offsets topic %q holds %s for slot %q, and %s: this database's history before that position is not the one Kafka got (it was put back to an earlier point, by a restore from a snapshot or a backup, possibly with its clock, or a promotion forked it), and the transactions it commits there are new ones, which exactly-once would skip. Nothing past the slot's position %s was confirmed. To resend from it instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
+	return &FatalError{Err: fmt.Errorf("%w: the offsets topic %q holds %s for slot %q, and %s: this database's history before that position is not the one Kafka got (it was put back to an earlier point, by a restore from a snapshot or a backup, possibly with its clock, or a promotion forked it), and the transactions it commits there are new ones, which exactly-once would skip; or, if nothing of that happened, the publication or its tables changed since that position was written, so that PostgreSQL no longer sends that transaction. Nothing past the slot's position %s was confirmed. To resend from it instead (duplicates of what Kafka holds past it, nothing lost), remove the slot's record (key %q) from the offsets topic",
 		ErrTimelineForked, e.cfg.OffsetsTopic, e.stored, e.s.start.Slot.Name, want, slot, e.key())}
 }
 
@@ -669,13 +669,15 @@ const commitTimeSkew = time.Second
 // little by its time service is no sign of a database put back.
 const serverClockBehind = time.Minute
 
-// skipMessage says whether a non-transactional message whose record ends
-// at end is in Kafka already (checked as skipTxn checks a transaction).
-func (e *eosSession) skipMessage(end checkpoint.LSN) (bool, error) {
+// skipMessage says whether the non-transactional message m, whose record
+// ends at its LSN, is in Kafka already (checked as skipTxn checks a
+// transaction, by its position and a hash of its bytes).
+func (e *eosSession) skipMessage(m *replication.Message) (bool, error) {
 	if e == nil {
 		return false, nil
 	}
-	u := kafka.TxnMark{LSN: uint64(end)}
+	end := m.LSN
+	u := kafka.MessageMark(uint64(end), m.Prefix, m.Content)
 	if end > e.stored {
 		e.opening = u
 		return false, e.passed(end, u)

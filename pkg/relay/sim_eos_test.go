@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -178,7 +179,8 @@ func (w *simWorld) commitTxn(c simCommit) {
 		case 't':
 			want = kafka.TxnMark{LSN: uint64(e.commitStart), XID: uint32(e.commitStart), Time: w.commitTimes[e.commitStart]}
 		case 'm':
-			want = kafka.TxnMark{LSN: uint64(e.commitEnd)}
+			ev := e.events[0]
+			want = kafka.MessageMark(uint64(e.commitEnd), cmp.Or(ev.prefix, "outbox"), messageContent(ev))
 		}
 	}
 	if want.IsZero() && !w.storedLast.IsZero() && checkpoint.LSN(w.storedLast.LSN) < simSlotStart {

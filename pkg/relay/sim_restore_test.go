@@ -232,6 +232,50 @@ func TestSimulatedExactlyOnceMeetsTheTransactionTheStoredRecordNames(t *testing.
 	}
 }
 
+// TestSimulatedExactlyOnceMeetsTheMessageTheStoredRecordNames: a record
+// whose last unit is a non-transactional message names it by its end and
+// a hash of its prefix and content, so that a put-back database's new
+// message ending at that very position is not taken for it (the diff
+// reader: with the position alone, it was, and every new transaction
+// before it was skipped). The same message is met; another is refused.
+// The harness: the record is set by the script.
+func TestSimulatedExactlyOnceMeetsTheMessageTheStoredRecordNames(t *testing.T) {
+	written := time.Unix(1_700_000_000, 0).Add(-time.Hour)
+	for _, same := range []bool{true, false} {
+		for seed := uint64(1); seed <= 10; seed++ {
+			w, old, _ := putBackWorld(t, seed)
+			w.now = written.Add(time.Hour)
+			ev := simEvent{id: "m001", key: "k1", topic: "outbox.event.Order", message: true, seq: 1}
+			msg := simEntry{kind: 'm', commitStart: old.commitEnd + 8, commitEnd: old.commitEnd + 48, events: []simEvent{ev}}
+			w.wal = []simEntry{old, msg}
+			w.stored, w.storedSet, w.storedAt = msg.commitEnd, true, written
+			w.storedLast = kafka.MessageMark(uint64(msg.commitEnd), "outbox", messageContent(ev))
+			if !same {
+				other := ev
+				other.id = "m999"
+				w.storedLast = kafka.MessageMark(uint64(msg.commitEnd), "outbox", messageContent(other))
+			}
+			w.visible["e0000"], w.delivered["e0000"] = true, true
+			w.visible["m001"], w.delivered["m001"] = true, true
+			w.commitTimes = map[checkpoint.LSN]time.Time{old.commitStart: written.Add(-time.Hour)}
+			err := w.run()
+			if same {
+				if err != nil || w.err != nil {
+					t.Fatalf("seed %d, the same message: Run returned %v (harness: %v)", seed, err, w.err)
+				}
+				continue
+			}
+			var fe *FatalError
+			if !errors.As(err, &fe) || !errors.Is(err, ErrTimelineForked) || !strings.Contains(err.Error(), "the stream reached the non-transactional message") {
+				t.Fatalf("seed %d, another message: Run returned %v; want a fatal ErrTimelineForked naming the message", seed, err)
+			}
+			if w.confirmed > old.commitStart {
+				t.Fatalf("seed %d: the slot was confirmed at %s, past %s, before the message was met", seed, w.confirmed, old.commitStart)
+			}
+		}
+	}
+}
+
 // simMark is the mark of the harness's transaction e committed at at (its
 // xid is its commit position, as the harness's walsender sends it).
 func simMark(e simEntry, at time.Time) kafka.TxnMark {

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -919,7 +920,7 @@ func (s *session) message(m *replication.Message) error {
 		// Read up to it, whether skipped or not: every commit before it
 		// was sent.
 		s.eos.readTo(m.LSN)
-		if skip, err := s.eos.skipMessage(m.LSN); skip || err != nil {
+		if skip, err := s.eos.skipMessage(m); skip || err != nil {
 			return err
 		}
 		id, err := s.tr.Begin()
@@ -1012,7 +1013,7 @@ func (s *session) otherMessage(m *replication.Message) {
 		}
 		return
 	}
-	if !s.looksLikeEvent(m.Content) {
+	if !s.eventPrefixes[m.Prefix] && !s.looksLikeEvent(m.Content) {
 		s.r.obs.SkippedMessage(SkippedUnclaimed)
 		if s.logPrefixOnce(m.Prefix) {
 			s.log.Info("skipping logical decoding messages whose prefix is not messages.prefix", zap.String("prefix", m.Prefix),
@@ -1059,6 +1060,10 @@ func (s *session) logPrefixOnce(prefix string) bool {
 func (s *session) looksLikeEvent(content []byte) bool {
 	o := s.r.cfg.Router
 	if o.EventIDField == "" || o.EventPayloadField == "" {
+		return false
+	}
+	// Most messages of other consumers lack the field names: no parse.
+	if !bytes.Contains(content, []byte(o.EventIDField)) || !bytes.Contains(content, []byte(o.EventPayloadField)) {
 		return false
 	}
 	var fields map[string]json.RawMessage

@@ -95,7 +95,7 @@ func (m *Metrics) Available() (bool, string) {
 	case s.standbyErr != "":
 		return false, "standby: a takeover would fail: " + s.standbyErr
 	}
-	return true, "standby: PostgreSQL and Kafka answer; ready to take over"
+	return true, "standing by (or taking the initial snapshot): PostgreSQL and Kafka answer"
 }
 
 // Live reports whether the relay's process works, and why not in one line.

@@ -41,8 +41,12 @@ import (
 // again as a standby does, and it is no start-up error.
 var errOtherDestination = errors.New("relay: another deployment with another destination runs on the slot")
 
-// otherDestinationLogEvery bounds how often the wait is logged at Error.
-const otherDestinationLogEvery = time.Minute
+// otherDestinationLogEvery bounds how often the wait is logged: at Warn
+// for its first otherDestinationErrorAfter, at Error after.
+const (
+	otherDestinationLogEvery   = time.Minute
+	otherDestinationErrorAfter = 5 * time.Minute
+)
 
 // walDestFormat names the format of a recorded destination: change it
 // when what is hashed, or how, changes.
@@ -153,6 +157,8 @@ type slotMembers struct {
 	// waitLoggedAt is when the wait for the recorded destination was last
 	// logged at Error.
 	waitLoggedAt time.Time
+	// waitingSince is when the current wait began (zero: not waiting).
+	waitingSince time.Time
 }
 
 // joinSlot shows this instance on the slot, unless its member connection
@@ -229,6 +235,9 @@ func (r *Relay) checkDestination(ctx context.Context, start replication.Start) e
 		return err
 	}
 	d, rec, holders := decideTakeover(start.State.Destination, own, members)
+	if d != waitForRecorded {
+		r.members.waitingSince = time.Time{}
+	}
 	switch d {
 	case takeOverChanged:
 		r.log.Info("destination changed: the last session on the slot published elsewhere, and no instance publishing there runs any more (a rolling update that changed the destination ended, or the configuration changed while pgoutbox was stopped); taking the slot over and recording this instance's destination",
@@ -246,12 +255,23 @@ func (r *Relay) checkDestination(ctx context.Context, start replication.Start) e
 		names = append(names, fmt.Sprintf("PID %d (application_name %q, client %s, backend_start %s)", h.PID, h.ApplicationName, orLocal(h.ClientAddr), startedAt(h.BackendStart)))
 	}
 	now := r.clock.Now()
-	if m := &r.members; m.waitLoggedAt.IsZero() || now.Sub(m.waitLoggedAt) >= otherDestinationLogEvery {
+	m := &r.members
+	if m.waitingSince.IsZero() {
+		m.waitingSince = now
+	}
+	if m.waitLoggedAt.IsZero() || now.Sub(m.waitLoggedAt) >= otherDestinationLogEvery {
 		m.waitLoggedAt = now
-		r.log.Error("another deployment with another destination is running on this slot, or a rolling update that changes the destination is under way: this instance does not take the slot over while an instance with the destination the state row records runs, so that the slot's events are not split between two destinations (it takes over once they are gone, as at the end of such a rolling update); give every instance on the slot the same kafka.brokers and topic-deciding router settings, or give each deployment a slot (and state row) of its own",
+		// A rolling update that changes the destination waits here for a
+		// minute or two, and says so at Warn; a wait that lasts is another
+		// deployment on the slot, said at Error.
+		log := r.log.Warn
+		if now.Sub(m.waitingSince) >= otherDestinationErrorAfter {
+			log = r.log.Error
+		}
+		log("another deployment with another destination is running on this slot, or a rolling update that changes the destination is under way: this instance does not take the slot over while an instance with the destination the state row records runs, so that the slot's events are not split between two destinations (it takes over once they are gone, as at the end of such a rolling update); give every instance on the slot the same kafka.brokers and topic-deciding router settings, or give each deployment a slot (and state row) of its own",
 			zap.String("slot", r.cfg.Postgres.Slot), zap.Strings("members", names),
 			zap.String("recorded_destination", rec.Desc), zap.String("destination", own.Desc), zap.String("differs", rec.differs(own)),
-			zap.Duration("next_log_in", otherDestinationLogEvery))
+			zap.Duration("next_log_in", otherDestinationLogEvery), zap.Duration("waiting_for", now.Sub(m.waitingSince)))
 	}
 	// This instance stands by for a rolling update's sake: the one that
 	// changes the destination starts new pods (another destination) while
@@ -293,6 +313,16 @@ func (b *liveBackend) JoinSlot(ctx context.Context, cfg replication.Config, dest
 	conn, err := replication.ConnectSQL(ctx, cfg, "pgoutbox-member", cfg.ConnectTimeout)
 	if err != nil {
 		return nil, err
+	}
+	// The server ends the session of a vanished host within about a
+	// minute (deadPeerSettings), not the operating system's 2 h 11 min
+	// for which its lock would keep the instances of a new destination
+	// waiting; and a server-wide idle_session_timeout must not drop the
+	// lock of an instance that runs on (it is read again only at the
+	// next session's start).
+	if _, err := conn.Exec(ctx, deadPeerSettings+`, set_config('idle_session_timeout', '0', false)`); err != nil {
+		liveMember{conn}.Close()
+		return nil, fmt.Errorf("relay: member connection: set the server's TCP keepalives and idle_session_timeout: %w", err)
 	}
 	if _, err := replication.JoinSlot(ctx, conn, cfg.Slot, destination); err != nil {
 		liveMember{conn}.Close()

@@ -56,6 +56,14 @@ func (r *Relay) runSnapshot(ctx context.Context) error {
 	var held snapshotHeld
 	defer held.release(ctx)
 	for {
+		// While the snapshot runs or waits for the poll relays to stop,
+		// the instance counts as available for a rolling update
+		// (/rolloutz), as a standby does: otherwise a rollout that moves a
+		// stream from the poll source would wait for this pod while the
+		// pod waits for the old poll pods it would stop, and a long
+		// snapshot would fail helm's --wait. A failed attempt ends it
+		// (SessionEnded, in the loop below), and a session's start too.
+		r.obs.StandingBy(nil)
 		err := r.initialSnapshot(ctx, &started, &held)
 		var fe *FatalError
 		switch {
@@ -69,6 +77,9 @@ func (r *Relay) runSnapshot(ctx context.Context) error {
 			return &StartupError{Err: err}
 		}
 		wait := jitter(backoff)
+		if !errors.Is(err, errWaitingForOthers) {
+			r.obs.SessionEnded(err)
+		}
 		r.log.Warn("initial snapshot not taken; trying again", zap.Error(err), zap.Duration("backoff", wait))
 		if !r.sleep(ctx, wait) {
 			return nil
@@ -630,6 +641,7 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		if err != nil {
 			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
 		}
+		r.obs.StandingBy(nil) // still at work (runSnapshot)
 		if len(rows) == 0 {
 			return total, nil
 		}

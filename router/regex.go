@@ -137,9 +137,12 @@ func translateJavaRegex(s string) (string, error) {
 	inClass := false
 	// With DOTALL on somewhere ((?s)), Java's . matches everything there,
 	// as Go's does: . is then left as it is.
-	dotAll := strings.Contains(s, "(?") && javaFlagsSetDotAll(s)
+	dotAll := javaFlagsSet(s, 's')
 	at := func(i int, what string) error {
 		return errors.New(what + " at offset " + strconv.Itoa(i) + ": Java and Go read it differently, and pgoutbox routes as Debezium does; write the regex without it")
+	}
+	if javaFlagsSet(s, 'U') {
+		return "", errors.New("the inline flag U: Java reads it as UNICODE_CHARACTER_CLASS, Go as ungreedy matching, and pgoutbox routes as Debezium does; write the regex without it")
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -169,8 +172,21 @@ func translateJavaRegex(s string) (string, error) {
 			case e == 'v':
 				b.WriteString("[" + javaVertical + "]")
 			case e == 'u' && i+4 < len(s) && isHex(s[i+1:i+5]):
+				// A surrogate pair, as Java reads it, is one character.
+				hi, _ := strconv.ParseUint(s[i+1:i+5], 16, 32)
+				if hi >= 0xD800 && hi <= 0xDBFF && i+10 < len(s) && s[i+5] == '\\' && s[i+6] == 'u' && isHex(s[i+7:i+11]) {
+					if lo, _ := strconv.ParseUint(s[i+7:i+11], 16, 32); lo >= 0xDC00 && lo <= 0xDFFF {
+						b.WriteString(`\x{` + strconv.FormatUint(0x10000+(hi-0xD800)<<10+(lo-0xDC00), 16) + `}`)
+						i += 10
+						break
+					}
+				}
 				b.WriteString(`\x{` + s[i+1:i+5] + `}`)
 				i += 4
+			case e >= '1' && e <= '9':
+				// A backreference in Java; Go has none, and reads \12 as an
+				// octal character.
+				return "", at(i-1, `a backreference (\`+string(e)+`)`)
 			case e == '0' && i+1 < len(s) && isOctal(s[i+1]):
 				// \0n, \0nn, \0mnn with m at most 3.
 				j := i + 1
@@ -234,16 +250,16 @@ const (
 	javaVertical = `\n\x0B\f\r\x{85}\x{2028}\x{2029}`
 )
 
-// javaFlagsSetDotAll says whether an inline flag group ((?s), (?is:...))
-// turns DOTALL on somewhere in s (not inside a class or quote: a rough
-// look, erring towards leaving . as it is, which is Go's DOTALL reading).
-func javaFlagsSetDotAll(s string) bool {
+// javaFlagsSet says whether an inline flag group ((?s), (?is:...)) sets
+// flag somewhere in s (not inside a class or quote: a rough look, erring
+// towards finding it).
+func javaFlagsSet(s string, flag byte) bool {
 	for i := 0; i+2 < len(s); i++ {
 		if s[i] != '(' || s[i+1] != '?' || (i > 0 && s[i-1] == '\\') {
 			continue
 		}
 		for j := i + 2; j < len(s) && s[j] != ')' && s[j] != ':' && s[j] != '-'; j++ {
-			if s[j] == 's' {
+			if s[j] == flag {
 				return true
 			}
 			if !isASCIILetter(s[j]) {

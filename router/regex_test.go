@@ -64,6 +64,7 @@ func TestJavaRegexMatchesAsJavaDoes(t *testing.T) {
 		{`[a&]`, "&", true},
 		{`[\[]`, "[", true},
 		{`[a\&&b]`, "&", true},
+		{`\uD83D\uDE00`, "\U0001F600", true}, // a surrogate pair is one character
 	} {
 		tr, err := compileRoute(c.regex, "t")
 		if err != nil {
@@ -76,8 +77,10 @@ func TestJavaRegexMatchesAsJavaDoes(t *testing.T) {
 	}
 	// Java: [a-z_&&[^x]]+ and [a-z[_]]+ match revp_order, [[:alpha:]_]+
 	// does not (a nested class of :, a, l, p, h); [a&&b] does not match &.
-	for _, bad := range []string{`(?<routedByValue>[a-z_&&[^x]]+)`, `[a-z[_]]+`, `[[:alpha:]_]+`, `[a&&b]`, `[\S]`} {
-		if _, err := compileRoute(bad, "t"); err == nil || !strings.Contains(err.Error(), "Java and Go read it differently") {
+	// Java: (a)\12 matches "aa2" (group 1, then 2), Go read \12 as an
+	// octal newline; (?U) is UNICODE_CHARACTER_CLASS in Java, ungreedy in Go.
+	for _, bad := range []string{`(?<routedByValue>[a-z_&&[^x]]+)`, `[a-z[_]]+`, `[[:alpha:]_]+`, `[a&&b]`, `[\S]`, `(a)\12`, `(a)\1`, `(?U)(?<x>\w+)_(?<y>\w+)`} {
+		if _, err := compileRoute(bad, "t"); err == nil || !strings.Contains(err.Error(), "Java") {
 			t.Errorf("compileRoute(%q) = %v; want a refusal saying Java and Go differ", bad, err)
 		}
 	}

@@ -172,17 +172,22 @@ func TestPollMigrateRefusesTheKeepTriggerUnderRunningRelaysThatDelete(t *testing
 		t.Fatal(err)
 	}
 
-	r := invoke(cmdMigrate, nil, env)
-	if r.code != exitRuntime {
-		t.Fatalf("migrate installing the keep trigger under a running relay that deletes on publish: want exit 1:\n%s", r)
-	}
-	wantLine(t, r, fmt.Sprintf(`^pgoutbox: migrate: 1 poll relay session\(s\) run on public\.outbox now \(PID %d, application_name "devb-old-relay", client 127\.0\.0\.1\), and the table has no trigger %s yet, with poll\.on\.publish=delete: relays of an earlier version delete rows on publish, which the trigger would skip \(each row stays unpublished and is resent forever\)\. Stop them, run migrate, then start this version; or run migrate --accept-running-poll-relays to go on anyway$`,
-		old.PgConn().PID(), migrations.KeepTrigger))
-	if hasKeep() {
-		t.Fatal("the refused migrate installed the keep trigger")
+	// Refused whatever migrate's own poll.on.publish says: the running
+	// relays' may be delete (an upgrade that also switches to mark; the
+	// diff reader).
+	for _, e := range [][]string{env, f.environ(f.dsn, "PGOUTBOX_RELAY_SOURCE=poll")} {
+		r := invoke(cmdMigrate, nil, e)
+		if r.code != exitRuntime {
+			t.Fatalf("migrate installing the keep trigger under a running relay that deletes on publish: want exit 1:\n%s", r)
+		}
+		wantLine(t, r, fmt.Sprintf(`^pgoutbox: migrate: 1 poll relay session\(s\) run on public\.outbox now \(PID %d, application_name "devb-old-relay", client 127\.0\.0\.1\), and the table has no trigger %s yet: relays of an earlier version that delete rows on publish \(poll\.on\.publish=delete, whatever this configuration says\) would have those deletes skipped by the trigger \(each row stays unpublished and is resent forever\)\. Stop them, run migrate, then start this version; or run migrate --accept-running-poll-relays to go on anyway$`,
+			old.PgConn().PID(), migrations.KeepTrigger))
+		if hasKeep() {
+			t.Fatal("the refused migrate installed the keep trigger")
+		}
 	}
 
-	r = invoke(cmdMigrate, []string{"--accept-running-poll-relays"}, env)
+	r := invoke(cmdMigrate, []string{"--accept-running-poll-relays"}, env)
 	if r.code != exitOK || !strings.Contains(r.stderr, "going on (--accept-running-poll-relays)") || !hasKeep() {
 		t.Fatalf("migrate --accept-running-poll-relays: want exit 0, a warning and the trigger:\n%s", r)
 	}

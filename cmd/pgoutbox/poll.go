@@ -66,14 +66,16 @@ func migratePoll(ctx context.Context, conn *pgx.Conn, cfg fileConfig, flags poll
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
 	}
-	if plan.TableExists && plan.KeepTrigger && cfg.Poll.OnPublish == poll.OnPublishDelete {
+	// Whatever this configuration's poll.on.publish: the running relays'
+	// own may be delete (an upgrade that also switches to mark).
+	if plan.TableExists && plan.KeepTrigger {
 		members, err := keepTriggerAbsentUnderRelays(ctx, conn, p.Table)
 		if err != nil {
 			fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 			return exitRuntime
 		}
 		if len(members) > 0 {
-			msg := fmt.Sprintf("%d poll relay session(s) run on %s now (%s), and the table has no trigger %s yet, with poll.on.publish=delete: relays of an earlier version delete rows on publish, which the trigger would skip (each row stays unpublished and is resent forever)",
+			msg := fmt.Sprintf("%d poll relay session(s) run on %s now (%s), and the table has no trigger %s yet: relays of an earlier version that delete rows on publish (poll.on.publish=delete, whatever this configuration says) would have those deletes skipped by the trigger (each row stays unpublished and is resent forever)",
 				len(members), p.Table, describeMembers(members), migrations.KeepTrigger)
 			if !flags.acceptRelays {
 				fmt.Fprintf(stderr, "pgoutbox: migrate: %s. Stop them, run migrate, then start this version; or run migrate --accept-running-poll-relays to go on anyway\n", msg)

@@ -338,7 +338,11 @@ func cmdRun(args, environ []string, stdout, stderr io.Writer) int {
 		// liveness is the process serving (metrics.Live).
 		cfg.Metrics.LiveStaleAfter = 0
 	}
-	m, err := metrics.New(prometheus.NewRegistry(), cfg.Metrics, metrics.WithVersion(buildVersion()))
+	mopts := []metrics.Option{metrics.WithVersion(buildVersion())}
+	if isPoll(cfg) {
+		mopts = append(mopts, metrics.WithPollSource())
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), cfg.Metrics, mopts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: metrics: %v\n", err)
 		return exitConfig

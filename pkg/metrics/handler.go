@@ -72,9 +72,12 @@ const standbyFresh = time.Minute
 // instances all claim, and are always available (Ready is theirs).
 func (m *Metrics) Available() (bool, string) {
 	m.mu.Lock()
-	poll := m.st.poll.active
+	poll := m.st.poll.active || m.pollSource
 	m.mu.Unlock()
 	if poll {
+		// Also before its first report, and while it waits for another
+		// destination's instances or a WAL relay to leave: a rolling update
+		// that waited for it would wait for itself.
 		return true, "poll source"
 	}
 	ready, why := m.Ready()

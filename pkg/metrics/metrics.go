@@ -106,6 +106,8 @@ type Metrics struct {
 	catalogChanged prometheus.Gauge
 
 	poll pollMetrics // the poll source's (poll.go)
+	// pollSource: WithPollSource.
+	pollSource bool
 
 	mu sync.Mutex
 	st state
@@ -145,6 +147,11 @@ type Option func(*Metrics)
 
 // WithClock replaces time.Now, for tests of readiness.
 func WithClock(now func() time.Time) Option { return func(m *Metrics) { m.now = now } }
+
+// WithPollSource says the relay is a poll source: its instances all
+// claim, and /rolloutz counts each as available from the start, as
+// /healthz does (see Available).
+func WithPollSource() Option { return func(m *Metrics) { m.pollSource = true } }
 
 // WithVersion sets the version label of pgoutbox_build_info.
 func WithVersion(v string) Option { return func(m *Metrics) { m.version = v } }

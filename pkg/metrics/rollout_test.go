@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pgoutbox/pgoutbox/pkg/metrics"
 )
 
@@ -55,4 +57,19 @@ func TestRolloutzCountsOnlyAStandbyThatCouldTakeOver(t *testing.T) {
 func gaugeValue(t *testing.T, h *harness, name string) float64 {
 	t.Helper()
 	return scrape(t, h.srv.URL).value(name)
+}
+
+// TestRolloutzCountsAPollSourceFromTheStart: the poll source's instances
+// all claim; /rolloutz counts one as available before its first report,
+// as /healthz did, so that a rollout to the poll source (whose new pods
+// wait for the WAL relay or another destination's instances to leave)
+// does not wait for itself.
+func TestRolloutzCountsAPollSourceFromTheStart(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), metrics.DefaultConfig(), metrics.WithPollSource())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, reason := m.Available(); !ok {
+		t.Fatalf("a poll source before its first report: %s", reason)
+	}
 }

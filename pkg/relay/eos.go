@@ -184,13 +184,17 @@ func (e *eosSession) sent() {
 	e.groupRecords++
 }
 
+// closed notes that the open transaction's commit was read, skipped or
+// sent: it is the last one read.
+func (e *eosSession) closed() { e.last, e.opening = e.opening, kafka.TxnMark{} }
+
 // ended notes the commit end of a transaction (or non-transactional
 // message) whose records have all been sent: the one reading named.
 func (e *eosSession) ended(end checkpoint.LSN) {
 	if e == nil {
 		return
 	}
-	e.last, e.opening = e.opening, kafka.TxnMark{}
+	e.closed()
 	e.lastEnd = max(e.lastEnd, end)
 	if e.s.lastCommit.After(e.lastEndAt) {
 		e.lastEndAt = e.s.lastCommit
@@ -696,7 +700,7 @@ func (s *session) skipped(ev replication.Event) error {
 	switch {
 	case ev.Commit != nil:
 		s.eos.skipOpen = false
-		s.eos.last, s.eos.opening = s.eos.opening, kafka.TxnMark{}
+		s.eos.closed()
 		s.eos.readTo(ev.Commit.EndLSN)
 	case ev.Relation != nil:
 		s.relation(ev.Relation)

@@ -155,7 +155,7 @@ type slotMembers struct {
 	member   slotMember // nil: not shown (not yet, or it failed)
 	warnedAt time.Time  // the last warning that it failed
 	// waitLoggedAt is when the wait for the recorded destination was last
-	// logged at Error.
+	// logged (at Warn, then Error: otherDestinationErrorAfter).
 	waitLoggedAt time.Time
 	// waitingSince is when the current wait began (zero: not waiting).
 	waitingSince time.Time

@@ -1026,11 +1026,11 @@ func (s *session) otherMessage(m *replication.Message) {
 		return
 	}
 	if len(s.eventPrefixes) >= 1000 {
-		if now := s.clock.Now(); now.Sub(s.eventPrefixLogged) < time.Minute {
+		now := s.clock.Now()
+		if now.Sub(s.eventPrefixLogged) < time.Minute {
 			return
-		} else {
-			s.eventPrefixLogged = now
 		}
+		s.eventPrefixLogged = now
 	} else {
 		if s.eventPrefixes == nil {
 			s.eventPrefixes = map[string]bool{}

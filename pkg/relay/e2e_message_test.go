@@ -196,6 +196,48 @@ func TestMessagesOfAPrefixNoRelayClaimsAreAnError(t *testing.T) {
 	}
 }
 
+// TestMessagesOfARelayAddedWhileStreamingAreThatRelays: a relay added to
+// the database while this one streams (its state row records its prefix
+// after this session read the others' at its start) had every event
+// message of its prefix taken here for a misspelt prefix's: an Error and
+// an unclaimed_event count each, feeding PgoutboxEventMessagesUnclaimed
+// until this relay's next session. The catalog checks now read the
+// prefixes again when such a message comes, before it is judged.
+func TestMessagesOfARelayAddedWhileStreamingAreThatRelays(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 2)
+	ctx := context.Background()
+	other := f.slot + "_c"
+	core, logs := observer.New(zapcore.InfoLevel)
+	obs := &skipCounts{n: map[string]int{}}
+	runRelayLog(t, f.config(), zap.New(core), relay.WithObserver(obs))
+	f.waitStreaming(t)
+	// The other relay's first start: its slot and its state row.
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = f.checkDB.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", other) })
+	if _, err := f.checkDB.Exec(ctx, `INSERT INTO pgoutbox_state (slot_name, system_identifier, database, timeline, confirmed_lsn, confirmed_at, instance, session_started_at, messages_prefix)
+		SELECT $1, system_identifier::text, current_database(), 1, '0/0', now(), 'other', now(), 'payments' FROM pg_control_system()`, other); err != nil {
+		t.Fatal(err)
+	}
+	event := `{"id":"3f1c5b8e-0000-4000-8000-000000000002","aggregatetype":"Payment","aggregateid":"p1","type":"Taken","payload":{"x":1}}`
+	for range 3 {
+		if _, err := f.conn.Exec(ctx, "SELECT pg_logical_emit_message(true, 'payments', $1)", event); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		return obs.get(relay.SkippedAnotherRelays)+obs.get(relay.SkippedUnclaimedEvent) == 3, fmt.Sprintf("skipped %v", obs.snapshot())
+	})
+	if obs.get(relay.SkippedUnclaimedEvent) != 0 || logs.FilterLevelExact(zapcore.ErrorLevel).Len() != 0 {
+		t.Fatalf("skipped %v, errors %v; want the three messages as %s's, no Error", obs.snapshot(), logs.FilterLevelExact(zapcore.ErrorLevel).All(), other)
+	}
+	if n := logs.FilterMessageSnippet("another slot relays").FilterField(zap.String("relayed_by_slots", other)).Len(); n != 1 {
+		t.Fatalf("%d lines naming %s's prefix; want 1", n, other)
+	}
+}
+
 // skipCounts counts SkippedMessage by reason, for the relay's goroutine and
 // the test's.
 type skipCounts struct {

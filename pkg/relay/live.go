@@ -384,6 +384,12 @@ type liveWatcher struct {
 
 	fenceWant checkpoint.LSN
 	see       uint32 // See's transaction
+	prefixAsk uint64 // ReadPrefixes's latest ask
+
+	// prefixDone is the latest ask a read of the prefixes answered, at
+	// prefixesAt (the watcher's goroutine's).
+	prefixDone uint64
+	prefixesAt time.Time
 
 	recorded      checkpoint.LSN // what the state row says
 	recordedEvent checkpoint.LSN
@@ -421,6 +427,13 @@ func (w *liveWatcher) See(xid uint32) {
 func (w *liveWatcher) RaiseFence(lsn checkpoint.LSN) {
 	w.mu.Lock()
 	w.fenceWant = max(w.fenceWant, lsn)
+	w.mu.Unlock()
+	w.Check()
+}
+
+func (w *liveWatcher) ReadPrefixes(ask uint64) {
+	w.mu.Lock()
+	w.prefixAsk = max(w.prefixAsk, ask)
 	w.mu.Unlock()
 	w.Check()
 }
@@ -475,7 +488,7 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 	defer cancel()
 	var res catalogResult
 	w.mu.Lock()
-	see := w.see
+	see, ask := w.see, w.prefixAsk
 	w.mu.Unlock()
 	// A connection that was ended (a shutdown, pg_terminate_backend) is
 	// replaced at once, once: a server that shuts down refuses the new one.
@@ -494,6 +507,7 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 		}
 		if err == nil {
 			res := catalogResult{Catalog: cat, Saw: see, Attached: attached}
+			w.readPrefixes(cctx, &res, ask)
 			w.raiseFence(cctx, &res)
 			return res
 		}
@@ -507,6 +521,26 @@ func (w *liveWatcher) check(ctx context.Context) catalogResult {
 		}
 	}
 	return res
+}
+
+// otherPrefixesEvery is how often a check reads, unasked, the prefixes
+// other slots relay with: a relay added to the database or taken away
+// while this session streams is known within it.
+const otherPrefixesEvery = 30 * time.Second
+
+// readPrefixes reads the prefixes other slots relay with into res, when
+// the session asked (ask: the latest ask before the check began) or
+// otherPrefixesEvery has passed, and a state table records them.
+func (w *liveWatcher) readPrefixes(ctx context.Context, res *catalogResult, ask uint64) {
+	if w.cfg.StateTable == "" || (ask <= w.prefixDone && time.Since(w.prefixesAt) < otherPrefixesEvery) {
+		return
+	}
+	p, err := replication.RelayedPrefixes(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot)
+	if err != nil {
+		w.log.Debug("could not read which prefixes other slots relay", zap.Error(err))
+	}
+	res.OtherPrefixes, res.PrefixesFor = p, ask
+	w.prefixDone, w.prefixesAt = ask, time.Now()
 }
 
 // checkAttached looks at the partitions attached since the last check for

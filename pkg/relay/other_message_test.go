@@ -2,6 +2,7 @@ package relay
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -35,8 +36,9 @@ func TestMessageThatLooksLikeAnEventNoRelayClaimsIsAnError(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	obs := &skipCounter{n: map[string]int{}}
 	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
+	w := &askWatcher{}
 	s := &session{r: &Relay{obs: obs, cfg: DefaultConfig()}, clock: clk, tr: checkpoint.New(1), log: zap.New(core),
-		start: replication.Start{OtherPrefixes: map[string]string{"orders": "slot_b"}}}
+		otherPrefixes: map[string]string{"orders": "slot_b"}, watcher: w}
 	event := []byte(`{"id":"3f1c5b8e-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"o1","type":"Created","payload":{"x":1}}`)
 	lsn := checkpoint.LSN(0x100)
 	msg := func(prefix string, content []byte) {
@@ -51,6 +53,9 @@ func TestMessageThatLooksLikeAnEventNoRelayClaimsIsAnError(t *testing.T) {
 	msg("orders2", event)
 	msg("orders2", event)
 	msg("orders3", []byte(`{"id":"1","payload":null}`))
+	// The prefixes read again, as the catalog check does when asked: no
+	// other slot relays orders2 or orders3.
+	s.prefixesRead(catalogResult{OtherPrefixes: map[string]string{"orders": "slot_b"}, PrefixesFor: w.asked})
 	errs := logs.FilterLevelExact(zapcore.ErrorLevel)
 	if errs.Len() != 2 || errs.FilterField(zap.String("prefix", "orders2")).Len() != 1 || errs.FilterField(zap.String("prefix", "orders3")).Len() != 1 {
 		t.Fatalf("errors: %v; want one for orders2 and one for orders3 (event-shaped, no relay records them), none for orders (slot_b's)", errs.All())
@@ -63,5 +68,64 @@ func TestMessageThatLooksLikeAnEventNoRelayClaimsIsAnError(t *testing.T) {
 		if obs.n[r] != n {
 			t.Fatalf("counted %v; want %v", obs.n, want)
 		}
+	}
+}
+
+// askWatcher is a catalog watcher that only records ReadPrefixes's asks.
+type askWatcher struct {
+	catalogWatcher
+	asked uint64
+	asks  int
+}
+
+func (w *askWatcher) ReadPrefixes(ask uint64) { w.asked, w.asks = max(w.asked, ask), w.asks+1 }
+
+// TestPrefixOfARelayAddedOrTakenAwayWhileStreaming: which prefixes other
+// slots relay was read at the session's start only. A relay added to the
+// database while this one streamed had its event messages taken for a
+// misspelt prefix's, each an Error here feeding the unclaimed-events alert
+// until this relay's next session; one taken away went on covering its
+// prefix. An event-shaped message of a prefix no slot recorded is now
+// held, and judged by a reading of the prefixes made after it; readings
+// the checks make unasked replace what is known. Unit level: the session
+// is fed the messages and the readings.
+func TestPrefixOfARelayAddedOrTakenAwayWhileStreaming(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	obs := &skipCounter{n: map[string]int{}}
+	w := &askWatcher{}
+	s := &session{r: &Relay{obs: obs, cfg: DefaultConfig()}, clock: &stepClock{now: time.Unix(1_800_000_000, 0)}, tr: checkpoint.New(1),
+		log: zap.New(core), otherPrefixes: map[string]string{"gone": "slot_d"}, watcher: w}
+	event := []byte(`{"id":"3f1c5b8e-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"o1","type":"Created","payload":{"x":1}}`)
+	lsn := checkpoint.LSN(0x100)
+	msg := func(prefix string) {
+		lsn += 0x10
+		s.otherMessage(&replication.Message{Transactional: true, LSN: lsn, Prefix: prefix, Content: event})
+	}
+	// slot_c's relay started after this session: its first messages are
+	// held, and one read is asked for.
+	msg("added")
+	msg("added")
+	if w.asks != 1 || len(obs.n) != 0 {
+		t.Fatalf("asks %d, counted %v; want one ask and nothing judged before the reading", w.asks, obs.n)
+	}
+	// A reading that began before the ask judges nothing.
+	s.prefixesRead(catalogResult{OtherPrefixes: map[string]string{"gone": "slot_d"}, PrefixesFor: w.asked - 1})
+	if len(obs.n) != 0 {
+		t.Fatalf("counted %v on a reading older than the messages", obs.n)
+	}
+	// The reading after them names slot_c's prefix, and slot_d is gone.
+	s.prefixesRead(catalogResult{OtherPrefixes: map[string]string{"added": "slot_c"}, PrefixesFor: w.asked})
+	msg("added")
+	if obs.n[SkippedAnotherRelays] != 3 || obs.n[SkippedUnclaimedEvent] != 0 {
+		t.Fatalf("counted %v; want the three messages of slot_c's prefix as another relay's", obs.n)
+	}
+	msg("gone")
+	s.settleUnsure(math.MaxUint64) // the session's end
+	errs := logs.FilterLevelExact(zapcore.ErrorLevel)
+	if errs.Len() != 1 || errs.FilterField(zap.String("prefix", "gone")).Len() != 1 || obs.n[SkippedUnclaimedEvent] != 1 {
+		t.Fatalf("errors %v, counted %v; want one Error, for the prefix of the relay taken away", errs.All(), obs.n)
+	}
+	if n := logs.FilterMessageSnippet("another slot relays").FilterField(zap.String("relayed_by_slots", "slot_c")).Len(); n != 1 {
+		t.Fatalf("%d lines naming slot_c's prefix; want 1", n)
 	}
 }

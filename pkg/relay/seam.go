@@ -73,6 +73,10 @@ type catalogWatcher interface {
 	// the session may confirm up to at least lsn (the fence); it never
 	// blocks. The check's result carries the fence the row then holds.
 	RaiseFence(lsn checkpoint.LSN)
+	// ReadPrefixes asks a check soon to read, as well, the messages.prefix
+	// other slots relay with (replication.RelayedPrefixes); it never
+	// blocks. Asks are numbered, and a result says the latest it covers.
+	ReadPrefixes(ask uint64)
 	// Stop ends the watcher and waits for it; it records the final
 	// confirmed position first when it can within ctx, and sent as where
 	// the session stopped: the furthest position the process may have
@@ -97,6 +101,13 @@ type catalogResult struct {
 	// Attached names the partitions attached since the session started
 	// that held rows from before (replication.AttachedWithOlderRows).
 	Attached []string
+	// OtherPrefixes, when not nil, is the messages.prefix other slots
+	// relay with, by prefix their names, as this check read them (every
+	// otherPrefixesEvery, and when asked). PrefixesFor is the latest
+	// ReadPrefixes ask made before the check began, which it answers
+	// (OtherPrefixes is nil when it could not read them).
+	OtherPrefixes map[string]string
+	PrefixesFor   uint64
 }
 
 // clock is time for the loop: the real one, or the tests' fake.

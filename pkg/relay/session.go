@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -72,6 +73,12 @@ type session struct {
 	prefixesLogged    map[string]bool
 	eventPrefixes     map[string]bool
 	eventPrefixLogged time.Time
+	// otherPrefixes: the messages.prefix other slots relay with, as last
+	// read (the start's, then the catalog checks'); unsure and prefixAsk:
+	// see holdUnsure.
+	otherPrefixes map[string]string
+	unsure        map[string]*unsurePrefix
+	prefixAsk     uint64
 
 	cur    checkpoint.TxnID
 	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
@@ -210,6 +217,7 @@ func newSession(r *Relay, ctx context.Context, start replication.Start, st strea
 		fence:         start.Slot.ConfirmedFlushLSN,
 		fenceOn:       r.cfg.Postgres.StateTable != "",
 		warnedXmin:    start.Catalog.PublicationXmin,
+		otherPrefixes: start.OtherPrefixes,
 	}
 	s.topics = newTopicGate(s, r.be.StartTopicChecker(r.cfg.Kafka, s.wake))
 	s.watcher = r.be.StartCatalogWatcher(r.cfg.Postgres, r.instance, &start.Catalog, s.wake)
@@ -543,6 +551,7 @@ func (s *session) catalog(res catalogResult) error {
 		s.fenceOn = false
 	}
 	s.latest, s.latestSaw = res.Catalog, res.Saw
+	s.prefixesRead(res)
 	if s.pendingRel != nil {
 		s.classifyPending()
 	}
@@ -1003,14 +1012,13 @@ func (s *session) relation(rel *replication.Relation) {
 // likely an event no one relays (a writer's prefix that is not
 // messages.prefix): it is skipped and the slot confirmed past it, so it is
 // said at Error, for each such prefix once per session (at most once a
-// minute past a thousand prefixes), and counted.
+// minute past a thousand prefixes), and counted. Which prefixes other
+// slots relay is read again while the session streams (other_prefixes.go):
+// a relay added to the database since its start is not taken for a
+// misspelt prefix, and one taken away no longer covers its prefix.
 func (s *session) otherMessage(m *replication.Message) {
-	if slots, ok := s.start.OtherPrefixes[m.Prefix]; ok {
-		s.r.obs.SkippedMessage(SkippedAnotherRelays)
-		if s.logPrefixOnce(m.Prefix) {
-			s.log.Info("skipping logical decoding messages of a prefix another slot relays", zap.String("prefix", m.Prefix),
-				zap.String("relayed_by_slots", slots), zap.String("messages.prefix", s.r.cfg.Messages.Prefix), zap.Stringer("lsn", m.LSN))
-		}
+	if slots, ok := s.otherPrefixes[m.Prefix]; ok {
+		s.anotherRelays(m.Prefix, slots, m.LSN, 1)
 		return
 	}
 	if !s.eventPrefixes[m.Prefix] && !s.looksLikeEvent(m.Content) {
@@ -1021,8 +1029,32 @@ func (s *session) otherMessage(m *replication.Message) {
 		}
 		return
 	}
-	s.r.obs.SkippedMessage(SkippedUnclaimedEvent)
 	if s.eventPrefixes[m.Prefix] {
+		s.r.obs.SkippedMessage(SkippedUnclaimedEvent)
+		return
+	}
+	s.holdUnsure(m)
+}
+
+// anotherRelays counts n messages of a prefix another slot relays, and
+// names it once.
+func (s *session) anotherRelays(prefix, slots string, lsn checkpoint.LSN, n int) {
+	for range n {
+		s.r.obs.SkippedMessage(SkippedAnotherRelays)
+	}
+	if s.logPrefixOnce(prefix) {
+		s.log.Info("skipping logical decoding messages of a prefix another slot relays", zap.String("prefix", prefix),
+			zap.String("relayed_by_slots", slots), zap.String("messages.prefix", s.r.cfg.Messages.Prefix), zap.Stringer("lsn", lsn))
+	}
+}
+
+// unclaimedEvent counts n messages that look like events, of a prefix no
+// relay records, and says so at Error.
+func (s *session) unclaimedEvent(prefix string, lsn checkpoint.LSN, transactional bool, n int) {
+	for range n {
+		s.r.obs.SkippedMessage(SkippedUnclaimedEvent)
+	}
+	if s.eventPrefixes[prefix] {
 		return
 	}
 	if len(s.eventPrefixes) >= 1000 {
@@ -1035,11 +1067,11 @@ func (s *session) otherMessage(m *replication.Message) {
 		if s.eventPrefixes == nil {
 			s.eventPrefixes = map[string]bool{}
 		}
-		s.eventPrefixes[m.Prefix] = true
+		s.eventPrefixes[prefix] = true
 	}
 	s.log.Error("skipping a logical decoding message that looks like an outbox event, whose prefix is not messages.prefix and is relayed by no other slot (no state row records it): if it is an event, it is lost; set messages.prefix (or the writer's prefix) so that they match. Every message of this prefix is skipped and counted in pgoutbox_skipped_messages_total{reason=\"unclaimed_event\"}",
-		zap.String("prefix", m.Prefix), zap.String("messages.prefix", s.r.cfg.Messages.Prefix), zap.Stringer("lsn", m.LSN),
-		zap.Bool("transactional", m.Transactional))
+		zap.String("prefix", prefix), zap.String("messages.prefix", s.r.cfg.Messages.Prefix), zap.Stringer("lsn", lsn),
+		zap.Bool("transactional", transactional))
 }
 
 // logPrefixOnce says whether to name prefix in the log: once per session,
@@ -1477,6 +1509,8 @@ func (s *session) finish(cause error) {
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(2*time.Second))
 	s.watcher.Stop(wctx, s.r.history.lastConfirmed)
 	cancel()
+	// Messages still held are judged by what is known (loud, if anything).
+	s.settleUnsure(math.MaxUint64)
 	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.sentConfirmed), zap.NamedError("cause", cause))
 }
 

@@ -1126,6 +1126,9 @@ type simWatcher struct {
 	asked   bool
 	last    time.Time
 	results chan catalogResult
+	// prefixAsk, prefixDone: ReadPrefixes's latest ask, and the latest a
+	// check answered (no other slot relays a prefix here).
+	prefixAsk, prefixDone uint64
 }
 
 func (c *simWatcher) Check()                                   { c.asked = true }
@@ -1134,6 +1137,7 @@ func (c *simWatcher) RaiseFence(lsn checkpoint.LSN)            { c.want, c.asked
 func (c *simWatcher) Results() <-chan catalogResult            { return c.results }
 func (c *simWatcher) Confirmed(checkpoint.LSN, checkpoint.LSN) {}
 func (c *simWatcher) Stop(context.Context, checkpoint.LSN)     {}
+func (c *simWatcher) ReadPrefixes(ask uint64)                  { c.prefixAsk, c.asked = max(c.prefixAsk, ask), true }
 
 func (c *simWatcher) answer() bool {
 	w := c.w
@@ -1163,6 +1167,9 @@ func (c *simWatcher) answer() bool {
 		cat.CheckedAt = at
 	}
 	res := catalogResult{Catalog: cat, Saw: c.see}
+	if c.prefixAsk > c.prefixDone {
+		res.OtherPrefixes, res.PrefixesFor, c.prefixDone = map[string]string{}, c.prefixAsk, c.prefixAsk
+	}
 	if c.want > c.granted {
 		// Raised in the check's round trip, to its WAL position at least.
 		w.fence = max(w.fence, c.want, at)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/checkpoint"
@@ -727,6 +728,57 @@ func TestKafkaFrozen(t *testing.T) {
 		}
 		fk.r.p.waitLog(t, "stopping with events not confirmed to PostgreSQL", time.Second)
 		env.KafkaResume(t)
+		fk.r.restart()
+		fk.finish(t)
+	})
+
+	t.Run("servers-frozen-sigterm", func(t *testing.T) {
+		// Both servers hang: the broker, and every backend of the relay
+		// (its walsender, the catalog watcher's, the slot membership's),
+		// held with SIGSTOP, which a real server cannot be made to do on
+		// demand. The stop's budget still holds: every step past the
+		// drain gives up at its end.
+		env := testenv.RequireExclusive(t)
+		const shutdown = 5 * time.Second
+		fk := freezeKafka(t, env, wst, "PGOUTBOX_RELAY_SHUTDOWN_TIMEOUT=5s")
+		fk.hold(t, 3*time.Second)
+		ctx := context.Background()
+		rows, err := fk.r.f.checkDB.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgoutbox%' AND pid <> pg_backend_pid()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil || len(pids) < 2 {
+			t.Fatalf("the relay's backends: %v %v; want its walsender and its catalog watcher's at least", pids, err)
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
+				t.Fatalf("hold backend %d: %v", pid, err)
+			}
+		}
+		resumed := false
+		resume := func() {
+			if !resumed {
+				resumed = true
+				for _, pid := range pids {
+					_ = syscall.Kill(int(pid), syscall.SIGCONT)
+				}
+			}
+		}
+		defer resume()
+		if err := fk.r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		code := fk.r.p.wait(t, time.Minute)
+		took := time.Since(sent)
+		t.Logf("SIGTERM with Kafka and the relay's backends held: exit %d after %s", code, took.Round(time.Millisecond))
+		for _, l := range fk.r.p.logLines(t, "") { t.Log(l) }
+		resume()
+		env.KafkaResume(t)
+		if code != 0 || took > shutdown+500*time.Millisecond {
+			t.Fatalf("SIGTERM with both servers held: exit %d after %s, want 0 within relay.shutdown.timeout (%s)", code, took, shutdown)
+		}
 		fk.r.restart()
 		fk.finish(t)
 	})

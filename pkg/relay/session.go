@@ -1482,7 +1482,7 @@ func (s *session) finish(cause error) {
 			zap.Stringer("last_event_commit", s.eventCommit), zap.Bool("forced", errors.Is(cause, errForced) || s.forced()))
 	}
 	if !replication.IsConnError(cause) {
-		ctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.streamEndBy())
 		confirmed := s.confirmable()
 		s.r.history.lastConfirmed = max(s.r.history.lastConfirmed, confirmed)
 		s.ending.Store(true)
@@ -1493,13 +1493,13 @@ func (s *session) finish(cause error) {
 			s.watcher.Confirmed(confirmed, min(s.eventCommit, confirmed))
 			s.progress()
 			// Make sure the server applied it before the connection goes.
-			if err := s.st.EndStream(s.finalBy(time.Second).Sub(s.clock.Now())); err != nil {
+			if err := s.st.EndStream(s.streamEndBy().Sub(s.clock.Now())); err != nil {
 				s.log.Warn("end of the replication stream", zap.Error(err))
 			}
 		}
 		cancel()
 	}
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(time.Second))
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.streamEndBy())
 	if err := s.st.Close(cctx); err != nil {
 		s.log.Debug("close replication connection", zap.Error(err))
 	}
@@ -1520,6 +1520,20 @@ func (s *session) finalBy(d time.Duration) time.Time {
 	t := s.clock.Now().Add(d)
 	if s.stopping && s.stopBy.Before(t) {
 		return s.stopBy
+	}
+	return t
+}
+
+// streamEndBy bounds each step that ends the stream (the final status, its
+// end, the close): a second from now, and when stopping, not past the
+// stop's budget less kafka.CloseGrace, which the producer's close that
+// follows may need past its own deadline to close the connections under
+// it. With the budget alone, a server that did not answer the end of the
+// stream took all of it, and the stop ran CloseGrace past the budget.
+func (s *session) streamEndBy() time.Time {
+	t := s.finalBy(time.Second)
+	if by := s.stopBy.Add(-kafka.CloseGrace); s.stopping && by.Before(t) {
+		return by
 	}
 	return t
 }

@@ -58,7 +58,6 @@ var connectorIgnored = map[string]string{
 	"errors.log.include.messages":               "pgoutbox never logs a payload",
 	"errors.retry.timeout":                      "retriable errors are retried by the producer (kafka.retry.*)",
 	"errors.retry.delay.max.ms":                 "retriable errors are retried by the producer (kafka.retry.*)",
-	"message.prefix.exclude.list":               "only messages with the prefix messages.prefix are events",
 	"slot.stream.params":                        "",
 	"slot.max.retries":                          "reconnects use relay.restart.backoff*",
 	"slot.retry.delay.ms":                       "reconnects use relay.restart.backoff*",
@@ -438,22 +437,15 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 			}
 		}
 	}
-	if v, ok := get("message.prefix.include.list"); ok {
-		prefixes := strings.Split(v, ",")
-		p := strings.TrimSpace(prefixes[0])
-		switch {
-		case strings.Trim(v, ", \t") == "":
-			// To Debezium an empty include list is every prefix; as
-			// pgoutbox's messages.prefix, empty turns the table-less outbox
-			// off, and its messages would be skipped without a word.
-			refuse("message.prefix.include.list", "names no prefix: Debezium reads an empty list as every prefix, and pgoutbox would turn the table-less outbox off; name the one prefix of the outbox messages, or remove the key to keep messages.prefix (outbox unless set)")
-		case len(prefixes) > 1 || strings.ContainsAny(p, `*+?[](){}|^$\.`):
-			refuse("message.prefix.include.list", "pgoutbox routes the logical decoding messages of one prefix (messages.prefix): name it")
-		default:
-			cfg.Messages.Prefix = p
-		}
-	}
-
+	// Logical decoding messages: Debezium's connector writes each one its
+	// prefix filters let through to <topic.prefix>.message with its
+	// change-event envelope, and the EventRouter passes it on unchanged (it
+	// routes rows, not messages; a real Debezium 3.6.1 did so). pgoutbox
+	// writes no such records: the filters only say which messages the
+	// relay must name as records Debezium would have written. They do not
+	// set messages.prefix (the table-less outbox, pgoutbox's own: set it
+	// in the file or with PGOUTBOX_MESSAGES_PREFIX).
+	cfg.Messages.Debezium = debeziumMessages(conn, get)
 	// Kafka Connect's exactly-once source support (KIP-618): required is
 	// pgoutbox's exactly-once mode; requested (Connect's default) and
 	// anything else leave it off, as a worker without
@@ -533,6 +525,22 @@ func applyProducerOverrides(cfg *fileConfig, get func(string) (string, bool), re
 			cfg.Kafka.MaxMessageBytes = n
 		}
 	}
+	// The partition of a keyed record: pgoutbox hashes the key as Kafka's
+	// built-in partitioner does (the conformance suite holds it to the
+	// partitions Debezium wrote). A partitioner that ignores keys put a
+	// real Debezium's records on other partitions than pgoutbox's, and
+	// after a cutover one aggregate's events would be on two partitions,
+	// their order lost (a black-box review saw a1..a6 spread differently).
+	if v, ok := get("producer.override.partitioner.class"); ok {
+		switch strings.TrimSpace(v) {
+		case "", "org.apache.kafka.clients.producer.internals.DefaultPartitioner":
+		default:
+			refuse("producer.override.partitioner.class", "pgoutbox puts a keyed record on the partition Kafka's built-in partitioner chooses by its key, as Debezium does with no partitioner set; another partitioner puts records elsewhere, and after a cutover one aggregate's events would be on two partitions: remove it (or move its records to the built-in partitioner's partitions yourself)")
+		}
+	}
+	if v, ok := get("producer.override.partitioner.ignore.keys"); ok && !strings.EqualFold(strings.TrimSpace(v), "false") {
+		refuse("producer.override.partitioner.ignore.keys", "pgoutbox puts a keyed record on the partition its key hashes to, as Debezium does by default; ignoring keys put Debezium's records elsewhere, and after a cutover one aggregate's events would be on two partitions: remove it")
+	}
 	if v, ok := get("producer.override.compression.type"); ok {
 		switch c := strings.ToLower(strings.TrimSpace(v)); c {
 		case "none", "gzip", "snappy", "lz4", "zstd":
@@ -541,6 +549,51 @@ func applyProducerOverrides(cfg *fileConfig, get func(string) (string, bool), re
 			refuse("producer.override.compression.type", "use none, gzip, snappy, lz4 or zstd")
 		}
 	}
+}
+
+// debeziumMessages is what Debezium's connector does with logical
+// decoding messages (relay.DebeziumMessages), from topic.prefix (or
+// database.server.name) and message.prefix.include.list / exclude.list.
+// Debezium reads each list as regular expressions, each matching a whole
+// prefix in either case. One that Go cannot compile is taken to include
+// every prefix, or to exclude none: the relay then names too many
+// messages, never too few.
+func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *relay.DebeziumMessages {
+	name, ok := conn["topic.prefix"]
+	if !ok {
+		name = conn["database.server.name"]
+	}
+	if name = strings.TrimSpace(name); name == "" {
+		name = "<topic.prefix>"
+	}
+	d := &relay.DebeziumMessages{Topic: name + ".message"}
+	list := func(key string, include bool) []*regexp.Regexp {
+		v, _ := get(key)
+		var out []*regexp.Regexp
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			re, err := regexp.Compile(`(?i)\A(?:` + p + `)\z`)
+			switch {
+			case err == nil:
+				out = append(out, re)
+			case include:
+				out = append(out, regexp.MustCompile(``))
+			}
+		}
+		return out
+	}
+	d.Include, d.Exclude = list("message.prefix.include.list", true), list("message.prefix.exclude.list", false)
+	return d
+}
+
+// writesNoMessage says whether Debezium writes no message at all: no
+// include list, and an exclude list that takes every prefix (.*).
+func writesNoMessage(d *relay.DebeziumMessages) bool {
+	return len(d.Include) == 0 && slices.ContainsFunc(d.Exclude, func(re *regexp.Regexp) bool {
+		return re.MatchString("") && re.MatchString("outbox") && re.MatchString("Z9_-.x")
+	})
 }
 
 // sameBrokers says whether a and b name the same brokers, in any order.

@@ -249,7 +249,8 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"skipped updates", map[string]string{"skipped.operations": "u,t"}, nil, true},
 		{"tombstones and heartbeats", map[string]string{"tombstones.on.delete": "true", "heartbeat.interval.ms": "10000", "heartbeat.action.query": "UPDATE hb SET ts = now()"}, nil, true},
 		{"one message prefix", map[string]string{"message.prefix.include.list": "outbox"}, nil, true},
-		{"two message prefixes", map[string]string{"message.prefix.include.list": "a,b"}, nil, false},
+		{"two message prefixes", map[string]string{"message.prefix.include.list": "a,b"}, nil, true},
+		{"message prefix patterns", map[string]string{"message.prefix.include.list": "audit.*", "message.prefix.exclude.list": ".*"}, nil, true},
 		{"fixed topic and replacement", map[string]string{"transforms.outbox.route.topic": "orders", "transforms.outbox.route.topic.replacement": "x.${routedByValue}"}, nil, false},
 		{"constant replacement that is no topic", map[string]string{"transforms.outbox.route.topic.replacement": "all events"}, nil, false},
 		{"constant replacement", map[string]string{"transforms.outbox.route.topic.replacement": "all.events"}, nil, true},
@@ -281,8 +282,10 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"empty table list", map[string]string{"table.include.list": jsonEmpty}, nil, false},
 		{"blank table list", map[string]string{"table.include.list": " , "}, nil, false},
 		{"null table list", map[string]string{"table.include.list": jsonNull}, nil, true},
-		{"empty message prefix", map[string]string{"message.prefix.include.list": jsonEmpty}, nil, false},
-		{"blank message prefix", map[string]string{"message.prefix.include.list": " "}, nil, false},
+		// Debezium's filters of the message records it writes, which set
+		// nothing in pgoutbox: empty is no filter to both.
+		{"empty message prefix", map[string]string{"message.prefix.include.list": jsonEmpty}, nil, true},
+		{"blank message prefix", map[string]string{"message.prefix.include.list": " "}, nil, true},
 		{"null message prefix", map[string]string{"message.prefix.include.list": jsonNull}, nil, true},
 		{"null snapshot mode (Debezium's initial)", map[string]string{"snapshot.mode": jsonNull}, nil, true},
 		// Kafka Connect's per-connector producer overrides.
@@ -292,6 +295,10 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"producer override of a size that is none", map[string]string{"producer.override.max.request.size": "big"}, nil, false},
 		{"producer override of the security protocol", map[string]string{"producer.override.security.protocol": "SASL_SSL"}, nil, false},
 		{"producer override of no broker", map[string]string{"producer.override.bootstrap.servers": " , "}, nil, false},
+		{"producer override of the partitioner", map[string]string{"producer.override.partitioner.class": "org.apache.kafka.clients.producer.RoundRobinPartitioner"}, nil, false},
+		{"producer override of the default partitioner", map[string]string{"producer.override.partitioner.class": "org.apache.kafka.clients.producer.internals.DefaultPartitioner"}, nil, true},
+		{"producer override ignoring keys", map[string]string{"producer.override.partitioner.ignore.keys": "true"}, nil, false},
+		{"producer override keeping keys", map[string]string{"producer.override.partitioner.ignore.keys": "false"}, nil, true},
 	}
 	t.Setenv("PGOUTBOX_TEST_CONNECTOR_DB", "orders")
 	for _, c := range cases {
@@ -464,14 +471,11 @@ func TestConnectorNullIsAnAbsentKey(t *testing.T) {
 }
 
 // TestConnectorRefusesEmptyIncludeLists: the error names the key and says
-// why, for an empty or blank table.include.list or
-// message.prefix.include.list.
+// why, for an empty or blank table.include.list.
 func TestConnectorRefusesEmptyIncludeLists(t *testing.T) {
 	for _, c := range []struct{ key, value, want string }{
 		{"table.include.list", "", "Debezium reads an empty list as every table"},
 		{"table.include.list", " ,, ", "Debezium reads an empty list as every table"},
-		{"message.prefix.include.list", "", "Debezium reads an empty list as every prefix"},
-		{"message.prefix.include.list", "  ", "Debezium reads an empty list as every prefix"},
 	} {
 		conn := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter,
 			"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter", c.key: c.value}
@@ -558,5 +562,58 @@ func TestEveryCommandThatLoadsTheConfigurationTakesTheConnector(t *testing.T) {
 	}
 	if want := `CREATE PUBLICATION "orders_pub" FOR TABLE "sales"."outbox"`; !strings.Contains(out.String(), want) {
 		t.Fatalf("migrate --print --connector: the SQL lacks %q:\n%s", want, out.String())
+	}
+}
+
+// TestConnectorMessagePrefixListsAreDebeziumsFilters: a real Debezium 3.6.1
+// wrote every logical decoding message its prefix filters let through to
+// <topic.prefix>.message, with its change-event envelope, and its
+// EventRouter passed them on unrouted, message.prefix.include.list=outbox
+// included (a black-box review against it). The import read that list as
+// pgoutbox's messages.prefix, so that an outbox-shaped message Debezium
+// wrote to r41a_s11.message went to an aggregate's topic instead. The
+// lists now only say which messages Debezium would have written (the run
+// names each prefix it meets); messages.prefix stays the file's or
+// pgoutbox's default.
+func TestConnectorMessagePrefixListsAreDebeziumsFilters(t *testing.T) {
+	base := map[string]string{"connector.class": postgresConnector, "transforms": "outbox", "transforms.outbox.type": eventRouter, "topic.prefix": "shop",
+		"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.storage.StringConverter"}
+	apply := func(extra map[string]string) fileConfig {
+		t.Helper()
+		conn := maps.Clone(base)
+		maps.Copy(conn, extra)
+		cfg := defaultFileConfig()
+		cfg.Messages.Prefix = "events" // as the file set it
+		if _, err := applyConnector(&cfg, conn); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Messages.Prefix != "events" || cfg.Messages.Debezium == nil || cfg.Messages.Debezium.Topic != "shop.message" {
+			t.Fatalf("%v: messages.prefix %q, Debezium %+v; want the file's events, and Debezium writing to shop.message", extra, cfg.Messages.Prefix, cfg.Messages.Debezium)
+		}
+		return cfg
+	}
+	for _, c := range []struct {
+		lists  map[string]string
+		writes map[string]bool
+		none   bool
+	}{
+		{nil, map[string]bool{"outbox": true, "audit": true}, false},
+		{map[string]string{"message.prefix.include.list": "outbox"}, map[string]bool{"outbox": true, "OUTBOX": true, "audit": false, "outbox2": false}, false},
+		{map[string]string{"message.prefix.include.list": "aud.*, ord"}, map[string]bool{"audit": true, "ord": true, "orders": false}, false},
+		{map[string]string{"message.prefix.exclude.list": "audit"}, map[string]bool{"audit": false, "outbox": true}, false},
+		{map[string]string{"message.prefix.exclude.list": ".*"}, map[string]bool{"audit": false, "outbox": false}, true},
+		// A list Go cannot read: every prefix written, none excluded.
+		{map[string]string{"message.prefix.include.list": "(?<=a)b"}, map[string]bool{"audit": true}, false},
+		{map[string]string{"message.prefix.exclude.list": "(?<=a)b"}, map[string]bool{"audit": true}, false},
+	} {
+		d := apply(c.lists).Messages.Debezium
+		for prefix, want := range c.writes {
+			if d.Writes(prefix) != want {
+				t.Errorf("%v: writes %q = %v, want %v", c.lists, prefix, !want, want)
+			}
+		}
+		if writesNoMessage(d) != c.none {
+			t.Errorf("%v: writes no message = %v, want %v", c.lists, !c.none, c.none)
+		}
 	}
 }

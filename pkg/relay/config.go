@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -44,6 +45,35 @@ type Messages struct {
 	// transactional = false, which is not tied to any transaction's outcome:
 	// "refuse" (stop with an error naming it) or "accept" (route it too).
 	NonTransactional string `yaml:"nontransactional"`
+	// Debezium, set by the Kafka Connect import (--connector), is what
+	// Debezium's connector does with logical decoding messages; nil
+	// otherwise. See DebeziumMessages.
+	Debezium *DebeziumMessages `yaml:"-"`
+}
+
+// DebeziumMessages is what Debezium's PostgreSQL connector does with the
+// logical decoding messages of its database: it writes each one whose
+// prefix its message.prefix.include.list / exclude.list let through to
+// Topic (<topic.prefix>.message) with its change-event envelope, and its
+// EventRouter passes them on unchanged (it routes rows, not messages). A
+// real Debezium 3.6.1 did both (a black-box review). pgoutbox writes no
+// such records, and routes the messages of messages.prefix as events: the
+// session says each difference once per prefix, at Warn, so that a
+// cutover from Debezium does not lose a consumer's records unseen.
+type DebeziumMessages struct {
+	Topic            string
+	Include, Exclude []*regexp.Regexp // whole-prefix matches, either case
+}
+
+// Writes says whether Debezium would write a message with prefix to Topic.
+func (d *DebeziumMessages) Writes(prefix string) bool {
+	match := func(res []*regexp.Regexp) bool {
+		return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(prefix) })
+	}
+	if len(d.Include) > 0 {
+		return match(d.Include)
+	}
+	return !match(d.Exclude)
 }
 
 // RouterSet builds the router for every table: the router section for all,

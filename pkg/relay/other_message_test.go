@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"testing"
 	"time"
 
@@ -127,5 +128,34 @@ func TestPrefixOfARelayAddedOrTakenAwayWhileStreaming(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("another slot relays").FilterField(zap.String("relayed_by_slots", "slot_c")).Len(); n != 1 {
 		t.Fatalf("%d lines naming slot_c's prefix; want 1", n)
+	}
+}
+
+// TestMessagesDebeziumWouldHaveWrittenAreNamed: started from a connector
+// configuration, the relay names at Warn, once per prefix, each logical
+// decoding message Debezium's connector would have written to its message
+// topic: one it skips, and one of messages.prefix it routes as an event
+// instead. A real Debezium 3.6.1 wrote both to <topic.prefix>.message; the
+// relay skipped the first at Info and routed the second without a word.
+// Unit level: the session is fed the messages.
+func TestMessagesDebeziumWouldHaveWrittenAreNamed(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg := DefaultConfig()
+	cfg.Postgres.StateTable = "" // judged at once
+	cfg.Messages.Debezium = &DebeziumMessages{Topic: "shop.message", Exclude: []*regexp.Regexp{regexp.MustCompile(`(?i)\Anoise\z`)}}
+	s := &session{r: &Relay{obs: &skipCounter{n: map[string]int{}}, cfg: cfg}, clock: &stepClock{now: time.Unix(1_800_000_000, 0)},
+		tr: checkpoint.New(1), log: zap.New(core)}
+	lsn := checkpoint.LSN(0x100)
+	for _, prefix := range []string{"audit", "audit", "noise"} {
+		lsn += 0x10
+		if err := s.message(&replication.Message{Transactional: true, LSN: lsn, Prefix: prefix, Content: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.debeziumMessage(&replication.Message{Transactional: true, LSN: lsn + 0x10, Prefix: "outbox", Content: []byte("{}")})
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("debezium_topic", "shop.message"))
+	if warns.Len() != 2 || warns.FilterField(zap.String("prefix", "audit")).FilterMessageSnippet("skips it").Len() != 1 ||
+		warns.FilterField(zap.String("prefix", "outbox")).FilterMessageSnippet("routes it as an outbox event").Len() != 1 {
+		t.Fatalf("warnings %v; want one for audit (skipped) and one for outbox (routed), none for the excluded noise", warns.All())
 	}
 }

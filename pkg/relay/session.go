@@ -79,6 +79,9 @@ type session struct {
 	otherPrefixes map[string]string
 	unsure        map[string]*unsurePrefix
 	prefixAsk     uint64
+	// debeziumLogged: the prefixes of messages Debezium would have written
+	// that were named in the log (debeziumMessage).
+	debeziumLogged map[string]bool
 
 	cur    checkpoint.TxnID
 	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
@@ -915,6 +918,9 @@ func (s *session) handle(ev replication.Event) error {
 // (a commit record may begin right where the message ends).
 func (s *session) message(m *replication.Message) error {
 	cfg := s.r.cfg.Messages
+	if cfg.Debezium != nil {
+		s.debeziumMessage(m)
+	}
 	if cfg.Prefix == "" || m.Prefix != cfg.Prefix {
 		s.otherMessage(m)
 		return nil

@@ -106,6 +106,9 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		p = append([]string{shared}, p...)
 	}
 	if len(p) > 0 {
+		if other := otherSpellings(ctx, conn, cfg.QualifiedTables()); other != "" {
+			p = append(p, other)
+		}
 		return st, &CatalogError{Publication: cfg.Publication, Problems: p, Err: ErrCatalogUnusable}
 	}
 	for _, t := range st.Catalog.Tables {
@@ -414,6 +417,9 @@ func createPublication(ctx context.Context, conn *pgx.Conn, cfg Config, log *zap
 		var pe *pgconn.PgError
 		switch {
 		case errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
+			if other := otherSpellings(ctx, conn, cfg.QualifiedTables()); other != "" {
+				return fmt.Errorf("replication: create publication %q: %w; %s", cfg.Publication, err, other)
+			}
 			return fmt.Errorf("replication: create publication %q: %w; create the outbox table (pgoutbox migrate) or correct postgres.table.include.list", cfg.Publication, err)
 		case errors.As(err, &pe) && pe.Code == "42501": // insufficient_privilege
 			return fmt.Errorf("replication: create publication %q: %w; create the publication as the tables' owner (pgoutbox migrate), or give this role CREATE on the database and ownership of the tables", cfg.Publication, err)
@@ -581,4 +587,38 @@ func alterSlotFailover(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("replication: make slot %q a failover slot: %w", cfg.Slot, err)
 	}
 	return nil
+}
+
+// otherSpellings names the tables whose schema and name differ only in
+// case from a configured outbox table that does not exist ("" when there
+// are none, or they cannot be read): Debezium matches table.include.list
+// in either case, so a connector JSON that names public.Outbox worked
+// there for public.outbox, and pgoutbox's "does not exist, create it"
+// alone sent its user to make a second table.
+func otherSpellings(ctx context.Context, conn *pgx.Conn, names []string) string {
+	var found []string
+	for _, name := range names {
+		schema, table, err := splitTable(name)
+		if err != nil {
+			continue
+		}
+		rows, err := conn.Query(ctx, `SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE lower(n.nspname) = lower($1) AND lower(c.relname) = lower($2) AND c.relkind IN ('r', 'p')
+			AND NOT (n.nspname = $1 AND c.relname = $2) AND NOT EXISTS (SELECT 1 FROM pg_class c2 JOIN pg_namespace n2 ON n2.oid = c2.relnamespace WHERE n2.nspname = $1 AND c2.relname = $2)
+			ORDER BY 1`, schema, table)
+		if err != nil {
+			return ""
+		}
+		others, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return ""
+		}
+		for _, o := range others {
+			found = append(found, fmt.Sprintf("%s names no table, and %s is spelt otherwise", name, o))
+		}
+	}
+	if len(found) == 0 {
+		return ""
+	}
+	return strings.Join(found, "; ") + ": PostgreSQL tells names apart by case (Debezium matches table.include.list in either case); list each outbox table as it is spelt"
 }

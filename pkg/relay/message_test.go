@@ -74,6 +74,35 @@ func TestMessageThatIsNotUTF8IsAnError(t *testing.T) {
 	}
 }
 
+// TestMessageEscapesNoTextHoldsAreAnError: encoding/json read a lone
+// surrogate escape as U+FFFD and \u0000 as a NUL, without a word: keys
+// written K\ud800 and K\udfff both went out as K\ufffd (a black-box
+// review), one key for two aggregates. PostgreSQL's jsonb refuses both
+// escapes, so such content is refused as content that is not UTF-8 is;
+// pairs, escaped backslashes and the other escapes pass.
+func TestMessageEscapesNoTextHoldsAreAnError(t *testing.T) {
+	msg := func(key, payload string) []byte {
+		return []byte(`{"id":"406c07f3-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"` + key + `","type":"T","payload":` + payload + `}`)
+	}
+	for _, bad := range [][]byte{
+		msg(`K\ud800`, `{}`), msg(`K\udfff`, `{}`), msg(`K\ud800x`, `{}`), msg(`K\ud800\u0041`, `{}`),
+		msg(`K\u0000x`, `{}`), msg(`K1`, `"\ud800"`), msg(`K1`, `{"a":["\udc00"]}`), msg(`K1`, `{"\u0000":1}`),
+	} {
+		if row, err := messageRow("outbox", "payload", bad); err == nil {
+			t.Errorf("%s: read as %q, want an error", bad, row.Values)
+		} else if !strings.Contains(err.Error(), "offset") {
+			t.Errorf("%s: error %q does not say where", bad, err)
+		}
+	}
+	for _, good := range [][]byte{
+		msg(`K\ud83d\ude00`, `{}`), msg(`K\\ud800`, `{}`), msg(`K\\\"\u00e9`, `{"a":"\\u0000"}`), msg(`K\u0041`, `"\ud83d\ude00"`),
+	} {
+		if _, err := messageRow("outbox", "payload", good); err != nil {
+			t.Errorf("%s: %v, want it read", good, err)
+		}
+	}
+}
+
 // TestMessagePayloadIsJSONLikeTheTablesColumn: the payload of the outbox
 // table pgoutbox migrate makes is jsonb, so a JSON string payload is a JSON
 // string there: "" is two bytes (no empty payload: no tombstone with

@@ -19,7 +19,8 @@ import (
 //   - numeric(p,s): Connect's Decimal, the unscaled value with scale s;
 //     numeric without a precision: io.debezium.data.VariableScaleDecimal,
 //     a struct {scale, value} of the value with its trailing zeros
-//     stripped. NaN and the infinities stop Debezium's task.
+//     stripped. NaN and the infinities, which neither holds, are null,
+//     as Debezium 3.6.1 writes them.
 //   - date: io.debezium.time.Date, INT32 days since 1970-01-01.
 //   - time(p): io.debezium.time.Time, INT32 milliseconds since midnight,
 //     for p <= 3; io.debezium.time.MicroTime, INT64 microseconds, for
@@ -61,6 +62,7 @@ const (
 	cvDecimal                       // Connect's Decimal
 	cvVarDecimal                    // io.debezium.data.VariableScaleDecimal
 	cvString                        // STRING: s
+	cvNull                          // null: a numeric's NaN or infinity
 )
 
 // connectValue is the Connect value of a logical-type column.
@@ -262,9 +264,15 @@ func numericValue(mod int32, v []byte) (connectValue, error) {
 		}
 	}
 	if !ok || len(digits) == 0 {
-		// NaN and [-]Infinity: Debezium's task stops on them
-		// ("Got a special value (NaN/Infinity) for Decimal type ...").
-		return connectValue{}, fmt.Errorf("numeric %q: Debezium cannot express it with decimal.handling.mode=precise and stops its task", v)
+		switch string(v) {
+		case "NaN", "Infinity", "-Infinity":
+			// A Decimal cannot hold them: a real Debezium 3.6.1 makes
+			// the column null (key, value, header, envelope) and goes on
+			// (a black-box review; pgoutbox took it for a task that
+			// stops, and made the row poison).
+			return connectValue{kind: cvNull}, nil
+		}
+		return connectValue{}, fmt.Errorf("numeric %q: not a number PostgreSQL prints", v)
 	}
 	for len(digits) > 1 && digits[0] == '0' {
 		digits = digits[1:]
@@ -371,6 +379,8 @@ func (c *connectValue) appendVarDecimalJSON(dst []byte) []byte {
 // (schemas.enable=false, decimal.format=BASE64).
 func (c *connectValue) appendJSON(dst []byte) []byte {
 	switch c.kind {
+	case cvNull:
+		return append(dst, "null"...)
 	case cvInt:
 		return strconv.AppendInt(dst, c.n, 10)
 	case cvDecimal:
@@ -387,6 +397,8 @@ func (c *connectValue) appendJSON(dst []byte) []byte {
 // SimpleHeaderConverter (header true) writes it.
 func (c *connectValue) text(header bool) ([]byte, error) {
 	switch c.kind {
+	case cvNull:
+		return nil, nil
 	case cvInt:
 		return strconv.AppendInt(nil, c.n, 10), nil
 	case cvDecimal:

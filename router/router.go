@@ -337,6 +337,13 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 			if !ok {
 				return 0, rowErr(row, rec, cfg.tsCol, ErrBadTimestamp, strconv.Quote(string(v))+" is neither an ISO timestamp nor epoch milliseconds")
 			}
+			if t.Before(kafkaEpoch) {
+				// The producer cannot encode it (sarama: "invalid
+				// timestamp", which a relay took for a failure to retry,
+				// restarting without end) and Kafka refuses it; so does
+				// Debezium's task (InvalidRecordException).
+				return 0, rowErr(row, rec, cfg.tsCol, ErrBadTimestamp, strconv.Quote(string(v))+" is before 1970-01-01T00:00:00Z, where Kafka's record timestamps start")
+			}
 			rec.Timestamp = t
 		}
 	}
@@ -636,6 +643,9 @@ func (r *Router) envelope(row *Row, rec *Record, lay *layout, expanded []byte) (
 	}
 	return append(b, '}'), nil
 }
+
+// kafkaEpoch is the earliest record timestamp Kafka takes.
+var kafkaEpoch = time.UnixMilli(0)
 
 // columnTime converts a timestamp column: integers are epoch milliseconds
 // (as Debezium reads an INT64 timestamp field); timestamp and timestamptz

@@ -117,6 +117,20 @@ func (t *topicRoute) topic(v, table string) string {
 	return b.String()
 }
 
+// GoRegex rewrites a Java regular expression (java.util.regex) into Go's
+// syntax with the same meaning (translateJavaRegex), checking that it
+// compiles on its own; an error says why it cannot.
+func GoRegex(java string) (string, error) {
+	g, err := translateJavaRegex(java)
+	if err != nil {
+		return "", err
+	}
+	if _, err := regexp.Compile(g); err != nil {
+		return "", err
+	}
+	return g, nil
+}
+
 // translateJavaRegex rewrites a Java regex (java.util.regex, which
 // Debezium's router uses) into Go's syntax with the same meaning: named
 // groups (?<name>...) become (?P<name>...), an unterminated \Q quote is

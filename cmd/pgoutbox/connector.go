@@ -570,11 +570,15 @@ func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *
 	list := func(key string, include bool) []*regexp.Regexp {
 		v, _ := get(key)
 		var out []*regexp.Regexp
-		for _, p := range strings.Split(v, ",") {
+		for _, p := range splitRegexList(v) {
 			if p = strings.TrimSpace(p); p == "" {
 				continue
 			}
-			re, err := regexp.Compile(`(?i)\A(?:` + p + `)\z`)
+			g, err := router.GoRegex(p)
+			var re *regexp.Regexp
+			if err == nil {
+				re, err = regexp.Compile(`(?i)\A(?:` + g + `)\z`)
+			}
 			switch {
 			case err == nil:
 				out = append(out, re)
@@ -586,6 +590,24 @@ func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *
 	}
 	d.Include, d.Exclude = list("message.prefix.include.list", true), list("message.prefix.exclude.list", false)
 	return d
+}
+
+// splitRegexList splits a Debezium list of regular expressions at its
+// commas, as Debezium does: a comma escaped with a backslash is part of
+// its expression (where it means a comma, as in Java).
+func splitRegexList(v string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '\\':
+			i++
+		case ',':
+			out = append(out, v[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, v[start:])
 }
 
 // writesNoMessage says whether Debezium writes no message at all: no

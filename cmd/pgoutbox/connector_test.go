@@ -605,6 +605,12 @@ func TestConnectorMessagePrefixListsAreDebeziumsFilters(t *testing.T) {
 		// A list Go cannot read: every prefix written, none excluded.
 		{map[string]string{"message.prefix.include.list": "(?<=a)b"}, map[string]bool{"audit": true}, false},
 		{map[string]string{"message.prefix.exclude.list": "(?<=a)b"}, map[string]bool{"audit": true}, false},
+		// A comma escaped is part of its expression; a pattern that only
+		// compiles inside the anchors (Java refuses it) excludes nothing;
+		// Java's meaning of a class intersection is kept or refused.
+		{map[string]string{"message.prefix.exclude.list": `a\,b`}, map[string]bool{"a,b": false, "b": true, "a": true}, false},
+		{map[string]string{"message.prefix.exclude.list": `a)|(.*`}, map[string]bool{"audit": true}, false},
+		{map[string]string{"message.prefix.exclude.list": `[a-z&&[^x]]+`}, map[string]bool{"audit": true}, false},
 	} {
 		d := apply(c.lists).Messages.Debezium
 		for prefix, want := range c.writes {

@@ -6,20 +6,25 @@ import (
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
-// debeziumMessage says, once per prefix per session (for at most 100
-// prefixes), at Warn, that Debezium's connector, whose configuration this
+// debeziumMessage says, once per prefix per session (for the first 100
+// prefixes met), at Warn, that Debezium's connector, whose configuration this
 // relay was started from, would have written message m to its message
 // topic (Messages.Debezium), where pgoutbox writes nothing: skipped, or
 // routed as an outbox event when its prefix is messages.prefix.
 func (s *session) debeziumMessage(m *replication.Message) {
 	d := s.r.cfg.Messages.Debezium
-	if !d.Writes(m.Prefix) || s.debeziumLogged[m.Prefix] || len(s.debeziumLogged) >= 100 {
+	if s.debeziumSeen[m.Prefix] || len(s.debeziumSeen) >= 100 {
 		return
 	}
-	if s.debeziumLogged == nil {
-		s.debeziumLogged = map[string]bool{}
+	if s.debeziumSeen == nil {
+		s.debeziumSeen = map[string]bool{}
 	}
-	s.debeziumLogged[m.Prefix] = true
+	// Judged once per prefix: the filters are regular expressions, and
+	// the messages of messages.prefix are every table-less event.
+	s.debeziumSeen[m.Prefix] = true
+	if !d.Writes(m.Prefix) {
+		return
+	}
 	what := "pgoutbox writes no such records, and skips it"
 	if m.Prefix == s.r.cfg.Messages.Prefix {
 		what = "pgoutbox routes it as an outbox event instead (its prefix is messages.prefix), and writes no such record"

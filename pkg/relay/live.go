@@ -387,9 +387,13 @@ type liveWatcher struct {
 	prefixAsk uint64 // ReadPrefixes's latest ask
 
 	// prefixDone is the latest ask a read of the prefixes answered, at
-	// prefixesAt (the watcher's goroutine's).
-	prefixDone uint64
-	prefixesAt time.Time
+	// prefixesAt, after prefixFailed failed reads in a row (the watcher's
+	// goroutine's). relayedPrefixes reads them (nil: from the state table;
+	// tests set it).
+	prefixDone      uint64
+	prefixesAt      time.Time
+	prefixFailed    int
+	relayedPrefixes func(context.Context) (map[string]string, error)
 
 	recorded      checkpoint.LSN // what the state row says
 	recordedEvent checkpoint.LSN
@@ -530,18 +534,37 @@ const otherPrefixesEvery = 30 * time.Second
 
 // readPrefixes reads the prefixes other slots relay with into res, when
 // the session asked (ask: the latest ask before the check began) or
-// otherPrefixesEvery has passed, and a state table records them.
+// otherPrefixesEvery has passed, and a state table records them. A read
+// that fails answers no ask, so that the next check reads again (a
+// timeout, a lock on the state table); only after prefixReadTries
+// failures in a row are the asks answered without a reading, and the
+// session judges by what it knew: loudly, rather than never.
 func (w *liveWatcher) readPrefixes(ctx context.Context, res *catalogResult, ask uint64) {
 	if w.cfg.StateTable == "" || (ask <= w.prefixDone && time.Since(w.prefixesAt) < otherPrefixesEvery) {
 		return
 	}
-	p, err := replication.RelayedPrefixes(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot)
-	if err != nil {
-		w.log.Debug("could not read which prefixes other slots relay", zap.Error(err))
+	read := w.relayedPrefixes
+	if read == nil {
+		read = func(ctx context.Context) (map[string]string, error) {
+			return replication.RelayedPrefixes(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot)
+		}
 	}
+	p, err := read(ctx)
+	if err != nil {
+		w.prefixFailed++
+		w.log.Debug("could not read which prefixes other slots relay", zap.Error(err), zap.Int("failed_reads", w.prefixFailed))
+		if w.prefixFailed < prefixReadTries {
+			return
+		}
+	}
+	w.prefixFailed = 0
 	res.OtherPrefixes, res.PrefixesFor = p, ask
 	w.prefixDone, w.prefixesAt = ask, time.Now()
 }
+
+// prefixReadTries is how many reads of the other slots' prefixes in a row
+// may fail before the session's asks are answered without one.
+const prefixReadTries = 3
 
 // checkAttached looks at the partitions attached since the last check for
 // rows from before they were attached, which were never in the stream,

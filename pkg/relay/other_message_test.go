@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -157,5 +159,45 @@ func TestMessagesDebeziumWouldHaveWrittenAreNamed(t *testing.T) {
 	if warns.Len() != 2 || warns.FilterField(zap.String("prefix", "audit")).FilterMessageSnippet("skips it").Len() != 1 ||
 		warns.FilterField(zap.String("prefix", "outbox")).FilterMessageSnippet("routes it as an outbox event").Len() != 1 {
 		t.Fatalf("warnings %v; want one for audit (skipped) and one for outbox (routed), none for the excluded noise", warns.All())
+	}
+}
+
+// TestFailedReadOfThePrefixesAnswersNoAskAtFirst: the catalog watcher's
+// read of the other slots' prefixes that failed (a timeout, a lock on the
+// state table) answered the session's ask with nothing read, and the
+// session judged the held messages by the list from before: the false
+// Error the reading exists to prevent (a diff review). A failed read now
+// answers no ask, and the next check reads again; only after
+// prefixReadTries failures in a row is the ask answered unread.
+func TestFailedReadOfThePrefixesAnswersNoAskAtFirst(t *testing.T) {
+	fails := 0
+	w := &liveWatcher{cfg: replication.Config{StateTable: "pgoutbox_state", Slot: "a"}, log: zap.NewNop(),
+		relayedPrefixes: func(context.Context) (map[string]string, error) {
+			if fails > 0 {
+				fails--
+				return nil, errors.New("canceling statement due to statement timeout")
+			}
+			return map[string]string{"added": "slot_c"}, nil
+		}}
+	read := func(ask uint64) catalogResult {
+		var res catalogResult
+		w.readPrefixes(context.Background(), &res, ask)
+		return res
+	}
+	fails = 1
+	if res := read(1); res.PrefixesFor != 0 {
+		t.Fatalf("a failed read answered ask %d", res.PrefixesFor)
+	}
+	if res := read(1); res.PrefixesFor != 1 || res.OtherPrefixes["added"] != "slot_c" {
+		t.Fatalf("the next read: %+v, want ask 1 answered with slot_c's prefix", res)
+	}
+	fails = prefixReadTries
+	for i := 1; i < prefixReadTries; i++ {
+		if res := read(2); res.PrefixesFor != 0 {
+			t.Fatalf("failed read %d answered ask %d", i, res.PrefixesFor)
+		}
+	}
+	if res := read(2); res.PrefixesFor != 2 || res.OtherPrefixes != nil {
+		t.Fatalf("after %d failed reads: %+v, want ask 2 answered, unread", prefixReadTries, res)
 	}
 }

@@ -79,9 +79,8 @@ type session struct {
 	otherPrefixes map[string]string
 	unsure        map[string]*unsurePrefix
 	prefixAsk     uint64
-	// debeziumLogged: the prefixes of messages Debezium would have written
-	// that were named in the log (debeziumMessage).
-	debeziumLogged map[string]bool
+	// debeziumSeen: the prefixes of messages judged by debeziumMessage.
+	debeziumSeen map[string]bool
 
 	cur    checkpoint.TxnID
 	commit checkpoint.LSN // FinalLSN of the open transaction, for messages
@@ -1515,7 +1514,18 @@ func (s *session) finish(cause error) {
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(2*time.Second))
 	s.watcher.Stop(wctx, s.r.history.lastConfirmed)
 	cancel()
-	// Messages still held are judged by what is known (loud, if anything).
+	// Messages still held are judged by what is known (loud, if anything),
+	// with the readings that arrived while the session ended.
+	for more := true; more; {
+		select {
+		case res := <-s.watcher.Results():
+			if res.Err == nil {
+				s.prefixesRead(res)
+			}
+		default:
+			more = false
+		}
+	}
 	s.settleUnsure(math.MaxUint64)
 	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.sentConfirmed), zap.NamedError("cause", cause))
 }
@@ -1535,10 +1545,16 @@ func (s *session) finalBy(d time.Duration) time.Time {
 // stop's budget less kafka.CloseGrace, which the producer's close that
 // follows may need past its own deadline to close the connections under
 // it. With the budget alone, a server that did not answer the end of the
-// stream took all of it, and the stop ran CloseGrace past the budget.
+// stream took all of it, and the stop ran CloseGrace past the budget. A
+// budget whose reserve (stopReserve) is under twice CloseGrace (a
+// relay.shutdown.timeout under 5 s) leaves the stream half of the reserve
+// instead: the final status, which confirms what Kafka acknowledged, must
+// have its moment after the drain, and the close then runs at most
+// CloseGrace less that half past the budget.
 func (s *session) streamEndBy() time.Time {
 	t := s.finalBy(time.Second)
-	if by := s.stopBy.Add(-kafka.CloseGrace); s.stopping && by.Before(t) {
+	grace := min(kafka.CloseGrace, stopReserve(s.r.cfg.Relay.ShutdownTimeout)/2)
+	if by := s.stopBy.Add(-grace); s.stopping && by.Before(t) {
 		return by
 	}
 	return t

@@ -50,3 +50,34 @@ func TestASecondStopClosesTheProducerAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamEndLeavesTheProducerItsGraceAndTheFinalStatusItsMoment: the
+// steps that end the stream stop at the budget less the producer's close
+// grace, so that a stop with both servers hung fits the budget; with a
+// budget whose reserve is under twice the grace (a diff review: under
+// 2.5 s the stream's deadline fell before the drain's end, and the final
+// status, which confirms what Kafka acknowledged, was skipped), they get
+// half of the reserve, after the drain.
+func TestStreamEndLeavesTheProducerItsGraceAndTheFinalStatusItsMoment(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		timeout, want time.Duration // want: before the budget's end
+	}{
+		{10 * time.Second, kafka.CloseGrace},
+		{5 * time.Second, kafka.CloseGrace},
+		{2 * time.Second, 200 * time.Millisecond},
+		{time.Second, 100 * time.Millisecond},
+	} {
+		cfg := DefaultConfig()
+		cfg.Relay.ShutdownTimeout = c.timeout
+		// The drain is over: now is within the reserve.
+		s := &session{r: &Relay{cfg: cfg}, clock: &stepClock{now: now}, stopping: true, stopBy: now.Add(c.timeout / 10)}
+		got := s.stopBy.Sub(s.streamEndBy())
+		if got != c.want {
+			t.Errorf("timeout %s: the stream's steps end %s before the budget's end, want %s", c.timeout, got, c.want)
+		}
+		if !s.streamEndBy().After(s.drainBy()) {
+			t.Errorf("timeout %s: the stream's steps end at %s, not after the drain's end %s", c.timeout, s.streamEndBy(), s.drainBy())
+		}
+	}
+}

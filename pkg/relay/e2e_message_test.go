@@ -167,14 +167,7 @@ func TestMessagesOfAPrefixNoRelayClaimsAreAnError(t *testing.T) {
 	if err := replication.EnsureStateTable(ctx, f.checkDB, replication.DefaultStateTable); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", other); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = f.checkDB.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", other) })
-	if _, err := f.checkDB.Exec(ctx, `INSERT INTO pgoutbox_state (slot_name, system_identifier, database, timeline, confirmed_lsn, confirmed_at, instance, session_started_at, messages_prefix)
-		SELECT $1, system_identifier::text, current_database(), 1, '0/0', now(), 'other', now(), 'orders' FROM pg_control_system()`, other); err != nil {
-		t.Fatal(err)
-	}
+	anotherRelay(t, f, other, "orders")
 	core, logs := observer.New(zapcore.InfoLevel)
 	obs := &skipCounts{n: map[string]int{}}
 	runRelayLog(t, f.config(), zap.New(core), relay.WithObserver(obs))
@@ -213,14 +206,7 @@ func TestMessagesOfARelayAddedWhileStreamingAreThatRelays(t *testing.T) {
 	runRelayLog(t, f.config(), zap.New(core), relay.WithObserver(obs))
 	f.waitStreaming(t)
 	// The other relay's first start: its slot and its state row.
-	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", other); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = f.checkDB.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", other) })
-	if _, err := f.checkDB.Exec(ctx, `INSERT INTO pgoutbox_state (slot_name, system_identifier, database, timeline, confirmed_lsn, confirmed_at, instance, session_started_at, messages_prefix)
-		SELECT $1, system_identifier::text, current_database(), 1, '0/0', now(), 'other', now(), 'payments' FROM pg_control_system()`, other); err != nil {
-		t.Fatal(err)
-	}
+	anotherRelay(t, f, other, "payments")
 	event := `{"id":"3f1c5b8e-0000-4000-8000-000000000002","aggregatetype":"Payment","aggregateid":"p1","type":"Taken","payload":{"x":1}}`
 	for range 3 {
 		if _, err := f.conn.Exec(ctx, "SELECT pg_logical_emit_message(true, 'payments', $1)", event); err != nil {
@@ -235,6 +221,21 @@ func TestMessagesOfARelayAddedWhileStreamingAreThatRelays(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("another slot relays").FilterField(zap.String("relayed_by_slots", other)).Len(); n != 1 {
 		t.Fatalf("%d lines naming %s's prefix; want 1", n, other)
+	}
+}
+
+// anotherRelay makes what another relay's first start leaves: a slot,
+// and its row in the state table (which must exist) recording prefix.
+func anotherRelay(t *testing.T, f *fixture, slot, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.checkDB.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = f.checkDB.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", slot) })
+	if _, err := f.checkDB.Exec(ctx, `INSERT INTO pgoutbox_state (slot_name, system_identifier, database, timeline, confirmed_lsn, confirmed_at, instance, session_started_at, messages_prefix)
+		SELECT $1, system_identifier::text, current_database(), 1, '0/0', now(), 'other', now(), $2 FROM pg_control_system()`, slot, prefix); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -419,6 +419,20 @@ func (p *process) logLines(t testing.TB, substr string) []string {
 
 // waitLog waits until the process has logged a line containing substr and
 // returns the first such line.
+// sigterm sends the process SIGTERM and waits at most timeout for its
+// exit: its code, and how long it took from the signal's sending.
+func (p *process) sigterm(t testing.TB, timeout time.Duration, what string) (code int, took time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	code = p.wait(t, timeout)
+	took = time.Since(sent)
+	t.Logf("%s: exit %d after %s", what, code, took.Round(time.Millisecond))
+	return code, took
+}
+
 func (p *process) waitLog(t testing.TB, substr string, timeout time.Duration) string {
 	t.Helper()
 	var line string
@@ -716,13 +730,7 @@ func TestKafkaFrozen(t *testing.T) {
 		fk := freezeKafka(t, env, wst, "PGOUTBOX_RELAY_SHUTDOWN_TIMEOUT=5s")
 		fk.hold(t, pick(3*wst, 2*time.Minute))
 		fk.checkWalsenders(t)
-		if err := fk.r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		sent := time.Now()
-		code := fk.r.p.wait(t, time.Minute)
-		took := time.Since(sent)
-		t.Logf("SIGTERM with Kafka paused: exit %d after %s", code, took.Round(time.Millisecond))
+		code, took := fk.r.p.sigterm(t, time.Minute, "SIGTERM with Kafka paused")
 		if code != 0 || took > shutdown+2*time.Second {
 			t.Fatalf("SIGTERM with Kafka paused: exit %d after %s, want 0 within relay.shutdown.timeout (%s) + 2 s", code, took, shutdown)
 		}
@@ -766,13 +774,7 @@ func TestKafkaFrozen(t *testing.T) {
 			}
 		}
 		defer resume()
-		if err := fk.r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		sent := time.Now()
-		code := fk.r.p.wait(t, time.Minute)
-		took := time.Since(sent)
-		t.Logf("SIGTERM with Kafka and the relay's backends held: exit %d after %s", code, took.Round(time.Millisecond))
+		code, took := fk.r.p.sigterm(t, time.Minute, "SIGTERM with Kafka and the relay's backends held")
 		resume()
 		env.KafkaResume(t)
 		// (Counted from the signal's sending, not its receipt.)
@@ -794,13 +796,7 @@ func TestKafkaFrozen(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.waitLog(t, "stopping at the next transaction boundary", 10*time.Second)
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		sent := time.Now()
-		code := p.wait(t, 3*time.Minute)
-		took := time.Since(sent)
-		t.Logf("second SIGTERM with Kafka paused: exit %d after %s", code, took.Round(time.Millisecond))
+		_, took := p.sigterm(t, 3*time.Minute, "second SIGTERM with Kafka paused")
 		if took > 5*time.Second {
 			t.Fatalf("the second SIGTERM took %s to stop the relay, want at once (under 5 s)", took)
 		}

@@ -346,6 +346,9 @@ func (b *liveBackend) StartCatalogWatcher(cfg replication.Config, instance strin
 	w := &liveWatcher{cfg: cfg, instance: instance, log: b.log, wake: wake, cancel: cancel,
 		kick: make(chan struct{}, 1), results: make(chan catalogResult, 4), stopped: make(chan struct{}),
 		attached: start.PartitionJoins()}
+	w.relayedPrefixes = func(ctx context.Context) (map[string]string, error) {
+		return replication.RelayedPrefixes(ctx, w.conn, cfg.StateTable, cfg.Slot)
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -388,8 +391,8 @@ type liveWatcher struct {
 
 	// prefixDone is the latest ask a read of the prefixes answered, at
 	// prefixesAt, after prefixFailed failed reads in a row (the watcher's
-	// goroutine's). relayedPrefixes reads them (nil: from the state table;
-	// tests set it).
+	// goroutine's). relayedPrefixes reads them on the watcher's connection
+	// (StartCatalogWatcher; tests set their own).
 	prefixDone      uint64
 	prefixesAt      time.Time
 	prefixFailed    int
@@ -543,13 +546,7 @@ func (w *liveWatcher) readPrefixes(ctx context.Context, res *catalogResult, ask 
 	if w.cfg.StateTable == "" || (ask <= w.prefixDone && time.Since(w.prefixesAt) < otherPrefixesEvery) {
 		return
 	}
-	read := w.relayedPrefixes
-	if read == nil {
-		read = func(ctx context.Context) (map[string]string, error) {
-			return replication.RelayedPrefixes(ctx, w.conn, w.cfg.StateTable, w.cfg.Slot)
-		}
-	}
-	p, err := read(ctx)
+	p, err := w.relayedPrefixes(ctx)
 	if err != nil {
 		w.prefixFailed++
 		w.log.Debug("could not read which prefixes other slots relay", zap.Error(err), zap.Int("failed_reads", w.prefixFailed))

@@ -97,6 +97,12 @@
 // reads the event. It is made when the event is written: a slot dropped
 // between the write and the commit is not noticed.
 //
+// A ModeTableDeleteAfterInsert write also needs a slot that could decode
+// the table's inserts: it fails with a *NotPublishedError
+// (errors.Is(err, ErrNotPublished)) when the table is unlogged or no
+// publication publishes its inserts (a second outbox table not yet added
+// to the relay, a tenant schema's table). The same statement checks it.
+//
 // A ModeTableDeleteAfterInsert write to the poll source's table (made by
 // pgoutbox migrate with relay.source=poll) needs no slot: the table's keep
 // trigger skips the delete of a row not yet published, the row stays, and

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -216,4 +217,124 @@ func TestSlotCheckNeedsNoPrivilege(t *testing.T) {
 	if items := peekWAL(t, admin, slot, "outbox_pub"); len(items) != 2 {
 		t.Fatalf("the slot has %d events, want 2: %+v", len(items), items)
 	}
+}
+
+// TestDeleteAfterInsertRefusesATableNoSlotCouldDecode: a database with a
+// logical slot passed the slot check whatever table a
+// ModeTableDeleteAfterInsert write went to. A write to a table no
+// publication carries (a second outbox table not yet added to the relay,
+// a tenant schema's table of the same name, a publication of updates and
+// deletes only) or to an unlogged table (its
+// rows never reach the WAL, FOR ALL TABLES skips it) committed, deleted
+// its rows, and its events were decoded by no slot, without a word. Now
+// such a write fails with a *NotPublishedError naming the table, and the
+// transaction with it; a table published by name, by schema, through its
+// partitioned parent or FOR ALL TABLES is written to, and its inserts are
+// in the slot. Config.AssumeSlot leaves the check out.
+func TestDeleteAfterInsertRefusesATableNoSlotCouldDecode(t *testing.T) {
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) { testRefusesUnpublished(t, drv) })
+	}
+}
+
+func testRefusesUnpublished(t *testing.T, drv dbDriver) {
+	ctx := testContext(t)
+	testenv.Require(t)
+	dsn, admin := newDatabase(t)
+	var database string
+	if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, admin, `CREATE TABLE orders (id int PRIMARY KEY)`)
+	mustExec(t, admin, `CREATE SCHEMA tenant`)
+	mustExec(t, admin, `CREATE SCHEMA events`)
+	for _, table := range []string{"public.outbox", "public.outbox2", "tenant.outbox", "public.upd_only", "events.outbox"} {
+		createOutboxTable(t, admin, table)
+	}
+	mustExec(t, admin, `CREATE TABLE public.parted (LIKE public.outbox INCLUDING DEFAULTS) PARTITION BY LIST (aggregatetype)`)
+	mustExec(t, admin, `CREATE TABLE public.parted_order PARTITION OF public.parted FOR VALUES IN ('Order')`)
+	mustExec(t, admin, `CREATE UNLOGGED TABLE public.unlogged (LIKE public.outbox INCLUDING ALL)`)
+	slot := testenv.UniqueName(t, "s")
+	createSlot(t, admin, "public.outbox", "pub_outbox", slot)
+	mustExec(t, admin, `CREATE PUBLICATION pub_upd FOR TABLE public.upd_only WITH (publish = 'update, delete')`)
+	mustExec(t, admin, `CREATE PUBLICATION pub_schema FOR TABLES IN SCHEMA events WITH (publish = 'insert')`)
+	mustExec(t, admin, `CREATE PUBLICATION pub_parted FOR TABLE public.parted WITH (publish = 'insert')`)
+
+	conn := drv.open(t, dsn)
+	orders := 0
+	write := func(cfg Config) error {
+		t.Helper()
+		cfg.Mode = ModeTableDeleteAfterInsert
+		w := mustWriter(t, cfg)
+		tx, err := conn.begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders++
+		if err := tx.exec(ctx, `INSERT INTO orders VALUES ($1)`, orders); err != nil {
+			t.Fatal(err)
+		}
+		ev := Event{AggregateType: "Order", AggregateID: "1", Type: "OrderCreated"}
+		if _, err := tx.write(ctx, w, ev); err != nil {
+			if cerr := tx.commit(ctx); !errors.Is(cerr, pgx.ErrTxCommitRollback) {
+				t.Fatalf("Commit after the refused write returned %v, want pgx.ErrTxCommitRollback", cerr)
+			}
+			return err
+		}
+		return tx.commit(ctx)
+	}
+	refused := func(cfg Config, unlogged bool) {
+		t.Helper()
+		before := count(t, admin, "orders")
+		err := write(cfg)
+		var np *NotPublishedError
+		if !errors.As(err, &np) || !errors.Is(err, ErrNotPublished) {
+			t.Fatalf("delete-after-insert into %s: %v, want a *NotPublishedError", cfg.Table, err)
+		}
+		t.Logf("refused: %v", err)
+		if np.Table != cfg.Table || np.Database != database || np.Unlogged != unlogged {
+			t.Errorf("error = %+v, want table %s, database %s, unlogged %v", np, cfg.Table, database, unlogged)
+		}
+		for _, want := range []string{cfg.Table, "would be lost", "ModeTable"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+		if n := count(t, admin, "orders"); n != before {
+			t.Fatalf("the business change committed without its event (%d orders, %d before)", n, before)
+		}
+	}
+	accepted := func(cfg Config) {
+		t.Helper()
+		if err := write(cfg); err != nil {
+			t.Fatalf("delete-after-insert into %s: %v", cfg.Table, err)
+		}
+	}
+
+	refused(Config{Table: "public.outbox2"}, false)
+	refused(Config{Table: "tenant.outbox"}, false)
+	refused(Config{Table: "public.upd_only"}, false)
+	refused(Config{Table: "public.unlogged"}, true)
+	accepted(Config{Table: "outbox"})
+	accepted(Config{Table: "events.outbox"})
+	accepted(Config{Table: "public.parted"})
+	accepted(Config{Table: "public.parted_order"})
+	accepted(Config{Table: "public.outbox2", AssumeSlot: true}) // no check: lost, as documented
+
+	// What the accepted writes say the slot decodes, it does.
+	got := map[string]int{}
+	for _, it := range peekWAL(t, admin, slot, "pub_outbox,pub_schema,pub_parted") {
+		if it.Kind == 'I' && it.Relation != "public.orders" {
+			got[it.Relation]++
+		}
+	}
+	want := map[string]int{"public.outbox": 1, "events.outbox": 1, "public.parted_order": 2}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the slot decodes the inserts %v, want %v", got, want)
+	}
+
+	// FOR ALL TABLES publishes every permanent table, and no unlogged one.
+	mustExec(t, admin, `CREATE PUBLICATION pub_all FOR ALL TABLES WITH (publish = 'insert')`)
+	accepted(Config{Table: "public.outbox2"})
+	refused(Config{Table: "public.unlogged"}, true)
 }

@@ -76,6 +76,46 @@ func (e *NoSlotError) Error() string {
 // Unwrap returns ErrNoSlot.
 func (e *NoSlotError) Unwrap() error { return ErrNoSlot }
 
+// ErrNotPublished is wrapped by every *NotPublishedError, for errors.Is.
+var ErrNotPublished = errors.New("outbox: no publication carries the outbox table's inserts")
+
+// NotPublishedError is the error of a ModeTableDeleteAfterInsert write
+// refused because the database has a logical slot but no slot could decode
+// the inserts of the table written to: the table is unlogged (or
+// temporary), whose rows never reach the WAL, or no publication publishes
+// its inserts (a second outbox table not yet added to the relay, another
+// schema's table of that name found first on the search_path, a
+// publication with publish = 'update, delete'). The rows were deleted and
+// the events would be lost without a word. As with every failed Write, the
+// transaction fails: roll it back.
+//
+// Any publication lets the write through (see NoSlotError): a minimum,
+// not a proof that the relay's slot reads the event.
+type NotPublishedError struct {
+	// Table is Config.Table; Database the database's name.
+	Table    string
+	Database string
+	// Unlogged is true when the table is not permanent.
+	Unlogged bool
+}
+
+// Error says what was refused, why, and what to do.
+func (e *NotPublishedError) Error() string {
+	db := "this database"
+	if e.Database != "" {
+		db = fmt.Sprintf("database %q", e.Database)
+	}
+	if e.Unlogged {
+		return fmt.Sprintf("outbox: refused a mode %s write: table %s in %s is unlogged (or temporary), so its rows never reach the WAL and no slot would ever decode the inserts of the rows just deleted: the events would be lost; make the table permanent (ALTER TABLE ... SET LOGGED) or write with ModeTable",
+			ModeTableDeleteAfterInsert, e.Table, db)
+	}
+	return fmt.Sprintf("outbox: refused a mode %s write: no publication in %s publishes the inserts of table %s (by name, by schema or FOR ALL TABLES), so no slot would decode the inserts of the rows just deleted and the events would be lost; write to the table the relay streams (its table.include.list), add this one to the relay's publication (pgoutbox migrate with the table in table.include.list), or write with ModeTable",
+		ModeTableDeleteAfterInsert, db, e.Table)
+}
+
+// Unwrap returns ErrNotPublished.
+func (e *NotPublishedError) Unwrap() error { return ErrNotPublished }
+
 // logicalSlotExists is true when the database has a logical replication
 // slot that can still decode its WAL: not temporary (gone with its
 // session) and not invalidated (wal_status 'lost'). Any such slot will do
@@ -262,11 +302,12 @@ func (w *Writer) writeBatch(ctx context.Context, db execer, events []Event, ids 
 			return fmt.Errorf("outbox: delete %d events from %s: %w", len(ids), w.cfg.Table, err)
 		}
 		if n != 1 {
-			// No row: rows were deleted and no logical slot exists. (Rows
-			// not deleted, such as those the poll source's keep trigger
-			// keeps, stay in the table with their events: as in
-			// ModeTable, they are not lost.)
-			return w.noSlot(ctx, db)
+			// No row: rows were deleted and no logical slot exists, or
+			// nothing publishes the table's inserts. (Rows not deleted,
+			// such as those the poll source's keep trigger keeps, stay in
+			// the table with their events: as in ModeTable, they are not
+			// lost.)
+			return w.notDecoded(ctx, db, len(ids))
 		}
 	}
 	return nil
@@ -282,6 +323,25 @@ func (w *Writer) noSlot(ctx context.Context, db execer) error {
 		e.Database, e.WALLevel = name, level
 	}
 	return e
+}
+
+// notDecoded returns the error of a delete-after-insert write refused in
+// db: a *NoSlotError without a logical slot, a *NotPublishedError when the
+// table's inserts reach no publication. A query on the failure path only
+// (failTx makes the transaction fail afterwards).
+func (w *Writer) notDecoded(ctx context.Context, db execer, n int) error {
+	var name, level, persistence string
+	var slot bool
+	err := db.queryRow(ctx, `SELECT pg_catalog.current_database()::text, pg_catalog.current_setting('wal_level'), `+
+		logicalSlotExists+`, c.relpersistence::text FROM pg_catalog.pg_class c WHERE c.oid = `+
+		escapedLiteral(w.table)+`::pg_catalog.regclass`, &name, &level, &slot, &persistence)
+	switch {
+	case err != nil:
+		return fmt.Errorf("outbox: refused to delete %d events from %s: the database has no logical replication slot, or no publication publishes the table's inserts, and their events would be lost (reading which failed: %w)", n, w.cfg.Table, err)
+	case !slot:
+		return &NoSlotError{Mode: w.cfg.Mode, Database: name, WALLevel: level}
+	}
+	return &NotPublishedError{Table: w.cfg.Table, Database: name, Unlogged: persistence != "p"}
 }
 
 // insertStatement returns one multi-row INSERT for events.
@@ -340,10 +400,43 @@ func (w *Writer) deleteStatement(ids []string) (string, []any) {
 		writeParam(&b, i+1)
 		args[i] = id
 	}
-	b.WriteString(") RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted) OR ")
-	b.WriteString(w.slotCheck())
+	b.WriteString(") RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted)")
+	if !w.cfg.AssumeSlot {
+		args = append(args, w.table)
+		b.WriteString(" OR " + logicalSlotExists + " AND " + tableRelayable(len(args)))
+	} else {
+		b.WriteString(" OR true")
+	}
 	return b.String(), args
 }
+
+// escapedLiteral returns s as an escape string constant (E'...'), which
+// reads the same whatever standard_conforming_strings is.
+func escapedLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+}
+
+// tableRelayable is true when a slot's publication could carry the
+// inserts of the table named (quoted) by text parameter $param: the table
+// is permanent (an unlogged or temporary table's rows never reach the WAL)
+// and a publication publishes its inserts (tablePublished). Like
+// logicalSlotExists it is a minimum, not a proof that the relay's slot
+// reads the event: the writer cannot tell which publication is the
+// relay's, nor judge a row filter. It depends on no row of the statement,
+// so PostgreSQL evaluates it once; the catalogs it reads are readable by
+// every role.
+func tableRelayable(param int) string {
+	return `EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = $` + strconv.Itoa(param) +
+		`::text::pg_catalog.regclass AND c.relpersistence = 'p' AND ` + tablePublished + `)`
+}
+
+// tablePublished is true when a publication publishes the inserts of
+// table c (c.oid): by name (the table's or a partitioned ancestor's), by
+// schema (FOR TABLES IN SCHEMA) or FOR ALL TABLES.
+const tablePublished = `EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.pubinsert AND (p.puballtables ` +
+	`OR EXISTS (SELECT FROM pg_catalog.pg_class ac WHERE (ac.oid = c.oid OR ac.oid IN (SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))) ` +
+	`AND (EXISTS (SELECT FROM pg_catalog.pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = ac.oid) ` +
+	`OR EXISTS (SELECT FROM pg_catalog.pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = ac.relnamespace)))))`
 
 // messageStatement returns one SELECT that emits a transactional message
 // per event, in the order of events (a VALUES list is scanned in order),

@@ -92,8 +92,8 @@ func TestStatementsBatchEventsInOneStatement(t *testing.T) {
 	}
 
 	q, args = w.deleteStatement(ids)
-	wantQ = `WITH deleted AS (DELETE FROM "app"."Events" WHERE "event_id" IN ($1, $2) RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted) OR ` + logicalSlotExists
-	if q != wantQ || !reflect.DeepEqual(args, []any{"id-1", "id-2"}) {
+	wantQ = `WITH deleted AS (DELETE FROM "app"."Events" WHERE "event_id" IN ($1, $2) RETURNING 1) SELECT WHERE NOT EXISTS (SELECT FROM deleted) OR ` + logicalSlotExists + ` AND ` + tableRelayable(3)
+	if q != wantQ || !reflect.DeepEqual(args, []any{"id-1", "id-2", `"app"."Events"`}) {
 		t.Fatalf("delete: got %s %#v", q, args)
 	}
 

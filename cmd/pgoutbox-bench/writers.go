@@ -141,7 +141,7 @@ func (h *harness) writersSlot() string { return h.name("writers") }
 // table, some 20 us more per write: the pipelined variant leaves that out.)
 const slotCheck = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
 	`WHERE database = pg_catalog.current_database() AND slot_type = 'logical' ` +
-	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost')`
+	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost' AND confirmed_flush_lsn IS NOT NULL)`
 
 // setFsync sets the server's fsync (reloadable). It is server-wide: the
 // benchmark's own environment only.
@@ -257,7 +257,7 @@ func (h *harness) writerTxnFunc(variant, mode string) (writerTxn, error) {
 				}
 			case writerMessage:
 				content := fmt.Sprintf(`{"id":%q,"aggregatetype":%q,"aggregateid":%q,"type":%q,"payload":%s}`, id, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
-				b.Queue("SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::text)) AS m(content) WHERE "+slotCheck, outbox.DefaultMessagePrefix, content)
+				b.Queue("SELECT pg_catalog.pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::text)) AS m(content) WHERE "+slotCheck, outbox.DefaultMessagePrefix, content)
 			}
 		}
 		return conn.SendBatch(ctx, b).Close()

@@ -62,7 +62,10 @@ var ErrEmptyEventID = errors.New("outbox: empty event id")
 // redelivered event is processed then. Commit the Kafka offset after the
 // database commit.
 //
-// Process inserts the id with INSERT ... ON CONFLICT DO NOTHING. When two
+// Process inserts the id with INSERT ... ON CONFLICT (consumer, event_id)
+// DO NOTHING: a table without that unique key (one EnsureSchema found
+// already made, of another shape) makes Process fail rather than take
+// another consumer's record for this one's. When two
 // transactions process the same id at once, the second waits on the first's
 // row lock: if the first commits, the second gets false; if it rolls back,
 // the second gets true. In REPEATABLE READ or SERIALIZABLE transactions the
@@ -99,7 +102,7 @@ func NewDedup(cfg DedupConfig) (*Dedup, error) {
     processed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, event_id)
 )`,
-		insertSQL: "INSERT INTO " + table + " (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+		insertSQL: "INSERT INTO " + table + " (consumer, event_id) VALUES ($1, $2) ON CONFLICT (consumer, event_id) DO NOTHING",
 		pruneSQL:  "DELETE FROM " + table + " WHERE consumer = $1 AND processed_at < $2",
 	}, nil
 }

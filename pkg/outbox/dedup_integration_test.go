@@ -250,3 +250,51 @@ func TestDedupPruneDeletesOnlyOldRecordsOfItsConsumer(t *testing.T) {
 		t.Fatal("after pruning, the event is not new again")
 	}
 }
+
+// TestDedupConflictOnAnotherIndexIsAnError: EnsureSchema keeps a table
+// that already exists, whatever its shape. Process inserted with a bare ON
+// CONFLICT DO NOTHING, which any unique index satisfies: with a table
+// keyed on event_id alone, consumer "shipping" was told that an event
+// consumer "billing" had processed was processed already, and skipped it
+// without a word (found by a review). The conflict is now the
+// (consumer, event_id) key's only: such a table is an error, and each
+// consumer is told an event is new once.
+func TestDedupConflictOnAnotherIndexIsAnError(t *testing.T) {
+	dsn, admin := newDatabase(t)
+	ctx := testContext(t)
+	mustExec(t, admin, `CREATE TABLE public.keyed_by_event (consumer text NOT NULL, event_id text PRIMARY KEY, processed_at timestamptz NOT NULL DEFAULT now())`)
+	conn := openPgx(t, dsn)
+	billing := mustDedup(t, DedupConfig{Table: "public.keyed_by_event", Consumer: "billing"})
+	shipping := mustDedup(t, DedupConfig{Table: "public.keyed_by_event", Consumer: "shipping"})
+	if err := billing.EnsureSchema(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	// Billing, then shipping, process E-100: on such a table shipping's
+	// insert conflicts on event_id alone, and it was told "not first".
+	for _, d := range []*Dedup{billing, shipping} {
+		tx, err := conn.begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := tx.process(ctx, d, "E-100")
+		if err == nil {
+			_ = tx.commit(ctx)
+			t.Fatalf("%s on a table keyed on event_id alone: first = %v and no error; want an error (an event is skipped where first is false)", d.cfg.Consumer, first)
+		}
+		_ = tx.rollback(ctx)
+		t.Logf("refused: %v", err)
+	}
+
+	// With the table EnsureSchema makes, both consumers process it.
+	ok := mustDedup(t, DedupConfig{Table: "public.processed_ok", Consumer: "billing"})
+	okShipping := mustDedup(t, DedupConfig{Table: "public.processed_ok", Consumer: "shipping"})
+	if err := ok.EnsureSchema(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	if !processIn(t, conn, ok, "E-100", true) || !processIn(t, conn, okShipping, "E-100", true) {
+		t.Fatal("a consumer was told E-100 was processed before it processed it")
+	}
+	if processIn(t, conn, okShipping, "E-100", true) {
+		t.Fatal("shipping was told E-100 was new twice")
+	}
+}

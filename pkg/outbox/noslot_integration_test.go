@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -337,4 +338,94 @@ func testRefusesUnpublished(t *testing.T, drv dbDriver) {
 	mustExec(t, admin, `CREATE PUBLICATION pub_all FOR ALL TABLES WITH (publish = 'insert')`)
 	accepted(Config{Table: "public.outbox2"})
 	refused(Config{Table: "public.unlogged"}, true)
+}
+
+// TestSlotStillBeingMadeDoesNotCount: a logical slot is listed in
+// pg_replication_slots (not temporary, wal_status reserved) from the moment
+// its creation starts, and its creation waits for every transaction that
+// has a transaction id to end; those transactions, and every write that
+// commits meanwhile, come before the slot's start and no slot decodes
+// them. The writers' check counted such a slot, and a write while
+// pgoutbox migrate (or the relay's first start) made the slot committed
+// an event lost without a word (found by a review). Now the check wants a
+// slot that is made (confirmed_flush_lsn set): such a write fails with a
+// *NoSlotError, and the same write once the slot is made succeeds.
+func TestSlotStillBeingMadeDoesNotCount(t *testing.T) {
+	for _, mode := range []Mode{ModeMessage, ModeTableDeleteAfterInsert} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := testContext(t)
+			dsn, admin := newDatabase(t)
+			createOutboxTable(t, admin, "public.outbox")
+			mustExec(t, admin, `CREATE TABLE orders (id int PRIMARY KEY)`)
+			mustExec(t, admin, `CREATE PUBLICATION outbox_pub FOR TABLE public.outbox WITH (publish = 'insert')`)
+
+			// A transaction with an id holds the slot's creation back.
+			holder := connect(t, dsn)
+			htx, err := holder.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := htx.Exec(ctx, `INSERT INTO orders VALUES (0)`); err != nil {
+				t.Fatal(err)
+			}
+			slot := testenv.UniqueName(t, "s")
+			maker := connect(t, dsn)
+			made := make(chan error, 1)
+			go func() {
+				_, err := maker.Exec(context.Background(), `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+				made <- err
+			}()
+			testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+				var n int
+				if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 1, "the slot being made is not listed"
+			})
+
+			w := mustWriter(t, Config{Mode: mode})
+			conn := connect(t, dsn)
+			write := func(order int) error {
+				t.Helper()
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit: a no-op
+				if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES ($1)`, order); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.Write(ctx, tx, Event{AggregateType: "Order", AggregateID: "1", Type: "OrderCreated"}); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			}
+			if err := write(1); !errors.Is(err, ErrNoSlot) {
+				t.Fatalf("write while the slot is being made: %v, want a *NoSlotError", err)
+			}
+			select {
+			case err := <-made:
+				t.Fatalf("the slot was made while a transaction held it back: %v", err)
+			default:
+			}
+
+			if err := htx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-made:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the slot was not made within 10 s of the holding transaction's end")
+			}
+			if err := write(2); err != nil {
+				t.Fatalf("write once the slot is made: %v", err)
+			}
+			if items := peekWAL(t, admin, slot, "outbox_pub"); len(items) != 1 {
+				t.Fatalf("the slot has %d events, want the one written once it was made: %+v", len(items), items)
+			}
+		})
+	}
 }

@@ -118,7 +118,10 @@ func (e *NotPublishedError) Unwrap() error { return ErrNotPublished }
 
 // logicalSlotExists is true when the database has a logical replication
 // slot that can still decode its WAL: not temporary (gone with its
-// session) and not invalidated (wal_status 'lost'). Any such slot will do
+// session), not invalidated (wal_status 'lost') and made (a slot still
+// being made, its confirmed_flush_lsn NULL, waits for the transactions
+// running at its start and decodes none of them: a write it let through
+// meanwhile was lost; found by a review). Any such slot will do
 // (see NoSlotError). pg_replication_slots is readable by every role, and
 // reads the slots' shared state, not a snapshot: a slot made or dropped by
 // another session counts at once, at every isolation level. The condition
@@ -127,7 +130,7 @@ func (e *NotPublishedError) Unwrap() error { return ErrNotPublished }
 // rows are read.
 const logicalSlotExists = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
 	`WHERE database = pg_catalog.current_database() AND slot_type = 'logical' ` +
-	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost')`
+	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost' AND confirmed_flush_lsn IS NOT NULL)`
 
 // Writer records outbox events inside the caller's transaction, so that an
 // event exists if and only if the business change it describes commits.
@@ -449,7 +452,7 @@ const tablePublished = `EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.
 // where the content promises UTF-8 JSON.
 func (w *Writer) messageStatement(events []Event, ids []string) (string, []any) {
 	var b strings.Builder
-	b.WriteString("SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ")
+	b.WriteString("SELECT pg_catalog.pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ")
 	args := make([]any, 1, 1+len(events))
 	args[0] = w.cfg.MessagePrefix
 	for i := range events {

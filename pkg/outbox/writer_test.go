@@ -108,7 +108,7 @@ func TestStatementsBatchEventsInOneStatement(t *testing.T) {
 	}
 
 	q, args = w.messageStatement(events, ids)
-	wantQ = `SELECT pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::bytea), ($3::bytea)) AS m(content) WHERE ` + logicalSlotExists
+	wantQ = `SELECT pg_catalog.pg_logical_emit_message(true, $1::text, m.content) FROM (VALUES ($2::bytea), ($3::bytea)) AS m(content) WHERE ` + logicalSlotExists
 	wantArgs = []any{
 		"app",
 		[]byte(`{"event_id":"id-1","aggregatetype":"Order","aggregateid":"1","type":"Created","body":{"a":1}}`),

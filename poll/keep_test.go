@@ -60,3 +60,56 @@ func TestCheckRefusesATableWithoutItsKeepTriggers(t *testing.T) {
 	}
 	wantRefused("Check without the TRUNCATE trigger", tb.Check(ctx, conn), migrations.KeepTruncateTrigger)
 }
+
+// TestCheckRefusesInsteadRulesAndNamesBeforeInsertTriggers: a rule ON
+// INSERT DO INSTEAD on the poll table (or a partition) sends the writers'
+// rows elsewhere; pkg/outbox's Write returned their ids, and the poll
+// relay started, read the empty table and published nothing, without a
+// word (found by a review; the WAL source refused such rules already).
+// Check now refuses it, naming the rule. A BEFORE INSERT row trigger may
+// set published_at (the row born published) or return NULL: Check names
+// it for the relay's warning.
+func TestCheckRefusesInsteadRulesAndNamesBeforeInsertTriggers(t *testing.T) {
+	ctx := context.Background()
+	conn := newDatabase(t)
+	if err := migrations.ApplyPoll(ctx, conn, migrations.PollParams{Table: "public.outbox"}); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := poll.NewTable("public.outbox", "aggregateid", "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Check(ctx, conn); err != nil || len(tb.BeforeInsertTriggers()) != 0 {
+		t.Fatalf("Check of the table poll migrate made: %v, BEFORE INSERT triggers %v", err, tb.BeforeInsertTriggers())
+	}
+	for _, sql := range []string{
+		`CREATE TABLE public.outbox_archive (LIKE public.outbox)`,
+		`CREATE RULE to_archive AS ON INSERT TO public.outbox DO INSTEAD INSERT INTO public.outbox_archive SELECT NEW.*`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = tb.Check(ctx, conn)
+	if !errors.Is(err, poll.ErrLayout) || !strings.Contains(err.Error(), "public.outbox: to_archive") || !strings.Contains(err.Error(), "DROP RULE") {
+		t.Fatalf("Check with a rule ON INSERT DO INSTEAD: %v, want a layout error naming the rule", err)
+	}
+	for _, sql := range []string{
+		`DROP RULE to_archive ON public.outbox`,
+		`CREATE FUNCTION born_published() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.published_at := now(); RETURN NEW; END$$`,
+		`CREATE TRIGGER born_published BEFORE INSERT ON public.outbox FOR EACH ROW EXECUTE FUNCTION born_published()`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.Check(ctx, conn); err != nil {
+		t.Fatalf("Check with a BEFORE INSERT trigger: %v", err)
+	}
+	if got := tb.BeforeInsertTriggers(); len(got) != 1 || got[0] != "public.outbox: born_published" {
+		t.Fatalf("BEFORE INSERT triggers %v, want [public.outbox: born_published]", got)
+	}
+	if w := poll.BeforeInsertWarning(tb.Name, tb.BeforeInsertTriggers()); !strings.Contains(w, "born_published") || !strings.Contains(w, "published_at") {
+		t.Fatalf("warning %q", w)
+	}
+}

@@ -114,6 +114,9 @@ type Table struct {
 	// notAlways are the keep triggers Check found firing in origin mode
 	// only (KeepTriggersNotAlways).
 	notAlways []string
+	// beforeInsert are the enabled BEFORE INSERT row triggers Check found
+	// on the table and its partitions (BeforeInsertTriggers).
+	beforeInsert []string
 }
 
 // NewTable returns the table name (schema.table, or table for public) with
@@ -183,6 +186,14 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 	}
 	if err := t.checkColumns(ctx, conn); err != nil {
 		return err
+	}
+	var rules []string
+	if err := conn.QueryRow(ctx, insertObjectsSQL, t.quoted).Scan(&rules, &t.beforeInsert); err != nil {
+		return fmt.Errorf("poll: read the rules and triggers of %s: %w", t.Name, err)
+	}
+	if len(rules) > 0 {
+		return fmt.Errorf("%w: rule(s) %s replace the inserts into %s (ON INSERT DO INSTEAD): the rows they keep out are never written there, and the poll source, which reads the table, would never see their events; drop the rules (DROP RULE), or configure the table they write into",
+			ErrLayout, strings.Join(rules, ", "), t.Name)
 	}
 	missing, err = MissingKeepTriggers(ctx, conn, t.quoted)
 	if err != nil {
@@ -532,6 +543,30 @@ func KeepTriggersNotAlways(ctx context.Context, conn *pgx.Conn, quotedTable stri
 // firing in origin mode only (see the function of that name): the relay
 // runs, and warns.
 func (t *Table) KeepTriggersNotAlways() []string { return t.notAlways }
+
+// insertObjectsSQL reads, for the table $1 and its partitions, the rules
+// ON INSERT DO INSTEAD and the enabled BEFORE INSERT row triggers
+// ("schema.table: name"), as the WAL source's catalog check does.
+const insertObjectsSQL = `WITH t AS (SELECT to_regclass($1) AS c), rels AS (
+		SELECT c AS oid FROM t UNION SELECT pt.relid FROM t, pg_partition_tree(t.c) pt)
+	SELECT ARRAY(SELECT rn.nspname || '.' || rc.relname || ': ' || rw.rulename FROM pg_rewrite rw
+			JOIN pg_class rc ON rc.oid = rw.ev_class JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+			WHERE rw.ev_class IN (SELECT oid FROM rels) AND rw.ev_type = '3' AND rw.is_instead ORDER BY 1),
+		ARRAY(SELECT tn.nspname || '.' || tc.relname || ': ' || tg.tgname FROM pg_trigger tg
+			JOIN pg_class tc ON tc.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
+			WHERE tg.tgrelid IN (SELECT oid FROM rels) AND NOT tg.tgisinternal AND tg.tgenabled <> 'D'
+				AND tg.tgtype::int & 7 = 7 ORDER BY 1)`
+
+// BeforeInsertTriggers returns the enabled BEFORE INSERT row triggers of
+// the table and its partitions that Check found.
+func (t *Table) BeforeInsertTriggers() []string { return t.beforeInsert }
+
+// BeforeInsertWarning says, for people, what a BEFORE INSERT row trigger
+// on the poll table can do unseen.
+func BeforeInsertWarning(table string, names []string) string {
+	return fmt.Sprintf("%s has BEFORE INSERT row trigger(s) %s: one that sets %s makes the row look published, and one that returns NULL keeps it out of the table; either way the poll source never relays its event, and nothing tells. Check that they do neither",
+		table, strings.Join(names, ", "), ColumnPublishedAt)
+}
 
 // NotAlwaysWarning says, for people, what keep triggers of the table that
 // fire in origin mode only (KeepTriggersNotAlways) cost, and the fix.

@@ -68,7 +68,9 @@ func TestCheckRefusesATableWithoutItsKeepTriggers(t *testing.T) {
 // word (found by a review; the WAL source refused such rules already).
 // Check now refuses it, naming the rule. A BEFORE INSERT row trigger may
 // set published_at (the row born published) or return NULL: Check names
-// it for the relay's warning.
+// it for the relay's warning, and so does it name where
+// pgoutbox.delete_unpublished is on for every session (ALTER DATABASE or
+// ROLE ... SET), which lets every delete past the keep trigger.
 func TestCheckRefusesInsteadRulesAndNamesBeforeInsertTriggers(t *testing.T) {
 	ctx := context.Background()
 	conn := newDatabase(t)
@@ -110,6 +112,24 @@ func TestCheckRefusesInsteadRulesAndNamesBeforeInsertTriggers(t *testing.T) {
 		t.Fatalf("BEFORE INSERT triggers %v, want [public.outbox: born_published]", got)
 	}
 	if w := poll.BeforeInsertWarning(tb.Name, tb.BeforeInsertTriggers()); !strings.Contains(w, "born_published") || !strings.Contains(w, "published_at") {
+		t.Fatalf("warning %q", w)
+	}
+
+	// pgoutbox.delete_unpublished on for every session of the database
+	// lets every writer's delete past the keep trigger.
+	if got := tb.DeleteUnpublishedSettings(); len(got) != 0 {
+		t.Fatalf("delete_unpublished found on for %v before it was set", got)
+	}
+	if _, err := conn.Exec(ctx, `DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET pgoutbox.delete_unpublished = on', current_database()); END$$`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Check(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.DeleteUnpublishedSettings(); len(got) != 1 || got[0] != "every role in this database" {
+		t.Fatalf("delete_unpublished on for %v, want [every role in this database]", got)
+	}
+	if w := poll.DeleteUnpublishedWarning(tb.Name, tb.DeleteUnpublishedSettings()); !strings.Contains(w, "every role in this database") || !strings.Contains(w, "RESET") {
 		t.Fatalf("warning %q", w)
 	}
 }

@@ -117,6 +117,9 @@ type Table struct {
 	// beforeInsert are the enabled BEFORE INSERT row triggers Check found
 	// on the table and its partitions (BeforeInsertTriggers).
 	beforeInsert []string
+	// deleteUnpublished are where Check found pgoutbox.delete_unpublished
+	// on for every session (DeleteUnpublishedSettings).
+	deleteUnpublished []string
 }
 
 // NewTable returns the table name (schema.table, or table for public) with
@@ -190,6 +193,9 @@ func (t *Table) Check(ctx context.Context, conn *pgx.Conn) error {
 	var rules []string
 	if err := conn.QueryRow(ctx, insertObjectsSQL, t.quoted).Scan(&rules, &t.beforeInsert); err != nil {
 		return fmt.Errorf("poll: read the rules and triggers of %s: %w", t.Name, err)
+	}
+	if err := conn.QueryRow(ctx, deleteUnpublishedSQL, migrations.DeleteUnpublished, migrations.DeleteUnpublished+"=on").Scan(&t.deleteUnpublished); err != nil {
+		return fmt.Errorf("poll: read where %s is set: %w", migrations.DeleteUnpublished, err)
 	}
 	if len(rules) > 0 {
 		return fmt.Errorf("%w: rule(s) %s replace the inserts into %s (ON INSERT DO INSTEAD): the rows they keep out are never written there, and the poll source, which reads the table, would never see their events; drop the rules (DROP RULE), or configure the table they write into",
@@ -556,6 +562,31 @@ const insertObjectsSQL = `WITH t AS (SELECT to_regclass($1) AS c), rels AS (
 			JOIN pg_class tc ON tc.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
 			WHERE tg.tgrelid IN (SELECT oid FROM rels) AND NOT tg.tgisinternal AND tg.tgenabled <> 'D'
 				AND tg.tgtype::int & 7 = 7 ORDER BY 1)`
+
+// deleteUnpublishedSQL reads where pgoutbox.delete_unpublished ($1) is on
+// for sessions that did not set it themselves: in this session (the
+// server's configuration, or the relay's role or database), and in
+// pg_db_role_setting for a role in this database, every role in it, or a
+// role in every database ($2 is the setconfig entry).
+const deleteUnpublishedSQL = `SELECT ARRAY(
+	SELECT 'the server''s configuration or the relay''s own role or database' WHERE coalesce(current_setting($1, true), '') = 'on'
+	UNION ALL
+	SELECT CASE WHEN s.setrole = 0 THEN 'every role' ELSE 'role ' || coalesce(r.rolname, s.setrole::text) END
+		|| CASE WHEN s.setdatabase = 0 THEN ' in every database' ELSE ' in this database' END
+	FROM pg_db_role_setting s LEFT JOIN pg_roles r ON r.oid = s.setrole
+	WHERE (s.setdatabase = 0 OR s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database()))
+		AND $2 = ANY(s.setconfig))`
+
+// DeleteUnpublishedSettings returns where Check found
+// pgoutbox.delete_unpublished on for every session.
+func (t *Table) DeleteUnpublishedSettings() []string { return t.deleteUnpublished }
+
+// DeleteUnpublishedWarning says, for people, what a lasting
+// pgoutbox.delete_unpublished = on does.
+func DeleteUnpublishedWarning(table string, where []string) string {
+	return fmt.Sprintf("%s is on for %s (ALTER ROLE or ALTER DATABASE ... SET, or the server's configuration): the keep triggers of %s let every such session delete rows not yet published, so the events of a writer there that deletes its row in its own transaction are lost without a word; set it only in the session of a purge meant as one (SET), and RESET it there (ALTER ROLE ... RESET %s)",
+		migrations.DeleteUnpublished, strings.Join(where, "; "), table, migrations.DeleteUnpublished)
+}
 
 // BeforeInsertTriggers returns the enabled BEFORE INSERT row triggers of
 // the table and its partitions that Check found.

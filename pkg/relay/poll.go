@@ -258,6 +258,9 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		// until migrate runs again.
 		r.log.Warn(poll.NotAlwaysWarning(t.Name, names), zap.String("table", t.Name), zap.Strings("triggers", names))
 	}
+	if where := t.DeleteUnpublishedSettings(); len(where) > 0 {
+		r.log.Warn(poll.DeleteUnpublishedWarning(t.Name, where), zap.String("table", t.Name), zap.Strings("set_for", where))
+	}
 	if names := t.BeforeInsertTriggers(); len(names) > 0 {
 		r.log.Warn(poll.BeforeInsertWarning(t.Name, names), zap.String("table", t.Name), zap.Strings("triggers", names))
 	}

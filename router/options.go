@@ -376,6 +376,13 @@ func parseConverter(s string) (converter, bool) {
 	return 0, false
 }
 
+// IsJSONConverter reports whether a key.converter or value.converter
+// setting names Kafka Connect's JsonConverter.
+func IsJSONConverter(s string) bool {
+	c, ok := parseConverter(s)
+	return ok && c == convJSON
+}
+
 // compile validates o and compiles it. Every problem is reported, joined;
 // table, when not empty, names the table whose per-table options o are.
 func compile(o Options, table string) (*config, error) {

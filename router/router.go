@@ -50,6 +50,12 @@ type Row struct {
 	// time or timestamp column. nil or short: none.
 	Mods   []int32
 	Values [][]byte
+	// Message marks a row made of a logical decoding message (the
+	// table-less outbox): Debezium writes none of its extended headers
+	// (__debezium.context.*) on the records of messages, only on those of
+	// rows (a real Debezium 3.6.1, with DecodeLogicalDecodingMessageContent
+	// and with its raw message records alike).
+	Message bool
 }
 
 // Header is one Kafka record header. A nil Value is a header with a null
@@ -209,6 +215,7 @@ type Router struct {
 
 	topicKey []byte  // scratch: the topic cache key when topics depend on the table
 	json     jsonDoc // scratch: the parsed payload for table.expand.json.payload
+	msg      jsonDoc // scratch: the message DecodeMessage parses
 	expanded []byte  // scratch: the expanded payload
 }
 
@@ -289,6 +296,9 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 	if lay.payload < 0 {
 		return 0, rowErr(row, rec, cfg.payloadCol, ErrMissingColumn, "the payload column ("+optEventPayload+") is not in the row")
 	}
+	if err := connectJSONElsewhere(row, rec, lay); err != nil {
+		return 0, err
+	}
 	if cfg.versionCol != "" {
 		if lay.version < 0 {
 			return 0, rowErr(row, rec, cfg.versionCol, ErrMissingColumn, "the schema version column ("+optSchemaVersion+") is not in the row")
@@ -350,7 +360,9 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 
 	// Headers and partition, in Debezium's order: its extended headers,
 	// the tracing context, id, the additional fields.
-	rec.Headers = append(rec.Headers, cfg.contextHeaders...)
+	if !row.Message {
+		rec.Headers = append(rec.Headers, cfg.contextHeaders...)
+	}
 	badTrace := false
 	if lay.span >= 0 && row.Values[lay.span] != nil {
 		tp, ts := spanContext(row.Values[lay.span])
@@ -423,7 +435,15 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 		rec.Value = nil
 	default:
 		var expanded []byte
-		if cfg.expand && pv != nil {
+		switch {
+		case poid == OIDConnectJSON && pv != nil:
+			// A struct or array Debezium decoded: JsonConverter writes it
+			// as JSON, which pv already is.
+			if cfg.valueConv != convJSON {
+				return 0, rowErr(row, rec, cfg.payloadCol, ErrBadValue, "the payload is a JSON object or array decoded as Debezium's DecodeLogicalDecodingMessageContent does, which pgoutbox writes under value.converter=JsonConverter only")
+			}
+			expanded = pv
+		case cfg.expand && pv != nil:
 			expanded, expandReason = r.expand(poid, pv)
 			if expandReason == reasonExpandPoison {
 				return 0, rowErr(row, rec, cfg.payloadCol, ErrNotExpandable, reasonExpandPoison)
@@ -456,6 +476,33 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 		return EmitWarn, nil
 	}
 	return Emit, nil
+}
+
+// connectJSONElsewhere refuses a row whose column of type OIDConnectJSON
+// (a JSON object or array of a decoded message) the options use anywhere
+// but as the payload: pgoutbox does not write Debezium's text of a struct
+// (Struct{...}) into a key, header or routing value.
+func connectJSONElsewhere(row *Row, rec *Record, lay *layout) error {
+	check := func(i int, what string) error {
+		if i >= 0 && i != lay.payload && typeOf(row, i) == OIDConnectJSON && row.Values[i] != nil {
+			return rowErr(row, rec, row.Names[i], ErrBadValue, "is a JSON object or array (a message decoded as Debezium's DecodeLogicalDecodingMessageContent does), which pgoutbox writes only as the payload, not as the "+what)
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		i    int
+		what string
+	}{{lay.id, "event id"}, {lay.key, "key"}, {lay.route, "routing value"}, {lay.ts, "timestamp"}, {lay.version, "schema version"}, {lay.span, "tracing span context"}, {lay.trace, "trace context"}} {
+		if err := check(c.i, c.what); err != nil {
+			return err
+		}
+	}
+	for _, i := range lay.extras {
+		if err := check(i, "additional field"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // emptyPayload reports whether a payload counts as empty for

@@ -15,6 +15,7 @@ import (
 // taken as text.
 const (
 	oidBool        = 16
+	oidText        = 25
 	oidBytea       = 17
 	oidInt8        = 20
 	oidInt2        = 21

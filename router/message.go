@@ -1,0 +1,168 @@
+package router
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+)
+
+// OIDConnectJSON is the type, in a Row, of a column holding a JSON object
+// or array that Debezium made a Kafka Connect struct or array of (see
+// DecodeMessage): its value is already the JsonConverter bytes of that
+// struct or array. It is no PostgreSQL type OID (those are below 2^32 - 2^24
+// in practice; this one is reserved by pgoutbox). The router writes such a
+// column as the payload only, under value.converter=JsonConverter, where
+// Debezium writes the struct as a JSON object; a key, header, envelope
+// field, routing value or timestamp of this type is an error.
+const OIDConnectJSON uint32 = 0xFFFF_FF01
+
+// Errors of DecodeMessage, each wrapped with the details.
+var (
+	// ErrMessageNotJSON: the content is not a JSON object Debezium's
+	// DecodeLogicalDecodingMessageContent reads (its task stops on it).
+	ErrMessageNotJSON = errors.New("content is not a JSON object")
+	// ErrMessageNoSchema: Debezium infers no Kafka Connect schema for the
+	// content, or its value does not fit the schema (its task stops).
+	ErrMessageNoSchema = errors.New("Debezium makes no Kafka Connect struct of the content")
+)
+
+// DecodeMessage returns the row of a table-less outbox event, a logical
+// decoding message's content, read as Debezium's
+// DecodeLogicalDecodingMessageContent transform reads it before its
+// EventRouter routes it (Debezium 3's table-less outbox):
+//
+//   - the content must start with "{" (no white space first) and be one
+//     JSON object (Jackson's grammar; pgoutbox also refuses content after
+//     the object and unpaired surrogate escapes, which Jackson reads);
+//   - Kafka Connect schemas are inferred as for table.expand.json.payload
+//     (io.debezium.transforms.outbox.JsonSchemaData), with null fields
+//     left out: a field that is null, or an empty array, is no column;
+//   - each member becomes a column: a string is text, true and false a
+//     boolean, an integer an int4 or int8 (Jackson's int and long), any
+//     other number a float8, and an object or array an OIDConnectJSON
+//     column holding the JsonConverter bytes of its struct or array;
+//   - the columns are sorted by name (the router keys its lookup on the
+//     column list).
+//
+// Where Debezium's task would stop (content not an object, no schema, an
+// integer beyond 64 bits, array elements of mixed types) it returns an
+// error wrapping ErrMessageNotJSON or ErrMessageNoSchema. The row's values
+// are newly allocated; content is not retained.
+func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
+	d := &r.msg
+	d.shrink()
+	defer func() { d.src = nil }()
+	if len(content) == 0 || content[0] != '{' {
+		if len(content) > 0 && content[0] == '[' {
+			return Row{}, errorf(ErrMessageNotJSON, "it is a JSON array (Debezium's task stops: it casts the content's value to a struct)")
+		}
+		return Row{}, errorf(ErrMessageNotJSON, "it does not start with { (Debezium's DecodeLogicalDecodingMessageContent parses only content that does, white space first included)")
+	}
+	if !d.parse(content) {
+		return Row{}, errorf(ErrMessageNotJSON, "it is not one valid JSON object (Jackson's grammar, with nothing after the object and no unpaired surrogate escape)")
+	}
+	d.schemas = append(d.schemas[:0],
+		connectSchema{typ: schString}, connectSchema{typ: schBool}, connectSchema{typ: schInt32},
+		connectSchema{typ: schInt64}, connectSchema{typ: schFloat64}, connectSchema{typ: schBytes})
+	d.fields = d.fields[:0]
+	d.mapFor = -1
+	root, ok := d.schemaOf(0)
+	if !ok {
+		return Row{}, errorf(ErrMessageNoSchema, "an array mixes types or number classes, holds only nulls or empty arrays, or a member name is empty")
+	}
+	row := Row{Table: table, Op: OpInsert, Message: true}
+	var buf []byte
+	var ends []int
+	for f := d.schemas[root].first; f >= 0; f = d.fields[f].next {
+		name := d.fieldName(f)
+		m := d.member(0, name)
+		s := d.fields[f].schema
+		nd := &d.nodes[m]
+		var typ uint32
+		switch {
+		case s == sString:
+			typ, buf = oidText, append(buf, d.text[nd.start:nd.end]...)
+		case s == sBool:
+			typ = oidBool
+			if nd.kind == jsonTrue {
+				buf = append(buf, 't')
+			} else {
+				buf = append(buf, 'f')
+			}
+		case s == sInt32:
+			typ = oidInt4
+			tok := d.src[nd.start:nd.end]
+			if string(tok) == "-0" {
+				tok = tok[1:]
+			}
+			buf = append(buf, tok...)
+		case s == sInt64:
+			typ, buf = oidInt8, append(buf, d.src[nd.start:nd.end]...)
+		case s == sFloat64 && nd.num == numDouble:
+			typ, buf = oidFloat8, append(buf, d.src[nd.start:nd.end]...)
+		case s == sFloat64:
+			return Row{}, errorf(ErrMessageNoSchema, "member "+strconv.Quote(string(name))+" is an integer beyond 64 bits, which Debezium cannot put in the FLOAT64 field it infers for it")
+		default:
+			typ = OIDConnectJSON
+			var ok bool
+			if buf, ok = d.appendWithSchema(buf, m, s); !ok {
+				return Row{}, errorf(ErrMessageNoSchema, "member "+strconv.Quote(string(name))+" does not fit the schema Debezium infers for it (an integer beyond 64 bits, or array elements whose members conflict)")
+			}
+		}
+		row.Names = append(row.Names, string(name))
+		row.Types = append(row.Types, typ)
+		ends = append(ends, len(buf))
+	}
+	row.Values = make([][]byte, len(row.Names))
+	prev := 0
+	for i, end := range ends {
+		row.Values[i] = buf[prev:end:end]
+		prev = end
+	}
+	sortRow(&row)
+	return row, nil
+}
+
+// member returns the live member of object n named name.
+func (d *jsonDoc) member(n int32, name []byte) int32 {
+	for c := d.nodes[n].first; c >= 0; c = d.nodes[c].next {
+		if !d.nodes[c].dead && string(d.key(c)) == string(name) {
+			return c
+		}
+	}
+	return -1
+}
+
+// sortRow sorts row's columns by name.
+func sortRow(row *Row) {
+	idx := make([]int, len(row.Names))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		switch {
+		case row.Names[a] < row.Names[b]:
+			return -1
+		case row.Names[a] > row.Names[b]:
+			return 1
+		}
+		return 0
+	})
+	names, types, values := make([]string, len(idx)), make([]uint32, len(idx)), make([][]byte, len(idx))
+	for i, j := range idx {
+		names[i], types[i], values[i] = row.Names[j], row.Types[j], row.Values[j]
+	}
+	row.Names, row.Types, row.Values = names, types, values
+}
+
+func errorf(class error, reason string) error {
+	return &messageError{class: class, reason: reason}
+}
+
+type messageError struct {
+	class  error
+	reason string
+}
+
+func (e *messageError) Error() string { return e.class.Error() + ": " + e.reason }
+func (e *messageError) Unwrap() error { return e.class }

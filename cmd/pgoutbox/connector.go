@@ -28,6 +28,11 @@ import (
 const (
 	postgresConnector = "io.debezium.connector.postgresql.PostgresConnector"
 	eventRouter       = "io.debezium.transforms.outbox.EventRouter"
+	// decodeMessages is Debezium 3's transform that makes a logical
+	// decoding message's JSON content the "after" of an insert, so that
+	// the EventRouter after it routes the message as an outbox row: the
+	// table-less outbox (messages.format=debezium).
+	decodeMessages = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
 )
 
 // tablesNotListed stands, among the ignored keys, for a connector without
@@ -336,7 +341,9 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	}
 
 	// Transforms: exactly one EventRouter; its options are the router's.
-	var routerName string
+	// Before it, Debezium's DecodeLogicalDecodingMessageContent may make
+	// messages outbox rows.
+	var routerName, decodeName string
 	if v, ok := get("transforms"); ok {
 		for _, name := range strings.Split(v, ",") {
 			name = strings.TrimSpace(name)
@@ -344,8 +351,18 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 				continue
 			}
 			typ, _ := get("transforms." + name + ".type")
+			if typ == decodeMessages {
+				switch {
+				case routerName != "":
+					refuse("transforms", "the "+decodeMessages+" transform comes after the EventRouter, so Debezium routes no message; put it first")
+				case decodeName != "":
+					refuse("transforms", "more than one "+decodeMessages+" transform")
+				}
+				decodeName = name
+				continue
+			}
 			if typ != eventRouter {
-				refuse("transforms."+name+".type", "pgoutbox applies the outbox "+eventRouter+" only; remove this transform")
+				refuse("transforms."+name+".type", "pgoutbox applies the outbox "+eventRouter+" only (and, before it, "+decodeMessages+"); remove this transform")
 				continue
 			}
 			if routerName != "" {
@@ -446,6 +463,9 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	// set messages.prefix (the table-less outbox, pgoutbox's own: set it
 	// in the file or with PGOUTBOX_MESSAGES_PREFIX).
 	cfg.Messages.Debezium = debeziumMessages(conn, get)
+	if decodeName != "" {
+		decodedMessages(cfg, conn, get, refuse, used, decodeName)
+	}
 	// Kafka Connect's exactly-once source support (KIP-618): required is
 	// pgoutbox's exactly-once mode; requested (Connect's default) and
 	// anything else leave it off, as a worker without
@@ -590,6 +610,45 @@ func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *
 	}
 	d.Include, d.Exclude = list("message.prefix.include.list", true), list("message.prefix.exclude.list", false)
 	return d
+}
+
+// decodedMessages applies a DecodeLogicalDecodingMessageContent transform
+// (decodeName) before the EventRouter: Debezium's table-less outbox, in
+// which every message its prefix filters let through is decoded and routed
+// as an outbox row. pgoutbox relays the messages of one prefix: the
+// connector must name it, alone and without a pattern, in
+// message.prefix.include.list; it becomes messages.prefix, read with
+// messages.format=debezium.
+func decodedMessages(cfg *fileConfig, conn map[string]string, get func(string) (string, bool), refuse func(key, why string), used map[string]bool, decodeName string) {
+	prefix := "transforms." + decodeName + "."
+	for k, v := range conn {
+		if !strings.HasPrefix(k, prefix) || k == prefix+"type" {
+			continue
+		}
+		used[k] = true
+		switch opt := strings.TrimPrefix(k, prefix); {
+		case strings.HasPrefix(opt, "predicate") || opt == "negate":
+			refuse(k, "predicates on transforms are not supported")
+		case opt == "fields.null.include" && strings.EqualFold(strings.TrimSpace(v), "false"):
+		default:
+			refuse(k, "pgoutbox reads messages as the transform's defaults do; remove this option")
+		}
+	}
+	list, _ := get("message.prefix.include.list")
+	names := splitRegexList(list)
+	p := ""
+	if len(names) == 1 {
+		p = strings.TrimSpace(names[0])
+	}
+	if p == "" || strings.ContainsAny(p, `.*+?[](){}|^$\`) {
+		refuse("message.prefix.include.list", "with "+decodeMessages+", name the prefix of the outbox messages here, one prefix and no pattern: Debezium decodes and routes every message its filters let through, pgoutbox relays the messages of one prefix (messages.prefix)")
+		return
+	}
+	if v, ok := get("value.converter"); ok && !router.IsJSONConverter(v) {
+		refuse("value.converter", "with "+decodeMessages+", pgoutbox writes the messages' payload objects as JsonConverter does: use "+router.ConverterJSON+" (as Debezium, whose StringConverter would write Struct{...})")
+	}
+	cfg.Messages.Prefix = p
+	cfg.Messages.Format = relay.MessagesDebezium
 }
 
 // splitRegexList splits a Debezium list of regular expressions at its

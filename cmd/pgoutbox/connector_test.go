@@ -299,6 +299,17 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"producer override of the default partitioner", map[string]string{"producer.override.partitioner.class": "org.apache.kafka.clients.producer.internals.DefaultPartitioner"}, nil, true},
 		{"producer override ignoring keys", map[string]string{"producer.override.partitioner.ignore.keys": "true"}, nil, false},
 		{"producer override keeping keys", map[string]string{"producer.override.partitioner.ignore.keys": "false"}, nil, true},
+		// Debezium's table-less outbox: its message decoder before the
+		// EventRouter, for one prefix, values through JsonConverter.
+		{"decoded messages", decoded(nil), nil, true},
+		{"decoded messages, nulls left out", decoded(map[string]string{"transforms.decode.fields.null.include": "false"}), nil, true},
+		{"decoded messages with nulls", decoded(map[string]string{"transforms.decode.fields.null.include": "true"}), nil, false},
+		{"decoded messages of every prefix", decoded(map[string]string{"message.prefix.include.list": ""}), nil, false},
+		{"decoded messages of two prefixes", decoded(map[string]string{"message.prefix.include.list": "a,b"}), nil, false},
+		{"decoded messages of a pattern", decoded(map[string]string{"message.prefix.include.list": "out.*"}), nil, false},
+		{"decoded messages through StringConverter", decoded(map[string]string{"value.converter": "org.apache.kafka.connect.storage.StringConverter"}), nil, false},
+		{"decoder after the EventRouter", decoded(map[string]string{"transforms": "outbox,decode"}), nil, false},
+		{"decoder with a predicate", decoded(map[string]string{"transforms.decode.predicate": "p"}), nil, false},
 	}
 	t.Setenv("PGOUTBOX_TEST_CONNECTOR_DB", "orders")
 	for _, c := range cases {
@@ -348,6 +359,16 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decoded is a connector with Debezium's DecodeLogicalDecodingMessageContent
+// before its EventRouter, over set.
+func decoded(set map[string]string) map[string]string {
+	out := map[string]string{"transforms": "decode,outbox", "transforms.decode.type": decodeMessages,
+		"message.prefix.include.list": "outbox", "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+		"value.converter.schemas.enable": "false"}
+	maps.Copy(out, set)
+	return out
 }
 
 // TestConnectorProducerOverridesAreHonoured: a connector whose records
@@ -621,5 +642,40 @@ func TestConnectorMessagePrefixListsAreDebeziumsFilters(t *testing.T) {
 		if writesNoMessage(d) != c.none {
 			t.Errorf("%v: writes no message = %v, want %v", c.lists, !c.none, c.none)
 		}
+	}
+}
+
+// TestConnectorDecodedMessagesAreTheTableLessOutbox: a connector with
+// Debezium's DecodeLogicalDecodingMessageContent before its EventRouter
+// routes the messages of its one message.prefix.include.list prefix as
+// outbox rows; convert makes that prefix messages.prefix, read with
+// messages.format=debezium, and says nothing of Debezium's raw message
+// topic (Debezium writes none there).
+func TestConnectorDecodedMessagesAreTheTableLessOutbox(t *testing.T) {
+	conn := map[string]string{"connector.class": postgresConnector, "database.hostname": "127.0.0.1", "database.dbname": "orders",
+		"topic.prefix": "orders", "plugin.name": "pgoutput", "slot.name": "orders_outbox", "snapshot.mode": "no_data",
+		"transforms.outbox.type": eventRouter, "key.converter": "org.apache.kafka.connect.storage.StringConverter"}
+	maps.Copy(conn, decoded(map[string]string{"message.prefix.include.list": "orders_events"}))
+	body, err := json.Marshal(map[string]any{"name": "c", "config": conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "connector.json")
+	if err := os.WriteFile(p, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"convert", p}, nil, &out, &errOut); code != exitOK {
+		t.Fatalf("convert: exit %d: %s", code, errOut.String())
+	}
+	var got fileConfig
+	if err := yaml.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Messages.Prefix != "orders_events" || got.Messages.Format != "debezium" {
+		t.Fatalf("messages %+v, want prefix orders_events, format debezium\n%s", got.Messages, out.String())
+	}
+	if strings.Contains(out.String(), "orders.message") {
+		t.Fatalf("convert speaks of Debezium's raw message topic, to which Debezium writes nothing here:\n%s", out.String())
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 )
 
 // describeIgnored adds the reason to each ignored connector key we know.
@@ -95,7 +97,7 @@ func cmdConvert(args, environ []string, stdout, stderr io.Writer) int {
 	if hadPassword {
 		fmt.Fprintln(stdout, "# the database password is not written here: set PGOUTBOX_POSTGRES_PASSWORD or postgres.password.file (or PGPASSWORD)")
 	}
-	if d := cfg.Messages.Debezium; d != nil && !writesNoMessage(d) {
+	if d := cfg.Messages.Debezium; d != nil && !writesNoMessage(d) && cfg.Messages.Format != relay.MessagesDebezium {
 		fmt.Fprintf(stdout, "# logical decoding messages: Debezium writes those its message.prefix.include.list / exclude.list let through to %s (its EventRouter routes rows only); pgoutbox writes no such records, and run names each prefix it meets at Warn. If no one reads that topic, set message.prefix.exclude.list=.* in the connector JSON\n", d.Topic)
 	}
 	for _, k := range describeIgnored(ignored) {

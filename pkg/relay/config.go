@@ -45,11 +45,26 @@ type Messages struct {
 	// transactional = false, which is not tied to any transaction's outcome:
 	// "refuse" (stop with an error naming it) or "accept" (route it too).
 	NonTransactional string `yaml:"nontransactional"`
+	// Format is how a message's JSON becomes the row the router maps:
+	// "pgoutbox" (the default, also ""; see messageRow) or "debezium", as
+	// Debezium 3's table-less outbox reads it: its
+	// DecodeLogicalDecodingMessageContent transform before the EventRouter
+	// (router.DecodeMessage: a null field is left out, numbers keep their
+	// JSON type, a payload object is written as an object). A connector
+	// JSON with that transform sets it; it needs
+	// value.converter=JsonConverter.
+	Format string `yaml:"format"`
 	// Debezium, set by the Kafka Connect import (--connector), is what
 	// Debezium's connector does with logical decoding messages; nil
 	// otherwise. See DebeziumMessages.
 	Debezium *DebeziumMessages `yaml:"-"`
 }
+
+// The values of Messages.Format.
+const (
+	MessagesPgoutbox = "pgoutbox"
+	MessagesDebezium = "debezium"
+)
 
 // DebeziumMessages is what Debezium's PostgreSQL connector does with the
 // logical decoding messages of its database: it writes each one whose
@@ -259,6 +274,15 @@ func (c *Config) Validate() error {
 	case "refuse", "accept":
 	default:
 		errs = append(errs, fmt.Errorf("messages: nontransactional %q: use refuse or accept", c.Messages.NonTransactional))
+	}
+	switch c.Messages.Format {
+	case "", MessagesPgoutbox:
+	case MessagesDebezium:
+		if !router.IsJSONConverter(c.Router.ValueConverter) {
+			errs = append(errs, fmt.Errorf("messages: format %s writes a payload object as Kafka Connect's JsonConverter does: set router value.converter to JsonConverter (with value.converter.schemas.enable false), as Debezium's connector is run", MessagesDebezium))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("messages: format %q: use %s or %s", c.Messages.Format, MessagesPgoutbox, MessagesDebezium))
 	}
 	if err := c.validateSources(); err != nil {
 		errs = append(errs, err)

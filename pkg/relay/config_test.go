@@ -151,3 +151,32 @@ func TestTwoRoutesKeysForOneTableAreRefused(t *testing.T) {
 		t.Fatalf("RouterSet with two tables: %v", err)
 	}
 }
+
+// TestMessagesFormat: messages.format is pgoutbox (or empty) or debezium,
+// and debezium, which writes payload objects as JsonConverter does, needs
+// value.converter=JsonConverter.
+func TestMessagesFormat(t *testing.T) {
+	no := false
+	for _, c := range []struct {
+		format, converter string
+		ok                bool
+	}{
+		{"", "", true},
+		{MessagesPgoutbox, "", true},
+		{MessagesDebezium, router.ConverterJSON, true},
+		{MessagesDebezium, "JsonConverter", true},
+		{MessagesDebezium, "", false},
+		{MessagesDebezium, router.ConverterString, false},
+		{"jackson", router.ConverterJSON, false},
+	} {
+		cfg := validConfig()
+		cfg.Messages.Format = c.format
+		cfg.Router.ValueConverter = c.converter
+		if c.converter != "" {
+			cfg.Router.ValueConverterSchemasEnable = &no
+		}
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("format %q, value.converter %q: %v, want ok %v", c.format, c.converter, err, c.ok)
+		}
+	}
+}

@@ -13,6 +13,10 @@ import (
 // routed as an outbox event when its prefix is messages.prefix.
 func (s *session) debeziumMessage(m *replication.Message) {
 	d := s.r.cfg.Messages.Debezium
+	decoded := s.r.cfg.Messages.Format == MessagesDebezium
+	if decoded && m.Prefix == s.r.cfg.Messages.Prefix {
+		return // routed as Debezium routes it
+	}
 	if s.debeziumSeen[m.Prefix] || len(s.debeziumSeen) >= 100 {
 		return
 	}
@@ -23,6 +27,11 @@ func (s *session) debeziumMessage(m *replication.Message) {
 	// the messages of messages.prefix are every table-less event.
 	s.debeziumSeen[m.Prefix] = true
 	if !d.Writes(m.Prefix) {
+		return
+	}
+	if decoded {
+		s.log.Warn("a logical decoding message that Debezium's connector (the --connector configuration) would have decoded and routed as an outbox event (its message.prefix.include.list matches a prefix in either case), and pgoutbox skips: it routes the messages of messages.prefix only, spelt as it is; write them with that prefix",
+			zap.String("prefix", m.Prefix), zap.Stringer("lsn", m.LSN), zap.String("messages.prefix", s.r.cfg.Messages.Prefix))
 		return
 	}
 	what := "pgoutbox writes no such records, and skips it"

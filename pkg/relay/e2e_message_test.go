@@ -18,6 +18,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 	"github.com/pgoutbox/pgoutbox/replication"
+	"github.com/pgoutbox/pgoutbox/router"
 )
 
 func emit(t *testing.T, f *fixture, transactional, commit bool, events ...outboxtest.Event) {
@@ -263,4 +264,47 @@ func (c *skipCounts) snapshot() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.n)
+}
+
+// TestMessagesReadAsDebeziumsDecoderReadsThem: with messages.format=debezium
+// (a connector JSON with Debezium's DecodeLogicalDecodingMessageContent
+// before its EventRouter) a message's payload object is written as an
+// object, in its members' order and without its null members (Debezium's
+// Kafka Connect struct through JsonConverter), numbers as Java writes
+// them, a string payload as a JSON string, and the record has its id
+// header alone, no extended headers, as the real Debezium 3.6.1 writes
+// (the conformance suite holds every case against it). Real PostgreSQL
+// and Kafka.
+func TestMessagesReadAsDebeziumsDecoderReadsThem(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	cfg := f.config()
+	no := false
+	cfg.Messages.Format = relay.MessagesDebezium
+	cfg.Router.KeyConverter, cfg.Router.ValueConverter, cfg.Router.ValueConverterSchemasEnable = router.ConverterString, router.ConverterJSON, &no
+	cfg.Router.ExtendedHeaders, cfg.Router.ExtendedHeadersLogicalName = true, "orders"
+	runRelay(t, cfg)
+	f.waitStreaming(t)
+	c := env.NewConsumer(t, f.topics)
+	cases := map[string]string{ // payload written → value
+		`{"b": 2, "a": 1.50, "n": null, "l": [], "e": 1e2}`: `{"b":2,"a":1.5,"e":100.0}`,
+		`"{\"x\": 1}"`: `"{\"x\": 1}"`,
+		`[1, 2]`:       `[1,2]`,
+	}
+	ids := map[string]string{}
+	for p := range cases {
+		ev := outboxtest.Event{ID: outboxtest.NewID(), AggregateType: f.shape.AggregateTypes[0], AggregateID: "k", Type: "T", Payload: p}
+		ids[ev.ID] = p
+		emit(t, f, true, true, ev)
+	}
+	for _, m := range c.WaitFor(t, len(cases), time.Minute) {
+		id, _ := m.Header("id")
+		p, ok := ids[string(id)]
+		if !ok {
+			t.Fatalf("a record of no message written: id %q", id)
+		}
+		if string(m.Value) != cases[p] || string(m.Key) != "k" || len(m.Headers) != 1 {
+			t.Errorf("payload %s: key %q value %s headers %v; want key k, value %s, the id header alone", p, m.Key, m.Value, m.Headers, cases[p])
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
 
@@ -56,11 +57,12 @@ func messageRow(prefix, payloadField string, content []byte) (router.Row, error)
 	}
 	sort.Strings(names) // a stable column order lets the router reuse its lookup
 	row := router.Row{
-		Table:  "message:" + prefix,
-		Op:     router.OpInsert,
-		Names:  names,
-		Types:  make([]uint32, len(names)),
-		Values: make([][]byte, len(names)),
+		Table:   "message:" + prefix,
+		Message: true,
+		Op:      router.OpInsert,
+		Names:   names,
+		Types:   make([]uint32, len(names)),
+		Values:  make([][]byte, len(names)),
 	}
 	for i, k := range names {
 		raw := bytes.TrimSpace(fields[k])
@@ -84,6 +86,20 @@ func messageRow(prefix, payloadField string, content []byte) (router.Row, error)
 		}
 	}
 	return row, nil
+}
+
+// debeziumMessageRow is messageRow for messages.format=debezium: the row
+// Debezium's DecodeLogicalDecodingMessageContent makes of m (see
+// router.DecodeMessage), after the checks messageRow makes of its bytes
+// (UTF-8, no escape that no text holds).
+func (s *session) debeziumMessageRow(m *replication.Message) (router.Row, error) {
+	if !utf8.Valid(m.Content) {
+		return router.Row{}, invalidUTF8(m.Content)
+	}
+	if err := badEscape(m.Content); err != nil {
+		return router.Row{}, err
+	}
+	return s.r.router.For("message:"+m.Prefix).DecodeMessage("message:"+m.Prefix, m.Content)
 }
 
 // badEscape finds, in valid JSON content, a \u escape no text can hold: a

@@ -30,6 +30,10 @@ type confCase struct {
 	// providers: the database name and user come from Kafka's config
 	// providers (${env:...}, ${file:...}), as on Kubernetes.
 	providers bool
+	// messages: Debezium's table-less outbox, its
+	// DecodeLogicalDecodingMessageContent before the EventRouter, with the
+	// message workload (the other configurations leave its prefix out).
+	messages bool
 }
 
 func confCases() []confCase {
@@ -82,6 +86,9 @@ func confCases() []confCase {
 			"transforms.outbox.table.fields.additional.placement": typedPlacements("header", "")}},
 		{name: "config-providers", providers: true},
 		{name: "null-id", null: true},
+		{name: "decode-messages", messages: true},
+		{name: "decode-messages-tolerant", messages: true, conn: map[string]string{
+			"errors.tolerance": "all", "errors.log.enable": "true"}},
 	}
 }
 
@@ -127,6 +134,19 @@ func (c confCase) connector(env connEnv, slot string) map[string]string {
 	if c.null {
 		cfg["publication.name"] = "conf_pub_null"
 		cfg["table.include.list"] = `public\.conf_outbox_null`
+	}
+	if c.messages {
+		cfg["publication.name"] = "conf_pub_msg"
+		cfg["table.include.list"] = `public\.conf_outbox_msg`
+		cfg["transforms"] = "decode,outbox"
+		cfg["transforms.decode.type"] = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
+		cfg["message.prefix.include.list"] = msgPrefix
+		// Debezium's transform fails on the tombstone of a delete (its
+		// value has no schema: a NullPointerException stops the task), so
+		// a deployment with it turns them off.
+		cfg["tombstones.on.delete"] = "false"
+	} else {
+		cfg["message.prefix.exclude.list"] = msgPrefix
 	}
 	maps.Copy(cfg, c.conn)
 	return cfg

@@ -99,12 +99,14 @@ func TestMatchesDebezium(t *testing.T) {
 
 	w := newWorkload(tok)
 	nw := nullWorkload(tok, w.n+1000)
+	mw := messageWorkload(tok, nw.n+1000)
 	w.write(t, conn)
 	nw.write(t, conn)
+	mw.write(t, conn)
 	rows := map[string]row{}
-	for _, wl := range []*workload{w, nw} {
+	for _, wl := range []*workload{w, nw, mw} {
 		for _, tx := range wl.txns {
-			for _, r := range tx.rows {
+			for _, r := range tx.events() {
 				if id, ok := r["id"].(string); ok {
 					rows[id] = r
 				}
@@ -118,6 +120,9 @@ func TestMatchesDebezium(t *testing.T) {
 	wl := func(c confCase) *workload {
 		if c.null {
 			return nw
+		}
+		if c.messages {
+			return mw
 		}
 		return w
 	}
@@ -580,6 +585,10 @@ func compare(c confCase, dbzSide, pgoSide side, rows map[string]row, unconfirmed
 		if !ok {
 			if unconfirmed(id) {
 				res.unconfirmed++
+				continue
+			}
+			if why, ok := rows[id]["deliberate"].(string); ok {
+				res.deliberate = append(res.deliberate, describe(d)+": "+why)
 				continue
 			}
 			if c.null && strings.Contains(pgoSide.failure, "event id is NULL") {

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -97,6 +98,9 @@ CREATE TABLE conf_outbox_null (LIKE conf_outbox INCLUDING DEFAULTS INCLUDING IDE
 ALTER TABLE conf_outbox_null ADD PRIMARY KEY (seq);
 CREATE PUBLICATION conf_pub FOR TABLE conf_outbox, conf_outbox_text;
 CREATE PUBLICATION conf_pub_null FOR TABLE conf_outbox_null;
+CREATE TABLE conf_outbox_msg (LIKE conf_outbox INCLUDING DEFAULTS INCLUDING IDENTITY);
+ALTER TABLE conf_outbox_msg ADD PRIMARY KEY (seq);
+CREATE PUBLICATION conf_pub_msg FOR TABLE conf_outbox_msg;
 `
 
 // row is one outbox row: column → value (nil is SQL NULL).
@@ -108,7 +112,21 @@ type txn struct {
 	rows     []row    // inserted in order (table in the "table" pseudo-column)
 	after    []string // statements run after the inserts, in the same transaction
 	rollback bool
+	// messages are logical decoding messages emitted after the rows
+	// (transactional, prefix msgPrefix), each with its content and the
+	// row it stands for (nil for content that is no event).
+	messages []message
 }
+
+// message is one table-less outbox event of the decode-messages
+// configuration: its content as written, and the event as a row.
+type message struct {
+	content string
+	event   row
+}
+
+// msgPrefix is the prefix of the workload's logical decoding messages.
+const msgPrefix = "conf_msg"
 
 // eventID is the id of the n-th event.
 func eventID(n int) string { return fmt.Sprintf("c0c0c0c0-0000-4000-8000-%012d", n) }
@@ -164,6 +182,7 @@ const (
 	tMain = "conf_outbox"
 	tText = "conf_outbox_text"
 	tNull = "conf_outbox_null"
+	tMsg  = "conf_outbox_msg"
 )
 
 func nested(depth int, open, close, inner string) string {
@@ -319,6 +338,116 @@ func typeOf(col string) string {
 		"o": `oid`, "ip": `inet`, "cidrc": `cidr`, "mac": `macaddr`, "m8": `macaddr8`, "tsv": `tsvector`, "doc": `xml`, "r4": `int4range`, "i8r": `int8range`, "nr": `numrange`, "dr": `daterange`, "tsr": `tsrange`, "rtz": `tstzrange`, "ch": `char(5)`, "ch1": `"char"`, "sm": `int2`, "rl": `float4`, "js": `json`, "lt": `ltree`, "vb": `varchar(10)`, "ts2": `timestamptz(2)`, "note": "text"}[col]
 }
 
+// events are the transaction's rows and the events of its messages.
+func (tx *txn) events() []row {
+	out := slices.Clone(tx.rows)
+	for _, m := range tx.messages {
+		if m.event != nil {
+			out = append(out, m.event)
+		}
+	}
+	return out
+}
+
+// msg is a message of an event like ev's, its content the event's JSON
+// object with the members given as JSON text (a nil value leaves the
+// member out) in the order given: id, aggregatetype, aggregateid, type,
+// payload, unless extra says otherwise.
+func (w *workload) msg(members ...[2]any) message {
+	w.n++
+	ev := row{"table": tMsg, "id": eventID(w.n), "aggregatetype": "Order" + w.tok, "aggregateid": fmt.Sprintf("m%d", w.n%5),
+		"type": "OrderCreated" + w.tok}
+	order := []string{"id", "aggregatetype", "aggregateid", "type", "payload"}
+	set := map[string]string{"payload": fmt.Sprintf(`{"n":%d}`, w.n)}
+	for _, m := range members {
+		k := m[0].(string)
+		if !slices.Contains(order, k) {
+			order = append(order, k)
+		}
+		if m[1] == nil {
+			set[k] = "\x00omit"
+			continue
+		}
+		set[k] = m[1].(string)
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for _, k := range order {
+		v, ok := set[k]
+		if !ok {
+			v = jsonString(ev[k].(string))
+		}
+		if v == "\x00omit" {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		b.WriteString(jsonString(k) + ":" + v)
+		var plain string
+		if json.Unmarshal([]byte(v), &plain) == nil {
+			ev[k] = plain
+		}
+	}
+	b.WriteByte('}')
+	return message{content: b.String(), event: ev}
+}
+
+// messageWorkload is the table-less outbox events of the decode-messages
+// configurations: logical decoding messages that Debezium's
+// DecodeLogicalDecodingMessageContent makes outbox rows of, in
+// transactions of their own, with outbox rows (in conf_outbox_msg, the
+// table of those configurations alone), and rolled back; the sentinel is
+// a row.
+func messageWorkload(tok string, start int) *workload {
+	w := &workload{tok: tok, n: start}
+	one := func(name string, ms ...message) { w.txns = append(w.txns, txn{name: name, messages: ms}) }
+	one("payload object", w.msg([2]any{"payload", `{"n":1,"s":"t","deep":{"a":{"b":{"c":[true,false]}}}}`}))
+	one("payload a JSON string", w.msg([2]any{"payload", `"{\"x\":1}"`}))
+	one("payload a plain string", w.msg([2]any{"payload", `"hello"`}))
+	one("payload {}", w.msg([2]any{"payload", `{}`}))
+	one("payload an array of numbers", w.msg([2]any{"payload", `[1,2,3]`}))
+	// The same members in every element: Debezium merges the schemas of
+	// elements with others in a HashSet order that differs between runs.
+	one("payload an array of objects", w.msg([2]any{"payload", `[{"a":1,"b":"x"},{"a":2,"b":"y"}]`}))
+	one("payload nulls and empty arrays", w.msg([2]any{"payload", `{"a":null,"l":[],"m":{"n":null,"k":[]},"v":[1,null,3]}`}))
+	one("payload a number", w.msg([2]any{"payload", `5`}))
+	one("payload numbers", w.msg([2]any{"payload", `{"i":1,"neg":-5,"big":9223372036854775807,"f":39.98,"e":1e300,"small":1.0E-7,"z":0,"negz":-0.0,"fi":2.0,"i0":-0}`}))
+	one("payload characters", w.msg([2]any{"payload", `{"s":"😀 é \u2028 \" \\ \u0001 \u001f ✓ / <>&"}`}))
+	one("key a number", w.msg([2]any{"aggregateid", `42`}))
+	one("key a double", w.msg([2]any{"aggregateid", `1e2`}))
+	one("key a boolean", w.msg([2]any{"aggregateid", `true`}))
+	one("key a big integer", w.msg([2]any{"aggregateid", `9223372036854775807`}))
+	one("key with characters", w.msg([2]any{"aggregateid", `"k😀é\""`}))
+	one("null type and an extra member", w.msg([2]any{"type", `null`}, [2]any{"extra", `"x"`}))
+	one("members in another order", message{content: fmt.Sprintf(`{"payload":{"b":2,"a":1},"type":"OrderCreated%s","aggregateid":"m-order","aggregatetype":"Order%s","id":%q}`, tok, tok, eventID(w.n+1)),
+		event: row{"table": tMsg, "id": eventID(w.n + 1), "aggregatetype": "Order" + tok}})
+	w.n++
+	w.txns = append(w.txns, txn{name: "two messages and a row", rows: []row{w.ev(tMsg, set("aggregateid", "m1"))},
+		messages: []message{w.msg([2]any{"aggregateid", `"m1"`}), w.msg([2]any{"aggregateid", `"m1"`})}})
+	w.txns = append(w.txns, txn{name: "rolled back", rollback: true, messages: []message{w.msg()}})
+	// Last: messages on which Debezium's task stops (errors.tolerance=all
+	// skips them), each a poison message to pgoutbox.
+	one("no payload", w.msg([2]any{"payload", nil}))
+	one("payload null", w.msg([2]any{"payload", `null`}))
+	one("no event id", w.msg([2]any{"id", nil}))
+	one("an integer beyond 64 bits", w.msg([2]any{"payload", `{"big":92233720368547758070}`}))
+	one("a mixed array", w.msg([2]any{"payload", `[1,"x"]`}))
+	for _, c := range []string{`not json`, ` {"id":"x"}`, `[1]`, `{}`} {
+		one("not an event: "+c, message{content: c})
+	}
+	// Debezium's Jackson reads the first JSON value and ignores what
+	// follows: a second event written after the first would be dropped
+	// without a word. pgoutbox refuses such content.
+	trailing := w.msg()
+	trailing.content += ` {"id":"second"}`
+	trailing.event["deliberate"] = "content after the JSON object: Debezium routes the object and ignores the rest, pgoutbox refuses the message (poison), as a second event there would be lost unseen"
+	one("content after the object", trailing)
+	w.sentinel = w.ev(tMsg, set("aggregateid", "sentinel"), set("aggregatetype", "MsgSentinel"+tok), set("type", "SentinelCreated"+tok))
+	w.add("sentinel", w.sentinel)
+	return w
+}
+
 // nullWorkload is the rows of the NULL-event-id configuration.
 func nullWorkload(tok string, start int) *workload {
 	w := &workload{tok: tok, n: start}
@@ -358,7 +487,7 @@ func (w *workload) write(t testing.TB, conn *pgx.Conn) {
 		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range tx.rows {
+		for _, r := range tx.events() {
 			if id, ok := r["id"].(string); ok {
 				w.before[id] = lsn
 			}
@@ -388,6 +517,11 @@ func (w *workload) write(t testing.TB, conn *pgx.Conn) {
 			sql := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", r["table"], strings.Join(cols, ", "), strings.Join(ph, ", "))
 			if _, err := pt.Exec(ctx, sql, args...); err != nil {
 				t.Fatalf("%s: %s: %v", tx.name, sql, err)
+			}
+		}
+		for _, m := range tx.messages {
+			if _, err := pt.Exec(ctx, "SELECT pg_logical_emit_message(true, $1, $2::text)", msgPrefix, m.content); err != nil {
+				t.Fatalf("%s: message %s: %v", tx.name, m.content, err)
 			}
 		}
 		for _, sql := range tx.after {

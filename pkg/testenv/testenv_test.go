@@ -63,8 +63,8 @@ func TestPostgresIsSetUpForLogicalReplication(t *testing.T) {
 	if got := queryString(t, conn, "SHOW wal_level"); got != "logical" {
 		t.Errorf("wal_level = %s, want logical", got)
 	}
-	if got := queryString(t, conn, "SHOW max_replication_slots"); got != "20" {
-		t.Errorf("max_replication_slots = %s, want 20", got)
+	if got := queryString(t, conn, "SHOW max_replication_slots"); got != "32" {
+		t.Errorf("max_replication_slots = %s, want 32", got)
 	}
 	if got := queryString(t, conn, "SELECT current_database()"); got != databaseName(t, dsn) {
 		t.Errorf("connected to %s, want the test's database %s", got, databaseName(t, dsn))

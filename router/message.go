@@ -6,14 +6,15 @@ import (
 	"strconv"
 )
 
-// OIDConnectJSON is the type, in a Row, of a column holding a JSON object
-// or array that Debezium made a Kafka Connect struct or array of (see
-// DecodeMessage): its value is already the JsonConverter bytes of that
-// struct or array. It is no PostgreSQL type OID (those are below 2^32 - 2^24
-// in practice; this one is reserved by pgoutbox). The router writes such a
-// column as the payload only, under value.converter=JsonConverter, where
-// Debezium writes the struct as a JSON object; a key, header, envelope
-// field, routing value or timestamp of this type is an error.
+// OIDConnectJSON is the type, in a Row made of a message (Row.Message), of
+// a column holding a JSON object or array that Debezium made a Kafka
+// Connect struct or array of (see DecodeMessage): its value is already the
+// JsonConverter bytes of that struct or array. PostgreSQL could give a
+// type this OID once its OID counter wraps, so it has this meaning only in
+// a message's row. The router writes such a column as the payload only,
+// under value.converter=JsonConverter, where Debezium writes the struct as
+// a JSON object; a key, header, envelope field, routing value or timestamp
+// of this type is an error.
 const OIDConnectJSON uint32 = 0xFFFF_FF01
 
 // Errors of DecodeMessage, each wrapped with the details.
@@ -71,11 +72,20 @@ func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
 		return Row{}, errorf(ErrMessageNoSchema, "an array mixes types or number classes, holds only nulls or empty arrays, or a member name is empty")
 	}
 	row := Row{Table: table, Op: OpInsert, Message: true}
-	var buf []byte
+	// Never nil, so that an empty string is an empty value, not NULL.
+	buf := make([]byte, 0, len(content))
 	var ends []int
+	// The schema's fields follow the live members' order (schemaOf): one
+	// pass over the members finds each field's.
+	m := d.nodes[0].first
 	for f := d.schemas[root].first; f >= 0; f = d.fields[f].next {
 		name := d.fieldName(f)
-		m := d.member(0, name)
+		for m >= 0 && (d.nodes[m].dead || string(d.key(m)) != string(name)) {
+			m = d.nodes[m].next
+		}
+		if m < 0 {
+			return Row{}, errorf(ErrMessageNoSchema, "member "+strconv.Quote(string(name))+" not found") // cannot happen
+		}
 		s := d.fields[f].schema
 		nd := &d.nodes[m]
 		var typ uint32
@@ -112,6 +122,7 @@ func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
 		row.Names = append(row.Names, string(name))
 		row.Types = append(row.Types, typ)
 		ends = append(ends, len(buf))
+		m = d.nodes[m].next
 	}
 	row.Values = make([][]byte, len(row.Names))
 	prev := 0
@@ -121,16 +132,6 @@ func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
 	}
 	sortRow(&row)
 	return row, nil
-}
-
-// member returns the live member of object n named name.
-func (d *jsonDoc) member(n int32, name []byte) int32 {
-	for c := d.nodes[n].first; c >= 0; c = d.nodes[c].next {
-		if !d.nodes[c].dead && string(d.key(c)) == string(name) {
-			return c
-		}
-	}
-	return -1
 }
 
 // sortRow sorts row's columns by name.

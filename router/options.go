@@ -383,6 +383,13 @@ func IsJSONConverter(s string) bool {
 	return ok && c == convJSON
 }
 
+// IsStringConverter reports whether a key.converter or value.converter
+// setting names Kafka Connect's StringConverter.
+func IsStringConverter(s string) bool {
+	c, ok := parseConverter(s)
+	return ok && c == convString
+}
+
 // compile validates o and compiles it. Every problem is reported, joined;
 // table, when not empty, names the table whose per-table options o are.
 func compile(o Options, table string) (*config, error) {

@@ -50,11 +50,12 @@ type Row struct {
 	// time or timestamp column. nil or short: none.
 	Mods   []int32
 	Values [][]byte
-	// Message marks a row made of a logical decoding message (the
-	// table-less outbox): Debezium writes none of its extended headers
+	// Message marks a row that DecodeMessage made of a logical decoding
+	// message, as Debezium's DecodeLogicalDecodingMessageContent makes
+	// one: Debezium writes none of its extended headers
 	// (__debezium.context.*) on the records of messages, only on those of
-	// rows (a real Debezium 3.6.1, with DecodeLogicalDecodingMessageContent
-	// and with its raw message records alike).
+	// rows (a real Debezium 3.6.1, with that transform and on its raw
+	// message records alike), and its columns may be of OIDConnectJSON.
 	Message bool
 }
 
@@ -436,7 +437,7 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 	default:
 		var expanded []byte
 		switch {
-		case poid == OIDConnectJSON && pv != nil:
+		case row.Message && poid == OIDConnectJSON && pv != nil:
 			// A struct or array Debezium decoded: JsonConverter writes it
 			// as JSON, which pv already is.
 			if cfg.valueConv != convJSON {
@@ -484,7 +485,7 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 // (Struct{...}) into a key, header or routing value.
 func connectJSONElsewhere(row *Row, rec *Record, lay *layout) error {
 	check := func(i int, what string) error {
-		if i >= 0 && i != lay.payload && typeOf(row, i) == OIDConnectJSON && row.Values[i] != nil {
+		if i >= 0 && i != lay.payload && row.Message && typeOf(row, i) == OIDConnectJSON && row.Values[i] != nil {
 			return rowErr(row, rec, row.Names[i], ErrBadValue, "is a JSON object or array (a message decoded as Debezium's DecodeLogicalDecodingMessageContent does), which pgoutbox writes only as the payload, not as the "+what)
 		}
 		return nil

@@ -475,6 +475,12 @@ func appendJSONString(dst, s []byte) []byte { return appendString(dst, s, false)
 // rather than as its UTF-8 bytes.
 func appendJacksonString(dst, s []byte) []byte { return appendString(dst, s, true) }
 
+// AppendJacksonString appends s as a JSON string literal the way Kafka
+// Connect's JsonConverter (Jackson) writes it: control characters escaped,
+// characters outside the Basic Multilingual Plane as escaped surrogate
+// pairs, the rest as UTF-8.
+func AppendJacksonString(dst, s []byte) []byte { return appendJacksonString(dst, s) }
+
 func appendString(dst, s []byte, surrogates bool) []byte {
 	const hexDigits = "0123456789ABCDEF"
 	dst = append(dst, '"')

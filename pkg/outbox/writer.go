@@ -29,7 +29,8 @@ var ErrNoSlot = errors.New("outbox: no logical replication slot in the database"
 // NoSlotError is the error of a Write or WriteSQL refused because only the
 // WAL would hold its events and nothing decodes this database's WAL: the
 // database has no logical replication slot (the relay's not made yet, or
-// dropped; or wal_level is not logical, which allows none). Such events
+// dropped; or wal_level is not logical, which allows none), or only one
+// still being made, which decodes no transaction that commits meanwhile. Such events
 // would be lost without a word: a slot made later starts after them, and
 // the poll source reads neither messages nor deleted rows. It is the error
 // of ModeMessage, and of ModeTableDeleteAfterInsert when it really deleted
@@ -56,7 +57,7 @@ func (e *NoSlotError) Error() string {
 		db = fmt.Sprintf("database %q", e.Database)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "outbox: write refused in mode %s: %s has no logical replication slot, so nothing would ever decode ", e.Mode, db)
+	fmt.Fprintf(&b, "outbox: write refused in mode %s: %s has no logical replication slot (or only one still being made, which decodes no transaction that commits before it is), so nothing would ever decode ", e.Mode, db)
 	if e.Mode == ModeTableDeleteAfterInsert {
 		b.WriteString("the inserts of the rows just deleted")
 	} else {
@@ -333,18 +334,18 @@ func (w *Writer) noSlot(ctx context.Context, db execer) error {
 // table's inserts reach no publication. A query on the failure path only
 // (failTx makes the transaction fail afterwards).
 func (w *Writer) notDecoded(ctx context.Context, db execer, n int) error {
-	var name, level, persistence string
+	var name, level, persistence, kind string
 	var slot bool
 	err := db.queryRow(ctx, `SELECT pg_catalog.current_database()::text, pg_catalog.current_setting('wal_level'), `+
-		logicalSlotExists+`, c.relpersistence::text FROM pg_catalog.pg_class c WHERE c.oid = `+
-		escapedLiteral(w.table)+`::pg_catalog.regclass`, &name, &level, &slot, &persistence)
+		logicalSlotExists+`, c.relpersistence::text, c.relkind::text FROM pg_catalog.pg_class c WHERE c.oid = `+
+		escapedLiteral(w.table)+`::pg_catalog.regclass`, &name, &level, &slot, &persistence, &kind)
 	switch {
 	case err != nil:
 		return fmt.Errorf("outbox: refused to delete %d events from %s: the database has no logical replication slot, or no publication publishes the table's inserts, and their events would be lost (reading which failed: %w)", n, w.cfg.Table, err)
 	case !slot:
 		return &NoSlotError{Mode: w.cfg.Mode, Database: name, WALLevel: level}
 	}
-	return &NotPublishedError{Table: w.cfg.Table, Database: name, Unlogged: persistence != "p"}
+	return &NotPublishedError{Table: w.cfg.Table, Database: name, Unlogged: kind == "r" && persistence != "p"}
 }
 
 // insertStatement returns one multi-row INSERT for events.
@@ -419,25 +420,38 @@ func escapedLiteral(s string) string {
 	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
 }
 
-// tableRelayable is true when a slot's publication could carry the
-// inserts of the table named (quoted) by text parameter $param: the table
-// is permanent (an unlogged or temporary table's rows never reach the WAL)
-// and a publication publishes its inserts (tablePublished). Like
-// logicalSlotExists it is a minimum, not a proof that the relay's slot
-// reads the event: the writer cannot tell which publication is the
-// relay's, nor judge a row filter. It depends on no row of the statement,
-// so PostgreSQL evaluates it once; the catalogs it reads are readable by
-// every role.
+// tableRelayable is true when a slot could decode the inserts of the
+// table named (quoted) by text parameter $param: the table is permanent
+// (an unlogged or temporary table's rows never reach the WAL; a
+// partitioned table's rows are its partitions', not judged here), and a
+// slot of another plugin than pgoutput exists (wal2json, decoderbufs and
+// the like decode every table) or a publication publishes its inserts
+// (tablePublished). A view or other relation that is no table is not
+// judged (the rows it writes are another table's). Like logicalSlotExists
+// it is a minimum, not a proof that the relay's slot reads the event: the
+// writer cannot tell which slot or publication is the relay's, nor judge
+// a row filter. It depends on no row of the statement, so PostgreSQL
+// evaluates it once; the catalogs it reads are readable by every role.
 func tableRelayable(param int) string {
 	return `EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = $` + strconv.Itoa(param) +
-		`::text::pg_catalog.regclass AND c.relpersistence = 'p' AND ` + tablePublished + `)`
+		`::text::pg_catalog.regclass AND (c.relkind NOT IN ('r', 'p') OR (c.relkind = 'p' OR c.relpersistence = 'p') AND (` +
+		otherPluginSlot + ` OR ` + tablePublished + `)))`
 }
 
+// otherPluginSlot is true when the database has a made logical slot (as
+// logicalSlotExists) of another output plugin than pgoutput, which takes
+// no publication and decodes every table.
+const otherPluginSlot = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
+	`WHERE database = pg_catalog.current_database() AND slot_type = 'logical' AND plugin <> 'pgoutput' ` +
+	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost' AND confirmed_flush_lsn IS NOT NULL)`
+
 // tablePublished is true when a publication publishes the inserts of
-// table c (c.oid): by name (the table's or a partitioned ancestor's), by
-// schema (FOR TABLES IN SCHEMA) or FOR ALL TABLES.
+// table c (c.oid): by name, by schema (FOR TABLES IN SCHEMA) or FOR ALL
+// TABLES, the table itself, a partitioned ancestor of it, or, for a
+// partitioned table, one of its partitions (the rows land there).
 const tablePublished = `EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.pubinsert AND (p.puballtables ` +
-	`OR EXISTS (SELECT FROM pg_catalog.pg_class ac WHERE (ac.oid = c.oid OR ac.oid IN (SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))) ` +
+	`OR EXISTS (SELECT FROM pg_catalog.pg_class ac WHERE ac.oid IN (SELECT c.oid UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid) ` +
+	`UNION SELECT relid FROM pg_catalog.pg_partition_tree(c.oid)) ` +
 	`AND (EXISTS (SELECT FROM pg_catalog.pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = ac.oid) ` +
 	`OR EXISTS (SELECT FROM pg_catalog.pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = ac.relnamespace)))))`
 

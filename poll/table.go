@@ -584,7 +584,7 @@ func (t *Table) DeleteUnpublishedSettings() []string { return t.deleteUnpublishe
 // DeleteUnpublishedWarning says, for people, what a lasting
 // pgoutbox.delete_unpublished = on does.
 func DeleteUnpublishedWarning(table string, where []string) string {
-	return fmt.Sprintf("%s is on for %s (ALTER ROLE or ALTER DATABASE ... SET, or the server's configuration): the keep triggers of %s let every such session delete rows not yet published, so the events of a writer there that deletes its row in its own transaction are lost without a word; set it only in the session of a purge meant as one (SET), and RESET it there (ALTER ROLE ... RESET %s)",
+	return fmt.Sprintf("%s is on for %s (ALTER ROLE or ALTER DATABASE ... SET, or the server's configuration): the keep triggers of %s let every such session delete rows not yet published, so the events of a writer there that deletes its row in its own transaction are lost without a word; set it only in the session of a purge meant as one (SET), and RESET it where it is set (ALTER ROLE or ALTER DATABASE ... RESET %s)",
 		migrations.DeleteUnpublished, strings.Join(where, "; "), table, migrations.DeleteUnpublished)
 }
 

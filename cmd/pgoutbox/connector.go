@@ -583,10 +583,11 @@ func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *
 	if !ok {
 		name = conn["database.server.name"]
 	}
-	if name = strings.TrimSpace(name); name == "" {
-		name = "<topic.prefix>"
+	d := &relay.DebeziumMessages{Name: strings.TrimSpace(name)}
+	if d.Name != "" {
+		d.Topic = d.Name + ".message"
 	}
-	d := &relay.DebeziumMessages{Topic: name + ".message"}
+	d.DB, _ = get("database.dbname")
 	list := func(key string, include bool) []*regexp.Regexp {
 		v, _ := get(key)
 		var out []*regexp.Regexp
@@ -638,9 +639,10 @@ func decodedMessages(cfg *fileConfig, conn map[string]string, get func(string) (
 	names := splitRegexList(list)
 	p := ""
 	if len(names) == 1 {
-		p = strings.TrimSpace(names[0])
+		// A dot, escaped or not, is taken as itself (com.acme.outbox).
+		p = strings.ReplaceAll(strings.TrimSpace(names[0]), `\.`, ".")
 	}
-	if p == "" || strings.ContainsAny(p, `.*+?[](){}|^$\`) {
+	if p == "" || strings.ContainsAny(p, `*+?[](){}|^$\`) {
 		refuse("message.prefix.include.list", "with "+decodeMessages+", name the prefix of the outbox messages here, one prefix and no pattern: Debezium decodes and routes every message its filters let through, pgoutbox relays the messages of one prefix (messages.prefix)")
 		return
 	}

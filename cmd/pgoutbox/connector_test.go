@@ -307,6 +307,8 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 		{"decoded messages of every prefix", decoded(map[string]string{"message.prefix.include.list": ""}), nil, false},
 		{"decoded messages of two prefixes", decoded(map[string]string{"message.prefix.include.list": "a,b"}), nil, false},
 		{"decoded messages of a pattern", decoded(map[string]string{"message.prefix.include.list": "out.*"}), nil, false},
+		{"decoded messages of a dotted prefix", decoded(map[string]string{"message.prefix.include.list": "com.acme.outbox"}), nil, true},
+		{"decoded messages of a prefix with escaped dots", decoded(map[string]string{"message.prefix.include.list": `com\.acme\.outbox`}), nil, true},
 		{"decoded messages through StringConverter", decoded(map[string]string{"value.converter": "org.apache.kafka.connect.storage.StringConverter"}), nil, false},
 		{"decoder after the EventRouter", decoded(map[string]string{"transforms": "outbox,decode"}), nil, false},
 		{"decoder with a predicate", decoded(map[string]string{"transforms.decode.predicate": "p"}), nil, false},

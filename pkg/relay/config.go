@@ -71,13 +71,19 @@ const (
 // prefix its message.prefix.include.list / exclude.list let through to
 // Topic (<topic.prefix>.message) with its change-event envelope, and its
 // EventRouter passes them on unchanged (it routes rows, not messages). A
-// real Debezium 3.6.1 did both (a black-box review). pgoutbox writes no
-// such records, and routes the messages of messages.prefix as events: the
-// session says each difference once per prefix, at Warn, so that a
-// cutover from Debezium does not lose a consumer's records unseen.
+// real Debezium 3.6.1 did both (a black-box review). pgoutbox writes the
+// same records, but for the messages it routes as events (those of
+// messages.prefix) and under converters whose bytes it does not
+// reproduce: the session names each such message once per prefix, at
+// Warn, so that a cutover from Debezium does not lose a consumer's
+// records unseen.
 type DebeziumMessages struct {
 	Topic            string
 	Include, Exclude []*regexp.Regexp // whole-prefix matches, either case
+	// Name is the connector's logical name (topic.prefix) and DB its
+	// database.dbname, which its message records name in their source
+	// block (see session.debeziumRecord).
+	Name, DB string
 }
 
 // Writes says whether Debezium would write a message with prefix to Topic.
@@ -278,6 +284,9 @@ func (c *Config) Validate() error {
 	switch c.Messages.Format {
 	case "", MessagesPgoutbox:
 	case MessagesDebezium:
+		if c.Messages.Prefix == "" {
+			errs = append(errs, fmt.Errorf("messages: format %s reads the messages of messages.prefix, which is empty (the table-less outbox off): set the prefix", MessagesDebezium))
+		}
 		if !router.IsJSONConverter(c.Router.ValueConverter) {
 			errs = append(errs, fmt.Errorf("messages: format %s writes a payload object as Kafka Connect's JsonConverter does: set router value.converter to JsonConverter (with value.converter.schemas.enable false), as Debezium's connector is run", MessagesDebezium))
 		}

@@ -154,7 +154,7 @@ func TestTwoRoutesKeysForOneTableAreRefused(t *testing.T) {
 
 // TestMessagesFormat: messages.format is pgoutbox (or empty) or debezium,
 // and debezium, which writes payload objects as JsonConverter does, needs
-// value.converter=JsonConverter.
+// value.converter=JsonConverter, and a messages.prefix to read.
 func TestMessagesFormat(t *testing.T) {
 	no := false
 	for _, c := range []struct {
@@ -177,6 +177,10 @@ func TestMessagesFormat(t *testing.T) {
 		}
 		if err := cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("format %q, value.converter %q: %v, want ok %v", c.format, c.converter, err, c.ok)
+		}
+		cfg.Messages.Prefix = "" // the table-less outbox off
+		if err := cfg.Validate(); c.format == MessagesDebezium && c.ok && err == nil {
+			t.Errorf("format debezium without messages.prefix accepted")
 		}
 	}
 }

@@ -57,12 +57,11 @@ func messageRow(prefix, payloadField string, content []byte) (router.Row, error)
 	}
 	sort.Strings(names) // a stable column order lets the router reuse its lookup
 	row := router.Row{
-		Table:   "message:" + prefix,
-		Message: true,
-		Op:      router.OpInsert,
-		Names:   names,
-		Types:   make([]uint32, len(names)),
-		Values:  make([][]byte, len(names)),
+		Table:  "message:" + prefix,
+		Op:     router.OpInsert,
+		Names:  names,
+		Types:  make([]uint32, len(names)),
+		Values: make([][]byte, len(names)),
 	}
 	for i, k := range names {
 		raw := bytes.TrimSpace(fields[k])

@@ -92,7 +92,11 @@ type session struct {
 	hasRecords  bool
 	eventCommit checkpoint.LSN
 	lastCommit  time.Time
-	received    checkpoint.LSN
+	// dbzLastCommit is the end of the last transaction decoded, or the
+	// last non-transactional message, in this session (0: none yet): the
+	// first element of the sequence in Debezium's message records.
+	dbzLastCommit checkpoint.LSN
+	received      checkpoint.LSN
 	// commits holds the commit LSN of transactions commitsBase,
 	// commitsBase+1, ... that may still be pending, for error messages.
 	// TxnIDs are sequential, so a slice trimmed from the front is enough.
@@ -864,6 +868,7 @@ func (s *session) handle(ev replication.Event) error {
 		if err := s.tr.Commit(ev.Commit.EndLSN); err != nil {
 			return fmt.Errorf("relay: COMMIT at %s: %w", ev.Commit.EndLSN, err)
 		}
+		s.dbzLastCommit = ev.Commit.EndLSN
 		if s.hasRecords {
 			s.eventCommit = ev.Commit.EndLSN
 		}
@@ -917,48 +922,65 @@ func (s *session) handle(ev replication.Event) error {
 // (a commit record may begin right where the message ends).
 func (s *session) message(m *replication.Message) error {
 	cfg := s.r.cfg.Messages
-	if cfg.Debezium != nil {
-		s.debeziumMessage(m)
+	if !m.Transactional {
+		defer func() { s.dbzLastCommit = m.LSN }()
 	}
 	if cfg.Prefix == "" || m.Prefix != cfg.Prefix {
+		if s.writesDebeziumRecord(m) {
+			if err := s.inTransaction(m, func() error { return s.writeDebeziumRecord(m) }); err != nil {
+				return err
+			}
+		} else if cfg.Debezium != nil {
+			s.debeziumMessage(m)
+		}
 		s.otherMessage(m)
 		return nil
 	}
-	if !m.Transactional {
-		if cfg.NonTransactional != "accept" {
-			return &FatalError{Err: fmt.Errorf("relay: non-transactional logical decoding message with prefix %q at %s: its event is not tied to a transaction's outcome; write it with pg_logical_emit_message(true, ...), or set messages.nontransactional=accept", m.Prefix, m.LSN)}
-		}
-		if s.tr.Open() {
-			return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
-		}
-		// Read up to it, whether skipped or not: every commit before it
-		// was sent.
-		s.eos.readTo(m.LSN)
-		if skip, err := s.eos.skipMessage(m); skip || err != nil {
-			return err
-		}
-		id, err := s.tr.Begin()
-		if err != nil {
-			return err
-		}
-		s.cur, s.commit, s.hasRecords = id, m.LSN, false
-		s.rememberCommit(id, m.LSN)
-		if err := s.emitMessage(m); err != nil {
-			return err
-		}
-		if err := s.tr.Commit(m.LSN); err != nil {
-			return fmt.Errorf("relay: message at %s: %w", m.LSN, err)
-		}
-		if s.hasRecords {
-			s.eventCommit = m.LSN
-		}
-		s.eos.ended(m.LSN)
-		return nil
+	if cfg.Debezium != nil {
+		s.debeziumMessage(m)
 	}
-	if !s.tr.Open() {
-		return fmt.Errorf("relay: transactional message at %s outside a transaction", m.LSN)
+	if !m.Transactional && cfg.NonTransactional != "accept" {
+		return &FatalError{Err: fmt.Errorf("relay: non-transactional logical decoding message with prefix %q at %s: its event is not tied to a transaction's outcome; write it with pg_logical_emit_message(true, ...), or set messages.nontransactional=accept", m.Prefix, m.LSN)}
 	}
-	return s.emitMessage(m)
+	return s.inTransaction(m, func() error { return s.emitMessage(m) })
+}
+
+// inTransaction runs emit, which sends message m's records: in the open
+// transaction when m is transactional; when it is not, in a transaction of
+// its own ending at m's LSN (see message).
+func (s *session) inTransaction(m *replication.Message, emit func() error) error {
+	if m.Transactional {
+		if !s.tr.Open() {
+			return fmt.Errorf("relay: transactional message at %s outside a transaction", m.LSN)
+		}
+		return emit()
+	}
+	if s.tr.Open() {
+		return fmt.Errorf("relay: non-transactional message at %s inside a transaction", m.LSN)
+	}
+	// Read up to it, whether skipped or not: every commit before it was
+	// sent.
+	s.eos.readTo(m.LSN)
+	if skip, err := s.eos.skipMessage(m); skip || err != nil {
+		return err
+	}
+	id, err := s.tr.Begin()
+	if err != nil {
+		return err
+	}
+	s.cur, s.commit, s.hasRecords = id, m.LSN, false
+	s.rememberCommit(id, m.LSN)
+	if err := emit(); err != nil {
+		return err
+	}
+	if err := s.tr.Commit(m.LSN); err != nil {
+		return fmt.Errorf("relay: message at %s: %w", m.LSN, err)
+	}
+	if s.hasRecords {
+		s.eventCommit = m.LSN
+	}
+	s.eos.ended(m.LSN)
+	return nil
 }
 
 func (s *session) emitMessage(m *replication.Message) error {

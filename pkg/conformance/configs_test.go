@@ -32,8 +32,11 @@ type confCase struct {
 	providers bool
 	// messages: Debezium's table-less outbox, its
 	// DecodeLogicalDecodingMessageContent before the EventRouter, with the
-	// message workload (the other configurations leave its prefix out).
+	// message workload (the other configurations leave its prefixes out).
 	messages bool
+	// rawMessages: the message workload without the decoder: Debezium
+	// writes every message to <topic.prefix>.message, unrouted.
+	rawMessages bool
 }
 
 func confCases() []confCase {
@@ -89,6 +92,9 @@ func confCases() []confCase {
 		{name: "decode-messages", messages: true},
 		{name: "decode-messages-tolerant", messages: true, conn: map[string]string{
 			"errors.tolerance": "all", "errors.log.enable": "true"}},
+		{name: "raw-messages", rawMessages: true},
+		{name: "raw-messages-json-key", rawMessages: true, conn: map[string]string{
+			"key.converter": jsonConverter, "key.converter.schemas.enable": "false"}},
 	}
 }
 
@@ -135,9 +141,13 @@ func (c confCase) connector(env connEnv, slot string) map[string]string {
 		cfg["publication.name"] = "conf_pub_null"
 		cfg["table.include.list"] = `public\.conf_outbox_null`
 	}
-	if c.messages {
+	if c.messages || c.rawMessages {
 		cfg["publication.name"] = "conf_pub_msg"
 		cfg["table.include.list"] = `public\.conf_outbox_msg`
+	}
+	switch {
+	case c.rawMessages:
+	case c.messages:
 		cfg["transforms"] = "decode,outbox"
 		cfg["transforms.decode.type"] = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
 		cfg["message.prefix.include.list"] = msgPrefix
@@ -145,8 +155,8 @@ func (c confCase) connector(env connEnv, slot string) map[string]string {
 		// value has no schema: a NullPointerException stops the task), so
 		// a deployment with it turns them off.
 		cfg["tombstones.on.delete"] = "false"
-	} else {
-		cfg["message.prefix.exclude.list"] = msgPrefix
+	default:
+		cfg["message.prefix.exclude.list"] = msgPrefix + "," + otherPrefix
 	}
 	maps.Copy(cfg, c.conn)
 	return cfg

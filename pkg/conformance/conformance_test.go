@@ -121,7 +121,7 @@ func TestMatchesDebezium(t *testing.T) {
 		if c.null {
 			return nw
 		}
-		if c.messages {
+		if c.messages || c.rawMessages {
 			return mw
 		}
 		return w
@@ -546,6 +546,18 @@ func identity(r *record) string {
 	if id, ok := r.header("id"); ok && id != nil {
 		return string(id)
 	}
+	if strings.HasSuffix(r.Topic, ".message") {
+		// Debezium's record of a logical decoding message: named by the
+		// message's LSN.
+		var v struct {
+			Source struct {
+				LSN json.Number `json:"lsn"`
+			} `json:"source"`
+		}
+		if json.Unmarshal(r.Value, &v) == nil && v.Source.LSN != "" {
+			return "message at LSN " + string(v.Source.LSN)
+		}
+	}
 	return "key " + fmt.Sprintf("%q", r.Key)
 }
 
@@ -640,6 +652,11 @@ func compare(c confCase, dbzSide, pgoSide side, rows map[string]row, unconfirmed
 			res.deliberate = append(res.deliberate, fmt.Sprintf("event %s: the same JSON with members in another order: Debezium %s, pgoutbox %s", id, show(d.Value), show(pc.Value)))
 			pc.Value = d.Value
 		}
+		if envelopeTime.Match(d.Value) && envelopeTime.Match(pc.Value) {
+			// A message record's envelope ts_ms is each system's clock
+			// when it made the record.
+			pc.Value = envelopeTime.ReplaceAll(pc.Value, envelopeTime.Find(d.Value))
+		}
 		if diffs := diffRecords(c, d, &pc, rows[id]); len(diffs) > 0 {
 			res.different = append(res.different, "event "+id+": "+strings.Join(diffs, "; "))
 		} else {
@@ -707,6 +724,10 @@ func groupNotes(config string, notes []string) []string {
 // defaultedColumn is the outbox tables' column with a DEFAULT that every
 // row sets to NULL, and defaultedValue its default (rows_test.go).
 const defaultedColumn, defaultedValue = "note", "the default"
+
+// envelopeTime is the start of a Debezium message record's value, up to
+// its envelope's ts_ms.
+var envelopeTime = regexp.MustCompile(`^\{"op":"m","ts_ms":[0-9]+,`)
 
 func describe(r *record) string {
 	return fmt.Sprintf("event %s (topic %s, key %q, value %.120q)", identity(r), r.Topic, r.Key, r.Value)

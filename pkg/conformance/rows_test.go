@@ -125,8 +125,12 @@ type message struct {
 	event   row
 }
 
-// msgPrefix is the prefix of the workload's logical decoding messages.
-const msgPrefix = "conf_msg"
+// msgPrefix is the prefix of the workload's logical decoding messages, and
+// otherPrefix that of its non-transactional one (no event).
+const (
+	msgPrefix   = "conf_msg"
+	otherPrefix = "conf_other"
+)
 
 // eventID is the id of the n-th event.
 func eventID(n int) string { return fmt.Sprintf("c0c0c0c0-0000-4000-8000-%012d", n) }
@@ -426,6 +430,11 @@ func messageWorkload(tok string, start int) *workload {
 	w.txns = append(w.txns, txn{name: "two messages and a row", rows: []row{w.ev(tMsg, set("aggregateid", "m1"))},
 		messages: []message{w.msg([2]any{"aggregateid", `"m1"`}), w.msg([2]any{"aggregateid", `"m1"`})}})
 	w.txns = append(w.txns, txn{name: "rolled back", rollback: true, messages: []message{w.msg()}})
+	// A non-transactional message of another prefix, in a transaction
+	// rolled back: PostgreSQL decodes it all the same. Debezium writes it
+	// to its message topic unless its filters leave it out.
+	w.txns = append(w.txns, txn{name: "non-transactional", rollback: true, after: []string{
+		"SELECT pg_logical_emit_message(false, '" + otherPrefix + "', 'not tied to a transaction')"}})
 	// Last: messages on which Debezium's task stops (errors.tolerance=all
 	// skips them), each a poison message to pgoutbox.
 	one("no payload", w.msg([2]any{"payload", nil}))

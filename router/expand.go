@@ -574,11 +574,7 @@ const (
 // element schemas, whose hash codes vary from one JVM to the next;
 // pgoutbox uses the order in which the fields first appear.
 func (d *jsonDoc) appendConnect(dst []byte) ([]byte, connectResult) {
-	d.schemas = append(d.schemas[:0],
-		connectSchema{typ: schString}, connectSchema{typ: schBool}, connectSchema{typ: schInt32},
-		connectSchema{typ: schInt64}, connectSchema{typ: schFloat64}, connectSchema{typ: schBytes})
-	d.fields = d.fields[:0]
-	d.mapFor = -1
+	d.resetSchemas()
 	s, ok := d.schemaOf(0)
 	if !ok || s == sNone {
 		return dst, connectNoSchema
@@ -591,6 +587,16 @@ func (d *jsonDoc) appendConnect(dst []byte) ([]byte, connectResult) {
 		return out, connectFails
 	}
 	return out, connectOK
+}
+
+// resetSchemas drops the schemas inferred for the last document, keeping
+// the primitive ones (sString...sBytes).
+func (d *jsonDoc) resetSchemas() {
+	d.schemas = append(d.schemas[:0],
+		connectSchema{typ: schString}, connectSchema{typ: schBool}, connectSchema{typ: schInt32},
+		connectSchema{typ: schInt64}, connectSchema{typ: schFloat64}, connectSchema{typ: schBytes})
+	d.fields = d.fields[:0]
+	d.mapFor = -1
 }
 
 // schemaOf infers node n's schema as JsonSchemaData.toConnectSchema does;

@@ -62,11 +62,7 @@ func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
 	if !d.parse(content) {
 		return Row{}, errorf(ErrMessageNotJSON, "it is not one valid JSON object (Jackson's grammar, with nothing after the object and no unpaired surrogate escape)")
 	}
-	d.schemas = append(d.schemas[:0],
-		connectSchema{typ: schString}, connectSchema{typ: schBool}, connectSchema{typ: schInt32},
-		connectSchema{typ: schInt64}, connectSchema{typ: schFloat64}, connectSchema{typ: schBytes})
-	d.fields = d.fields[:0]
-	d.mapFor = -1
+	d.resetSchemas()
 	root, ok := d.schemaOf(0)
 	if !ok {
 		return Row{}, errorf(ErrMessageNoSchema, "an array mixes types or number classes, holds only nulls or empty arrays, or a member name is empty")

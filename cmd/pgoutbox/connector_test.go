@@ -363,6 +363,28 @@ func TestConvertAndRunAgreeOnEveryConnector(t *testing.T) {
 	}
 }
 
+// convertConnector writes the connector JSON body to a file, runs pgoutbox
+// convert on it and returns its configuration, its output and the file.
+func convertConnector(t *testing.T, body any) (cfg fileConfig, out, path string) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "connector.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, errOut bytes.Buffer
+	if code := run([]string{"convert", p}, nil, &stdout, &errOut); code != exitOK {
+		t.Fatalf("convert: exit %d: %s", code, errOut.String())
+	}
+	if err := yaml.Unmarshal(stdout.Bytes(), &cfg); err != nil {
+		t.Fatalf("convert's output: %v\n%s", err, stdout.String())
+	}
+	return cfg, stdout.String(), p
+}
+
 // decoded is a connector with Debezium's DecodeLogicalDecodingMessageContent
 // before its EventRouter, over set.
 func decoded(set map[string]string) map[string]string {
@@ -388,22 +410,7 @@ func TestConnectorProducerOverridesAreHonoured(t *testing.T) {
 		"producer.override.bootstrap.servers": "kafka-b:9092, kafka-a:9092", "producer.override.max.request.size": "5242880",
 		"producer.override.compression.type": "ZSTD",
 	}}
-	body, err := json.Marshal(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "connector.json")
-	if err := os.WriteFile(p, body, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out, errOut bytes.Buffer
-	if code := run([]string{"convert", p}, nil, &out, &errOut); code != exitOK {
-		t.Fatalf("convert: exit %d: %s", code, errOut.String())
-	}
-	var got fileConfig
-	if err := yaml.Unmarshal(out.Bytes(), &got); err != nil {
-		t.Fatalf("convert's output: %v\n%s", err, out.String())
-	}
+	got, _, p := convertConnector(t, conn)
 	if !slices.Equal(got.Kafka.Brokers, []string{"kafka-b:9092", "kafka-a:9092"}) || got.Kafka.MaxMessageBytes != 5242880 || got.Kafka.Compression != "zstd" {
 		t.Fatalf("convert made brokers %v, max.message.bytes %d, compression %q of the producer overrides", got.Kafka.Brokers, got.Kafka.MaxMessageBytes, got.Kafka.Compression)
 	}
@@ -658,26 +665,11 @@ func TestConnectorDecodedMessagesAreTheTableLessOutbox(t *testing.T) {
 		"topic.prefix": "orders", "plugin.name": "pgoutput", "slot.name": "orders_outbox", "snapshot.mode": "no_data",
 		"transforms.outbox.type": eventRouter, "key.converter": "org.apache.kafka.connect.storage.StringConverter"}
 	maps.Copy(conn, decoded(map[string]string{"message.prefix.include.list": "orders_events"}))
-	body, err := json.Marshal(map[string]any{"name": "c", "config": conn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "connector.json")
-	if err := os.WriteFile(p, body, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out, errOut bytes.Buffer
-	if code := run([]string{"convert", p}, nil, &out, &errOut); code != exitOK {
-		t.Fatalf("convert: exit %d: %s", code, errOut.String())
-	}
-	var got fileConfig
-	if err := yaml.Unmarshal(out.Bytes(), &got); err != nil {
-		t.Fatal(err)
-	}
+	got, out, _ := convertConnector(t, map[string]any{"name": "c", "config": conn})
 	if got.Messages.Prefix != "orders_events" || got.Messages.Format != "debezium" {
-		t.Fatalf("messages %+v, want prefix orders_events, format debezium\n%s", got.Messages, out.String())
+		t.Fatalf("messages %+v, want prefix orders_events, format debezium\n%s", got.Messages, out)
 	}
-	if strings.Contains(out.String(), "orders.message") {
-		t.Fatalf("convert speaks of Debezium's raw message topic, to which Debezium writes nothing here:\n%s", out.String())
+	if strings.Contains(out, "orders.message") {
+		t.Fatalf("convert speaks of Debezium's raw message topic, to which Debezium writes nothing here:\n%s", out)
 	}
 }

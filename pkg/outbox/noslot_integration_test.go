@@ -231,9 +231,10 @@ func TestSlotCheckNeedsNoPrivilege(t *testing.T) {
 // such a write fails with a *NotPublishedError naming the table, and the
 // transaction with it; a table published by name, by schema, through its
 // partitioned parent or FOR ALL TABLES is written to, and its inserts are
-// in the slot; so is a partitioned table whose partitions are published,
-// a view, and any table where a slot of another plugin decodes every
-// table. Config.AssumeSlot leaves the check out.
+// in the slot; so is a partitioned table whose partitions are all
+// published, and any table where a slot of another plugin decodes every
+// table; a partitioned table with a partition unpublished or unlogged, and
+// a view, are refused. Config.AssumeSlot leaves the check out.
 func TestDeleteAfterInsertRefusesATableNoSlotCouldDecode(t *testing.T) {
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) { testRefusesUnpublished(t, drv) })
@@ -336,21 +337,28 @@ func testRefusesUnpublished(t *testing.T, drv dbDriver) {
 		t.Errorf("the slot decodes the inserts %v, want %v", got, want)
 	}
 
-	// No false refusals (each an outage of the application): a
-	// partitioned table whose partitions alone are published; a view,
-	// whose rows are another table's (not judged).
+	// No false refusal (an outage of the application): a partitioned
+	// table whose partitions are all published, each on its own. No
+	// false acceptance either: one partition left out, or unlogged, would
+	// lose the rows that land there; a view is not judged, and refused.
 	mustExec(t, admin, `CREATE TABLE public.leafpub (LIKE public.outbox INCLUDING DEFAULTS) PARTITION BY LIST (aggregatetype)`)
 	mustExec(t, admin, `CREATE TABLE public.leafpub_order PARTITION OF public.leafpub FOR VALUES IN ('Order')`)
 	mustExec(t, admin, `CREATE PUBLICATION pub_leaf FOR TABLE public.leafpub_order WITH (publish = 'insert')`)
-	mustExec(t, admin, `CREATE VIEW public.outbox_view AS SELECT * FROM public.outbox2`)
+	mustExec(t, admin, `CREATE VIEW public.outbox_view AS SELECT * FROM public.outbox`)
 	accepted(Config{Table: "public.leafpub"})
-	accepted(Config{Table: "public.outbox_view"})
+	mustExec(t, admin, `CREATE TABLE public.leafpub_other PARTITION OF public.leafpub DEFAULT`)
+	refused(Config{Table: "public.leafpub"}, false)
+	mustExec(t, admin, `CREATE UNLOGGED TABLE public.parted_unlogged PARTITION OF public.parted FOR VALUES IN ('Unlogged')`)
+	refused(Config{Table: "public.parted"}, false)
+	mustExec(t, admin, `DROP TABLE public.parted_unlogged`)
+	refused(Config{Table: "public.outbox_view"}, false)
 
 	// A slot of another plugin than pgoutput (wal2json, decoderbufs,
 	// test_decoding) takes no publication and decodes every table.
 	other := testenv.UniqueName(t, "td")
 	mustExec(t, admin, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, other)
 	accepted(Config{Table: "public.outbox2"})
+	accepted(Config{Table: "public.leafpub"})
 	refused(Config{Table: "public.unlogged"}, true)
 	mustExec(t, admin, `SELECT pg_drop_replication_slot($1)`, other)
 	refused(Config{Table: "public.outbox2"}, false)

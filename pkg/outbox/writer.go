@@ -96,8 +96,10 @@ type NotPublishedError struct {
 	// Table is Config.Table; Database the database's name.
 	Table    string
 	Database string
-	// Unlogged is true when the table is not permanent.
+	// Unlogged is true when the table is not permanent; Kind is its
+	// pg_class.relkind ("v" a view, "p" partitioned, ...).
 	Unlogged bool
+	Kind     string
 }
 
 // Error says what was refused, why, and what to do.
@@ -105,6 +107,19 @@ func (e *NotPublishedError) Error() string {
 	db := "this database"
 	if e.Database != "" {
 		db = fmt.Sprintf("database %q", e.Database)
+	}
+	switch e.Kind {
+	case "r", "p", "":
+	case "v":
+		return fmt.Sprintf("outbox: refused a mode %s write: %s in %s is a view; the writer does not judge which table's inserts a view makes, nor whether a slot decodes them, and the events would be lost if none did: write to the table itself, or write with ModeTable",
+			ModeTableDeleteAfterInsert, e.Table, db)
+	default:
+		return fmt.Sprintf("outbox: refused a mode %s write: %s in %s is no table (relkind %s), whose inserts no slot of this database decodes: the events would be lost; write to the outbox table, or write with ModeTable",
+			ModeTableDeleteAfterInsert, e.Table, db, e.Kind)
+	}
+	if e.Kind == "p" {
+		return fmt.Sprintf("outbox: refused a mode %s write: partitioned table %s in %s has a partition that is unlogged or that no publication publishes the inserts of (by name, by schema or FOR ALL TABLES, or through the table itself), so the event of a row landing there would be lost, decoded by no slot; publish the table itself, or every partition, or write with ModeTable",
+			ModeTableDeleteAfterInsert, e.Table, db)
 	}
 	if e.Unlogged {
 		return fmt.Sprintf("outbox: refused a mode %s write: table %s in %s is unlogged (or temporary), so its rows never reach the WAL and no slot would ever decode the inserts of the rows just deleted: the events would be lost; make the table permanent (ALTER TABLE ... SET LOGGED) or write with ModeTable",
@@ -345,7 +360,7 @@ func (w *Writer) notDecoded(ctx context.Context, db execer, n int) error {
 	case !slot:
 		return &NoSlotError{Mode: w.cfg.Mode, Database: name, WALLevel: level}
 	}
-	return &NotPublishedError{Table: w.cfg.Table, Database: name, Unlogged: kind == "r" && persistence != "p"}
+	return &NotPublishedError{Table: w.cfg.Table, Database: name, Kind: kind, Unlogged: kind == "r" && persistence != "p"}
 }
 
 // insertStatement returns one multi-row INSERT for events.
@@ -421,21 +436,22 @@ func escapedLiteral(s string) string {
 }
 
 // tableRelayable is true when a slot could decode the inserts of the
-// table named (quoted) by text parameter $param: the table is permanent
-// (an unlogged or temporary table's rows never reach the WAL; a
-// partitioned table's rows are its partitions', not judged here), and a
-// slot of another plugin than pgoutput exists (wal2json, decoderbufs and
-// the like decode every table) or a publication publishes its inserts
-// (tablePublished). A view or other relation that is no table is not
-// judged (the rows it writes are another table's). Like logicalSlotExists
-// it is a minimum, not a proof that the relay's slot reads the event: the
-// writer cannot tell which slot or publication is the relay's, nor judge
-// a row filter. It depends on no row of the statement, so PostgreSQL
-// evaluates it once; the catalogs it reads are readable by every role.
+// table named (quoted) by text parameter $param: it is a table (a view,
+// a foreign table and the like are refused: their rows are another
+// table's, or no table's of this WAL), it is permanent, and so is every
+// partition of it (an unlogged or temporary table's rows never reach the
+// WAL), and a slot of another plugin than pgoutput exists (wal2json,
+// decoderbufs and the like decode every table) or a publication
+// publishes its inserts (tablePublished). Like logicalSlotExists it is a
+// minimum, not a proof that the relay's slot reads the event: the writer
+// cannot tell which slot or publication is the relay's, nor judge a row
+// filter. It depends on no row of the statement, so PostgreSQL evaluates
+// it once; the catalogs it reads are readable by every role.
 func tableRelayable(param int) string {
 	return `EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = $` + strconv.Itoa(param) +
-		`::text::pg_catalog.regclass AND (c.relkind NOT IN ('r', 'p') OR (c.relkind = 'p' OR c.relpersistence = 'p') AND (` +
-		otherPluginSlot + ` OR ` + tablePublished + `)))`
+		`::text::pg_catalog.regclass AND c.relkind IN ('r', 'p') AND (c.relkind = 'p' OR c.relpersistence = 'p') ` +
+		`AND NOT EXISTS (SELECT FROM pg_catalog.pg_partition_tree(c.oid) l JOIN pg_catalog.pg_class lc ON lc.oid = l.relid ` +
+		`WHERE l.isleaf AND lc.relpersistence <> 'p') AND (` + otherPluginSlot + ` OR ` + tablePublished + `))`
 }
 
 // otherPluginSlot is true when the database has a made logical slot (as
@@ -446,14 +462,21 @@ const otherPluginSlot = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
 	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost' AND confirmed_flush_lsn IS NOT NULL)`
 
 // tablePublished is true when a publication publishes the inserts of
-// table c (c.oid): by name, by schema (FOR TABLES IN SCHEMA) or FOR ALL
-// TABLES, the table itself, a partitioned ancestor of it, or, for a
-// partitioned table, one of its partitions (the rows land there).
-const tablePublished = `EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.pubinsert AND (p.puballtables ` +
-	`OR EXISTS (SELECT FROM pg_catalog.pg_class ac WHERE ac.oid IN (SELECT c.oid UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid) ` +
-	`UNION SELECT relid FROM pg_catalog.pg_partition_tree(c.oid)) ` +
-	`AND (EXISTS (SELECT FROM pg_catalog.pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = ac.oid) ` +
-	`OR EXISTS (SELECT FROM pg_catalog.pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = ac.relnamespace)))))`
+// table c (c.oid): the table itself or a partitioned ancestor of it, by
+// name, by schema (FOR TABLES IN SCHEMA) or FOR ALL TABLES; or, for a
+// partitioned table, every one of its partitions so (a row lands in one,
+// and one left out would lose it).
+var tablePublished = `(` + relPublished("c.oid") + ` OR c.relkind = 'p' AND NOT EXISTS (SELECT FROM pg_catalog.pg_partition_tree(c.oid) l ` +
+	`WHERE l.isleaf AND NOT ` + relPublished("l.relid") + `))`
+
+// relPublished is true when a publication publishes the inserts of the
+// relation of OID rel or of a partitioned ancestor of it.
+func relPublished(rel string) string {
+	return `EXISTS (SELECT FROM pg_catalog.pg_publication p WHERE p.pubinsert AND (p.puballtables ` +
+		`OR EXISTS (SELECT FROM pg_catalog.pg_class ac WHERE ac.oid IN (SELECT ` + rel + ` UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(` + rel + `)) ` +
+		`AND (EXISTS (SELECT FROM pg_catalog.pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = ac.oid) ` +
+		`OR EXISTS (SELECT FROM pg_catalog.pg_publication_namespace n WHERE n.pnpubid = p.oid AND n.pnnspid = ac.relnamespace)))))`
+}
 
 // messageStatement returns one SELECT that emits a transactional message
 // per event, in the order of events (a VALUES list is scanned in order),

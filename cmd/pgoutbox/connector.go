@@ -458,10 +458,11 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 	// prefix filters let through to <topic.prefix>.message with its
 	// change-event envelope, and the EventRouter passes it on unchanged (it
 	// routes rows, not messages; a real Debezium 3.6.1 did so). pgoutbox
-	// writes no such records: the filters only say which messages the
-	// relay must name as records Debezium would have written. They do not
-	// set messages.prefix (the table-less outbox, pgoutbox's own: set it
-	// in the file or with PGOUTBOX_MESSAGES_PREFIX).
+	// writes the same records (see the relay's writesDebeziumRecord); the
+	// filters say which. They do not set messages.prefix (the table-less
+	// outbox, pgoutbox's own: set it in the file or with
+	// PGOUTBOX_MESSAGES_PREFIX), but for Debezium's own table-less outbox
+	// (decodedMessages).
 	cfg.Messages.Debezium = debeziumMessages(conn, get)
 	if decodeName != "" {
 		decodedMessages(cfg, conn, get, refuse, used, decodeName)
@@ -572,18 +573,17 @@ func applyProducerOverrides(cfg *fileConfig, get func(string) (string, bool), re
 }
 
 // debeziumMessages is what Debezium's connector does with logical
-// decoding messages (relay.DebeziumMessages), from topic.prefix (or
-// database.server.name) and message.prefix.include.list / exclude.list.
-// Debezium reads each list as regular expressions, each matching a whole
-// prefix in either case. One that Go cannot compile is taken to include
-// every prefix, or to exclude none: the relay then names too many
-// messages, never too few.
+// decoding messages (relay.DebeziumMessages), from topic.prefix and
+// message.prefix.include.list / exclude.list. Debezium reads each list as
+// regular expressions, each matching a whole prefix in either case. One
+// that Go cannot compile is taken to include every prefix, or to exclude
+// none, and the result marked uncertain: the relay then names too many
+// messages, never too few, and writes none.
 func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *relay.DebeziumMessages {
-	name, ok := conn["topic.prefix"]
-	if !ok {
-		name = conn["database.server.name"]
-	}
-	d := &relay.DebeziumMessages{Name: strings.TrimSpace(name)}
+	// Debezium 3 names its topics by topic.prefix alone (it does not start
+	// without it; database.server.name was Debezium 1's).
+	name, _ := get("topic.prefix")
+	d := &relay.DebeziumMessages{Name: strings.TrimSpace(name), Certain: true}
 	if d.Name != "" {
 		d.Topic = d.Name + ".message"
 	}
@@ -605,6 +605,9 @@ func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *
 				out = append(out, re)
 			case include:
 				out = append(out, regexp.MustCompile(``))
+				d.Certain = false
+			default:
+				d.Certain = false
 			}
 		}
 		return out

@@ -97,8 +97,8 @@ func cmdConvert(args, environ []string, stdout, stderr io.Writer) int {
 	if hadPassword {
 		fmt.Fprintln(stdout, "# the database password is not written here: set PGOUTBOX_POSTGRES_PASSWORD or postgres.password.file (or PGPASSWORD)")
 	}
-	if d := cfg.Messages.Debezium; d != nil && !writesNoMessage(d) && cfg.Messages.Format != relay.MessagesDebezium {
-		fmt.Fprintf(stdout, "# logical decoding messages: Debezium writes those its message.prefix.include.list / exclude.list let through to %s (its EventRouter routes rows only); so does pgoutbox, but for those of messages.prefix (%q), which it routes as outbox events, and without a JsonConverter value and a StringConverter or JsonConverter key, whose bytes it does not reproduce: run names each such prefix it meets at Warn. If no one reads that topic, set message.prefix.exclude.list=.* in the connector JSON\n", d.Topic, cfg.Messages.Prefix)
+	if d := cfg.Messages.Debezium; d != nil && d.Topic != "" && !writesNoMessage(d) && cfg.Messages.Format != relay.MessagesDebezium {
+		fmt.Fprintf(stdout, "# logical decoding messages: Debezium writes those its message.prefix.include.list / exclude.list let through to %s (its EventRouter routes rows only); so does pgoutbox, but for those of messages.prefix (%q), which it routes as outbox events, and none without a JsonConverter value and a StringConverter or JsonConverter key (whose bytes it does not reproduce), under exactly-once, or with a list Go cannot read: run names each such prefix it meets at Warn. The topic must exist. If no one reads that topic, set message.prefix.exclude.list=.* in the connector JSON\n", d.Topic, cfg.Messages.Prefix)
 	}
 	for _, k := range describeIgnored(ignored) {
 		fmt.Fprintf(stdout, "# ignored: %s\n", k)

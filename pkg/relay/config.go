@@ -84,6 +84,11 @@ type DebeziumMessages struct {
 	// database.dbname, which its message records name in their source
 	// block (see session.debeziumRecord).
 	Name, DB string
+	// Certain is false when a list had an expression Go does not compile:
+	// Writes then guesses (an include list lets every prefix through, an
+	// exclude list leaves none out), and the relay writes no records on
+	// that guess.
+	Certain bool
 }
 
 // Writes says whether Debezium would write a message with prefix to Topic.

@@ -47,10 +47,14 @@ func (s *session) debeziumMessage(m *replication.Message) {
 	}
 	what := "pgoutbox writes no such record under these converters (it reproduces Debezium's with a JsonConverter value and a StringConverter or JsonConverter key), and skips it"
 	switch {
-	case m.Prefix == s.r.cfg.Messages.Prefix:
+	case s.r.cfg.Messages.Prefix != "" && m.Prefix == s.r.cfg.Messages.Prefix:
 		what = "pgoutbox routes it as an outbox event instead (its prefix is messages.prefix), and writes no such record"
 	case d.Topic == "":
 		what = "without topic.prefix pgoutbox knows no such topic, and skips it"
+	case !d.Certain:
+		what = "pgoutbox cannot read one of the connector's message.prefix lists (a Java regular expression Go does not compile), so it writes no such records, and skips it"
+	case s.r.cfg.Kafka.ExactlyOnce:
+		what = "pgoutbox writes no such records under exactly-once, and skips it"
 	}
 	s.log.Warn("a logical decoding message that Debezium's connector (the --connector configuration) would have written to "+topic+" with its change-event envelope (its EventRouter routes rows, not messages): "+what+"; a consumer of "+topic+" gets nothing from pgoutbox for it. If no one reads that topic, say so in the connector configuration with message.prefix.exclude.list (Debezium then writes none either)",
 		zap.String("prefix", m.Prefix), zap.String("debezium_topic", topic), zap.Stringer("lsn", m.LSN), zap.String("messages.prefix", s.r.cfg.Messages.Prefix))
@@ -62,20 +66,38 @@ const debeziumVersion = "3.6.1.Final"
 
 // writesDebeziumRecord says whether the relay writes, for m, the record
 // Debezium's connector writes to its message topic: Debezium would (its
-// prefix filters let m through), pgoutbox does not route m as an event
-// (another prefix than messages.prefix; with messages.format=debezium
-// Debezium routes what its filters let through instead), and the
-// converters are ones whose bytes pgoutbox reproduces (a JsonConverter
-// value; a StringConverter or JsonConverter key). Otherwise
-// debeziumMessage names the difference.
+// prefix filters let m through, and Go read every one of them), pgoutbox
+// does not route m as an event (another prefix than messages.prefix;
+// with messages.format=debezium Debezium routes what its filters let
+// through instead), the converters are ones whose bytes pgoutbox
+// reproduces (a JsonConverter value; a StringConverter or JsonConverter
+// key), and exactly-once is off (its offsets record would take the first
+// such record after an upgrade, below its stored position, for a history
+// that forked). Otherwise debeziumMessage names the difference.
 func (s *session) writesDebeziumRecord(m *replication.Message) bool {
 	cfg := s.r.cfg
 	d := cfg.Messages.Debezium
-	if d == nil || d.Topic == "" || cfg.Messages.Format == MessagesDebezium || m.Prefix == cfg.Messages.Prefix || !d.Writes(m.Prefix) {
+	if d == nil || !d.Certain || d.Topic == "" || cfg.Kafka.ExactlyOnce || cfg.Messages.Format == MessagesDebezium ||
+		cfg.Messages.Prefix != "" && m.Prefix == cfg.Messages.Prefix {
 		return false
 	}
-	return router.IsJSONConverter(cfg.Router.ValueConverter) &&
-		(router.IsStringConverter(cfg.Router.KeyConverter) || router.IsJSONConverter(cfg.Router.KeyConverter))
+	if !router.IsJSONConverter(cfg.Router.ValueConverter) ||
+		!router.IsStringConverter(cfg.Router.KeyConverter) && !router.IsJSONConverter(cfg.Router.KeyConverter) {
+		return false
+	}
+	// The filters are regular expressions: judged once per prefix (for
+	// the first 1,000 prefixes met).
+	writes, ok := s.debeziumWrites[m.Prefix]
+	if !ok {
+		writes = d.Writes(m.Prefix)
+		if s.debeziumWrites == nil {
+			s.debeziumWrites = map[string]bool{}
+		}
+		if len(s.debeziumWrites) < 1000 {
+			s.debeziumWrites[m.Prefix] = writes
+		}
+	}
+	return writes
 }
 
 // debeziumRecord fills s.rec with the record Debezium 3.6.1's connector
@@ -91,7 +113,9 @@ func (s *session) writesDebeziumRecord(m *replication.Message) bool {
 // before any), and sequence ["<end of the last transaction decoded, or the
 // last non-transactional message>","<lsn>"], null first after the start
 // (both the message's LSN when it is not transactional). The envelope's
-// ts_ms is the wall clock, as Debezium's processing time.
+// ts_ms is the wall clock, as Debezium's processing time. The record's
+// event id, which no header carries, names the message for logs and the
+// dead-letter topic.
 func (s *session) debeziumRecord(m *replication.Message, now time.Time) {
 	cfg := s.r.cfg
 	d := cfg.Messages.Debezium
@@ -144,7 +168,8 @@ func (s *session) debeziumRecord(m *replication.Message, now time.Time) {
 	v = append(v, `,"content":"`...)
 	v = base64.StdEncoding.AppendEncode(v, m.Content)
 	v = append(v, `"}}`...)
-	s.rec = router.Record{Topic: d.Topic, Key: key, Value: v, Timestamp: now, Partition: -1, Headers: s.rec.Headers[:0]}
+	s.rec = router.Record{Topic: d.Topic, Key: key, Value: v, Timestamp: now, Partition: -1, Headers: s.rec.Headers[:0],
+		EventID: []byte("message at " + m.LSN.String())}
 }
 
 // floorDiv is a / b rounded down, as Java's Math.floorDiv (an instant

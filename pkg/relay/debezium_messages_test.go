@@ -3,6 +3,7 @@ package relay
 import (
 	"encoding/base64"
 	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,5 +100,52 @@ func TestDebeziumMessageRecordIsDebeziums(t *testing.T) {
 	}
 	if !strings.Contains(string(s.rec.Value), `"content":""`) {
 		t.Errorf("empty content: %s", s.rec.Value)
+	}
+}
+
+// TestWhichMessagesGetDebeziumsRecord: the relay writes Debezium's
+// record of a message only where Debezium writes one and pgoutbox
+// reproduces its bytes: not for a message it routes as an event (of
+// messages.prefix; an empty prefix is the table-less outbox off, not a
+// prefix), not where Debezium's filters leave it out or Go could not read
+// them (a review: an exclude list Go cannot compile was dropped, and the
+// relay wrote records Debezium does not), not under converters whose
+// bytes it does not reproduce, and not under exactly-once. Unit level.
+func TestWhichMessagesGetDebeziumsRecord(t *testing.T) {
+	base := func() Config {
+		cfg := DefaultConfig()
+		cfg.Router.KeyConverter, cfg.Router.ValueConverter = router.ConverterString, router.ConverterJSON
+		cfg.Messages.Prefix = "outbox"
+		cfg.Messages.Debezium = &DebeziumMessages{Topic: "shop.message", Name: "shop", Certain: true,
+			Exclude: []*regexp.Regexp{regexp.MustCompile(`(?i)\Anoise\z`)}}
+		return cfg
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*Config)
+		prefix string
+		want   bool
+	}{
+		{"another prefix", nil, "audit", true},
+		{"messages.prefix", nil, "outbox", false},
+		{"excluded", nil, "NOISE", false},
+		{"the empty prefix", nil, "", true},
+		{"the empty prefix, the table-less outbox off", func(c *Config) { c.Messages.Prefix = "" }, "", true},
+		{"a list Go could not read", func(c *Config) { c.Messages.Debezium.Certain = false }, "audit", false},
+		{"no topic.prefix", func(c *Config) { c.Messages.Debezium.Topic = "" }, "audit", false},
+		{"a JSON key", func(c *Config) { c.Router.KeyConverter = router.ConverterJSON }, "audit", true},
+		{"a String value", func(c *Config) { c.Router.ValueConverter = router.ConverterString }, "audit", false},
+		{"a raw key", func(c *Config) { c.Router.KeyConverter = router.ConverterRaw }, "audit", false},
+		{"exactly-once", func(c *Config) { c.Kafka.ExactlyOnce = true }, "audit", false},
+		{"Debezium's table-less outbox", func(c *Config) { c.Messages.Format = MessagesDebezium }, "audit", false},
+	} {
+		cfg := base()
+		if c.change != nil {
+			c.change(&cfg)
+		}
+		s := &session{r: &Relay{cfg: cfg}}
+		if got := s.writesDebeziumRecord(&replication.Message{Transactional: true, Prefix: c.prefix}); got != c.want {
+			t.Errorf("%s: writes %v, want %v", c.name, got, c.want)
+		}
 	}
 }

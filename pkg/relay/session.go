@@ -96,7 +96,10 @@ type session struct {
 	// last non-transactional message, in this session (0: none yet): the
 	// first element of the sequence in Debezium's message records.
 	dbzLastCommit checkpoint.LSN
-	received      checkpoint.LSN
+	// debeziumWrites caches, per prefix, whether Debezium's filters let a
+	// message through (writesDebeziumRecord).
+	debeziumWrites map[string]bool
+	received       checkpoint.LSN
 	// commits holds the commit LSN of transactions commitsBase,
 	// commitsBase+1, ... that may still be pending, for error messages.
 	// TxnIDs are sequential, so a slice trimmed from the front is enough.
@@ -927,10 +930,10 @@ func (s *session) message(m *replication.Message) error {
 	}
 	if cfg.Prefix == "" || m.Prefix != cfg.Prefix {
 		if s.writesDebeziumRecord(m) {
-			if err := s.inTransaction(m, func() error { return s.writeDebeziumRecord(m) }); err != nil {
-				return err
-			}
-		} else if cfg.Debezium != nil {
+			// Written where Debezium writes it: not skipped.
+			return s.inTransaction(m, func() error { return s.writeDebeziumRecord(m) })
+		}
+		if cfg.Debezium != nil {
 			s.debeziumMessage(m)
 		}
 		s.otherMessage(m)

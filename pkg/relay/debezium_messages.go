@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"strconv"
@@ -60,6 +61,44 @@ func (s *session) debeziumMessage(m *replication.Message) {
 		zap.String("prefix", m.Prefix), zap.String("debezium_topic", topic), zap.Stringer("lsn", m.LSN), zap.String("messages.prefix", s.r.cfg.Messages.Prefix))
 }
 
+// debeziumRecordsOn says whether the relay writes Debezium's message
+// records at all (see writesDebeziumRecord): started from a connector
+// JSON with topic.prefix, filters Go read, converters whose bytes pgoutbox
+// reproduces, exactly-once off, and not Debezium's table-less outbox.
+func (c *Config) debeziumRecordsOn() bool {
+	d := c.Messages.Debezium
+	return d != nil && d.Certain && d.Topic != "" && !c.Kafka.ExactlyOnce && c.Messages.Format != MessagesDebezium &&
+		router.IsJSONConverter(c.Router.ValueConverter) &&
+		(router.IsStringConverter(c.Router.KeyConverter) || router.IsJSONConverter(c.Router.KeyConverter))
+}
+
+// checkDebeziumMessageTopic says at Warn, once per run, when the topic of
+// Debezium's message records does not exist (and Kafka does not create
+// topics): the first message Debezium would write there waits
+// kafka.topic.missing.timeout for it, then follows relay.poison.policy.
+// Not a refusal: a database whose writers emit no such message needs none.
+func (r *Relay) checkDebeziumMessageTopic(ctx context.Context) {
+	d := r.cfg.Messages.Debezium
+	if r.dbzTopicChecked || !r.cfg.debeziumRecordsOn() || r.cfg.Kafka.AutoCreateTopics {
+		return
+	}
+	if _, ok := r.topics.ok[d.Topic]; ok {
+		r.dbzTopicChecked = true
+		return
+	}
+	st, err := r.be.CheckTopics(ctx, r.cfg.Kafka, []string{d.Topic})
+	if err != nil {
+		return // asked again at the next session
+	}
+	r.dbzTopicChecked = true
+	if st[0].Err != nil {
+		r.log.Warn("the topic of Debezium's message records does not exist: pgoutbox writes there what Debezium's connector writes for the logical decoding messages its prefix filters let through (but those of messages.prefix), and the first such message waits kafka.topic.missing.timeout for the topic, then follows relay.poison.policy; create it, or leave the messages out with message.prefix.exclude.list in the connector JSON",
+			zap.String("topic", d.Topic), zap.Error(st[0].Err))
+		return
+	}
+	r.topics.known(st)
+}
+
 // debeziumVersion is the connector version Debezium's records name in
 // their source block: the version whose records pgoutbox writes.
 const debeziumVersion = "3.6.1.Final"
@@ -77,12 +116,7 @@ const debeziumVersion = "3.6.1.Final"
 func (s *session) writesDebeziumRecord(m *replication.Message) bool {
 	cfg := s.r.cfg
 	d := cfg.Messages.Debezium
-	if d == nil || !d.Certain || d.Topic == "" || cfg.Kafka.ExactlyOnce || cfg.Messages.Format == MessagesDebezium ||
-		cfg.Messages.Prefix != "" && m.Prefix == cfg.Messages.Prefix {
-		return false
-	}
-	if !router.IsJSONConverter(cfg.Router.ValueConverter) ||
-		!router.IsStringConverter(cfg.Router.KeyConverter) && !router.IsJSONConverter(cfg.Router.KeyConverter) {
+	if !cfg.debeziumRecordsOn() || cfg.Messages.Prefix != "" && m.Prefix == cfg.Messages.Prefix {
 		return false
 	}
 	// The filters are regular expressions: judged once per prefix (for

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -307,4 +308,76 @@ func TestMessagesReadAsDebeziumsDecoderReadsThem(t *testing.T) {
 			t.Errorf("payload %s: key %q value %s headers %v; want key k, value %s, the id header alone", p, m.Key, m.Value, m.Headers, cases[p])
 		}
 	}
+}
+
+// TestDebeziumMessageRecordsAreWrittenAndConfirmed: started from a
+// connector configuration, the relay writes Debezium's record of a
+// message of another prefix to <topic.prefix>.message (a transactional
+// one, and a non-transactional one written in a transaction rolled back,
+// which PostgreSQL decodes all the same), and the slot is confirmed past
+// them only once Kafka has them. Before the topic exists it says so at
+// Warn at the start. Real PostgreSQL and Kafka; the bytes are held against
+// the real Debezium by the conformance suite.
+func TestDebeziumMessageRecordsAreWrittenAndConfirmed(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	topic := testenv.UniqueName(t, "dbz") + ".message"
+	cfg := f.config()
+	no := false
+	cfg.Router.KeyConverter, cfg.Router.ValueConverter, cfg.Router.ValueConverterSchemasEnable = router.ConverterString, router.ConverterJSON, &no
+	cfg.Messages.Debezium = &relay.DebeziumMessages{Topic: topic, Name: strings.TrimSuffix(topic, ".message"), DB: "app", Certain: true}
+
+	core, logs := observer.New(zap.WarnLevel)
+	stop := runRelayLog(t, cfg, zap.New(core))
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		return logs.FilterField(zap.String("topic", topic)).FilterMessageSnippet("does not exist").Len() == 1, "no warning that the topic is missing"
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	env.CreateTopic(t, topic, 1)
+	runRelay(t, cfg)
+	f.waitStreaming(t)
+	c := env.NewConsumer(t, []string{topic})
+	ctx := context.Background()
+	tx, err := f.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(true, 'audit', 'kept')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = f.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lsn string
+	if err := tx.QueryRow(ctx, "SELECT pg_logical_emit_message(false, 'audit', 'not tied')::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback(ctx)
+	msgs := c.WaitFor(t, 2, time.Minute)
+	for i, content := range []string{"kept", "not tied"} {
+		m := msgs[i]
+		b64 := base64.StdEncoding.EncodeToString([]byte(content))
+		if string(m.Key) != "Struct{prefix=audit}" || !strings.HasPrefix(string(m.Value), `{"op":"m","ts_ms":`) ||
+			!strings.HasSuffix(string(m.Value), `"message":{"prefix":"audit","content":"`+b64+`"}}`) || len(m.Headers) != 0 {
+			t.Errorf("record %d: key %q value %s headers %v", i, m.Key, m.Value, m.Headers)
+		}
+	}
+	if !strings.Contains(string(msgs[1].Value), `"txId":null`) {
+		t.Errorf("the non-transactional message's record: %s", msgs[1].Value)
+	}
+	want, err := parseLSN(lsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		confirmed, _ := f.slotState(t)
+		return confirmed >= want, "the slot is not confirmed past the messages"
+	})
 }

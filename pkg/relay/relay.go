@@ -43,6 +43,8 @@ type Relay struct {
 	clock  clock
 	// force ends a stop at once when closed (a second signal).
 	force <-chan struct{}
+	// dbzTopicChecked: checkDebeziumMessageTopic has looked.
+	dbzTopicChecked bool
 	// persistFault, set only by tests (export_test.go), runs before the
 	// initial snapshot makes the slot; an error it returns fails that
 	// attempt, as a dropped connection would.
@@ -463,6 +465,7 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	if err := r.checkDeadLetterTopic(ctx); err != nil {
 		return false, err
 	}
+	r.checkDebeziumMessageTopic(ctx)
 	// The stream first: it takes the slot, and an instance that finds it
 	// taken builds no producer. In exactly-once mode building one fences
 	// every earlier producer of the transactional id: a standby that did

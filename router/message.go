@@ -2,8 +2,8 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"slices"
-	"strconv"
 )
 
 // OIDConnectJSON is the type, in a Row made of a message (Row.Message), of
@@ -55,17 +55,17 @@ func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
 	defer func() { d.src = nil }()
 	if len(content) == 0 || content[0] != '{' {
 		if len(content) > 0 && content[0] == '[' {
-			return Row{}, errorf(ErrMessageNotJSON, "it is a JSON array (Debezium's task stops: it casts the content's value to a struct)")
+			return Row{}, fmt.Errorf("%w: it is a JSON array (Debezium's task stops: it casts the content's value to a struct)", ErrMessageNotJSON)
 		}
-		return Row{}, errorf(ErrMessageNotJSON, "it does not start with { (Debezium's DecodeLogicalDecodingMessageContent parses only content that does, white space first included)")
+		return Row{}, fmt.Errorf("%w: it does not start with { (Debezium's DecodeLogicalDecodingMessageContent parses only content that does, white space first included)", ErrMessageNotJSON)
 	}
 	if !d.parse(content) {
-		return Row{}, errorf(ErrMessageNotJSON, "it is not one valid JSON object (Jackson's grammar, with nothing after the object and no unpaired surrogate escape)")
+		return Row{}, fmt.Errorf("%w: it is not one valid JSON object (Jackson's grammar, with nothing after the object and no unpaired surrogate escape)", ErrMessageNotJSON)
 	}
 	d.resetSchemas()
 	root, ok := d.schemaOf(0)
 	if !ok {
-		return Row{}, errorf(ErrMessageNoSchema, "an array mixes types or number classes, holds only nulls or empty arrays, or a member name is empty")
+		return Row{}, fmt.Errorf("%w: an array mixes types or number classes, holds only nulls or empty arrays, or a member name is empty", ErrMessageNoSchema)
 	}
 	row := Row{Table: table, Op: OpInsert, Message: true}
 	// Never nil, so that an empty string is an empty value, not NULL.
@@ -80,7 +80,7 @@ func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
 			m = d.nodes[m].next
 		}
 		if m < 0 {
-			return Row{}, errorf(ErrMessageNoSchema, "member "+strconv.Quote(string(name))+" not found") // cannot happen
+			return Row{}, fmt.Errorf("%w: member %q not found", ErrMessageNoSchema, name) // cannot happen
 		}
 		s := d.fields[f].schema
 		nd := &d.nodes[m]
@@ -107,12 +107,12 @@ func (r *Router) DecodeMessage(table string, content []byte) (Row, error) {
 		case s == sFloat64 && nd.num == numDouble:
 			typ, buf = oidFloat8, append(buf, d.src[nd.start:nd.end]...)
 		case s == sFloat64:
-			return Row{}, errorf(ErrMessageNoSchema, "member "+strconv.Quote(string(name))+" is an integer beyond 64 bits, which Debezium cannot put in the FLOAT64 field it infers for it")
+			return Row{}, fmt.Errorf("%w: member %q is an integer beyond 64 bits, which Debezium cannot put in the FLOAT64 field it infers for it", ErrMessageNoSchema, name)
 		default:
 			typ = OIDConnectJSON
 			var ok bool
 			if buf, ok = d.appendWithSchema(buf, m, s); !ok {
-				return Row{}, errorf(ErrMessageNoSchema, "member "+strconv.Quote(string(name))+" does not fit the schema Debezium infers for it (an integer beyond 64 bits, or array elements whose members conflict)")
+				return Row{}, fmt.Errorf("%w: member %q does not fit the schema Debezium infers for it (an integer beyond 64 bits, or array elements whose members conflict)", ErrMessageNoSchema, name)
 			}
 		}
 		row.Names = append(row.Names, string(name))
@@ -151,15 +151,3 @@ func sortRow(row *Row) {
 	}
 	row.Names, row.Types, row.Values = names, types, values
 }
-
-func errorf(class error, reason string) error {
-	return &messageError{class: class, reason: reason}
-}
-
-type messageError struct {
-	class  error
-	reason string
-}
-
-func (e *messageError) Error() string { return e.class.Error() + ": " + e.reason }
-func (e *messageError) Unwrap() error { return e.class }

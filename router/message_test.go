@@ -107,7 +107,7 @@ func TestDecodeMessageAsDebeziumWrites(t *testing.T) {
 		if err == nil {
 			for _, col := range []string{"id", "aggregatetype", "aggregateid", "payload"} {
 				if !slices.Contains(row.Names, col) {
-					err = errorf(ErrMessageNotJSON, "no "+col) // the relay refuses it (eventColumnProblems)
+					err = fmt.Errorf("%w: no %s", ErrMessageNotJSON, col) // the relay refuses it (eventColumnProblems)
 				}
 			}
 		}

@@ -52,10 +52,7 @@ type NoSlotError struct {
 
 // Error says what was refused, why, and what to do.
 func (e *NoSlotError) Error() string {
-	db := "this database"
-	if e.Database != "" {
-		db = fmt.Sprintf("database %q", e.Database)
-	}
+	db := databasePhrase(e.Database)
 	var b strings.Builder
 	fmt.Fprintf(&b, "outbox: write refused in mode %s: %s has no logical replication slot (or only one still being made, which decodes no transaction that commits before it is), so nothing would ever decode ", e.Mode, db)
 	if e.Mode == ModeTableDeleteAfterInsert {
@@ -72,6 +69,15 @@ func (e *NoSlotError) Error() string {
 		b.WriteString(" (or to the table pgoutbox migrate makes for it, whose trigger keeps the rows)")
 	}
 	return b.String()
+}
+
+// databasePhrase names a database in an error: by its name, read after
+// the refusal, or "this database" when it could not be read.
+func databasePhrase(name string) string {
+	if name == "" {
+		return "this database"
+	}
+	return fmt.Sprintf("database %q", name)
 }
 
 // Unwrap returns ErrNoSlot.
@@ -104,10 +110,7 @@ type NotPublishedError struct {
 
 // Error says what was refused, why, and what to do.
 func (e *NotPublishedError) Error() string {
-	db := "this database"
-	if e.Database != "" {
-		db = fmt.Sprintf("database %q", e.Database)
-	}
+	db := databasePhrase(e.Database)
 	switch e.Kind {
 	case "r", "p", "":
 	case "v":
@@ -144,9 +147,13 @@ func (e *NotPublishedError) Unwrap() error { return ErrNotPublished }
 // does not depend on the statement's parameters: PostgreSQL evaluates it
 // once per statement (a one-time filter), before the VALUES list or the
 // rows are read.
-const logicalSlotExists = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
+const logicalSlotExists = `EXISTS (` + madeLogicalSlots + `)`
+
+// madeLogicalSlots selects the logical slots of the database that can
+// decode its WAL (see logicalSlotExists).
+const madeLogicalSlots = `SELECT FROM pg_catalog.pg_replication_slots ` +
 	`WHERE database = pg_catalog.current_database() AND slot_type = 'logical' ` +
-	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost' AND confirmed_flush_lsn IS NOT NULL)`
+	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost' AND confirmed_flush_lsn IS NOT NULL`
 
 // Writer records outbox events inside the caller's transaction, so that an
 // event exists if and only if the business change it describes commits.
@@ -457,9 +464,7 @@ func tableRelayable(param int) string {
 // otherPluginSlot is true when the database has a made logical slot (as
 // logicalSlotExists) of another output plugin than pgoutput, which takes
 // no publication and decodes every table.
-const otherPluginSlot = `EXISTS (SELECT FROM pg_catalog.pg_replication_slots ` +
-	`WHERE database = pg_catalog.current_database() AND slot_type = 'logical' AND plugin <> 'pgoutput' ` +
-	`AND NOT temporary AND wal_status IS DISTINCT FROM 'lost' AND confirmed_flush_lsn IS NOT NULL)`
+const otherPluginSlot = `EXISTS (` + madeLogicalSlots + ` AND plugin <> 'pgoutput')`
 
 // tablePublished is true when a publication publishes the inserts of
 // table c (c.oid): the table itself or a partitioned ancestor of it, by

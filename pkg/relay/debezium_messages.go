@@ -82,21 +82,15 @@ func (r *Relay) checkDebeziumMessageTopic(ctx context.Context) {
 	if r.dbzTopicChecked || !r.cfg.debeziumRecordsOn() || r.cfg.Kafka.AutoCreateTopics {
 		return
 	}
-	if _, ok := r.topics.ok[d.Topic]; ok {
-		r.dbzTopicChecked = true
-		return
-	}
-	st, err := r.be.CheckTopics(ctx, r.cfg.Kafka, []string{d.Topic})
+	missing, err := r.lookUpTopic(ctx, d.Topic)
 	if err != nil {
 		return // asked again at the next session
 	}
 	r.dbzTopicChecked = true
-	if st[0].Err != nil {
+	if missing != nil {
 		r.log.Warn("the topic of Debezium's message records does not exist: pgoutbox writes there what Debezium's connector writes for the logical decoding messages its prefix filters let through (but those of messages.prefix), and the first such message waits kafka.topic.missing.timeout for the topic, then follows relay.poison.policy; create it, or leave the messages out with message.prefix.exclude.list in the connector JSON",
-			zap.String("topic", d.Topic), zap.Error(st[0].Err))
-		return
+			zap.String("topic", d.Topic), zap.Error(missing))
 	}
-	r.topics.known(st)
 }
 
 // debeziumVersion is the connector version Debezium's records name in

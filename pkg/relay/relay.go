@@ -832,18 +832,32 @@ func (r *Relay) checkDeadLetterTopic(ctx context.Context) error {
 	if lim.PoisonPolicy != "dead-letter" || r.cfg.Kafka.AutoCreateTopics {
 		return nil
 	}
-	if _, ok := r.topics.ok[lim.DeadLetterTopic]; ok {
-		return nil
-	}
-	st, err := r.be.CheckTopics(ctx, r.cfg.Kafka, []string{lim.DeadLetterTopic})
+	missing, err := r.lookUpTopic(ctx, lim.DeadLetterTopic)
 	if err != nil {
 		return err
 	}
+	if missing != nil {
+		return &FatalError{Err: fmt.Errorf("relay: dead.letter.topic %q: %w; create it (poison.policy=dead-letter sends the records that cannot be relayed there), or set kafka.auto.create.topics", lim.DeadLetterTopic, missing)}
+	}
+	return nil
+}
+
+// lookUpTopic asks Kafka whether topic exists, unless it is known to, and
+// records it when it does: missing is why it cannot be written to (it
+// does not exist), err a failure to ask.
+func (r *Relay) lookUpTopic(ctx context.Context, topic string) (missing, err error) {
+	if _, ok := r.topics.ok[topic]; ok {
+		return nil, nil
+	}
+	st, err := r.be.CheckTopics(ctx, r.cfg.Kafka, []string{topic})
+	if err != nil {
+		return nil, err
+	}
 	if st[0].Err != nil {
-		return &FatalError{Err: fmt.Errorf("relay: dead.letter.topic %q: %w; create it (poison.policy=dead-letter sends the records that cannot be relayed there), or set kafka.auto.create.topics", lim.DeadLetterTopic, st[0].Err)}
+		return st[0].Err, nil
 	}
 	r.topics.known(st)
-	return nil
+	return nil, nil
 }
 
 // sessionState is the state row that records this instance's session,

@@ -484,8 +484,11 @@ func (r *Router) Route(row *Row, now time.Time, rec *Record) (Action, error) {
 // but as the payload: pgoutbox does not write Debezium's text of a struct
 // (Struct{...}) into a key, header or routing value.
 func connectJSONElsewhere(row *Row, rec *Record, lay *layout) error {
+	if !row.Message {
+		return nil // only a message's row has such columns
+	}
 	check := func(i int, what string) error {
-		if i >= 0 && i != lay.payload && row.Message && typeOf(row, i) == OIDConnectJSON && row.Values[i] != nil {
+		if i >= 0 && i != lay.payload && typeOf(row, i) == OIDConnectJSON && row.Values[i] != nil {
 			return rowErr(row, rec, row.Names[i], ErrBadValue, "is a JSON object or array (a message decoded as Debezium's DecodeLogicalDecodingMessageContent does), which pgoutbox writes only as the payload, not as the "+what)
 		}
 		return nil

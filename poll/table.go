@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // The poll table's own columns, beside Debezium's outbox columns.
@@ -551,17 +552,9 @@ func KeepTriggersNotAlways(ctx context.Context, conn *pgx.Conn, quotedTable stri
 func (t *Table) KeepTriggersNotAlways() []string { return t.notAlways }
 
 // insertObjectsSQL reads, for the table $1 and its partitions, the rules
-// ON INSERT DO INSTEAD and the enabled BEFORE INSERT row triggers
-// ("schema.table: name"), as the WAL source's catalog check does.
-const insertObjectsSQL = `WITH t AS (SELECT to_regclass($1) AS c), rels AS (
-		SELECT c AS oid FROM t UNION SELECT pt.relid FROM t, pg_partition_tree(t.c) pt)
-	SELECT ARRAY(SELECT rn.nspname || '.' || rc.relname || ': ' || rw.rulename FROM pg_rewrite rw
-			JOIN pg_class rc ON rc.oid = rw.ev_class JOIN pg_namespace rn ON rn.oid = rc.relnamespace
-			WHERE rw.ev_class IN (SELECT oid FROM rels) AND rw.ev_type = '3' AND rw.is_instead ORDER BY 1),
-		ARRAY(SELECT tn.nspname || '.' || tc.relname || ': ' || tg.tgname FROM pg_trigger tg
-			JOIN pg_class tc ON tc.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
-			WHERE tg.tgrelid IN (SELECT oid FROM rels) AND NOT tg.tgisinternal AND tg.tgenabled <> 'D'
-				AND tg.tgtype::int & 7 = 7 ORDER BY 1)`
+// ON INSERT DO INSTEAD and the enabled BEFORE INSERT row triggers, as the
+// WAL source's catalog check does.
+var insertObjectsSQL = `SELECT ` + replication.InsertRulesAndTriggersSQL("to_regclass($1)")
 
 // deleteUnpublishedSQL reads where pgoutbox.delete_unpublished ($1) is on
 // for sessions that did not set it themselves: in this session (the

@@ -415,6 +415,22 @@ const catalogPublicationSQL = `SELECT oid, puballtables, pubinsert, pubviaroot, 
 // inherit from it without being partitions, its columns as
 // "generated:name", and its columns' user types as userTypesSQL gives
 // them. A partition's columns have its table's types.
+// InsertRulesAndTriggersSQL is two SQL expressions, comma-separated: the
+// rules ON INSERT DO INSTEAD, and the enabled BEFORE INSERT row triggers,
+// of the table of OID rel and its partitions, each an array of
+// "schema.table: name". The WAL source's catalog check reads them
+// (TableInfo.InsteadRules, BeforeInsert), and so does the poll source's.
+func InsertRulesAndTriggersSQL(rel string) string {
+	return `ARRAY(SELECT rn.nspname || '.' || rc.relname || ': ' || rw.rulename FROM pg_rewrite rw
+		JOIN pg_class rc ON rc.oid = rw.ev_class JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+		WHERE rw.ev_class IN (SELECT ` + rel + ` UNION SELECT rt.relid FROM pg_partition_tree(` + rel + `) rt)
+			AND rw.ev_type = '3' AND rw.is_instead ORDER BY 1),
+	ARRAY(SELECT tn.nspname || '.' || tc.relname || ': ' || tg.tgname FROM pg_trigger tg
+		JOIN pg_class tc ON tc.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
+		WHERE tg.tgrelid IN (SELECT ` + rel + ` UNION SELECT tt.relid FROM pg_partition_tree(` + rel + `) tt)
+			AND NOT tg.tgisinternal AND tg.tgenabled <> 'D' AND tg.tgtype::int & 7 = 7 ORDER BY 1)`
+}
+
 var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 	(p.oid IS NOT NULL AND (p.puballtables OR r.oid IS NOT NULL OR pns.oid IS NOT NULL)),
 	r.prqual IS NOT NULL, r.prattrs IS NOT NULL, coalesce(r.oid, 0), coalesce(pns.oid, 0),
@@ -447,14 +463,7 @@ var catalogTableSQL = `SELECT c.oid, c.relkind::text, c.relpersistence::text,
 		SELECT dn.nspname || '.' || dc.relname FROM d JOIN pg_class dc ON dc.oid = d.oid
 		JOIN pg_namespace dn ON dn.oid = dc.relnamespace
 		WHERE NOT dc.relispartition ORDER BY 1),
-	ARRAY(SELECT rn.nspname || '.' || rc.relname || ': ' || rw.rulename FROM pg_rewrite rw
-		JOIN pg_class rc ON rc.oid = rw.ev_class JOIN pg_namespace rn ON rn.oid = rc.relnamespace
-		WHERE rw.ev_class IN (SELECT c.oid UNION SELECT rt.relid FROM pg_partition_tree(c.oid) rt)
-			AND rw.ev_type = '3' AND rw.is_instead ORDER BY 1),
-	ARRAY(SELECT tn.nspname || '.' || tc.relname || ': ' || tg.tgname FROM pg_trigger tg
-		JOIN pg_class tc ON tc.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
-		WHERE tg.tgrelid IN (SELECT c.oid UNION SELECT tt.relid FROM pg_partition_tree(c.oid) tt)
-			AND NOT tg.tgisinternal AND tg.tgenabled <> 'D' AND tg.tgtype::int & 7 = 7 ORDER BY 1),
+	` + InsertRulesAndTriggersSQL("c.oid") + `,
 	coalesce((SELECT an.nspname || '.' || ac.relname
 		FROM pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, n)
 		JOIN pg_class ac ON ac.oid = a.relid JOIN pg_namespace an ON an.oid = ac.relnamespace

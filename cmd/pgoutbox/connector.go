@@ -376,25 +376,15 @@ func applyConnector(cfg *fileConfig, given map[string]string) (ignored []string,
 		refuse("transforms", "no "+eventRouter+" transform: pgoutbox relays outbox events only")
 	}
 	if routerName != "" {
-		prefix := "transforms." + routerName + "."
-		for k, v := range conn {
-			if !strings.HasPrefix(k, prefix) || k == prefix+"type" {
-				continue
-			}
-			used[k] = true
-			opt := strings.TrimPrefix(k, prefix)
-			if strings.HasPrefix(opt, "predicate") || opt == "negate" {
-				refuse(k, "predicates on transforms are not supported")
-				continue
-			}
+		transformOptions(conn, routerName, used, refuse, func(k, opt, v string) {
 			if _, ok := routerIgnored[opt]; ok {
 				used[k] = false
-				continue
+				return
 			}
 			if err := cfg.Router.Set(opt, v); err != nil {
 				refuse(k, err.Error())
 			}
-		}
+		})
 	}
 	// Kafka Connect's worker writes headers with SimpleHeaderConverter
 	// unless told otherwise.
@@ -616,6 +606,25 @@ func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *
 	return d
 }
 
+// transformOptions calls apply for each option of transform name
+// (transforms.<name>.<opt>, but its type), marked used; a predicate on the
+// transform is refused instead.
+func transformOptions(conn map[string]string, name string, used map[string]bool, refuse func(key, why string), apply func(k, opt, v string)) {
+	prefix := "transforms." + name + "."
+	for k, v := range conn {
+		if !strings.HasPrefix(k, prefix) || k == prefix+"type" {
+			continue
+		}
+		used[k] = true
+		opt := strings.TrimPrefix(k, prefix)
+		if strings.HasPrefix(opt, "predicate") || opt == "negate" {
+			refuse(k, "predicates on transforms are not supported")
+			continue
+		}
+		apply(k, opt, v)
+	}
+}
+
 // decodedMessages applies a DecodeLogicalDecodingMessageContent transform
 // (decodeName) before the EventRouter: Debezium's table-less outbox, in
 // which every message its prefix filters let through is decoded and routed
@@ -624,20 +633,11 @@ func debeziumMessages(conn map[string]string, get func(string) (string, bool)) *
 // message.prefix.include.list; it becomes messages.prefix, read with
 // messages.format=debezium.
 func decodedMessages(cfg *fileConfig, conn map[string]string, get func(string) (string, bool), refuse func(key, why string), used map[string]bool, decodeName string) {
-	prefix := "transforms." + decodeName + "."
-	for k, v := range conn {
-		if !strings.HasPrefix(k, prefix) || k == prefix+"type" {
-			continue
-		}
-		used[k] = true
-		switch opt := strings.TrimPrefix(k, prefix); {
-		case strings.HasPrefix(opt, "predicate") || opt == "negate":
-			refuse(k, "predicates on transforms are not supported")
-		case opt == "fields.null.include" && strings.EqualFold(strings.TrimSpace(v), "false"):
-		default:
+	transformOptions(conn, decodeName, used, refuse, func(k, opt, v string) {
+		if opt != "fields.null.include" || !strings.EqualFold(strings.TrimSpace(v), "false") {
 			refuse(k, "pgoutbox reads messages as the transform's defaults do; remove this option")
 		}
-	}
+	})
 	list, _ := get("message.prefix.include.list")
 	names := splitRegexList(list)
 	p := ""

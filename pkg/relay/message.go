@@ -39,16 +39,13 @@ func messageRow(prefix, payloadField string, content []byte) (router.Row, error)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return router.Row{}, errNotObject
 	}
-	if !utf8.Valid(trimmed) {
-		// encoding/json would turn each invalid byte into U+FFFD without a
-		// word: a key Müller in LATIN1 would become M\ufffdller (another
-		// partition), and the payload would go out as LATIN1 bytes.
-		return router.Row{}, invalidUTF8(trimmed)
-	}
-	if err := json.Unmarshal(trimmed, &fields); err != nil {
-		return router.Row{}, fmt.Errorf("content is not valid JSON: %w", err)
-	}
-	if err := badEscape(trimmed); err != nil {
+	err := parseText(trimmed, func() error {
+		if err := json.Unmarshal(trimmed, &fields); err != nil {
+			return fmt.Errorf("content is not valid JSON: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
 		return router.Row{}, err
 	}
 	names := make([]string, 0, len(fields))
@@ -89,19 +86,37 @@ func messageRow(prefix, payloadField string, content []byte) (router.Row, error)
 
 // debeziumMessageRow is messageRow for messages.format=debezium: the row
 // Debezium's DecodeLogicalDecodingMessageContent makes of m (see
-// router.DecodeMessage), after the checks messageRow makes of its bytes
-// (UTF-8, no escape that no text holds).
+// router.DecodeMessage), with the checks messageRow makes of its bytes
+// (parseText).
 func (s *session) debeziumMessageRow(m *replication.Message) (router.Row, error) {
-	if !utf8.Valid(m.Content) {
-		return router.Row{}, invalidUTF8(m.Content)
-	}
-	if err := badEscape(m.Content); err != nil {
+	var row router.Row
+	err := parseText(m.Content, func() (err error) {
+		row, err = s.r.router.For("message:"+m.Prefix).DecodeMessage("message:"+m.Prefix, m.Content)
+		return err
+	})
+	if err != nil {
 		return router.Row{}, err
 	}
-	return s.r.router.For("message:"+m.Prefix).DecodeMessage("message:"+m.Prefix, m.Content)
+	return row, nil
 }
 
-// badEscape finds, in valid JSON content, a \u escape no text can hold: a
+// parseText runs parse, the JSON parsing of a message's content, after
+// the checks of its bytes both message formats make, whose errors say
+// where: the content is UTF-8 (encoding/json would turn each invalid byte
+// into U+FFFD without a word: a key Müller in LATIN1 would become
+// M\ufffdller, on another partition, and the payload would go out as
+// LATIN1 bytes), and holds no escape that no text holds (badEscape).
+func parseText(content []byte, parse func() error) error {
+	if !utf8.Valid(content) {
+		return invalidUTF8(content)
+	}
+	if err := badEscape(content); err != nil {
+		return err
+	}
+	return parse()
+}
+
+// badEscape finds, in JSON content, a \u escape no text can hold: a
 // surrogate that is not half of a pair, or \u0000. encoding/json turns
 // the first into U+FFFD without a word (two keys written \ud800 and
 // \udfff became one, on one partition: a black-box review), and keeps the

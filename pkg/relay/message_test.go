@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/replication"
 	"github.com/pgoutbox/pgoutbox/router"
 )
 
@@ -133,5 +134,48 @@ func TestMessagePayloadIsJSONLikeTheTablesColumn(t *testing.T) {
 	var rec router.Record
 	if _, err := r.Route(&row, time.Now(), &rec); err != nil || rec.Value != nil {
 		t.Fatalf("payload null: value %q (%v), want a tombstone", rec.Value, err)
+	}
+}
+
+// TestDebeziumMessageRowMakesMessageRowsChecks: messages.format=debezium
+// decodes content with router.DecodeMessage, and is held to the same
+// checks of its bytes as messageRow: content that is not UTF-8 and an
+// escape no text holds are errors naming where, checked around the same
+// parsing; what messageRow reads, it reads too.
+func TestDebeziumMessageRowMakesMessageRowsChecks(t *testing.T) {
+	set, err := router.NewSet(router.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{r: &Relay{router: set}}
+	msg := func(key, payload string) *replication.Message {
+		return &replication.Message{Prefix: "outbox", Transactional: true,
+			Content: []byte(`{"id":"406c07f3-0000-4000-8000-000000000001","aggregatetype":"Order","aggregateid":"` + key + `","type":"T","payload":` + payload + `}`)}
+	}
+	latin1 := msg("M\xfcller", `{}`)
+	for _, c := range []struct {
+		m    *replication.Message
+		want string
+	}{
+		{latin1, "not valid UTF-8"},
+		{msg(`K\ud800`, `{}`), "offset"},
+		{msg(`K1`, `{"a":["\udc00"]}`), "offset"},
+		{msg(`K\u0000x`, `{}`), "offset"},
+		{&replication.Message{Prefix: "outbox", Content: []byte(`{"id":`)}, ""},
+	} {
+		row, err := s.debeziumMessageRow(c.m)
+		if err == nil {
+			t.Errorf("%s: read as %q, want an error", c.m.Content, row.Values)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q, want it to say %q", c.m.Content, err, c.want)
+		}
+	}
+	for _, m := range []*replication.Message{msg(`K\ud83d\ude00`, `{}`), msg(`K\\ud800`, `{}`), msg(`K\u0041`, `"\ud83d\ude00"`)} {
+		if _, err := s.debeziumMessageRow(m); err != nil {
+			t.Errorf("%s: %v, want it read", m.Content, err)
+		}
+		if _, err := messageRow("outbox", "payload", m.Content); err != nil {
+			t.Errorf("%s: messageRow: %v", m.Content, err)
+		}
 	}
 }

@@ -60,6 +60,10 @@ type Start struct {
 	// OtherPrefixes: the messages.prefix other slots of the database relay
 	// with, by prefix their names (RelayedPrefixes; nil when not read).
 	OtherPrefixes map[string]string
+	// OtherSlots: the other slots of the database, still there, whose
+	// last pgoutbox session relayed one of the outbox tables or messages
+	// (OtherSlots; nil without a state table).
+	OtherSlots []OtherSlot
 }
 
 // TimelineChanged says the server is on another timeline than the one the
@@ -258,6 +262,9 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		if err := write(ctx, conn, cfg.StateTable, s); err != nil {
 			return st, err
 		}
+	}
+	if err := readOtherSlots(ctx, conn, cfg, &st); err != nil {
+		return st, err
 	}
 	return st, nil
 }

@@ -102,11 +102,15 @@ func CheckStart(ctx context.Context, conn *pgx.Conn, cfg Config) (st Start, unkn
 	case errors.Is(err, ErrSlotMissing) && st.HadState && !cfg.RecreateVanishedSlot:
 		return st, unknown, &VanishedError{Slot: cfg.Slot, State: st.State}
 	case errors.Is(err, ErrSlotMissing):
-		return st, unknown, nil
+		// Made at the start, at the end of WAL (Start.StartedAt).
+		st.Slot = SlotState{}
 	case err != nil:
 		return st, unknown, err
 	}
 	if st.Identity.WALEnd, err = ReadWALEnd(ctx, conn); err != nil {
+		return st, unknown, err
+	}
+	if err := readOtherSlots(ctx, conn, cfg, &st); err != nil {
 		return st, unknown, err
 	}
 	return st, unknown, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
@@ -238,6 +239,22 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 		// gap's rows are in this table, to be relayed from it, and this
 		// slot's position says nothing of them.
 		if refuseSharedHolds(ctx, conn, pc.StateTable, pc.Slot, "slot "+pc.Slot, pc.QualifiedTables(), stderr) {
+			return exitRuntime
+		}
+		// A slot of the same tables left behind where this one started
+		// (the relay refuses to start then): the rows committed in
+		// between were relayed by neither, and this slot's position is
+		// past them.
+		others, err := replication.OtherSlots(ctx, conn, pc.StateTable, pc.Slot, pc.QualifiedTables())
+		if err != nil {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s: nothing was deleted: %v\n", pc.Slot, err)
+			return exitRuntime
+		}
+		rows := cfg.Config
+		rows.Messages.Prefix = "" // rows only: a slot sharing the messages alone holds none of them
+		if o, ok := relay.LeftBehindSlot(replication.Start{Slot: slot, HadState: true, State: st, OtherSlots: others}, rows); ok {
+			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s: nothing was deleted: slot %s, which relayed %s too, is idle at %s, before %s where slot %s started, so the rows committed in between were relayed by neither; start pgoutbox run, which stops and says how to go on\n",
+				pc.Slot, o.Slot, o.What(""), o.Confirmed, st.SlotCreatedLSN, pc.Slot)
 			return exitRuntime
 		}
 	}

@@ -64,7 +64,7 @@ func cmdStatus(args, environ []string, stdout, stderr io.Writer) int {
 		return statusPoll(ctx, conn, target, cfg, *format, stdout, stderr)
 	}
 
-	st, err := readStatus(ctx, conn, target, cfg.Postgres)
+	st, err := readStatus(ctx, conn, target, cfg.Config)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: read status: %s\n", oneLine(err))
 		return exitRuntime
@@ -177,7 +177,8 @@ type publicationStatus struct {
 }
 
 // readStatus reads the server's, the slot's and the publication's state.
-func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replication.Config) (statusReport, error) {
+func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg relay.Config) (statusReport, error) {
+	rc := cfg.Postgres
 	ctx, cancel := context.WithTimeout(ctx, statusQueryTimeout)
 	defer cancel()
 	st := statusReport{Server: serverStatus{Address: target.Address, User: target.User}}
@@ -215,6 +216,16 @@ func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, rc replica
 				st.Problems = append(st.Problems, fmt.Sprintf("slot %q does not exist, on purpose: it was %s; pgoutbox run with the WAL source and snapshot.mode: initial publishes the rows written since, then makes it", rc.Slot, h.AwaitingSnapshot))
 			case !st.Slot.Exists:
 				st.Problems = append(st.Problems, (&replication.VanishedError{Slot: rc.Slot, State: h}).Error())
+			}
+		}
+		// A slot of the same tables left behind where this one started,
+		// which pgoutbox run refuses.
+		if err == nil && had && st.Slot.Exists {
+			if others, err := replication.OtherSlots(ctx, conn, rc.StateTable, rc.Slot, rc.QualifiedTables()); err == nil {
+				if o, ok := relay.LeftBehindSlot(replication.Start{Slot: replication.SlotState{Name: rc.Slot}, HadState: true, State: h, OtherSlots: others}, cfg); ok {
+					st.Problems = append(st.Problems, fmt.Sprintf("slot %q, which relayed %s too, is idle at %s, before %s where this slot started: the events committed in between are in it only, and pgoutbox run refuses to start until it is past that point or dropped",
+						o.Slot, o.What(cfg.Messages.Prefix), o.Confirmed, h.SlotCreatedLSN))
+				}
 			}
 		}
 	}

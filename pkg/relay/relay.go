@@ -695,7 +695,7 @@ func (r *Relay) checkHistory(start replication.Start) error {
 	// which are new ones here.
 	// (Prepare refuses it first where there is a state row, and records it.)
 	// So does one whose messages prefix changed (historyRefusal).
-	if err := historyRefusal(start, pcfg, r.cfg.Messages.Prefix); err != nil {
+	if err := historyRefusal(start, r.cfg); err != nil {
 		return err
 	}
 	if slot.ConfirmedFlushLSN < r.history.lastConfirmed {

@@ -19,7 +19,7 @@ func StartRefusal(start replication.Start, cfg Config) error {
 	if start.Slot.Active {
 		return nil
 	}
-	if err := historyRefusal(start, cfg.Postgres, cfg.Messages.Prefix); err != nil {
+	if err := historyRefusal(start, cfg); err != nil {
 		return err
 	}
 	return fenceRefusal(start, cfg.Postgres)
@@ -28,8 +28,11 @@ func StartRefusal(start replication.Start, cfg Config) error {
 // historyRefusal is checkHistory's refusal of a slot whose position or
 // messages prefix does not fit this server's history (whatever the
 // process remembers).
-func historyRefusal(start replication.Start, pcfg replication.Config, prefix string) error {
-	slot := start.Slot
+func historyRefusal(start replication.Start, cfg Config) error {
+	slot, pcfg, prefix := start.Slot, cfg.Postgres, cfg.Messages.Prefix
+	if err := leftBehindRefusal(start, cfg); err != nil {
+		return err
+	}
 	if end := start.Identity.WALEnd; end != 0 && slot.ConfirmedFlushLSN > end {
 		return &FatalError{Err: replication.SlotPastWALEndError(pcfg.Slot, slot.ConfirmedFlushLSN, end)}
 	}
@@ -45,6 +48,54 @@ func historyRefusal(start replication.Start, pcfg replication.Config, prefix str
 			pcfg.Slot, was, now, was, was)}
 	}
 	return nil
+}
+
+// leftBehindRefusal refuses a start while another slot, whose state row
+// says it relayed one of this relay's outbox tables (or its messages) to
+// the same Kafka cluster, is idle and confirmed below where this relay's
+// slot started (replication.Start.StartedAt): the changes committed in
+// between are in that slot only, and this one never sees them. That is a
+// configuration moved to a new slot (postgres.slot.name changed, a Helm
+// stream renamed) before the old slot's relay had caught up: a prober
+// lost 50 of 150 events so, without a word, and pgoutbox cleanup then
+// deleted their rows as relayed. A slot of another Kafka cluster (a
+// region's) is another deployment's; one still streaming, or confirmed
+// past this slot's start, keeps nothing from it.
+func leftBehindRefusal(start replication.Start, cfg Config) error {
+	o, ok := leftBehind(start, cfg)
+	if !ok {
+		return nil
+	}
+	at, pcfg := start.StartedAt(), cfg.Postgres
+	return &FatalError{Err: fmt.Errorf("%w: slot %q, which state table %s records relaying %s, is idle at %s, before %s where slot %q started: the events committed in between are in slot %q only, and this relay would never send them (a configuration moved to a new slot, by postgres.slot.name or a renamed Helm stream, before the old relay had caught up). Run a relay on slot %q (postgres.slot.name: %s, and its publication) until it has confirmed past %s (slot %q keeps what is written meanwhile), then stop it and start this one; if you stay on %q, drop slot %q, which keeps WAL. If its events up to now reached Kafka another way or are not wanted, drop it instead: SELECT pg_drop_replication_slot(%s)",
+		replication.ErrSlotLeftBehind, o.Slot, pcfg.StateTable, o.What(cfg.Messages.Prefix), o.Confirmed, at, pcfg.Slot, o.Slot,
+		o.Slot, o.Slot, at, pcfg.Slot, o.Slot, pcfg.Slot, quoteLiteral(o.Slot))}
+}
+
+// LeftBehindSlot is the first slot leftBehindRefusal refuses a start
+// for: pgoutbox cleanup refuses to delete by the slot's position while it
+// is there (the rows of the gap were relayed by neither slot).
+func LeftBehindSlot(start replication.Start, cfg Config) (replication.OtherSlot, bool) {
+	return leftBehind(start, cfg)
+}
+
+// leftBehind returns the first slot leftBehindRefusal refuses a start for.
+func leftBehind(start replication.Start, cfg Config) (replication.OtherSlot, bool) {
+	at := start.StartedAt()
+	if at == 0 {
+		return replication.OtherSlot{}, false
+	}
+	kafka := cfg.walDestination().Kafka
+	for _, o := range start.OtherSlots {
+		if !o.Shares(cfg.Messages.Prefix) || !o.Behind(at) {
+			continue
+		}
+		if d, ok := parseDestination(o.Destination); ok && d.Kafka != kafka {
+			continue
+		}
+		return o, true
+	}
+	return replication.OtherSlot{}, false
 }
 
 // fenceRefusal is checkHistory's refusal of a slot found past the recorded

@@ -1,0 +1,78 @@
+package relay_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+)
+
+// TestSlotMovedToBeforeTheOldCaughtUpIsRefused: a configuration moved to a
+// new slot (postgres.slot.name changed; a Helm stream renamed changes the
+// slot and the publication) while the old slot still held events. The new
+// slot starts at the present and never sees them: a prober lost 50 of 150
+// events so, without a word, and pgoutbox cleanup then deleted their rows
+// as relayed. Now the start on the new slot, migrate and cleanup refuse,
+// status names it among the problems,
+// naming the old slot, while it is idle behind where the new one started;
+// the way on the refusal gives (run the old slot until it is past that
+// point, then move) loses nothing.
+func TestSlotMovedToBeforeTheOldCaughtUpIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	c := env.NewConsumer(t, f.topics)
+	old := f.slot
+	relayed(t, f, c, "first.log", 41, 10)
+	pending := outboxtest.NewWriter(f.conn, "outbox", f.shape, 42)
+	for range 5 { // only the old slot holds these
+		if err := pending.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.slot = old + "_v2"
+	startRefused(t, f, "moved.log", "with the old slot behind", "slot \""+old+"\"", "is idle at", "in slot \""+old+"\" only", "pg_drop_replication_slot('"+old+"')")
+	bin := pgoutboxBinary(t)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = f.environ()
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("migrate"); err == nil || !strings.Contains(out, "refuses to start") || !strings.Contains(out, old) {
+		t.Fatalf("migrate on the new slot: %v\n%s", err, out)
+	}
+	if out, _ := run("status"); !strings.Contains(out, "slot \""+old+"\", which relayed public.outbox") || !strings.Contains(out, "refuses to start") {
+		t.Fatalf("status on the new slot does not name the old one:\n%s", out)
+	}
+	var rows int
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	rows = count()
+	for range 2 { // the first run would take a mark, the second delete by it
+		if out, err := run("cleanup", "--retention", "0s"); err == nil || !strings.Contains(out, "relayed by neither") || !strings.Contains(out, old) {
+			t.Fatalf("cleanup on the new slot: %v\n%s", err, out)
+		}
+	}
+	if n := count(); n != rows {
+		t.Fatalf("%d outbox rows after the refused cleanups, %d before", n, rows)
+	}
+
+	// The way on: the old slot until it is past the new one's start, then
+	// the new one.
+	f.slot = old
+	relayed(t, f, c, "back.log", 43, 5)
+	waitAll(t, c, pending, time.Minute)
+	f.slot = old + "_v2"
+	relayed(t, f, c, "moved-again.log", 44, 5)
+}

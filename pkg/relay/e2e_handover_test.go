@@ -362,3 +362,87 @@ func TestHandoverReadsThroughAPublicationThatCarriedTheTableAllAlong(t *testing.
 		})
 	}
 }
+
+// TestPollStartWithoutHandoverWhileTheWALSlotIsLeftIsRefused: a move
+// from the WAL source to the poll source without poll.handover.slot. The
+// poll relay started and published the rows, but the events only the WAL
+// relay's slot held (here a row its own transaction deleted) never
+// reached Kafka, without a word (a prober lost 20 of 50 so), and the slot
+// kept WAL. Now the poll relay refuses to start (fatal, naming the slot
+// and poll.handover.slot) while that slot exists; a slot of another
+// Kafka cluster (a region's) does not stop it.
+func TestPollStartWithoutHandoverWhileTheWALSlotIsLeftIsRefused(t *testing.T) {
+	env := testenv.Require(t)
+	ctx := context.Background()
+	f, c, relayed := handoverFixture(t, env, nil)
+	deleted := "00000000-0000-4000-8000-000900000010"
+	tx, err := f.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{"SET LOCAL pgoutbox.delete_unpublished = on",
+		`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + deleted + `', '` + f.shape.AggregateTypes[0] + `', 'd1', 'T', '{}')`,
+		`DELETE FROM outbox WHERE id = '` + deleted + `'`} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	plain := f.insertEvents(t, "0002", 1, nil)
+
+	pcfg := f.pollConfig()
+	err = runInProcess(t, pcfg).exited(t, time.Minute)
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !errors.Is(err, replication.ErrSlotLeftBehind) || !strings.Contains(err.Error(), "poll.handover.slot: "+f.slot) {
+		t.Fatalf("poll start without poll.handover.slot beside the WAL relay's slot: %v, want a fatal error naming the slot and the setting", err)
+	}
+	if n := f.unpublished(t); n != len(relayed)+1 {
+		t.Fatalf("%d unpublished rows after the refusal, want %d: the poll relay published some", n, len(relayed)+1)
+	}
+	// The same slot recorded as publishing to another Kafka cluster is
+	// another deployment's: it does not stop the poll source.
+	var dest string
+	if err := f.checkDB.QueryRow(ctx, "SELECT destination FROM pgoutbox_state WHERE slot_name = $1", f.slot).Scan(&dest); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(t, "UPDATE pgoutbox_state SET destination = regexp_replace(destination, 'kafka=-?[0-9]+', 'kafka=12345') WHERE slot_name = $1", f.slot)
+	// (Here that cluster is this one: the rows the WAL relay relayed are
+	// published again, 3+4 records so far.)
+	stop := runRelay(t, pcfg)
+	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+		return f.unpublished(t) == 0, "the poll relay beside another cluster's slot published nothing"
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor(t, 2*len(relayed)+1, time.Minute)
+	f.exec(t, "UPDATE pgoutbox_state SET destination = $2 WHERE slot_name = $1", f.slot, dest)
+
+	// The way on: the WAL relay relays what only its slot holds (the
+	// deleted row and the plain one), and the handover takes over.
+	w := runInProcess(t, f.config())
+	want := append(slices.Clone(relayed), deleted)
+	want = append(want, plain...)
+	c.WaitFor(t, 2*len(relayed)+3, time.Minute)
+	if err := w.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	pcfg.Poll.HandoverSlot = f.slot
+	stop = runRelay(t, pcfg)
+	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+		confirmed, _ := f.slotState(t)
+		return confirmed == 0, "the handover did not drop the slot"
+	})
+	more := f.insertEvents(t, "0003", 2, nil)
+	want = append(want, more...)
+	msgs := c.WaitFor(t, 2*len(relayed)+5, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	if got := receivedIDs(msgs); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+}

@@ -42,7 +42,7 @@ func (pr *pollRunner) handover(ctx context.Context, conn *pgx.Conn) error {
 	r, t := pr.r, pr.table
 	slot := r.cfg.Poll.HandoverSlot
 	if slot == "" {
-		return nil
+		return pr.walSlotLeft(ctx, conn)
 	}
 	if err := poll.LockHandover(ctx, conn, t.Name); err != nil {
 		return err
@@ -261,6 +261,49 @@ func (pr *pollRunner) dropHandedOver(ctx context.Context, conn *pgx.Conn, slot, 
 		return false, fmt.Errorf("relay: handover done, slot %q dropped; record it in %s: %w (a WAL source started on this slot name takes it for lost)", slot, table, err)
 	}
 	return marked, nil
+}
+
+// walSlotLeft refuses a start without poll.handover.slot while a slot
+// whose state row says a WAL relay relayed this table to the same Kafka
+// cluster still exists: the events only it holds (rows their own
+// transaction deleted, rows written while no relay read it, table-less
+// messages) would never reach Kafka from the poll source, without a word
+// (a prober lost 20 of 50 events so), and the slot would keep WAL for
+// ever. A slot of another Kafka cluster is another deployment's (a
+// region's). A role that may not read the state table is not stopped by
+// it (the poll source needs none): a warning says what was not checked.
+func (pr *pollRunner) walSlotLeft(ctx context.Context, conn *pgx.Conn) error {
+	r, t := pr.r, pr.table
+	table := r.cfg.Postgres.StateTable
+	if table == "" {
+		return nil
+	}
+	others, err := replication.OtherSlots(ctx, conn, table, "", []string{t.Name})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+		r.log.Warn("the poll source cannot read the state table to see whether a WAL relay's slot on its table is left (whose events it would not relay): GRANT SELECT on it to this role to check",
+			zap.String("state_table", table), zap.String("table", t.Name), zap.Error(err))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	kafka := r.cfg.walDestination().Kafka
+	for _, o := range others {
+		if len(o.Tables) == 0 {
+			continue // its messages only
+		}
+		if d, ok := parseDestination(o.Destination); ok && d.Kafka != kafka {
+			continue
+		}
+		state := fmt.Sprintf("idle, confirmed up to %s", o.Confirmed)
+		if o.Active {
+			state = "a WAL relay streams from it"
+		}
+		return &FatalError{Err: fmt.Errorf("%w: slot %q, which state table %s records relaying %s from the WAL to this Kafka cluster, still exists (%s), and poll.handover.slot is not set: the events only that slot holds (rows their own transaction deleted, rows written while no relay read the table, table-less messages) would never reach Kafka from the poll source, and the slot would keep WAL for ever. Set poll.handover.slot: %s (the first poll relay marks what the slot relayed as published and drops it, or stops, keeping it, while it holds events no row carries; see the README's \"Moving between the sources\"); or, if everything it holds reached Kafka another way, drop it: SELECT pg_drop_replication_slot(%s)",
+			replication.ErrSlotLeftBehind, o.Slot, table, t.Name, state, o.Slot, quoteLiteral(o.Slot))}
+	}
+	return nil
 }
 
 // walTables reads which relations the WAL relay relayed, by OID: the

@@ -551,6 +551,10 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
 	}
+	if err := pollRowsLeft(ctx, conn, cfg); err != nil { // poll.go
+		fmt.Fprintf(stderr, "pgoutbox: migrate: nothing was changed: %v\n", err)
+		return exitRuntime
+	}
 	kept, err := dropsKeepTriggers(ctx, conn, p.Tables) // poll.go
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/poll"
+	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 // The poll source's parts of migrate, status and validate
@@ -325,6 +326,27 @@ func keepTriggersNote(tables []string) string {
 // relay runs on one of them (the triggers are what keeps that relay's
 // events from a writer's delete), and otherwise returns the tables that
 // have them, which migrate then names.
+// pollRowsLeft refuses migrate with the WAL source (and validate judges
+// the start) while the poll source's tables hold rows it has not
+// published and the slot, which migrate or run would make, does not
+// exist: in migrate before it drops the keep triggers, which tell that
+// the poll source relays a table (run's own check, in
+// replication.Prepare, reads them too). With snapshot.mode: initial,
+// pgoutbox run publishes those rows before it makes the slot.
+func pollRowsLeft(ctx context.Context, conn *pgx.Conn, cfg fileConfig) error {
+	if !cfg.Postgres.CreateSlot || cfg.Snapshot.Mode == relay.SnapshotInitial {
+		return nil
+	}
+	if _, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); !errors.Is(err, replication.ErrSlotMissing) {
+		return nil // there (or unreadable: Prepare says so)
+	}
+	unpublished, err := replication.UnpublishedPollRows(ctx, conn, cfg.Postgres.QualifiedTables())
+	if err != nil || len(unpublished) == 0 {
+		return err
+	}
+	return replication.PollRowsError(cfg.Postgres.Slot, unpublished)
+}
+
 func dropsKeepTriggers(ctx context.Context, conn *pgx.Conn, tables []string) ([]string, error) {
 	var having []string
 	for _, table := range tables {

@@ -56,6 +56,9 @@ func validateStart(ctx context.Context, v *validation, conn *pgx.Conn, f pgFacts
 	if err == nil {
 		err = relay.StartRefusal(start, cfg.Config)
 	}
+	if err == nil {
+		err = pollRowsLeft(ctx, conn, cfg)
+	}
 	if err != nil {
 		v.report(fail("start", "pgoutbox run refuses to start: "+oneLine(err),
 			"do what the message says (pgoutbox run exits with the same message)"))

@@ -665,7 +665,7 @@ func (r *Relay) prepareError(err error) error {
 		return &FatalError{Err: fmt.Errorf("relay: slot %q was dropped while pgoutbox was using it (last confirmed %s); events written since may be lost, so pgoutbox will not recreate it: investigate, then recreate the slot deliberately (pgoutbox migrate --recreate-slot): %w", pcfg.Slot, r.history.lastConfirmed, err)}
 	case errors.Is(err, replication.ErrPublicationMissing), errors.Is(err, replication.ErrSlotMissing), errors.Is(err, replication.ErrSlotAdvanced),
 		errors.Is(err, replication.ErrSlotLost), errors.Is(err, replication.ErrSlotVanished), errors.Is(err, replication.ErrSlotUnusable),
-		errors.Is(err, replication.ErrCatalogUnusable), errors.Is(err, replication.ErrCatalogChanged):
+		errors.Is(err, replication.ErrCatalogUnusable), errors.Is(err, replication.ErrCatalogChanged), errors.Is(err, replication.ErrPollRowsUnpublished):
 		return &FatalError{Err: err}
 	}
 	return err

@@ -275,6 +275,11 @@ func (a *durabilityAudit) Run(ctx context.Context) {
 }
 
 // Observe returns o, with Routed also handing each new topic to the audit.
+// It keeps o's optional interfaces, which the relay finds by type
+// assertion: the poll source's progress (relay.PollObserver) reached the
+// metrics, and so /readyz, only through them (without it, every poll relay
+// run by pgoutbox run was reported stalled, and its claims, buckets and
+// instances stayed 0).
 func (a *durabilityAudit) Observe(o relay.Observer) relay.Observer {
 	return auditObserver{Observer: o, a: a}
 }
@@ -282,6 +287,22 @@ func (a *durabilityAudit) Observe(o relay.Observer) relay.Observer {
 type auditObserver struct {
 	relay.Observer
 	a *durabilityAudit
+}
+
+var _ relay.PollObserver = auditObserver{}
+
+// PollProgress implements relay.PollObserver for o's observer.
+func (o auditObserver) PollProgress(p relay.PollProgress) {
+	if po, ok := o.Observer.(relay.PollObserver); ok {
+		po.PollProgress(p)
+	}
+}
+
+// CleanedUp implements relay.PollObserver for o's observer.
+func (o auditObserver) CleanedUp(rows int64) {
+	if po, ok := o.Observer.(relay.PollObserver); ok {
+		po.CleanedUp(rows)
+	}
 }
 
 func (o auditObserver) Routed(table, topic string) {

@@ -30,7 +30,11 @@
 //   - the confirmed LSN advanced within [Config.ReadyStaleAfter], or the
 //     last progress report (at most ReadyStaleAfter old) found the relay
 //     idle (no transaction open, nothing in flight) with its confirmed LSN
-//     at the server's WAL end, give or take 64 KiB.
+//     at the server's WAL end, give or take 64 KiB, and nothing left to
+//     read up to the server's position at its last catalog check. (The
+//     WAL end a walsender's keepalives carry is its own: one that sends
+//     nothing, waiting for a standby in synchronized_standby_slots,
+//     decoding a large transaction or hung, looked caught up by it.)
 //
 // The second branch is what keeps an idle outbox ready: when nothing is
 // written anywhere on the server, the confirmed LSN has nothing to advance

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -460,4 +461,81 @@ func newMetrics(t *testing.T) *metrics.Metrics {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestReadinessSeesAWalsenderThatSendsNothing: a walsender that sends
+// nothing while the server's WAL moves on (one waiting for a standby named
+// in synchronized_standby_slots, decoding a large transaction, or hung;
+// here held with SIGSTOP, since a real server cannot be made to hang on
+// demand) keeps its keepalives' WAL end where it was. /readyz said "idle
+// and caught up" and the lag was 0 while events waited (an observability
+// prober, 2 minutes and more). The relay's own read of the server's
+// position shows it: not ready once the confirmed LSN has not advanced
+// for ReadyStaleAfter, the lag counting up to that position; ready again
+// once the walsender sends.
+func TestReadinessSeesAWalsenderThatSendsNothing(t *testing.T) {
+	env := testenv.Require(t)
+	mcfg := metrics.DefaultConfig()
+	mcfg.ReadyStaleAfter = 3 * time.Second
+	e := newE2E(t, env, mcfg)
+	stop := e.runRelay(t, e.relayConfig())
+	e.waitReady(t, time.Minute, "relay start")
+	ctx := context.Background()
+	w := outboxtest.NewWriter(e.conn, "outbox", e.shape, 31)
+	produced := func(want int) {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+			n := scrape(t, e.srv.URL).sum("pgoutbox_events_produced_total")
+			return n == float64(want), fmt.Sprintf("%v of %d events produced", n, want)
+		})
+	}
+	for range 10 {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produced(w.Events())
+	var pid int
+	if err := e.conn.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", e.name).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP walsender %d: %v", pid, err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	before := w.Events()
+	for range 10 {
+		if err := w.Txn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// More WAL than the caught-up slack, from a table nobody relays.
+	if _, err := e.conn.Exec(ctx, "CREATE TABLE other_work AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 2000) g"); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		var code int
+		code, body = e.readyz(t)
+		lag := scrape(t, e.srv.URL).value("pgoutbox_replication_lag_bytes")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "behind: the server's WAL was at") && lag > 64<<10,
+			fmt.Sprintf("walsender stopped: /readyz %d %s; lag %v bytes", code, body, lag)
+	})
+	t.Logf("walsender stopped: %s", body)
+	if n := scrape(t, e.srv.URL).sum("pgoutbox_events_produced_total"); n != float64(before) {
+		t.Fatalf("%v events produced with the walsender stopped, want %d", n, before)
+	}
+	resume()
+	produced(w.Events())
+	t.Logf("walsender resumed: %s", e.waitReady(t, 30*time.Second, "walsender resumed"))
+	if err := stop(); err != nil {
+		t.Fatalf("relay stopped with %v", err)
+	}
 }

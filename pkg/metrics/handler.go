@@ -41,7 +41,7 @@ func (m *Metrics) Ready() (ready bool, reason string) {
 	p := s.progress
 	fresh := s.haveProgress && now.Sub(s.progressAt) <= stale
 	end := walEnd(p)
-	if fresh && p.Idle && end <= p.Confirmed+caughtUpSlack {
+	if fresh && p.Idle && end <= p.Confirmed+caughtUpSlack && p.Behind == 0 {
 		return true, fmt.Sprintf("idle and caught up: confirmed LSN %s, server WAL end %s", p.Confirmed, end)
 	}
 	switch {
@@ -55,6 +55,13 @@ func (m *Metrics) Ready() (ready bool, reason string) {
 		return false, fmt.Sprintf("kafka: %d records (%d bytes) unacknowledged for %s, confirmed LSN stuck at %s", p.InFlightRecords, p.InFlightBytes, human(stuck), s.confirmed)
 	case !p.Idle:
 		return false, fmt.Sprintf("transaction open: confirmed LSN stuck at %s for %s, received up to %s", s.confirmed, human(stuck), p.Received)
+	case p.Behind > 0:
+		// The walsender's own WAL end (its keepalives) says nothing of
+		// WAL it has not decoded yet: a walsender waiting for a standby
+		// in synchronized_standby_slots, decoding a large transaction, or
+		// hung, sends nothing, and looked idle and caught up.
+		return false, fmt.Sprintf("behind: the server's WAL was at %s at the relay's last check, %d bytes past what the walsender has sent (%s), and the confirmed LSN %s has not advanced for %s: the walsender is decoding a large transaction, waiting for a standby named in synchronized_standby_slots, or hung",
+			p.ServerWAL, p.Behind, max(p.Received, p.ServerWALEnd), p.Confirmed, human(stuck))
 	default:
 		return false, fmt.Sprintf("behind: confirmed LSN %s is %d bytes behind the server's WAL end %s and has not advanced for %s", p.Confirmed, lagBytes(p), end, human(stuck))
 	}

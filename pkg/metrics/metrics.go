@@ -223,7 +223,7 @@ func (m *Metrics) build() {
 	m.receivedLSN = gauge("pgoutbox_received_lsn_bytes", "Highest WAL position received from the slot (the LSN as a number).")
 	m.confirmedLSN = gauge("pgoutbox_confirmed_lsn_bytes", "WAL position last confirmed to the slot (flush position).")
 	m.serverWALEnd = gauge("pgoutbox_server_wal_end_lsn_bytes", "The server's WAL end from its last keepalive.")
-	m.lag = gauge("pgoutbox_replication_lag_bytes", "WAL between the server's end (or the highest position received, if later) and the confirmed position.")
+	m.lag = gauge("pgoutbox_replication_lag_bytes", "WAL between the server's end (its walsender's, the highest position received, or, while the relay has not read up to it, the server's position at its last catalog check, whichever is latest) and the confirmed position.")
 
 	m.sessionsStarted = counter("pgoutbox_sessions_started_total", "Replication sessions that started streaming; more than one means reconnects.")
 	ended := counterVec("pgoutbox_sessions_ended_total", "Replication sessions that ended, by cause (stopped, kafka, postgres, fatal, other).", "cause")
@@ -442,8 +442,18 @@ func (m *Metrics) Progress(p relay.Progress) {
 }
 
 // walEnd is the server's WAL end as far as the relay knows: keepalives
-// carry it, but under load they are rare and the stream itself runs ahead.
-func walEnd(p relay.Progress) checkpoint.LSN { return max(p.ServerWALEnd, p.Received) }
+// carry the walsender's, but under load they are rare and the stream
+// itself runs ahead; and while the relay has not read up to the server's
+// position at its last catalog check (Behind), that position: a
+// walsender that sends nothing (waiting for a synchronized standby,
+// decoding a large transaction, hung) reports no WAL past what it sent.
+func walEnd(p relay.Progress) checkpoint.LSN {
+	end := max(p.ServerWALEnd, p.Received)
+	if p.Behind > 0 {
+		end = max(end, p.ServerWAL)
+	}
+	return end
+}
 
 func lagBytes(p relay.Progress) uint64 {
 	if end := walEnd(p); end > p.Confirmed {

@@ -393,6 +393,16 @@ func TestReadinessTransitions(t *testing.T) {
 	// Within the slack of the WAL end (a keepalive not yet confirmed).
 	second(relay.Progress{Received: lsn, Confirmed: lsn, ServerWALEnd: lsn + 1000, Idle: true})
 	expect("idle, a keepalive ahead", 200, "idle and caught up")
+	// The walsender sends nothing (it waits for a standby named in
+	// synchronized_standby_slots, decodes a large transaction, or hangs)
+	// while the server's WAL moves on: its keepalives' WAL end is its
+	// own, so only the relay's read of the server's position shows it.
+	// Before, this was "idle and caught up" with a lag of 0 (a prober).
+	second(relay.Progress{Received: lsn, Confirmed: lsn, ServerWALEnd: lsn, Idle: true, ServerWAL: lsn + 135664, Behind: 135664})
+	expect("idle, the walsender silent while the server's WAL moved on", 503, fmt.Sprintf("behind: the server's WAL was at %s", lsn+135664))
+	if lag := scrape(t, h.srv.URL).value("pgoutbox_replication_lag_bytes"); lag != 135664 {
+		t.Fatalf("pgoutbox_replication_lag_bytes %v with the server's WAL 135664 bytes past the confirmed LSN", lag)
+	}
 
 	// Idle but far behind the server and not advancing.
 	second(relay.Progress{Received: lsn, Confirmed: lsn, ServerWALEnd: lsn + 10<<20, Idle: true})

@@ -353,6 +353,18 @@ eval instant at 21m %[2]s
 
 eval instant at 70m %[2]s
 `},
+		{"PgoutboxPublicationAltered", `
+# a1 finds the publication altered at 20m (its counter's child exists from
+# the start); b1 never does.
+load 1m
+	pgoutbox_publication_altered_total{%[1]s,stream="a",pod="a1"} 0x19 1x60
+	pgoutbox_publication_altered_total{%[1]s,stream="b",pod="b1"} 0x80
+
+eval instant at 21m %[2]s
+	{namespace="outbox",stream="a"} 1
+
+eval instant at 70m %[2]s
+`},
 		{"PgoutboxSlotRetainedWALNearLimit", `
 # Retained WAL near max_slot_wal_keep_size: a at 90%%, b at 50%%, c
 # without a limit (no safe_wal_size series).

@@ -276,10 +276,10 @@ func (a *durabilityAudit) Run(ctx context.Context) {
 
 // Observe returns o, with Routed also handing each new topic to the audit.
 // It keeps o's optional interfaces, which the relay finds by type
-// assertion: the poll source's progress (relay.PollObserver) reached the
-// metrics, and so /readyz, only through them (without it, every poll relay
-// run by pgoutbox run was reported stalled, and its claims, buckets and
-// instances stayed 0).
+// assertion (relay.PollObserver, relay.CatalogObserver): the poll source's
+// progress reached the metrics, and so /readyz, only through them (without
+// it, every poll relay run by pgoutbox run was reported stalled, and its
+// claims, buckets and instances stayed 0).
 func (a *durabilityAudit) Observe(o relay.Observer) relay.Observer {
 	return auditObserver{Observer: o, a: a}
 }
@@ -289,7 +289,17 @@ type auditObserver struct {
 	a *durabilityAudit
 }
 
-var _ relay.PollObserver = auditObserver{}
+var (
+	_ relay.PollObserver    = auditObserver{}
+	_ relay.CatalogObserver = auditObserver{}
+)
+
+// PublicationAltered implements relay.CatalogObserver for o's observer.
+func (o auditObserver) PublicationAltered(publication string) {
+	if co, ok := o.Observer.(relay.CatalogObserver); ok {
+		co.PublicationAltered(publication)
+	}
+}
 
 // PollProgress implements relay.PollObserver for o's observer.
 func (o auditObserver) PollProgress(p relay.PollProgress) {

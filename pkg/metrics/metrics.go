@@ -104,6 +104,7 @@ type Metrics struct {
 	standbyOK      prometheus.Gauge
 	verifiedLSN    prometheus.Gauge
 	catalogChanged prometheus.Gauge
+	pubAltered     prometheus.Counter
 
 	poll pollMetrics // the poll source's (poll.go)
 	// pollSource: WithPollSource.
@@ -140,7 +141,10 @@ type state struct {
 	poll pollState // the poll source's (poll.go)
 }
 
-var _ relay.Observer = (*Metrics)(nil)
+var (
+	_ relay.Observer        = (*Metrics)(nil)
+	_ relay.CatalogObserver = (*Metrics)(nil)
+)
 
 // Option configures Metrics.
 type Option func(*Metrics)
@@ -267,6 +271,7 @@ func (m *Metrics) build() {
 	}
 	m.verifiedLSN = gauge("pgoutbox_catalog_verified_lsn_bytes", "WAL position of the last check that found the publication and the outbox tables unchanged; the slot is not confirmed past it.")
 	m.catalogChanged = gauge("pgoutbox_catalog_changed", "1 after the relay stopped because the publication or an outbox table changed under it (events may be missing from the stream).")
+	m.pubAltered = counter("pgoutbox_publication_altered_total", "Times the relay found the publication's catalog row written since its session started or it last streamed (ALTER PUBLICATION ... SET, OWNER TO, RENAME): if inserts were unpublished for a while, their events were never decoded.")
 
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pgoutbox_build_info", Help: "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": m.version, "goversion": runtime.Version()}})
@@ -334,6 +339,9 @@ func (m *Metrics) SessionStarted(start checkpoint.LSN) {
 	m.st.haveProgress = false
 	m.mu.Unlock()
 }
+
+// PublicationAltered implements relay.CatalogObserver.
+func (m *Metrics) PublicationAltered(string) { m.pubAltered.Inc() }
 
 // SessionEnded implements relay.Observer.
 func (m *Metrics) SessionEnded(cause error) {

@@ -94,6 +94,7 @@ func TestExposesEveryMetricWithItsType(t *testing.T) {
 		"pgoutbox_catchup_eta_seconds":            "GAUGE",
 		"pgoutbox_last_commit_timestamp_seconds":  "GAUGE",
 		"pgoutbox_catalog_changed":                "GAUGE",
+		"pgoutbox_publication_altered_total":      "COUNTER",
 		"pgoutbox_catalog_verified_lsn_bytes":     "GAUGE",
 		"pgoutbox_build_info":                     "GAUGE",
 		"pgoutbox_start_time_seconds":             "GAUGE",

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,15 +362,18 @@ func TestEventColumnRenamedWhileStreamingStopsTheRelay(t *testing.T) {
 // unpublished for a while (publish = 'update' and back), which leaves no
 // other trace, or nothing at all (a SET that changes nothing, as tools
 // that reconcile publications run): pgoutbox warns, once per change, at
-// start for one made while it was stopped and while it streams, and
-// streams on.
+// start for one made while it was stopped and while it streams, tells a
+// relay.CatalogObserver (the metrics' pgoutbox_publication_altered_total,
+// which PgoutboxPublicationAltered reads: a Warn alone reached no alert, an
+// observability prober), and streams on.
 func TestPublicationAlteredIsWarnedOf(t *testing.T) {
 	env := testenv.Require(t)
 	f := newFixture(t, env, 1)
 	consumer := env.NewConsumer(t, f.topics[:1])
+	obs := &alteredObserver{}
 	run := func() (*inproc, *observer.ObservedLogs) {
 		core, logs := observer.New(zap.WarnLevel)
-		r, err := relay.New(f.config(), zap.New(core))
+		r, err := relay.New(f.config(), zap.New(core), relay.WithObserver(obs))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,10 +383,11 @@ func TestPublicationAlteredIsWarnedOf(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-p.done; p.done <- nil })
 		return p, logs
 	}
-	altered := func(logs *observer.ObservedLogs, since string) func() (bool, string) {
+	altered := func(logs *observer.ObservedLogs, since string, want int32) func() (bool, string) {
 		return func() (bool, string) {
 			n := logs.FilterMessageSnippet("was altered since " + since).Len()
-			return n == 1, fmt.Sprintf("%d warnings that the publication was altered since %s", n, since)
+			told := obs.n.Load()
+			return n == 1 && told == want, fmt.Sprintf("%d warnings that the publication was altered since %s; the observer told %d times, want %d", n, since, told, want)
 		}
 	}
 	p, _ := run()
@@ -396,12 +401,12 @@ func TestPublicationAlteredIsWarnedOf(t *testing.T) {
 	f.insertEvents(t, "0002", 1, nil) // never decoded
 	f.exec(t, "ALTER PUBLICATION "+f.pub+" SET (publish = 'insert')")
 	p, logs := run()
-	testenv.Eventually(t, time.Minute, 20*time.Millisecond, altered(logs, "pgoutbox last streamed"))
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, altered(logs, "pgoutbox last streamed", 1))
 	f.waitStreaming(t)
 	// A SET that changes nothing, while streaming: warned of, and the
 	// relay streams on.
 	f.exec(t, "ALTER PUBLICATION "+f.pub+" SET (publish = 'insert')")
-	testenv.Eventually(t, time.Minute, 20*time.Millisecond, altered(logs, "the session started"))
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, altered(logs, "the session started", 2))
 	want = append(want, f.insertEvents(t, "0003", 3, nil)...)
 	msgs := consumer.WaitFor(t, len(want), time.Minute)
 	slices.Sort(want)
@@ -412,6 +417,14 @@ func TestPublicationAlteredIsWarnedOf(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// alteredObserver counts what a relay.CatalogObserver is told.
+type alteredObserver struct {
+	relay.NopObserver
+	n atomic.Int32
+}
+
+func (o *alteredObserver) PublicationAltered(string) { o.n.Add(1) }
 
 func TestCatalogChangesStopTheRelayLoudly(t *testing.T) {
 	env := testenv.Require(t)

@@ -148,6 +148,24 @@ type Observer interface {
 	Progress(p Progress)
 }
 
+// CatalogObserver is implemented by an Observer that also wants to know
+// when the publication's catalog row was found written since the session
+// started or pgoutbox last streamed (ALTER PUBLICATION ... SET, OWNER TO,
+// RENAME; replication.Catalog.Altered): if it stopped publishing inserts
+// for a while, the events committed then were never decoded, and no
+// other trace of that remains. The relay logs it at Warn as well.
+type CatalogObserver interface {
+	PublicationAltered(publication string)
+}
+
+// publicationAltered warns of w and tells a CatalogObserver.
+func (r *Relay) publicationAltered(w, publication string) {
+	r.log.Warn(w, zap.String("publication", publication))
+	if co, ok := r.obs.(CatalogObserver); ok {
+		co.PublicationAltered(publication)
+	}
+}
+
 // Progress is a snapshot of a session's positions.
 type Progress struct {
 	Received        checkpoint.LSN // highest WAL position received
@@ -713,7 +731,7 @@ func (r *Relay) checkHistory(start replication.Start) error {
 	}
 	if start.HadState && start.State.PublicationOID == start.Catalog.Publication {
 		if w := start.Catalog.Altered(start.State.PublicationXmin, "pgoutbox last streamed", pcfg); w != "" {
-			r.log.Warn(w, zap.String("publication", pcfg.Publication))
+			r.publicationAltered(w, pcfg.Publication)
 		}
 	}
 	if start.TimelineChanged() {

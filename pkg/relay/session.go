@@ -549,7 +549,7 @@ func (s *session) catalog(res catalogResult) error {
 	}
 	if res.Catalog.Publication == s.start.Catalog.Publication && res.Catalog.PublicationXmin != s.warnedXmin {
 		if w := res.Catalog.Altered(s.start.Catalog.PublicationXmin, "the session started", cfg); w != "" {
-			s.log.Warn(w, zap.String("publication", cfg.Publication))
+			s.r.publicationAltered(w, cfg.Publication)
 		}
 		s.warnedXmin = res.Catalog.PublicationXmin
 	}

@@ -120,6 +120,22 @@ groups:
           summary: {{ "pgoutbox stream {{ $labels.stream }} skipped messages that look like outbox events" | quote }}
           description: {{ printf "{{ $value | humanize }} logical decoding messages of {{ $labels.namespace }}/{{ $labels.stream }} looked like outbox events but had a prefix that is not messages.prefix and that no other relay records, in the last %s: if they are events, they were skipped. The pods' logs name the prefix." $p.eventWindow | quote }}
           runbook_url: {{ $url }}
+      # The publication's catalog row was written (ALTER PUBLICATION ...
+      # SET, OWNER TO, RENAME): if it stopped publishing inserts for a
+      # while, the events committed then were never decoded, and nothing
+      # else shows it (the relay logs it at Warn).
+      - alert: PgoutboxPublicationAltered
+        expr: |-
+          sum by (namespace, stream) ({{ include "pgoutbox.recentIncrease" (dict "metric" "pgoutbox_publication_altered_total" "m" $m "window" $p.eventWindow) }}) > 0
+        labels:
+          severity: warning
+          {{- with $p.alertLabels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ "pgoutbox stream {{ $labels.stream }} found its publication altered" | quote }}
+          description: {{ printf "The publication of {{ $labels.namespace }}/{{ $labels.stream }} was altered (ALTER PUBLICATION ... SET, OWNER TO, RENAME), found {{ $value | humanize }} times in the last %s: if it stopped publishing inserts for a while, the events committed then were never relayed. The pods' logs name the transactions." $p.eventWindow | quote }}
+          runbook_url: {{ $url }}
       # A record Kafka refused after its retries (about 16 minutes by
       # default) or for good; each ends the session.
       - alert: PgoutboxProduceFailures

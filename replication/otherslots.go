@@ -137,3 +137,27 @@ func (st *Start) StartedAt() LSN {
 	}
 	return 0
 }
+
+// unknownIdleSlots names the other logical slots of this database that no
+// row of the state table records (a Debezium connector's, another tool's),
+// idle and confirmed below at: if one was a relay's of these outbox
+// tables, the events it holds from its position on are not in a slot
+// made at at. (The ones the state table records are judged by their
+// rows: OtherSlots. Left out: PostgreSQL's own, pg_*, and initial
+// snapshots' anchors, <slot>_snapshot_<hash>.)
+func unknownIdleSlots(ctx context.Context, conn *pgx.Conn, table, slot string, at LSN) ([]string, error) {
+	q, err := qualifiedIdent(table)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT s.slot_name || ' (plugin ' || s.plugin || ', idle at ' || s.confirmed_flush_lsn::text || ')'
+		FROM pg_catalog.pg_replication_slots s
+		WHERE s.database = pg_catalog.current_database() AND s.slot_type = 'logical' AND s.slot_name <> $1 AND NOT s.temporary AND NOT s.active
+			AND s.confirmed_flush_lsn < $2::pg_lsn AND s.slot_name NOT LIKE 'pg\_%' AND s.slot_name !~ '_snapshot_[0-9a-f]{8}$'
+			AND NOT EXISTS (SELECT FROM `+q+` t WHERE t.slot_name = s.slot_name)
+		ORDER BY s.slot_name`, slot, at.String())
+	if err != nil {
+		return nil, fmt.Errorf("replication: read the other slots of the database: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

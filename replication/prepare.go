@@ -266,6 +266,19 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	if err := readOtherSlots(ctx, conn, cfg, &st); err != nil {
 		return st, err
 	}
+	if st.Created && cfg.StateTable != "" {
+		// A slot made now starts at the present: an idle slot of another
+		// relay of these tables (a Debezium connector's whose slot.name
+		// this configuration does not name) keeps events it never sees.
+		unknown, err := unknownIdleSlots(ctx, conn, cfg.StateTable, cfg.Slot, st.Slot.ConfirmedFlushLSN)
+		if err != nil {
+			log.Warn("could not read the other slots of the database", zap.Error(err))
+		}
+		for _, u := range unknown {
+			log.Warn("another logical slot of this database, which pgoutbox does not know, is idle behind where the slot just made starts: if it is a relay's of these outbox tables (a Debezium connector's, say), the events it holds from its position on are not in the new slot; to move from it without losing them, stop here, drop the new slot and set postgres.slot.name to it (the connector JSON's slot.name): see the README's in-place migration from Debezium",
+				zap.String("slot", cfg.Slot), zap.String("other_slot", u))
+		}
+	}
 	return st, nil
 }
 

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/pgoutbox/pgoutbox/pkg/outboxtest"
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
 )
 
@@ -75,4 +79,42 @@ func TestSlotMovedToBeforeTheOldCaughtUpIsRefused(t *testing.T) {
 	waitAll(t, c, pending, time.Minute)
 	f.slot = old + "_v2"
 	relayed(t, f, c, "moved-again.log", 44, 5)
+}
+
+// TestSlotMadeBesideAnIdleSlotPgoutboxDoesNotKnowIsWarnedOf: a relay's
+// first start beside an idle slot no state row records (a Debezium
+// connector's, whose slot.name this configuration does not name): the new
+// slot starts at the present, and whatever the other holds from its
+// position on is not in it. pgoutbox cannot tell which tables that slot
+// relayed, so it warns, naming it and the in-place migration.
+func TestSlotMadeBesideAnIdleSlotPgoutboxDoesNotKnowIsWarnedOf(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	other := "dbz_" + f.slot[len(f.slot)-10:] // (a name is cut to 63 bytes)
+	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", other)
+	t.Cleanup(func() {
+		_, _ = f.checkDB.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", other)
+	})
+	pending := outboxtest.NewWriter(f.conn, "outbox", f.shape, 45)
+	if err := pending.Txn(ctx); err != nil { // held by the other slot only
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	r, err := relay.New(f.config(), zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	testenv.Eventually(t, time.Minute, 20*time.Millisecond, func() (bool, string) {
+		for _, e := range logs.FilterMessageSnippet("which pgoutbox does not know, is idle behind").All() {
+			if v, _ := e.ContextMap()["other_slot"].(string); strings.HasPrefix(v, other+" (plugin pgoutput, idle at ") {
+				return true, ""
+			}
+		}
+		return false, "no warning naming slot " + other
+	})
 }

@@ -30,6 +30,10 @@ func (m *Metrics) Ready() (ready bool, reason string) {
 	if s.slotLost {
 		return false, fmt.Sprintf("slot lost: replication slot %q has wal_status lost; the WAL it needed was removed and events may be gone", s.slot)
 	}
+	if !s.streaming && s.standby {
+		// Not ready, as it relays nothing; /rolloutz counts it as up.
+		return false, "not streaming: standing by, another instance streams from the slot"
+	}
 	if !s.streaming {
 		return false, "not streaming: " + s.lastCause
 	}

@@ -36,6 +36,10 @@ func TestRolloutzCountsOnlyAStandbyThatCouldTakeOver(t *testing.T) {
 	}
 	h.m.StandingBy(nil)
 	want(200, "available")
+	// Not ready, and /readyz says why (it said "no session has started").
+	if code, body := get(t, h.srv.URL+"/readyz"); code != 503 || !strings.Contains(body, "standing by") {
+		t.Fatalf("/readyz of a standby: %d %q, want 503 saying it stands by", code, body)
+	}
 	if got := gaugeValue(t, h, "pgoutbox_standby_available"); got != 1 {
 		t.Fatalf("pgoutbox_standby_available = %v; want 1", got)
 	}

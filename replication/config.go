@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -78,6 +79,11 @@ type Config struct {
 	// a reconnect in the same process (its own history knows more), nor
 	// by migrate.
 	HoldOnFencePassed bool `yaml:"-"`
+	// BeforeCreate, when set, is called by Prepare before it creates the
+	// slot (not for RecreateVanishedSlot): an error refuses the creation.
+	// The relay sets it to refuse a slot that would start after rows the
+	// poll source left unpublished (relay.PollRowsRefusal).
+	BeforeCreate func(ctx context.Context, conn *pgx.Conn) error `yaml:"-"`
 }
 
 // DefaultConfig returns the defaults: slot and publication named pgoutbox,

@@ -32,22 +32,24 @@ type OtherSlot struct {
 	Confirmed LSN
 	// Destination as its state row records it ("" when none was).
 	Destination string
+	// Lost: PostgreSQL invalidated it (wal_status lost, or an
+	// invalidation_reason from PostgreSQL 17 on): what it held is gone.
+	Lost bool
 }
 
-// Shares says whether o relayed what a relay of messages prefix (""
-// for none) relays too: one of its tables (Tables holds only those), or
-// its messages.
-func (o OtherSlot) Shares(prefix string) bool {
-	return len(o.Tables) > 0 || prefix != "" && o.Prefix == prefix
-}
+// Shares says whether o relayed one of this relay's outbox tables
+// (Tables holds only those). A messages prefix alone does not count:
+// relays of other tables share the default one (a review: every stopped
+// relay of other tables then refused every new slot).
+func (o OtherSlot) Shares() bool { return len(o.Tables) > 0 }
 
 // Behind says whether o still holds changes from before at, the position
 // a slot of this relay starts from: an idle slot confirmed below it may
 // hold events committed in between, which that new slot never sees.
 func (o OtherSlot) Behind(at LSN) bool { return !o.Active && o.Confirmed < at }
 
-// What names what o relayed of a relay's of messages prefix: its
-// tables, its messages.
+// What names what o relayed of a relay's of messages prefix: the tables
+// it shares, and its messages when it has that prefix.
 func (o OtherSlot) What(prefix string) string {
 	s := strings.Join(o.Tables, ", ")
 	if prefix != "" && o.Prefix == prefix {
@@ -77,30 +79,33 @@ func OtherSlots(ctx context.Context, conn *pgx.Conn, table, slot string, tables 
 	rows, err := conn.Query(ctx, `SELECT t.slot_name,
 			ARRAY(SELECT k FROM jsonb_object_keys(coalesce(t.table_oids, '{}'::jsonb)) k WHERE k = ANY($2::text[]) ORDER BY k),
 			coalesce(to_jsonb(t) ->> 'messages_prefix', ''),
-			s.active, s.confirmed_flush_lsn::text, coalesce(to_jsonb(t) ->> 'destination', '')
+			s.active, s.confirmed_flush_lsn::text, coalesce(to_jsonb(t) ->> 'destination', ''),
+			s.wal_status = 'lost' OR coalesce(to_jsonb(s) ->> 'invalidation_reason', '') <> ''
 		FROM `+q+` t JOIN pg_catalog.pg_replication_slots s ON s.slot_name = t.slot_name AND s.database = pg_catalog.current_database()
 		WHERE t.slot_name <> $1 AND s.slot_type = 'logical' AND s.confirmed_flush_lsn IS NOT NULL
 			AND (coalesce(t.table_oids, '{}'::jsonb) ?| $2::text[] OR coalesce(to_jsonb(t) ->> 'messages_prefix', '') <> '')
 		ORDER BY 1`, slot, tables)
-	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-			return nil, nil
-		}
-		return nil, fmt.Errorf("replication: read the other slots of the state table %s: %w", table, err)
-	}
 	var out []OtherSlot
-	var o OtherSlot
-	var confirmed string
-	if _, err := pgx.ForEachRow(rows, []any{&o.Slot, &o.Tables, &o.Prefix, &o.Active, &confirmed, &o.Destination}, func() error {
-		var err error
-		if o.Confirmed, err = parseLSN(confirmed); err != nil {
-			return err
-		}
-		out = append(out, o)
-		o = OtherSlot{}
-		return nil
-	}); err != nil {
+	if err == nil {
+		var o OtherSlot
+		var confirmed string
+		_, err = pgx.ForEachRow(rows, []any{&o.Slot, &o.Tables, &o.Prefix, &o.Active, &confirmed, &o.Destination, &o.Lost}, func() error {
+			var err error
+			if o.Confirmed, err = parseLSN(confirmed); err != nil {
+				return err
+			}
+			out = append(out, o)
+			o = OtherSlot{}
+			return nil
+		})
+	}
+	// (Reported by Query or, in pgx's exec and simple protocol modes, only
+	// as the rows are read.)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return nil, nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("replication: read the other slots of the state table %s: %w", table, err)
 	}
 	return out, nil
@@ -122,8 +127,11 @@ func readOtherSlots(ctx context.Context, conn *pgx.Conn, cfg Config, st *Start) 
 // StartedAt is the position this relay's slot started from, as far as
 // st tells: where pgoutbox created it (this start, or as its state row
 // records), else where it was first seen without a state row; 0 when
-// nothing tells (a slot found already there, by an earlier start). For
-// a slot not made yet (CheckStart), the end of WAL, where it would start.
+// nothing tells (a slot found already there, by an earlier start whose
+// session streamed). A slot found already there whose state row records
+// no session yet has not moved since pgoutbox first saw it (or the fence
+// says so): its position. For a slot not made yet (CheckStart), the end
+// of WAL, where it would start.
 func (st *Start) StartedAt() LSN {
 	switch {
 	case st.Slot.Name == "":
@@ -132,7 +140,9 @@ func (st *Start) StartedAt() LSN {
 		return st.Slot.ConfirmedFlushLSN
 	case st.HadState && st.State.SlotCreatedLSN != 0:
 		return st.State.SlotCreatedLSN
-	case !st.HadState:
+	case !st.HadState || st.State.Instance == "":
+		// (A start refused for it wrote the row, with no session: a
+		// review found the refusal gone at the next start.)
 		return st.Slot.ConfirmedFlushLSN
 	}
 	return 0

@@ -520,16 +520,9 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config, st Start, log *
 		case !cfg.CreateSlot:
 			return s, false, fmt.Errorf("%w: %q; create it with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), or set slot.create=true", ErrSlotMissing, cfg.Slot, cfg.Slot)
 		}
-		if !cfg.RecreateVanishedSlot {
-			// The poll source's rows not published yet: a slot made now
-			// would start after them (snapshot.mode: initial publishes
-			// them before it makes the slot, and does not come here).
-			unpublished, err := UnpublishedPollRows(ctx, conn, cfg.QualifiedTables())
-			if err != nil {
+		if cfg.BeforeCreate != nil && !cfg.RecreateVanishedSlot {
+			if err := cfg.BeforeCreate(ctx, conn); err != nil {
 				return s, false, err
-			}
-			if len(unpublished) > 0 {
-				return s, false, PollRowsError(cfg.Slot, unpublished)
 			}
 		}
 		create := "SELECT pg_create_logical_replication_slot($1, 'pgoutput')"

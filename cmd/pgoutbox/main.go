@@ -551,13 +551,14 @@ func cmdMigrate(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
 		return exitRuntime
 	}
-	if err := pollRowsLeft(ctx, conn, cfg); err != nil { // poll.go
-		fmt.Fprintf(stderr, "pgoutbox: migrate: nothing was changed: %v\n", err)
-		return exitRuntime
-	}
 	kept, err := dropsKeepTriggers(ctx, conn, p.Tables) // poll.go
 	if err != nil {
 		fmt.Fprintf(stderr, "pgoutbox: migrate: %v\n", err)
+		return exitRuntime
+	}
+	// (After the refusal of running poll relays, before the triggers go.)
+	if err := pollRowsLeft(ctx, conn, cfg); err != nil { // poll.go
+		fmt.Fprintf(stderr, "pgoutbox: migrate: nothing was changed: %v\n", err)
 		return exitRuntime
 	}
 	if err := migrations.Apply(ctx, conn, p); err != nil {

@@ -340,11 +340,7 @@ func pollRowsLeft(ctx context.Context, conn *pgx.Conn, cfg fileConfig) error {
 	if _, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); !errors.Is(err, replication.ErrSlotMissing) {
 		return nil // there (or unreadable: Prepare says so)
 	}
-	unpublished, err := replication.UnpublishedPollRows(ctx, conn, cfg.Postgres.QualifiedTables())
-	if err != nil || len(unpublished) == 0 {
-		return err
-	}
-	return replication.PollRowsError(cfg.Postgres.Slot, unpublished)
+	return relay.PollRowsRefusal(ctx, conn, cfg.Postgres.Slot, cfg.Postgres.QualifiedTables())
 }
 
 func dropsKeepTriggers(ctx context.Context, conn *pgx.Conn, tables []string) ([]string, error) {

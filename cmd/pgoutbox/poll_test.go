@@ -140,6 +140,17 @@ func TestPollSourceMigrateStatusValidateAndCleanup(t *testing.T) {
 	if _, err := member.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
 		t.Fatal(err)
 	}
+	// With no poll relay running and a row it has not published, the
+	// slot migrate would make starts after that row: refused, nothing
+	// changed (the move is snapshot.mode: initial).
+	r = invoke(cmdMigrate, nil, append(env, "PGOUTBOX_RELAY_SOURCE=wal"))
+	if r.code != exitRuntime || !strings.Contains(r.stderr, "nothing was changed") || !strings.Contains(r.stderr, "public.outbox (1 rows)") {
+		t.Fatalf("migrate for the WAL source over an unpublished row: want exit 1 refusing:\n%s", r)
+	}
+	if n := f.count(t, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.outbox'::regclass AND tgname LIKE 'pgoutbox_keep_unpublished%'"); n != 2 {
+		t.Fatalf("the refused migrate left %d of the 2 keep triggers", n)
+	}
+	f.exec(t, "UPDATE public.outbox SET published_at = now() WHERE published_at IS NULL") // as the poll relays would
 	if r = invoke(cmdMigrate, nil, append(env, "PGOUTBOX_RELAY_SOURCE=wal")); r.code != exitOK ||
 		!strings.Contains(r.stdout, "dropped the poll source's triggers pgoutbox_keep_unpublished and pgoutbox_keep_unpublished_truncate from public.outbox") {
 		t.Fatalf("migrate for the WAL source: want exit 0 saying it dropped the keep triggers:\n%s", r)

@@ -661,7 +661,8 @@ func TestInitialSnapshotKeptAcrossAnAnchorDroppedPublishesWhatItLeftOut(t *testi
 // migrate with the WAL source dropped the keep triggers and made the slot
 // too. Now the start, migrate and validate refuse while the poll source's
 // table (its keep trigger on) holds such rows and the slot does not
-// exist, and make nothing; with snapshot.mode: initial and snapshot.rows:
+// exist, and make nothing (not beside a running poll relay, which is no
+// move); with snapshot.mode: initial and snapshot.rows:
 // unpublished, the way the refusal names, every event arrives.
 func TestWALStartOverThePollSourcesUnpublishedRowsIsRefused(t *testing.T) {
 	env := testenv.Require(t)
@@ -705,6 +706,25 @@ func TestWALStartOverThePollSourcesUnpublishedRowsIsRefused(t *testing.T) {
 			t.Fatalf("%s over unpublished rows: %v\n%s", cmd, err, out)
 		}
 		noSlot(cmd)
+	}
+	// With a poll relay running on the table, a WAL relay starting beside
+	// it (another deployment's, publishing elsewhere: "a WAL slot beside
+	// the poll source") is no move, and not refused (a review found it
+	// refused whenever the table held unpublished rows).
+	member, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := f.pollConfig()
+	if _, err := poll.JoinTo(ctx, member, "public.outbox", pc.Poll.Buckets, pc.PollDestination("public.outbox")); err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.PollRowsRefusal(ctx, f.checkDB, f.slot, []string{"public.outbox"}); err != nil {
+		t.Fatalf("beside a running poll relay: %v", err)
+	}
+	member.Close(ctx)
+	if err := relay.PollRowsRefusal(ctx, f.checkDB, f.slot, []string{"public.outbox"}); !errors.Is(err, replication.ErrPollRowsUnpublished) {
+		t.Fatalf("once the poll relay left: %v, want the refusal", err)
 	}
 
 	cfg := f.config()

@@ -72,6 +72,21 @@ func TestSlotMovedToBeforeTheOldCaughtUpIsRefused(t *testing.T) {
 		t.Fatalf("%d outbox rows after the refused cleanups, %d before", n, rows)
 	}
 
+	// The refused start wrote the new slot's state row: the next start is
+	// refused all the same.
+	startRefused(t, f, "moved-twice.log", "with the old slot behind, again", "slot \""+old+"\"", "is idle at")
+
+	// A relay of another table, on a slot of its own, is not stopped by
+	// the old slot, although both relay messages with the default
+	// messages.prefix (a review found every such start refused).
+	if err := outboxtest.Setup(ctx, f.conn, "outbox2"); err != nil {
+		t.Fatal(err)
+	}
+	other := startBinaryWith(t, f, "other-table.log", "PGOUTBOX_POSTGRES_SLOT_NAME=other_"+old[len(old)-10:],
+		"PGOUTBOX_POSTGRES_PUBLICATION_NAME=other_"+old[len(old)-10:], "PGOUTBOX_POSTGRES_TABLE_INCLUDE_LIST=public.outbox2")
+	other.waitLog(t, `"msg":"replication started"`, time.Minute)
+	other.terminate(t, time.Minute)
+
 	// The way on: the old slot until it is past the new one's start, then
 	// the new one.
 	f.slot = old
@@ -79,6 +94,25 @@ func TestSlotMovedToBeforeTheOldCaughtUpIsRefused(t *testing.T) {
 	waitAll(t, c, pending, time.Minute)
 	f.slot = old + "_v2"
 	relayed(t, f, c, "moved-again.log", 44, 5)
+
+	// A slot made by hand (slot.create: false) beside the old one, now
+	// behind it again: its first start and every start until a session
+	// streams are refused (the first writes its state row, with no
+	// session; a review found the second start let through).
+	if err := pending.Txn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.slot = old + "_v3"
+	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", f.slot)
+	for _, log := range []string{"by-hand.log", "by-hand-again.log"} {
+		p := startBinaryWith(t, f, log, "PGOUTBOX_POSTGRES_SLOT_CREATE=false")
+		if code := p.wait(t, time.Minute); code == 0 {
+			t.Fatalf("%s: exit 0 beside the old slot", log)
+		}
+		if last := lastLine(t, p); !strings.Contains(last, "slot \""+old+"\"") || !strings.Contains(last, "is idle at") {
+			t.Fatalf("%s: last line %q does not name the old slot", log, last)
+		}
+	}
 }
 
 // TestSlotMadeBesideAnIdleSlotPgoutboxDoesNotKnowIsWarnedOf: a relay's

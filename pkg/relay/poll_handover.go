@@ -290,18 +290,27 @@ func (pr *pollRunner) walSlotLeft(ctx context.Context, conn *pgx.Conn) error {
 	}
 	kafka := r.cfg.walDestination().Kafka
 	for _, o := range others {
-		if len(o.Tables) == 0 {
-			continue // its messages only
-		}
-		if d, ok := parseDestination(o.Destination); ok && d.Kafka != kafka {
+		if !o.Shares() {
 			continue
 		}
-		state := fmt.Sprintf("idle, confirmed up to %s", o.Confirmed)
-		if o.Active {
-			state = "a WAL relay streams from it"
+		d, ok := parseDestination(o.Destination)
+		if !ok {
+			// Recorded by a version before destinations (or a row made
+			// by hand): a WAL slot beside the poll source, a region's, may
+			// publish elsewhere.
+			r.log.Warn("a WAL relay's slot on this table still exists, and its state row does not say where it publishes: if it is this deployment's own, left from a move to the poll source without poll.handover.slot, the events only it holds are never relayed; set poll.handover.slot to it",
+				zap.String("table", t.Name), zap.String("slot", o.Slot), zap.String("state_table", table))
+			continue
 		}
-		return &FatalError{Err: fmt.Errorf("%w: slot %q, which state table %s records relaying %s from the WAL to this Kafka cluster, still exists (%s), and poll.handover.slot is not set: the events only that slot holds (rows their own transaction deleted, rows written while no relay read the table, table-less messages) would never reach Kafka from the poll source, and the slot would keep WAL for ever. Set poll.handover.slot: %s (the first poll relay marks what the slot relayed as published and drops it, or stops, keeping it, while it holds events no row carries; see the README's \"Moving between the sources\"); or, if everything it holds reached Kafka another way, drop it: SELECT pg_drop_replication_slot(%s)",
-			replication.ErrSlotLeftBehind, o.Slot, table, t.Name, state, o.Slot, quoteLiteral(o.Slot))}
+		if d.Kafka != kafka {
+			continue
+		}
+		if o.Active {
+			return &FatalError{Err: fmt.Errorf("%w: a WAL relay streams from slot %q, which state table %s records relaying %s to this Kafka cluster: with the poll source beside it, each event would be published twice. If you are moving from the WAL source to the poll source, stop the WAL relay and set poll.handover.slot: %s (see the README's \"Moving between the sources\"); if you moved from the poll source to the WAL source, this poll relay is left over: stop it",
+				replication.ErrSlotLeftBehind, o.Slot, table, t.Name, o.Slot)}
+		}
+		return &FatalError{Err: fmt.Errorf("%w: slot %q, which state table %s records relaying %s from the WAL to this Kafka cluster, is idle at %s and poll.handover.slot is not set: the events only that slot holds (rows their own transaction deleted, rows written while no relay read the table, table-less messages) would never reach Kafka from the poll source, and the slot would keep WAL for ever. Set poll.handover.slot: %s (the first poll relay marks what the slot relayed as published and drops it, or stops, keeping it, while it holds events no row carries; see the README's \"Moving between the sources\"); or, if everything it holds reached Kafka another way, drop it: SELECT pg_drop_replication_slot(%s)",
+			replication.ErrSlotLeftBehind, o.Slot, table, t.Name, o.Confirmed, o.Slot, quoteLiteral(o.Slot))}
 	}
 	return nil
 }

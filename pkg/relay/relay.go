@@ -454,6 +454,9 @@ func (r *Relay) session(ctx context.Context) (ran bool, err error) {
 	// Where checkHistory judges the fence, Prepare holds cleanup if the
 	// slot is past it.
 	pcfg.HoldOnFencePassed = r.judgesFence()
+	pcfg.BeforeCreate = func(ctx context.Context, conn *pgx.Conn) error {
+		return PollRowsRefusal(ctx, conn, pcfg.Slot, pcfg.QualifiedTables())
+	}
 	r.joinSlot(ctx) // again, if it failed or its connection was lost
 	start, err := r.be.Prepare(ctx, pcfg)
 	if err != nil {

@@ -1,9 +1,14 @@
 package relay
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -67,9 +72,14 @@ func leftBehindRefusal(start replication.Start, cfg Config) error {
 		return nil
 	}
 	at, pcfg := start.StartedAt(), cfg.Postgres
-	return &FatalError{Err: fmt.Errorf("%w: slot %q, which state table %s records relaying %s, is idle at %s, before %s where slot %q started: the events committed in between are in slot %q only, and this relay would never send them (a configuration moved to a new slot, by postgres.slot.name or a renamed Helm stream, before the old relay had caught up). Run a relay on slot %q (postgres.slot.name: %s, and its publication) until it has confirmed past %s (slot %q keeps what is written meanwhile), then stop it and start this one; if you stay on %q, drop slot %q, which keeps WAL. If its events up to now reached Kafka another way or are not wanted, drop it instead: SELECT pg_drop_replication_slot(%s)",
-		replication.ErrSlotLeftBehind, o.Slot, pcfg.StateTable, o.What(cfg.Messages.Prefix), o.Confirmed, at, pcfg.Slot, o.Slot,
-		o.Slot, o.Slot, at, pcfg.Slot, o.Slot, pcfg.Slot, quoteLiteral(o.Slot))}
+	what := o.What(cfg.Messages.Prefix)
+	if o.Lost {
+		return &FatalError{Err: fmt.Errorf("%w: slot %q, which state table %s records relaying %s, was invalidated by PostgreSQL (its WAL removed) at %s, before %s where slot %q started: the events committed in between were in it only, and are gone with it; relay the rows of %s committed in between from the table (table-less messages and rows deleted by their own transaction cannot be), then drop it: SELECT pg_drop_replication_slot(%s)",
+			replication.ErrSlotLeftBehind, o.Slot, pcfg.StateTable, what, o.Confirmed, at, pcfg.Slot, strings.Join(o.Tables, ", "), quoteLiteral(o.Slot))}
+	}
+	return &FatalError{Err: fmt.Errorf("%w: slot %q, which state table %s records relaying %s, is idle at %s, before %s where slot %q started: the events committed in between are in slot %q only, and this relay would never send them (a configuration moved to a new slot, by postgres.slot.name or a renamed Helm stream, before the old relay had caught up). Run a relay on slot %q (postgres.slot.name: %s, and its publication and tables) until it has confirmed past %s (slot %q keeps what is written meanwhile), then stop it and start this one; if you stay on %q, drop slot %q, which keeps WAL. If every event slot %q holds reached Kafka another way or is not wanted (of every table it relays, not only these), drop it instead: SELECT pg_drop_replication_slot(%s)",
+		replication.ErrSlotLeftBehind, o.Slot, pcfg.StateTable, what, o.Confirmed, at, pcfg.Slot, o.Slot,
+		o.Slot, o.Slot, at, pcfg.Slot, o.Slot, pcfg.Slot, o.Slot, quoteLiteral(o.Slot))}
 }
 
 // LeftBehindSlot is the first slot leftBehindRefusal refuses a start
@@ -82,12 +92,14 @@ func LeftBehindSlot(start replication.Start, cfg Config) (replication.OtherSlot,
 // leftBehind returns the first slot leftBehindRefusal refuses a start for.
 func leftBehind(start replication.Start, cfg Config) (replication.OtherSlot, bool) {
 	at := start.StartedAt()
-	if at == 0 {
+	if at == 0 || start.Slot.Name == "" && cfg.Snapshot.Mode == SnapshotInitial {
+		// (validate, before an initial snapshot: its slot starts where
+		// the snapshot ends, not known yet.)
 		return replication.OtherSlot{}, false
 	}
 	kafka := cfg.walDestination().Kafka
 	for _, o := range start.OtherSlots {
-		if !o.Shares(cfg.Messages.Prefix) || !o.Behind(at) {
+		if !o.Shares() || !o.Behind(at) {
 			continue
 		}
 		if d, ok := parseDestination(o.Destination); ok && d.Kafka != kafka {
@@ -119,4 +131,33 @@ func fenceRefusal(start replication.Start, pcfg replication.Config) error {
 func NotOutboxTableProblem(table string, oid uint32, publication string) string {
 	return fmt.Sprintf("table %s (OID %d) is in publication %q but is not an outbox table in postgres.table.include.list (nor a partition of one): add it there, or remove it from the publication (ALTER PUBLICATION ... DROP TABLE)",
 		table, oid, publication)
+}
+
+// PollRowsRefusal refuses to make a WAL slot while a table of tables that
+// the poll source relays holds rows it has not published and no poll
+// relay runs on it: a move from the poll source without snapshot.mode:
+// initial, whose slot would start after those rows (a prober lost 20 of
+// 50 events so). With poll relays running, a WAL relay beside them is
+// another deployment's (publishing elsewhere), not a move. It is
+// replication.Config.BeforeCreate for the relay, and pgoutbox migrate and
+// validate judge with it.
+func PollRowsRefusal(ctx context.Context, conn *pgx.Conn, slot string, tables []string) error {
+	unpublished, err := replication.UnpublishedPollRows(ctx, conn, tables)
+	if err != nil || len(unpublished) == 0 {
+		return err
+	}
+	var left []replication.PollRows
+	for _, u := range unpublished {
+		members, err := poll.Members(ctx, conn, u.Table)
+		if err != nil {
+			return err
+		}
+		if len(members) == 0 {
+			left = append(left, u)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	return replication.PollRowsError(slot, left)
 }

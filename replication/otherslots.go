@@ -17,9 +17,9 @@ var ErrSlotLeftBehind = errors.New("replication: another slot of the same outbox
 
 // OtherSlot is another logical slot of this database, still there, whose
 // state row says its last pgoutbox session relayed one of this relay's
-// outbox tables, or messages with this relay's prefix: a relay the
-// configuration was moved away from (slot.name changed, a Helm stream
-// renamed, the poll source set up) or one relaying beside it.
+// outbox tables: a relay the configuration was moved away from (slot.name
+// changed, a Helm stream renamed, the poll source set up) or one relaying
+// beside it (a region's, a blue/green side).
 type OtherSlot struct {
 	Slot string
 	// Tables are the outbox tables of this relay's that it relayed;
@@ -38,9 +38,7 @@ type OtherSlot struct {
 }
 
 // Shares says whether o relayed one of this relay's outbox tables
-// (Tables holds only those). A messages prefix alone does not count:
-// relays of other tables share the default one (a review: every stopped
-// relay of other tables then refused every new slot).
+// (Tables holds only those; OtherSlots reads no others).
 func (o OtherSlot) Shares() bool { return len(o.Tables) > 0 }
 
 // Behind says whether o still holds changes from before at, the position
@@ -63,9 +61,10 @@ func (o OtherSlot) What(prefix string) string {
 
 // OtherSlots reads, from the state table, the slots other than slot that
 // still exist in this database and whose last pgoutbox session relayed
-// one of tables (schema-qualified, as the state rows name them) or
-// messages (with any prefix: OtherSlot.Shares tells). A state table that
-// does not exist yet holds none. It reads only.
+// one of tables (schema-qualified, as the state rows name them). A
+// messages prefix alone does not count: relays of other tables share the
+// default one (a review found every stopped one refusing every new slot).
+// A state table that does not exist yet holds none. It reads only.
 func OtherSlots(ctx context.Context, conn *pgx.Conn, table, slot string, tables []string) ([]OtherSlot, error) {
 	q, err := qualifiedIdent(table)
 	if err != nil {
@@ -83,7 +82,7 @@ func OtherSlots(ctx context.Context, conn *pgx.Conn, table, slot string, tables 
 			s.wal_status = 'lost' OR coalesce(to_jsonb(s) ->> 'invalidation_reason', '') <> ''
 		FROM `+q+` t JOIN pg_catalog.pg_replication_slots s ON s.slot_name = t.slot_name AND s.database = pg_catalog.current_database()
 		WHERE t.slot_name <> $1 AND s.slot_type = 'logical' AND s.confirmed_flush_lsn IS NOT NULL
-			AND (coalesce(t.table_oids, '{}'::jsonb) ?| $2::text[] OR coalesce(to_jsonb(t) ->> 'messages_prefix', '') <> '')
+			AND coalesce(t.table_oids, '{}'::jsonb) ?| $2::text[]
 		ORDER BY 1`, slot, tables)
 	var out []OtherSlot
 	if err == nil {

@@ -250,11 +250,10 @@ func cleanupWAL(ctx context.Context, conn *pgx.Conn, cfg fileConfig, cl poll.Cle
 			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s: nothing was deleted: %v\n", pc.Slot, err)
 			return exitRuntime
 		}
-		rows := cfg.Config
-		rows.Messages.Prefix = "" // rows only: a slot sharing the messages alone holds none of them
-		if o, ok := relay.LeftBehindSlot(replication.Start{Slot: slot, HadState: true, State: st, OtherSlots: others}, rows); ok {
+		start := replication.Start{Slot: slot, HadState: true, State: st, OtherSlots: others}
+		if o, ok := relay.LeftBehindSlot(start, cfg.Config); ok {
 			fmt.Fprintf(stderr, "pgoutbox: cleanup of slot %s: nothing was deleted: slot %s, which relayed %s too, is idle at %s, before %s where slot %s started, so the rows committed in between were relayed by neither; start pgoutbox run, which stops and says how to go on\n",
-				pc.Slot, o.Slot, o.What(""), o.Confirmed, st.SlotCreatedLSN, pc.Slot)
+				pc.Slot, o.Slot, strings.Join(o.Tables, ", "), o.Confirmed, start.StartedAt(), pc.Slot)
 			return exitRuntime
 		}
 	}

@@ -222,9 +222,10 @@ func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg relay.
 		// which pgoutbox run refuses.
 		if err == nil && had && st.Slot.Exists {
 			if others, err := replication.OtherSlots(ctx, conn, rc.StateTable, rc.Slot, rc.QualifiedTables()); err == nil {
-				if o, ok := relay.LeftBehindSlot(replication.Start{Slot: replication.SlotState{Name: rc.Slot}, HadState: true, State: h, OtherSlots: others}, cfg); ok {
+				start := replication.Start{Slot: replication.SlotState{Name: rc.Slot}, HadState: true, State: h, OtherSlots: others}
+				if o, ok := relay.LeftBehindSlot(start, cfg); ok {
 					st.Problems = append(st.Problems, fmt.Sprintf("slot %q, which relayed %s too, is idle at %s, before %s where this slot started: the events committed in between are in it only, and pgoutbox run refuses to start until it is past that point or dropped",
-						o.Slot, o.What(cfg.Messages.Prefix), o.Confirmed, h.SlotCreatedLSN))
+						o.Slot, o.What(cfg.Messages.Prefix), o.Confirmed, start.StartedAt()))
 				}
 			}
 		}

@@ -56,8 +56,8 @@ func historyRefusal(start replication.Start, cfg Config) error {
 }
 
 // leftBehindRefusal refuses a start while another slot, whose state row
-// says it relayed one of this relay's outbox tables (or its messages) to
-// the same Kafka cluster, is idle and confirmed below where this relay's
+// says it relayed one of this relay's outbox tables to the same Kafka
+// cluster (or does not say where), is idle and confirmed below where this relay's
 // slot started (replication.Start.StartedAt): the changes committed in
 // between are in that slot only, and this one never sees them. That is a
 // configuration moved to a new slot (postgres.slot.name changed, a Helm

@@ -61,8 +61,8 @@ type Start struct {
 	// with, by prefix their names (RelayedPrefixes; nil when not read).
 	OtherPrefixes map[string]string
 	// OtherSlots: the other slots of the database, still there, whose
-	// last pgoutbox session relayed one of the outbox tables or messages
-	// (OtherSlots; nil without a state table).
+	// last pgoutbox session relayed one of the outbox tables (OtherSlots;
+	// nil without a state table).
 	OtherSlots []OtherSlot
 }
 

@@ -327,11 +327,11 @@ func keepTriggersNote(tables []string) string {
 // events from a writer's delete), and otherwise returns the tables that
 // have them, which migrate then names.
 // pollRowsLeft refuses migrate with the WAL source (and validate judges
-// the start) while the poll source's tables hold rows it has not
-// published and the slot, which migrate or run would make, does not
-// exist: in migrate before it drops the keep triggers, which tell that
-// the poll source relays a table (run's own check, in
-// replication.Prepare, reads them too). With snapshot.mode: initial,
+// the start) as relay.PollRowsRefusal does run's creation of the slot:
+// while the poll source's tables hold rows it has not published, no poll
+// relay runs on them, and the slot, which migrate or run would make, does
+// not exist. In migrate, before it drops the keep triggers, which tell
+// that the poll source relays a table. With snapshot.mode: initial,
 // pgoutbox run publishes those rows before it makes the slot.
 func pollRowsLeft(ctx context.Context, conn *pgx.Conn, cfg fileConfig) error {
 	if !cfg.Postgres.CreateSlot || cfg.Snapshot.Mode == relay.SnapshotInitial {

@@ -269,9 +269,11 @@ func (pr *pollRunner) dropHandedOver(ctx context.Context, conn *pgx.Conn, slot, 
 // transaction deleted, rows written while no relay read it, table-less
 // messages) would never reach Kafka from the poll source, without a word
 // (a prober lost 20 of 50 events so), and the slot would keep WAL for
-// ever. A slot of another Kafka cluster is another deployment's (a
-// region's). A role that may not read the state table is not stopped by
-// it (the poll source needs none): a warning says what was not checked.
+// ever; or, for a WAL relay still streaming, every event would go out
+// twice. A slot of another Kafka cluster is another deployment's (a
+// region's); one whose row records no destination (an earlier version's)
+// gets a warning, as does a role that may not read the state table (the
+// poll source needs none).
 func (pr *pollRunner) walSlotLeft(ctx context.Context, conn *pgx.Conn) error {
 	r, t := pr.r, pr.table
 	table := r.cfg.Postgres.StateTable

@@ -12,8 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/pgoutbox/pgoutbox/replication"
 )
 
 //go:embed 0002_poll.sql
@@ -54,7 +52,7 @@ const NotifyTrigger = "pgoutbox_notify"
 // setting 0002_poll.sql's functions read). KeepTruncateTrigger refuses a
 // TRUNCATE of the table while it holds unpublished rows.
 const (
-	KeepTrigger         = replication.PollKeepTrigger
+	KeepTrigger         = "pgoutbox_keep_unpublished"
 	KeepTruncateTrigger = "pgoutbox_keep_unpublished_truncate"
 	DeleteUnpublished   = "pgoutbox.delete_unpublished"
 )

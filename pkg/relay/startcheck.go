@@ -2,12 +2,16 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgoutbox/pgoutbox/migrations"
 	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
@@ -134,30 +138,67 @@ func NotOutboxTableProblem(table string, oid uint32, publication string) string 
 }
 
 // PollRowsRefusal refuses to make a WAL slot while a table of tables that
-// the poll source relays holds rows it has not published and no poll
-// relay runs on it: a move from the poll source without snapshot.mode:
-// initial, whose slot would start after those rows (a prober lost 20 of
-// 50 events so). With poll relays running, a WAL relay beside them is
-// another deployment's (publishing elsewhere), not a move. It is
-// replication.Config.BeforeCreate for the relay, and pgoutbox migrate and
-// validate judge with it.
+// the poll source relays (its keep trigger is on it and enabled:
+// poll.MissingKeepTriggers) holds rows it has not published
+// (published_at NULL) and no poll relay runs on it: a move from the poll
+// source without snapshot.mode: initial, whose slot would start after
+// those rows (a prober lost 20 of 50 events so). With poll relays
+// running, a WAL relay beside them is another deployment's (publishing
+// elsewhere), not a move. It is replication.Config.BeforeCreate for the
+// relay, and pgoutbox migrate and validate judge with it.
 func PollRowsRefusal(ctx context.Context, conn *pgx.Conn, slot string, tables []string) error {
-	unpublished, err := replication.UnpublishedPollRows(ctx, conn, tables)
-	if err != nil || len(unpublished) == 0 {
-		return err
-	}
-	var left []replication.PollRows
-	for _, u := range unpublished {
-		members, err := poll.Members(ctx, conn, u.Table)
+	var left []string
+	for _, t := range tables {
+		n, err := unpublishedPollRows(ctx, conn, t)
 		if err != nil {
 			return err
 		}
-		if len(members) == 0 {
-			left = append(left, u)
+		if n == 0 {
+			continue
 		}
+		members, err := poll.Members(ctx, conn, t)
+		if err != nil {
+			return err
+		}
+		if len(members) > 0 {
+			continue
+		}
+		count := fmt.Sprintf("%d rows", n)
+		if n >= maxCountedPollRows {
+			count = "at least " + count
+		}
+		left = append(left, fmt.Sprintf("%s (%s)", t, count))
 	}
 	if len(left) == 0 {
 		return nil
 	}
-	return replication.PollRowsError(slot, left)
+	return fmt.Errorf("%w: %s, whose keep trigger %s says the poll source relays it, holds rows with published_at NULL, no poll relay runs on it, and slot %q does not exist: a slot made now starts after those rows, so the WAL source would never relay them. Move from the poll source as the README's \"Moving between the sources\" says: start the WAL source with snapshot.mode: initial and snapshot.rows: unpublished, which publishes them and then makes the slot (or let the poll relays publish them first). A WAL relay meant to run beside the poll source (publishing elsewhere) starts while the poll relays run",
+		replication.ErrPollRowsUnpublished, strings.Join(left, ", "), migrations.KeepTrigger, slot)
+}
+
+// maxCountedPollRows bounds the count of unpublished rows a refusal gives.
+const maxCountedPollRows = 10000
+
+// unpublishedPollRows counts, up to maxCountedPollRows, the rows of table
+// (schema-qualified) with published_at NULL when the poll source relays
+// it; 0 when it does not.
+func unpublishedPollRows(ctx context.Context, conn *pgx.Conn, table string) (int, error) {
+	quoted, err := migrations.Ident(table)
+	if err != nil {
+		return 0, err
+	}
+	missing, err := poll.MissingKeepTriggers(ctx, conn, quoted)
+	if err != nil || slices.Contains(missing, migrations.KeepTrigger) {
+		return 0, err
+	}
+	var n int
+	err = conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT FROM %s WHERE %s IS NULL LIMIT %d) u`, quoted, poll.ColumnPublishedAt, maxCountedPollRows)).Scan(&n)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column: a trigger of that name, but no poll table
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("relay: count the rows of %s the poll source has not published: %w", table, err)
+	}
+	return n, nil
 }

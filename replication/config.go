@@ -58,6 +58,12 @@ type Config struct {
 	// together (fewer wake-ups: less CPU); 0 reads as soon as anything
 	// arrives. It adds at most this much latency.
 	ReceiveBatchWait time.Duration `yaml:"receive.batch.wait"`
+	// ReceiveMaxMessageBytes caps one message from the walsender (a row,
+	// whole, or a logical decoding message): a longer one stops the relay
+	// (exit 1) naming where, before it is read, instead of the process
+	// being OOM-killed decoding it. 0 derives the cap from the memory
+	// limit of the process's control group (MessageCap).
+	ReceiveMaxMessageBytes int `yaml:"receive.max.message.bytes"`
 	// ConnectTimeout bounds each connection attempt.
 	ConnectTimeout time.Duration `yaml:"connect.timeout"`
 	// PublicationCheckInterval is how often, while streaming, the relay
@@ -195,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReceiveBatchWait < 0 || c.ReceiveBatchWait > maxReceiveBatchWait {
 		return fmt.Errorf("replication: receive.batch.wait %s out of range: use [0, %s]; it is latency added to every event", c.ReceiveBatchWait, maxReceiveBatchWait)
+	}
+	if n := c.ReceiveMaxMessageBytes; n != 0 && (n < minMessageBytes || n > maxMessageBytes) {
+		return fmt.Errorf("replication: receive.max.message.bytes %d out of range: use 0 (derived from the memory limit) or [%d, %d]", n, minMessageBytes, maxMessageBytes)
 	}
 	if c.PublicationCheckInterval <= 0 || c.PublicationCheckInterval > time.Minute {
 		return fmt.Errorf("replication: publication.check.interval %s out of range: use (0, 1m]; the slot is confirmed only as far as the last check", c.PublicationCheckInterval)

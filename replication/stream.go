@@ -96,6 +96,8 @@ type Stream struct {
 	// pace paces the socket's reads while live (receive.batch.wait); nil
 	// when that is off.
 	pace *pacedConn
+	// msgCap caps the length of a message read (receive.max.message.bytes).
+	msgCap MessageCap
 }
 
 // Catch-up reading. Far behind, pgoutbox drains the socket faster than the
@@ -204,7 +206,8 @@ func Open(ctx context.Context, cfg Config, start LSN, log *zap.Logger) (*Stream,
 		return nil, fmt.Errorf("replication: start replication on slot %q at its confirmed position %s: %w", cfg.Slot, start, err)
 	}
 	log.Info("replication started", zap.String("slot", cfg.Slot), zap.String("publication", cfg.Publication), zap.Stringer("confirmed_lsn", start))
-	st := &Stream{cfg: cfg, log: log, conn: conn, dec: NewDecoder(), start: start, written: start}
+	st := &Stream{cfg: cfg, log: log, conn: conn, dec: NewDecoder(), start: start, written: start, msgCap: cfg.MessageCap()}
+	conn.Frontend().SetMaxBodyLen(st.msgCap.Bytes)
 	if st.pace = pacer(conn.Conn()); st.pace != nil {
 		st.pace.set(true)
 	}
@@ -265,6 +268,9 @@ func (s *Stream) Receive(ctx context.Context, deadline time.Time) (Event, error)
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			err = cerr
+		}
+		if tl := (*pgproto3.ExceededMaxBodyLenErr)(nil); errors.As(err, &tl) {
+			return Event{}, &MessageTooLargeError{Slot: s.cfg.Slot, Size: tl.ActualBodyLen, Cap: s.msgCap, After: s.written}
 		}
 		return Event{}, fmt.Errorf("%w: receive from slot %q: %w", ErrReceive, s.cfg.Slot, err)
 	}

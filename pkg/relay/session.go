@@ -331,6 +331,9 @@ func (s *session) loop() error {
 				return &FatalError{Err: fmt.Errorf("relay: the stream carries a message pgoutbox cannot read, after %s (the last position confirmed: %s); every restart would stop on it again, and nothing past it is relayed or confirmed: %w",
 					s.received, s.confirmable(), err)}
 			}
+			if tl := (*replication.MessageTooLargeError)(nil); errors.As(err, &tl) {
+				return s.messageTooLarge(tl)
+			}
 			return err
 		}
 		if ev.WALStart > s.received {
@@ -340,6 +343,20 @@ func (s *session) loop() error {
 			return err
 		}
 	}
+}
+
+// messageTooLarge is the stop on a message from the walsender longer than
+// the stream reads (postgres.receive.max.message.bytes): read, it could
+// get the process OOM-killed, and the standby after it, in a loop that
+// names nothing; every new session would meet it again. Nothing at or
+// after it was confirmed.
+func (s *session) messageTooLarge(tl *replication.MessageTooLargeError) error {
+	where := "outside any transaction (a non-transactional logical decoding message)"
+	if s.tr.Open() {
+		where = fmt.Sprintf("in transaction %d, committed at %s", s.xid, s.commit)
+	}
+	return &FatalError{Err: fmt.Errorf("relay: a row or logical decoding message of %d bytes %s, more than the %d bytes pgoutbox reads in one message (%s): it is decoded whole, and a process short of the memory for it is OOM-killed; nothing at or after it was relayed or confirmed (the last position confirmed: %s), and every start stops on it again: give pgoutbox more memory (about 2.3 bytes per byte of the message, plus 32 MiB; the chart's streams[].resources) or set postgres.receive.max.message.bytes: %w",
+		tl.Size, where, tl.Cap.Bytes, tl.Cap.How, s.confirmable(), tl)}
 }
 
 // errForced ends a session stopped at once by a second signal.

@@ -1,0 +1,130 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/pkg/relay"
+	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/replication"
+)
+
+// TestMessageOverTheReceiveCapStopsTheRelayNamingIt writes a row larger
+// than postgres.receive.max.message.bytes between two small ones, for a
+// row and a logical decoding message. A row too large for the process's
+// memory used to get it OOM-killed, and the standby after it, in a loop
+// that named nothing. Now the relay stops (fatal) before reading it,
+// naming its transaction and size; the slot is not confirmed past it; and
+// a start with the cap raised delivers it and everything after it (real
+// PostgreSQL and Kafka).
+func TestMessageOverTheReceiveCapStopsTheRelayNamingIt(t *testing.T) {
+	env := testenv.Require(t)
+	const pad = 100_000 // bytes of payload: over the 64 KiB cap
+	for _, kind := range []string{"row", "message"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newFixture(t, env, 1)
+			ctx := context.Background()
+			topic := "outbox.event." + f.slot
+			env.CreateTopic(t, topic, 1)
+			cfg := f.config()
+			cfg.Messages.Prefix = "outbox"
+			cfg.Postgres.ReceiveMaxMessageBytes = 64 << 10
+			done := startPoisonRelay(t, cfg)
+			f.waitStreaming(t)
+
+			id := func(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+			row := func(n int, payload string) string {
+				return `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('` + id(n) + `', '` + f.slot + `', 'k', 'T', ` + payload + `)`
+			}
+			exec := func(sql string) {
+				t.Helper()
+				if _, err := f.conn.Exec(ctx, sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exec(row(1, `'{"n": 1}'`))
+			got := env.NewConsumer(t, []string{topic})
+			got.WaitFor(t, 1, time.Minute)
+
+			tx, err := f.conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var xid int64
+			if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+				t.Fatal(err)
+			}
+			big := fmt.Sprintf(`json_build_object('pad', repeat('x', %d))`, pad)
+			if kind == "row" {
+				_, err = tx.Exec(ctx, row(2, big))
+			} else {
+				_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', '%s', 'aggregatetype', '%s', 'aggregateid', 'k', 'type', 'T', 'payload', %s)::text)`, id(2), f.slot, big))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, row(3, `'{"n": 3}'`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var end string
+			if err := f.checkDB.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&end); err != nil {
+				t.Fatal(err)
+			}
+			exec(row(4, `'{"n": 4}'`))
+
+			err = waitPoisonStop(t, done)
+			var fe *relay.FatalError
+			var tl *replication.MessageTooLargeError
+			if !errors.As(err, &fe) || !errors.As(err, &tl) || tl.Size < pad || tl.Cap.Bytes != 64<<10 ||
+				!strings.Contains(err.Error(), fmt.Sprintf("in transaction %d, committed at ", xid)) ||
+				!strings.Contains(err.Error(), "postgres.receive.max.message.bytes") {
+				t.Fatalf("want a fatal error naming the transaction %d, the size and the setting, got %v", xid, err)
+			}
+			t.Logf("stopped: %v", err)
+			commit, perr := parseLSN(strings.TrimSuffix(strings.Fields(strings.SplitN(err.Error(), "committed at ", 2)[1])[0], ","))
+			endLSN, _ := parseLSN(end)
+			if perr != nil || commit > endLSN {
+				t.Fatalf("commit LSN in the error: %v (the transaction ended before %s)", perr, end)
+			}
+			if confirmed, _ := f.slotState(t); confirmed > commit {
+				t.Fatalf("slot confirmed %s, past the transaction %s the relay could not read", confirmed, commit)
+			}
+			if n := env.HighWater(t, []string{topic})[topic+"/0"]; n != 1 {
+				t.Fatalf("%d records on %s after the stop, want the first row's alone", n, topic)
+			}
+
+			// The way on: a cap the message fits under.
+			cfg.Postgres.ReceiveMaxMessageBytes = 0
+			stop := runRelay(t, cfg)
+			defer stop()
+			// The first row's transaction may come again: the stop left
+			// no connection to confirm it on (a resend, same event id).
+			var ids []string
+			testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+				ids = ids[:0]
+				seen := map[string]bool{}
+				for _, m := range got.Messages() {
+					v, _ := m.Header("id")
+					if !seen[string(v)] {
+						seen[string(v)] = true
+						ids = append(ids, string(v))
+					}
+				}
+				return len(ids) == 4, fmt.Sprintf("records %v", ids)
+			})
+			if want := []string{id(1), id(2), id(3), id(4)}; strings.Join(ids, " ") != strings.Join(want, " ") {
+				t.Fatalf("records %v, want %v", ids, want)
+			}
+			if n := len(got.Messages()); n > 5 {
+				t.Fatalf("%d records, want 4 and at most the first one again", n)
+			}
+		})
+	}
+}

@@ -63,7 +63,9 @@ func capForLimit(limit int64) MessageCap {
 		return MessageCap{Bytes: maxMessageBytes, How: "the largest message PostgreSQL sends (no memory limit found)"}
 	}
 	n := (limit*memoryUsablePercent/100 - memoryBase) * 10 / memoryPerByteTenths
-	n = min(max(n, minMessageBytes), maxMessageBytes)
+	// Never below Kafka's own default record size: a limit that small
+	// leaves nothing to judge by.
+	n = min(max(n, 1<<20), maxMessageBytes)
 	return MessageCap{Bytes: int(n), How: fmt.Sprintf("derived from the memory limit of %d MiB (a message needs about 2.3 times its size plus 32 MiB, under 80%% of the limit)", limit>>20)}
 }
 

@@ -55,8 +55,8 @@ func TestMessageCap(t *testing.T) {
 	if c := capForLimit(1 << 30); c.Bytes < 340_000_000 || c.Bytes > 365_000_000 {
 		t.Fatalf("1 GiB: %+v", c)
 	}
-	if c := capForLimit(16 << 20); c.Bytes != minMessageBytes {
-		t.Fatalf("16 MiB: %+v, want the floor %d", c, minMessageBytes)
+	if c := capForLimit(16 << 20); c.Bytes != 1<<20 {
+		t.Fatalf("16 MiB: %+v, want the floor of 1 MiB", c)
 	}
 	if c := capForLimit(0); c.Bytes != maxMessageBytes {
 		t.Fatalf("no limit: %+v", c)

@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +132,97 @@ func TestMessageOverTheReceiveCapStopsTheRelayNamingIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRowLargerThanTheMemoryLimitStopsInsteadOfOOMKilling runs the binary
+// in a memory control group of 160 MiB (as a container's limit) and writes
+// an 80 MB row, which needs about 2.3 × 80 MB + 30 MiB to decode. The
+// kernel's OOM killer is the oracle: before the cap, the process was
+// killed (SIGKILL) at the row, and would be at every start; now it exits 1
+// before reading it, naming the row's transaction and the limit the cap
+// came from (real PostgreSQL, Kafka and kernel; it needs root and cgroup
+// v1's memory controller, as on the project's test machine, and skips
+// elsewhere, saying why).
+func TestRowLargerThanTheMemoryLimitStopsInsteadOfOOMKilling(t *testing.T) {
+	env := testenv.Require(t)
+	group := memoryGroup(t, 160<<20)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	// A topic and a producer that take the record: decoded, it would be
+	// sent, not refused for its size.
+	env.CreateTopicWith(t, "outbox.event."+f.slot, testenv.TopicSpec{Partitions: 1, Configs: map[string]string{"max.message.bytes": "100000000"}})
+	bin := pgoutboxBinary(t)
+	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	environ := append(f.environ(), "GOMEMLIMIT=128MiB", "PGOUTBOX_KAFKA_MAX_MESSAGE_BYTES=100000000")
+	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, bin}, environ, lf, logPath)
+	f.waitStreaming(t)
+	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+		('00000000-0000-4000-8000-000000000001', '`+f.slot+`', 'k', 'T', json_build_object('pad', repeat('x', 80000000)))`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("pgoutbox did not stop on the row")
+	}
+	log, _ := os.ReadFile(logPath)
+	var ee *exec.ExitError
+	if !errors.As(p.err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("pgoutbox ended with %v, want exit 1 (-1 with a signal: OOM-killed)", p.err)
+	}
+	if !strings.Contains(string(log), "derived from the memory limit of 160 MiB") || !strings.Contains(string(log), "in transaction ") {
+		t.Fatalf("the log does not name the transaction and the limit:\n%s", lastLines(string(log), 10))
+	}
+	if confirmed, _ := f.slotState(t); confirmed == 0 {
+		t.Fatal("slot has no confirmed position")
+	}
+}
+
+// memoryGroup makes a cgroup v1 memory group of limit bytes under the
+// test process's own (removed at the end), or skips the test saying why.
+func memoryGroup(t *testing.T, limit int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a memory control group")
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skipf("no /proc/self/cgroup: %v", err)
+	}
+	var parent string
+	for line := range strings.Lines(string(self)) {
+		if parts := strings.SplitN(strings.TrimSpace(line), ":", 3); len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "memory") {
+			parent = filepath.Join("/sys/fs/cgroup/memory", parts[2])
+		}
+	}
+	if parent == "" {
+		t.Skip("no cgroup v1 memory controller (cgroup v2 is not set up by this test)")
+	}
+	dir := filepath.Join(parent, "pgoutbox-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot make a memory control group: %v", err)
+	}
+	t.Cleanup(func() {
+		// Empty once the test's processes ended (startProcess's cleanup
+		// runs first: registered later).
+		for i := 0; i < 50 && os.Remove(dir) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+		t.Skipf("cannot set the group's limit: %v", err)
+	}
+	// No swap to escape to (the file is missing without swap accounting).
+	_ = os.WriteFile(filepath.Join(dir, "memory.swappiness"), []byte("0"), 0o644)
+	return dir
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -81,19 +82,27 @@ type Batch struct {
 	Held     int
 	HeldKeys []string
 	LateRows bool
-	c        *Claimer
-	tx       pgx.Tx
+	// Cut says the claim locked more rows than it kept: the next row
+	// would have taken Bytes past the claim's maxBytes. They stay
+	// unpublished, for the next claim.
+	Cut bool
+	c   *Claimer
+	tx  pgx.Tx
 }
 
 // Claim begins a transaction and locks up to limit unpublished rows in
 // sequence order, skipping rows another transaction holds: rows of the
-// given buckets (nil: all), and none whose key is in blocked. There is no
+// given buckets (nil: all), and none whose key is in blocked. It keeps
+// (in Rows) the first of them whose values take no more than maxBytes,
+// and at least one: a batch of large rows read whole could take more
+// memory than the process has (the rest are read and let go of, one at a
+// time; Cut says so). There is no
 // position to resume from: every claim starts at the lowest unpublished
 // sequence, so a row whose transaction committed after rows with higher
 // sequences is claimed as soon as it is visible.
 //
 // An empty batch is still an open transaction: Finish or Abort it.
-func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limit int) (*Batch, error) {
+func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limit int, maxBytes int64) (*Batch, error) {
 	tx, err := c.conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("poll: begin claim on %s: %w", c.t.Name, err)
@@ -129,10 +138,17 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("poll: claim rows of %s: %w", c.t.Name, err)
 	}
-	err = b.read(rows)
+	err = b.read(rows, maxBytes)
 	rows.Close()
 	if err == nil {
 		err = rows.Err()
+	}
+	if tl := (*pgproto3.ExceededMaxBodyLenErr)(nil); errors.As(err, &tl) {
+		e := &RowTooLargeError{Table: c.t.Name, Size: tl.ActualBodyLen, Limit: tl.MaxExpectedBodyLen}
+		if len(b.Rows) > 0 {
+			e.AfterSeq = b.Rows[len(b.Rows)-1].Seq
+		}
+		err = e
 	}
 	if err == nil {
 		if betweenClaimStatements != nil {
@@ -145,6 +161,24 @@ func (c *Claimer) Claim(ctx context.Context, owned []int, blocked []string, limi
 		return nil, fmt.Errorf("poll: claim rows of %s: %w", c.t.Name, err)
 	}
 	return b, nil
+}
+
+// RowTooLargeError is a claimed row longer than the claim's connection
+// reads in one message (pgconn's Frontend.SetMaxBodyLen): its values were
+// not read, and the connection is closed. Every claim would meet it again.
+type RowTooLargeError struct {
+	Table    string
+	Size     int   // the row's message body, in bytes
+	Limit    int   // what the connection reads
+	AfterSeq int64 // the last row read before it in the claim (0: none)
+}
+
+func (e *RowTooLargeError) Error() string {
+	after := "the claim's first row"
+	if e.AfterSeq > 0 {
+		after = fmt.Sprintf("the row after seq %d", e.AfterSeq)
+	}
+	return fmt.Sprintf("poll: claim rows of %s: %s (by sequence, among the unpublished rows of this instance's buckets) is a row of %d bytes, more than the %d bytes read in one row", e.Table, after, e.Size, e.Limit)
 }
 
 // betweenClaimStatements, when set (by a test only), runs between the
@@ -246,7 +280,7 @@ func (b *Batch) holdBehindSkipped(ctx context.Context, where []string, args []an
 }
 
 // read copies the rows' text values out of pgx's buffer.
-func (b *Batch) read(rows pgx.Rows) error {
+func (b *Batch) read(rows pgx.Rows, maxBytes int64) error {
 	c := b.c
 	fds := rows.FieldDescriptions()
 	if len(fds) < 4 {
@@ -284,6 +318,16 @@ func (b *Batch) read(rows pgx.Rows) error {
 	c.arena.reset()
 	for rows.Next() {
 		raw := rows.RawValues()
+		size := 0
+		for _, v := range raw[3:] {
+			size += len(v)
+		}
+		if len(b.Rows) > 0 && int64(b.Bytes+size) > maxBytes {
+			// The rows after it are in sequence order too: every key
+			// keeps its order.
+			b.Cut = true
+			return nil
+		}
 		r := Row{Rel: c.relName(raw[0]), CTID: string(raw[1]), Names: c.names, Types: c.types, Mods: c.mods, Values: make([][]byte, len(cols))}
 		if w, err := strconv.ParseInt(string(raw[2]), 10, 64); err == nil {
 			r.Written = w

@@ -2,6 +2,7 @@ package poll
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestClaimHoldsBackTheRowsBehindOneItDidNotTake(t *testing.T) {
 	}
 	claim := func() *Batch {
 		t.Helper()
-		b, err := NewClaimer(conn, tb, DefaultConfig()).Claim(ctx, nil, nil, 100)
+		b, err := NewClaimer(conn, tb, DefaultConfig()).Claim(ctx, nil, nil, 100, math.MaxInt64)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package poll
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -42,7 +43,7 @@ func TestHandWrittenAttemptsAndLastErrorColumnsRecordAFailure(t *testing.T) {
 	if err := tb.Check(ctx, conn); err != nil {
 		t.Fatalf("Check of a nullable attempts and a varchar(40) last_error: %v", err)
 	}
-	b, err := NewClaimer(conn, tb, DefaultConfig()).Claim(ctx, nil, nil, 100)
+	b, err := NewClaimer(conn, tb, DefaultConfig()).Claim(ctx, nil, nil, 100, math.MaxInt64)
 	if err != nil {
 		t.Fatalf("claim with a row whose attempts is NULL: %v", err)
 	}
@@ -118,7 +119,7 @@ func TestLastErrorOfLimitedLengthTakesANonASCIIReasonInASQLASCIIDatabase(t *test
 	if err := tb.Check(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewClaimer(conn, tb, DefaultConfig()).Claim(ctx, nil, nil, 100)
+	b, err := NewClaimer(conn, tb, DefaultConfig()).Claim(ctx, nil, nil, 100, math.MaxInt64)
 	if err != nil {
 		t.Fatal(err)
 	}

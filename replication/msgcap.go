@@ -38,8 +38,8 @@ const (
 // chosen, for the error that names it.
 type MessageCap struct {
 	Bytes int
-	// How says where Bytes came from: the setting, or the memory limit
-	// it was derived from.
+	// How says what set Bytes: the setting, or the memory limit it was
+	// derived from.
 	How string
 }
 
@@ -50,7 +50,7 @@ type MessageCap struct {
 // such a limit, pgx's own bound (about 1 GiB).
 func (c Config) MessageCap() MessageCap {
 	if c.ReceiveMaxMessageBytes > 0 {
-		return MessageCap{Bytes: c.ReceiveMaxMessageBytes, How: "postgres.receive.max.message.bytes"}
+		return MessageCap{Bytes: c.ReceiveMaxMessageBytes, How: "the setting postgres.receive.max.message.bytes"}
 	}
 	self, _ := os.ReadFile("/proc/self/cgroup")
 	return capForLimit(cgroupMemoryLimit(string(self), os.DirFS("/sys/fs/cgroup")))
@@ -60,13 +60,13 @@ func (c Config) MessageCap() MessageCap {
 // none known).
 func capForLimit(limit int64) MessageCap {
 	if limit <= 0 {
-		return MessageCap{Bytes: maxMessageBytes, How: "the largest message PostgreSQL sends (no memory limit found)"}
+		return MessageCap{Bytes: maxMessageBytes, How: "PostgreSQL's bound on a message (no memory limit found to derive it from)"}
 	}
 	n := (limit*memoryUsablePercent/100 - memoryBase) * 10 / memoryPerByteTenths
 	// Never below Kafka's own default record size: a limit that small
 	// leaves nothing to judge by.
 	n = min(max(n, 1<<20), maxMessageBytes)
-	return MessageCap{Bytes: int(n), How: fmt.Sprintf("derived from the memory limit of %d MiB (a message needs about 2.3 times its size plus 32 MiB, under 80%% of the limit)", limit>>20)}
+	return MessageCap{Bytes: int(n), How: fmt.Sprintf("the memory limit of %d MiB (a message needs about 2.3 times its size plus 32 MiB, under 80%% of the limit)", limit>>20)}
 }
 
 // cgroupMemoryLimit is the smallest memory limit set on the control group
@@ -133,6 +133,6 @@ type MessageTooLargeError struct {
 }
 
 func (e *MessageTooLargeError) Error() string {
-	return fmt.Sprintf("replication: slot %q: the walsender sent a message of %d bytes after WAL %s, more than the %d bytes pgoutbox reads in one message (%s)",
+	return fmt.Sprintf("replication: slot %q: the walsender sent a message of %d bytes after WAL %s, more than the %d bytes pgoutbox reads in one message (a cap set by %s)",
 		e.Slot, e.Size, e.After, e.Cap.Bytes, e.Cap.How)
 }

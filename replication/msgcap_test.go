@@ -66,7 +66,7 @@ func TestMessageCap(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.ReceiveMaxMessageBytes = 1 << 20
-	if c := cfg.MessageCap(); c.Bytes != 1<<20 || c.How != "postgres.receive.max.message.bytes" {
+	if c := cfg.MessageCap(); c.Bytes != 1<<20 || c.How != "the setting postgres.receive.max.message.bytes" {
 		t.Fatalf("set: %+v", c)
 	}
 	cfg.DSN = "postgres://x@127.0.0.1/db"

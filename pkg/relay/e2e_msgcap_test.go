@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
 	"github.com/pgoutbox/pgoutbox/pkg/testenv"
+	"github.com/pgoutbox/pgoutbox/poll"
 	"github.com/pgoutbox/pgoutbox/replication"
 )
 
@@ -174,7 +175,7 @@ func TestRowLargerThanTheMemoryLimitStopsInsteadOfOOMKilling(t *testing.T) {
 	if !errors.As(p.err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("pgoutbox ended with %v, want exit 1 (-1 with a signal: OOM-killed)", p.err)
 	}
-	if !strings.Contains(string(log), "derived from the memory limit of 160 MiB") || !strings.Contains(string(log), "in transaction ") {
+	if !strings.Contains(string(log), "a cap set by the memory limit of 160 MiB") || !strings.Contains(string(log), "in transaction ") {
 		t.Fatalf("the log does not name the transaction and the limit:\n%s", lastLines(string(log), 10))
 	}
 	if confirmed, _ := f.slotState(t); confirmed == 0 {
@@ -225,4 +226,133 @@ func memoryGroup(t *testing.T, limit int64) string {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestPollBacklogOfLargeRowsFitsTheMemoryLimit runs the poll source's
+// binary in a memory control group of 160 MiB (as a container's limit)
+// over a backlog of 200 rows of 900 KB, events Kafka takes (its default
+// record limit is 1 MiB). A claim read all of its poll.batch.size rows
+// into memory before the in-flight bytes cap took a part of them: 180 MB
+// here, and the kernel killed the process, and would at every start; the
+// next instance too. Now a claim keeps no more rows than
+// relay.max.inflight.bytes, and every row reaches Kafka. The oracle is the
+// kernel's OOM killer and the topic's own count (real PostgreSQL, Kafka
+// and kernel; root and cgroup v1, skipped elsewhere, saying why).
+func TestPollBacklogOfLargeRowsFitsTheMemoryLimit(t *testing.T) {
+	env := testenv.Require(t)
+	group := memoryGroup(t, 160<<20)
+	f := newPollFixture(t, env, 1)
+	ctx := context.Background()
+	topic := f.pollTopic(t)
+	const rows = 200
+	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), $1, 'k' || (i % 7), 'T', json_build_object('n', i, 'pad', repeat(md5(i::text), 900000 / 32))
+		FROM generate_series(1, $2) i`, f.slot, rows); err != nil {
+		t.Fatal(err)
+	}
+	bin := pgoutboxBinary(t)
+	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, bin},
+		f.pollEnviron("GOMEMLIMIT=128MiB"), lf, logPath)
+	testenv.Eventually(t, 3*time.Minute, 200*time.Millisecond, func() (bool, string) {
+		select {
+		case <-p.done:
+			t.Fatalf("pgoutbox ended with %v before publishing the backlog (a signal: OOM-killed); %d rows left", p.err, f.unpublished(t))
+		default:
+		}
+		n := env.HighWater(t, []string{topic})[topic+"/0"]
+		return n >= rows, fmt.Sprintf("%d of %d records on %s", n, rows, topic)
+	})
+	if n := f.unpublished(t); n != 0 {
+		t.Fatalf("%d rows unpublished", n)
+	}
+	p.terminate(t, time.Minute)
+}
+
+// TestSnapshotOfLargeRowsFitsTheMemoryLimit: the initial snapshot
+// (snapshot.mode: initial) of a table of 200 rows of 900 KB, by the binary
+// in a memory control group of 160 MiB. Its fetches of snapshot.batch.size
+// rows were read whole (180 MB here): the kernel killed the process, at
+// every start. Now the fetches take about as many rows as fit
+// relay.max.inflight.bytes, and every row reaches Kafka (real PostgreSQL,
+// Kafka and kernel; root and cgroup v1, skipped elsewhere, saying why).
+func TestSnapshotOfLargeRowsFitsTheMemoryLimit(t *testing.T) {
+	env := testenv.Require(t)
+	group := memoryGroup(t, 160<<20)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	topic := f.pollTopic(t)
+	const rows = 200
+	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), $1, 'k' || (i % 7), 'T', json_build_object('n', i, 'pad', repeat(md5(i::text), 900000 / 32))
+		FROM generate_series(1, $2) i`, f.slot, rows); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, pgoutboxBinary(t)},
+		append(f.environ(), "GOMEMLIMIT=128MiB", "PGOUTBOX_SNAPSHOT_MODE=initial"), lf, logPath)
+	testenv.Eventually(t, 3*time.Minute, 200*time.Millisecond, func() (bool, string) {
+		select {
+		case <-p.done:
+			t.Fatalf("pgoutbox ended with %v before the snapshot was published (a signal: OOM-killed)", p.err)
+		default:
+		}
+		n := env.HighWater(t, []string{topic})[topic+"/0"]
+		return n >= rows, fmt.Sprintf("%d of %d records on %s", n, rows, topic)
+	})
+	p.terminate(t, time.Minute)
+}
+
+// TestPollRowOverTheCapStopsTheRelayNamingIt: the poll source reads a row
+// whole as well; one longer than postgres.receive.max.message.bytes stops
+// the relay before it is read, naming the table, the row's place and its
+// size, publishing nothing of its claim; a start with the cap raised
+// publishes every row, in order (real PostgreSQL and Kafka).
+func TestPollRowOverTheCapStopsTheRelayNamingIt(t *testing.T) {
+	env := testenv.Require(t)
+	f := newPollFixture(t, env, 1)
+	ctx := context.Background()
+	topic := f.pollTopic(t)
+	id := func(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+	for n, payload := range []string{`'{"n": 1}'`, `json_build_object('pad', repeat('x', 100000))`, `'{"n": 3}'`} {
+		if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+id(n+1)+`', '`+f.slot+`', 'k', 'T', `+payload+`)`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var firstSeq int64
+	if err := f.checkDB.QueryRow(ctx, "SELECT seq FROM outbox WHERE id = $1", id(1)).Scan(&firstSeq); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.pollConfig()
+	cfg.Postgres.ReceiveMaxMessageBytes = 64 << 10
+	err := waitPoisonStop(t, startPoisonRelay(t, cfg))
+	var fe *relay.FatalError
+	var tl *poll.RowTooLargeError
+	if !errors.As(err, &fe) || !errors.As(err, &tl) || tl.Size < 100_000 || tl.AfterSeq != firstSeq ||
+		!strings.Contains(err.Error(), "public.outbox") || !strings.Contains(err.Error(), "postgres.receive.max.message.bytes") {
+		t.Fatalf("want a fatal error naming the table, the row after seq %d and its size, got %v", firstSeq, err)
+	}
+	t.Logf("stopped: %v", err)
+	if n := f.unpublished(t); n != 3 {
+		t.Fatalf("%d rows unpublished after the stop, want all 3 (the claim rolled back)", n)
+	}
+	cfg.Postgres.ReceiveMaxMessageBytes = 0
+	stop := runRelay(t, cfg)
+	defer stop()
+	var ids []string
+	for _, m := range env.NewConsumer(t, []string{topic}).WaitFor(t, 3, time.Minute) {
+		v, _ := m.Header("id")
+		ids = append(ids, string(v))
+	}
+	if want := []string{id(1), id(2), id(3)}; !slices.Equal(ids, want) {
+		t.Fatalf("records %v, want %v", ids, want)
+	}
 }

@@ -66,6 +66,8 @@ var errWaitingForOthers = errors.New("relay: waiting for another relay")
 type pollRunner struct {
 	r     *Relay
 	table *poll.Table
+	// rowCap caps the length of a claimed row (receive.max.message.bytes).
+	rowCap replication.MessageCap
 	// blocked holds the keys whose first unpublished row failed, until
 	// when its retry waits (poll.retry.backoff): no row of such a key is
 	// claimed meanwhile, so later rows never overtake it.
@@ -114,7 +116,7 @@ func (r *Relay) runPoll(ctx context.Context) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
-	pr := &pollRunner{r: r, table: table, blocked: map[string]time.Time{}, staleRetried: map[int64]bool{}}
+	pr := &pollRunner{r: r, table: table, blocked: map[string]time.Time{}, staleRetried: map[int64]bool{}, rowCap: r.cfg.Postgres.MessageCap()}
 	lim := r.cfg.Relay
 	backoff := lim.RestartBackoff
 	ran := false
@@ -222,6 +224,9 @@ func (pr *pollRunner) session(ctx context.Context) (ran bool, err error) {
 		return false, err
 	}
 	defer closeConn(conn) // last: it releases the bucket locks
+	// A claim reads each row whole: one longer than the process has the
+	// memory for stops the relay (RowTooLargeError) before it is read.
+	conn.PgConn().Frontend().SetMaxBodyLen(pr.rowCap.Bytes)
 	// A claim keeps its transaction open until Kafka acknowledges: a
 	// server that ended idle transactions (or long ones) would end the
 	// session, release its buckets, and have another instance send the
@@ -416,15 +421,28 @@ func (s *pollSession) loop() error {
 			continue
 		}
 		ctx, cancel := s.op()
-		b, err := s.claimer.Claim(ctx, s.members.Owned(), pr.blockedKeys(now), limit)
+		b, err := s.claimer.Claim(ctx, s.members.Owned(), pr.blockedKeys(now), limit, r.cfg.Relay.MaxInFlightBytes)
 		cancel()
+		if tl := (*poll.RowTooLargeError)(nil); errors.As(err, &tl) {
+			return &FatalError{Err: fmt.Errorf("relay: %w (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the claim was rolled back, and every claim stops on it again: give pgoutbox more memory (about 2.3 bytes per byte of the row, plus 32 MiB; the chart's streams[].resources) or set postgres.receive.max.message.bytes",
+				tl, pr.rowCap.How)}
+		}
 		if err != nil {
 			return err
 		}
 		// Rows held behind a skipped row of their key (another
 		// transaction locks it) leave room: their keys wait a moment and
-		// the next claim goes on with the others.
-		full := len(b.Rows)+b.Held == limit || b.LateRows
+		// the next claim goes on with the others. A claim cut at the
+		// in-flight bytes cap left rows too.
+		full := len(b.Rows)+b.Held == limit || b.LateRows || b.Cut
+		// Large rows: the server sends every row a claim locks, and those
+		// past the cap are read for nothing; the next claims lock about as
+		// many as were kept, growing back (doubling) once rows are small.
+		if b.Cut {
+			limit = max(len(b.Rows)+b.Held, 1)
+		} else {
+			limit = min(limit*2, pr.batchLimit())
+		}
 		// Counted now: process ends the batch, which lets go of its rows.
 		claimed := len(b.Rows)
 		pr.holdKeys(b, r.clock.Now())

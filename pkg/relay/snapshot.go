@@ -630,13 +630,20 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 				zap.String("table", table), zap.Int("rows", skipped))
 		}()
 	}
-	fetch := "FETCH " + strconv.Itoa(r.cfg.Snapshot.BatchSize) + " FROM pgoutbox_snapshot"
+	// A fetch's rows are all read into memory: with large rows, the
+	// snapshot's batch of them whole could take more than the process
+	// has (a 1000-row fetch of 900 KB events, 900 MB). The first fetch
+	// takes one row, and each next about as many as the last fetch's rows
+	// on average fit relay.max.inflight.bytes, at most twice the last
+	// count and at most snapshot.batch.size.
+	n := 1
 	total := 0
 	var userTypes map[uint32]replication.UserType
 	for {
 		if ctx.Err() != nil {
 			return total, nil
 		}
+		fetch := "FETCH " + strconv.Itoa(n) + " FROM pgoutbox_snapshot"
 		rows, err := r.fetchRows(ctx, tx, fetch, table, key, &userTypes)
 		if err != nil {
 			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
@@ -645,6 +652,7 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		if len(rows) == 0 {
 			return total, nil
 		}
+		n = nextFetch(n, rows, r.cfg.Relay.MaxInFlightBytes, r.cfg.Snapshot.BatchSize)
 		if idAt := slices.Index(rows[0].row.Names, id); len(skip) > 0 && idAt >= 0 {
 			kept := rows[:0]
 			for _, row := range rows {
@@ -666,6 +674,20 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		}
 		total += len(rows)
 	}
+}
+
+// nextFetch is how many rows the snapshot's next fetch takes, after a
+// fetch of n that read rows: about as many as fit budget bytes at their
+// average size, at least 1, at most 2n and limit.
+func nextFetch(n int, rows []pubRow, budget int64, limit int) int {
+	var bytes int64
+	for i := range rows {
+		for _, v := range rows[i].row.Values {
+			bytes += int64(len(v))
+		}
+	}
+	fit := budget * int64(len(rows)) / max(bytes, 1)
+	return int(max(1, min(fit, int64(2*n), int64(limit))))
 }
 
 // fetchRows reads the next rows of the cursor as router rows (text values);

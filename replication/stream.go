@@ -127,7 +127,8 @@ const (
 type walArena struct{ cur *Chunk }
 
 // walChunk is the size of one arena chunk; messages bigger than an eighth of
-// it get a chunk of their own, so a chunk wastes at most that much.
+// it (aloneBytes) get a chunk of their own, so a chunk wastes at most that
+// much.
 const walChunk = 64 << 10
 
 // Chunk is memory that the WAL bytes of decoded rows and messages are
@@ -162,7 +163,7 @@ func (c *Chunk) Contains(b []byte) bool {
 
 func (a *walArena) copy(b []byte) ([]byte, *Chunk) {
 	n := len(b)
-	if n > walChunk/8 {
+	if n > aloneBytes {
 		c := &Chunk{buf: make([]byte, n)}
 		copy(c.buf, b)
 		return c.buf, c

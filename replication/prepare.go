@@ -198,7 +198,7 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 	if cfg.StateTable != "" && cfg.HoldOnFencePassed && !st.Created && !st.Slot.Active {
 		// (An active slot is another instance's, which keeps the fence
 		// ahead of what it confirms.)
-		if c := st.CheckFence(); c != FenceKept {
+		if c := st.CheckFence(); c != FenceKept && c != FenceStale {
 			// Events committed between the fence and the slot may have
 			// been skipped: cleanup, which deletes by the slot's
 			// position, is held until someone has looked.
@@ -357,6 +357,16 @@ const (
 	FencePassedAfterRestart
 	// FencePassed: moved by someone else while pgoutbox was stopped.
 	FencePassed
+	// FenceStale: past it, but the state row records a session that
+	// confirmed past it too (its confirmed_lsn is above the fence): a
+	// pgoutbox version from before the fence ran on the slot after the
+	// session that wrote it (a rollback), which this version's sessions
+	// never do (they raise the fence before they confirm past it). That
+	// version confirmed past its own record every few seconds, so a slot
+	// past the record may be its doing or someone else's: warned of, not
+	// refused. Before, every start after such a rollback was refused, and
+	// so every later one (an outage with nothing lost).
+	FenceStale
 )
 
 // CheckFence compares the slot with the fence of the last session: the
@@ -366,6 +376,12 @@ func (s Start) CheckFence() FenceCheck {
 	fence, at := s.State.StoppedLSN, s.Slot.ConfirmedFlushLSN
 	if !s.HadState || !s.State.FencePassedBy(at) {
 		return FenceKept
+	}
+	if s.State.FenceStale() {
+		if at <= s.State.ConfirmedLSN {
+			return FenceKept // where that session recorded it
+		}
+		return FenceStale
 	}
 	if !s.Identity.StartedAt.After(s.State.SessionStartedAt) || s.State.Note == fenceRefusedNote {
 		return FencePassed

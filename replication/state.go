@@ -121,6 +121,16 @@ func (s State) FencePassedBy(at LSN) bool {
 	return s.StoppedLSN != 0 && at > s.StoppedLSN
 }
 
+// FenceStale says the row records a session that confirmed past its fence
+// (confirmed_lsn above stopped_lsn), which only a pgoutbox version from
+// before the fence does: the fence is older than that session (see
+// FenceStale). Cleanup and the poll handover still refuse such a slot: a
+// start of the relay judges it (Start.CheckFence) and, passing, moves the
+// fence to the slot.
+func (s State) FenceStale() bool {
+	return s.StoppedLSN != 0 && s.ConfirmedLSN > s.StoppedLSN && s.Note != fenceRefusedNote
+}
+
 // ServerIdentity is what identifies the server and its history.
 type ServerIdentity struct {
 	SystemIdentifier string

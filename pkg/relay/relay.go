@@ -767,6 +767,11 @@ func (r *Relay) checkHistory(start replication.Start) error {
 			return nil
 		case replication.FencePassed:
 			return fenceRefusal(start, pcfg)
+		case replication.FenceStale:
+			r.log.Warn("the slot is past the recorded fence, but the state row records a later session that confirmed past it too, as pgoutbox versions from before the fence do (a rollback to such a version, then forward again): that version confirmed past its own record every few seconds, so the slot is most likely where it left it; if anything else may have moved the slot since (pg_replication_slot_advance, another client), compare Kafka with the outbox between these positions",
+				zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN), zap.Stringer("fence", fence),
+				zap.Stringer("recorded_confirmed_lsn", start.State.ConfirmedLSN), zap.String("instance", start.State.Instance),
+				zap.Time("session_started_at", start.State.SessionStartedAt))
 		}
 	}
 	if !r.history.slotSeen || r.history.othersHeld || slot.ConfirmedFlushLSN <= r.history.lastConfirmed {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/pkg/relay"
@@ -216,6 +217,21 @@ func readStatus(ctx context.Context, conn *pgx.Conn, target pgTarget, cfg relay.
 				st.Problems = append(st.Problems, fmt.Sprintf("slot %q does not exist, on purpose: it was %s; pgoutbox run with the WAL source and snapshot.mode: initial publishes the rows written since, then makes it", rc.Slot, h.AwaitingSnapshot))
 			case !st.Slot.Exists:
 				st.Problems = append(st.Problems, (&replication.VanishedError{Slot: rc.Slot, State: h}).Error())
+			}
+		}
+		// A slot moved past the fence while no session held it, which
+		// pgoutbox run refuses (status said "problems: none" to it). The
+		// server's start and checkpoint tell a restart's shutdown from
+		// it; without them (a role that may not read pg_control_*), not
+		// judged here.
+		if err == nil && had && st.Slot.Exists && !st.Slot.Active && st.Slot.ConfirmedFlushLSN != nil {
+			if at, perr := pglogrepl.ParseLSN(*st.Slot.ConfirmedFlushLSN); perr == nil {
+				if id, ierr := replication.ReadServerIdentity(ctx, conn); ierr == nil {
+					start := replication.Start{Slot: replication.SlotState{Name: rc.Slot, ConfirmedFlushLSN: replication.LSN(at)}, HadState: true, State: h, Identity: id}
+					if ferr := relay.FenceRefusal(start, rc); ferr != nil {
+						st.Problems = append(st.Problems, strings.TrimPrefix(ferr.Error(), "relay: "))
+					}
+				}
 			}
 		}
 		// A slot of the same tables left behind where this one started,

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,11 @@ func TestRollbackToAVersionWithoutTheFenceIsNotRefused(t *testing.T) {
 	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
 		t.Fatal(err)
 	}
+	stat := exec.Command(pgoutboxBinary(t), "status")
+	stat.Env = f.environ()
+	if out, err := stat.CombinedOutput(); err != nil || strings.Contains(string(out), "was advanced while no pgoutbox session held it") {
+		t.Fatalf("status after the rollback: %v\n%s", err, out)
+	}
 	p = startBinary(t, f, "third.log")
 	if lines := p.logLines(t, "versions from before the fence"); len(lines) != 1 || !strings.Contains(lines[0], "old-version/4242/rollback") {
 		t.Fatalf("want one warning naming the old version's session, got %q", lines)
@@ -80,6 +86,11 @@ func TestRollbackToAVersionWithoutTheFenceIsNotRefused(t *testing.T) {
 	writeTxns(t, outboxtest.NewWriter(f.conn, "outbox", f.shape, 67), 3)
 	if _, err := f.checkDB.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", f.slot); err != nil {
 		t.Fatal(err)
+	}
+	stat = exec.Command(pgoutboxBinary(t), "status")
+	stat.Env = f.environ()
+	if out, err := stat.CombinedOutput(); err == nil || !strings.Contains(string(out), "was advanced while no pgoutbox session held it") {
+		t.Fatalf("status with the slot moved by something else: %v\n%s", err, out)
 	}
 	startRefused(t, f, "fourth.log", "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while no pgoutbox session held it")
 }

@@ -519,6 +519,12 @@ func TestSlotAdvancedWhileStoppedIsFatal(t *testing.T) {
 		if out, err := cl.CombinedOutput(); err == nil || !strings.Contains(string(out), "the furthest the last pgoutbox session on it may have confirmed") {
 			t.Fatalf("cleanup with the slot moved on: %v\n%s", err, out)
 		}
+		// status lists what run refuses (it said "problems: none").
+		stat := exec.Command(pgoutboxBinary(t), "status")
+		stat.Env = f.environ()
+		if out, err := stat.CombinedOutput(); err == nil || !strings.Contains(string(out), "was advanced while no pgoutbox session held it") {
+			t.Fatalf("status with the slot moved on: %v\n%s", err, out)
+		}
 		startRefused(t, f, name, "with the slot moved on while pgoutbox was stopped", f.slot, "was advanced while no pgoutbox session held it", "SET stopped_lsn = NULL")
 		gaps++
 		if hold := f.cleanupHold(t); strings.Count(hold, "may never have been relayed") != gaps {

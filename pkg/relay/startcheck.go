@@ -114,6 +114,13 @@ func leftBehind(start replication.Start, cfg Config) (replication.OtherSlot, boo
 	return replication.OtherSlot{}, false
 }
 
+// FenceRefusal is the error pgoutbox run stops with for start's slot
+// found past the recorded fence while no pgoutbox session held it; nil
+// when run would go on (pgoutbox status lists it as a problem).
+func FenceRefusal(start replication.Start, pcfg replication.Config) error {
+	return fenceRefusal(start, pcfg)
+}
+
 // fenceRefusal is checkHistory's refusal of a slot found past the recorded
 // fence while no pgoutbox session held it (replication.FencePassed); nil
 // otherwise (the restart cases only warn).

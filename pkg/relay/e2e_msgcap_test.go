@@ -365,17 +365,28 @@ func TestPollRowOverTheCapStopsTheRelayNamingIt(t *testing.T) {
 // saying why).
 func TestWALTransactionOfLargeRowsFitsTheMemoryLimit(t *testing.T) {
 	env := testenv.Require(t)
+	for _, mode := range []string{"at-least-once", "exactly-once"} {
+		t.Run(mode, func(t *testing.T) { walLargeRows(t, env, mode == "exactly-once") })
+	}
+}
+
+func walLargeRows(t *testing.T, env *testenv.Env, exactlyOnce bool) {
 	group := memoryGroup(t, 160<<20)
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	topic := f.pollTopic(t)
+	c := env.NewConsumer(t, []string{topic}, testenv.ReadCommitted())
 	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	environ := append(f.environ(), "GOMEMLIMIT=128MiB")
+	if exactlyOnce {
+		environ = append(environ, "PGOUTBOX_KAFKA_EXACTLY_ONCE=true", "PGOUTBOX_KAFKA_OFFSETS_TOPIC=pgoutbox.offsets."+f.slot)
+	}
 	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, pgoutboxBinary(t)},
-		append(f.environ(), "GOMEMLIMIT=128MiB"), lf, logPath)
+		environ, lf, logPath)
 	f.waitStreaming(t)
 	const rows = 200
 	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
@@ -389,7 +400,7 @@ func TestWALTransactionOfLargeRowsFitsTheMemoryLimit(t *testing.T) {
 			t.Fatalf("pgoutbox ended with %v before the transaction reached Kafka (a signal: OOM-killed)", p.err)
 		default:
 		}
-		n := env.HighWater(t, []string{topic})[topic+"/0"]
+		n := c.Len()
 		return n >= rows, fmt.Sprintf("%d of %d records on %s", n, rows, topic)
 	})
 	p.terminate(t, time.Minute)

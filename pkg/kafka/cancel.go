@@ -19,7 +19,7 @@ type cancelDialer struct {
 	d   net.Dialer
 
 	mu    sync.Mutex
-	conns []net.Conn
+	conns []*trackedConn
 }
 
 // withCancel returns a copy of sc whose connections end when ctx does, and
@@ -48,15 +48,37 @@ func (d *cancelDialer) Dial(network, addr string) (net.Conn, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	d.conns = append(d.conns, c)
-	return c, nil
+	tc := &trackedConn{Conn: c, d: d}
+	d.conns = append(d.conns, tc)
+	return tc, nil
 }
 
 func (d *cancelDialer) closeAll() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		_ = c.Close()
-	}
+	conns := d.conns
 	d.conns = nil
+	d.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Conn.Close()
+	}
+}
+
+// trackedConn leaves its dialer's list when closed, so that a long-lived
+// client (the producer's) that reconnects now and then does not keep every
+// connection it ever made.
+type trackedConn struct {
+	net.Conn
+	d *cancelDialer
+}
+
+func (c *trackedConn) Close() error {
+	c.d.mu.Lock()
+	for i, o := range c.d.conns {
+		if o == c {
+			c.d.conns = append(c.d.conns[:i], c.d.conns[i+1:]...)
+			break
+		}
+	}
+	c.d.mu.Unlock()
+	return c.Conn.Close()
 }

@@ -118,6 +118,9 @@ type Producer struct {
 	closed  atomic.Bool
 	cfg     Config
 
+	// abort cuts the client's connections and refuses new ones (Abort);
+	// release lets go of its watch once the producer has closed.
+	abort, release func()
 	// closeOnce starts the closer (closeClient); clientClosed is closed
 	// when sarama's client has closed, clientErr is what it said.
 	closeOnce    sync.Once
@@ -151,10 +154,23 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	// retries that same one when it is down, so a dead broker in
 	// kafka.brokers failed one start in three. Once the producer has its ID
 	// every address is a seed again.
+	// The client's connections can be cut for good (Abort): closed, and no
+	// new one dialled.
+	abortCtx, abort := context.WithCancel(context.Background())
+	sc, release := withCancel(abortCtx, sc)
 	client, err := sarama.NewClient([]string{answered}, sc)
 	if err != nil {
+		release()
+		abort()
 		return nil, fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
+	started := false
+	defer func() {
+		if !started {
+			release()
+			abort()
+		}
+	}()
 	// The idempotent producer asks for a producer ID as it starts, with
 	// retries; closing the client when ctx ends cuts that short.
 	stop := context.AfterFunc(ctx, func() { _ = client.Close() })
@@ -179,8 +195,11 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 			return nil, fmt.Errorf("kafka: start producer on brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
 		}
 	}
+	started = true
 	p := &Producer{
 		log:     log,
+		abort:   abort,
+		release: release,
 		client:  client,
 		ap:      ap,
 		acks:    make(chan Ack, cfg.AckBuffer),
@@ -453,6 +472,23 @@ func (p *Producer) Close(ctx context.Context) error {
 	return nil
 }
 
+// Abort makes the producer deliver nothing more: it closes its client's
+// connections and refuses new ones, so that whatever sarama still holds
+// fails (and is acknowledged as failed) instead of reaching Kafka. Close
+// must follow, and need not wait: give it a context that has ended.
+//
+// The relay aborts a producer whose session ended with records in flight,
+// which it sends again from the slot in the next session. Closed the
+// usual way against a cluster it cannot reach, sarama failed some of a
+// partition's records with ErrShuttingDown and still delivered later ones
+// once the cluster was back: the next session's resends of the failed
+// ones then came after later events of their keys (a chaos prober: Kafka
+// stopped, the walsender ended, Kafka started again).
+func (p *Producer) Abort() {
+	p.log.Warn("aborting the Kafka producer: the records it holds are not delivered by it (the next session sends them again from the slot)")
+	p.abort()
+}
+
 // closeClient starts closing sarama's client, once, on the closer
 // goroutine, and returns the channel closed when the client has closed.
 // sarama's Client.Close first waits for its background metadata refresh,
@@ -470,6 +506,8 @@ func (p *Producer) closeClient() <-chan struct{} {
 			if err := p.client.Close(); err != nil && !errors.Is(err, sarama.ErrClosedClient) {
 				p.clientErr = err
 			}
+			p.release()
+			p.abort()
 		}()
 	})
 	return p.clientClosed

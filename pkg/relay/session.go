@@ -1525,6 +1525,7 @@ func (s *session) finish(cause error) {
 			}
 		}
 	}
+	aborted := s.abortProducer()
 	if n := s.tr.InFlight(); n > 0 || s.tr.Confirmed() > s.confirmable() {
 		log, what := s.log.Warn, "stopping with events not confirmed to PostgreSQL; they will be sent again on restart"
 		if n == 0 && min(s.eventCommit, s.tr.Confirmed()) <= s.confirmable() {
@@ -1560,7 +1561,14 @@ func (s *session) finish(cause error) {
 		s.log.Debug("close replication connection", zap.Error(err))
 	}
 	cancel()
-	s.r.closeProducer(s.ctx, s.prod, s.stopBy)
+	if aborted {
+		// Nothing to wait for: what it held fails.
+		ended, end := context.WithCancel(context.WithoutCancel(s.ctx))
+		end()
+		s.r.closeProducer(ended, s.prod, s.clock.Now())
+	} else {
+		s.r.closeProducer(s.ctx, s.prod, s.stopBy)
+	}
 	s.topics.checker.Stop()
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(s.ctx), s.finalBy(2*time.Second))
 	s.watcher.Stop(wctx, s.r.history.lastConfirmed)
@@ -1579,6 +1587,33 @@ func (s *session) finish(cause error) {
 	}
 	s.settleUnsure(math.MaxUint64)
 	s.log.Info("session ended", zap.Stringer("confirmed_lsn", s.sentConfirmed), zap.NamedError("cause", cause))
+}
+
+// aborter is a producer that can be made to deliver nothing more
+// (kafka.Producer.Abort).
+type aborter interface{ Abort() }
+
+// abortProducer aborts the session's producer when records are still in
+// flight as the session ends (its PostgreSQL connection lost, or a drain
+// that ran out of time with Kafka away), and reports whether it did. The
+// next session sends them again from the slot, which never confirmed
+// them: the old producer must deliver none of them afterwards. Closed the
+// usual way, sarama kept retrying them and, once Kafka was back, failed
+// some of a partition's records (ErrShuttingDown) while delivering later
+// ones, so the resends of the failed came after later events of their
+// keys (a chaos prober: Kafka stopped, the walsender ended, Kafka
+// started). In exactly-once mode the open Kafka transaction is aborted
+// instead, which needs the connections: not done there.
+func (s *session) abortProducer() bool {
+	if s.tr.InFlight() == 0 || s.r.cfg.Kafka.ExactlyOnce {
+		return false
+	}
+	a, ok := s.prod.(aborter)
+	if !ok {
+		return false
+	}
+	a.Abort()
+	return true
 }
 
 // finalBy is now plus at most d, but not past the stop's budget when

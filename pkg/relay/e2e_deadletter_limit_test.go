@@ -211,11 +211,17 @@ func TestDeadLetterRecordTheDeadLetterTopicRefusesStopsOnce(t *testing.T) {
 				// The transaction is not confirmed: a start sends it again.
 				return
 			}
+			if source == "snapshot" {
+				// Its fetches follow the rows' size: the row of the other
+				// key may come in the poison row's fetch or after it. The
+				// next start takes a new snapshot.
+				if !sameIDs(got, []string{limitGood1}) && !sameIDs(got, []string{limitGood1, limitOther}) {
+					t.Fatalf("records on %s: %v; want %s once, and %s at most once", c.topic, got, limitGood1, limitOther)
+				}
+				return
+			}
 			if want := []string{limitGood1, limitOther}; !sameIDs(got, want) {
 				t.Fatalf("records on %s: %v; want each of %v once", c.topic, got, want)
-			}
-			if source == "snapshot" {
-				return // the next start takes a new snapshot
 			}
 			published := map[string]bool{}
 			rows, qerr := c.f.checkDB.Query(context.Background(), "SELECT id::text, published_at IS NOT NULL FROM outbox")

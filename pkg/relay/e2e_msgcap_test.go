@@ -152,14 +152,7 @@ func TestRowLargerThanTheMemoryLimitStopsInsteadOfOOMKilling(t *testing.T) {
 	// A topic and a producer that take the record: decoded, it would be
 	// sent, not refused for its size.
 	env.CreateTopicWith(t, "outbox.event."+f.slot, testenv.TopicSpec{Partitions: 1, Configs: map[string]string{"max.message.bytes": "100000000"}})
-	bin := pgoutboxBinary(t)
-	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	environ := append(f.environ(), "GOMEMLIMIT=128MiB", "PGOUTBOX_KAFKA_MAX_MESSAGE_BYTES=100000000")
-	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, bin}, environ, lf, logPath)
+	p := startInGroup(t, group, append(f.environ(), "GOMEMLIMIT=128MiB", "PGOUTBOX_KAFKA_MAX_MESSAGE_BYTES=100000000"))
 	f.waitStreaming(t)
 	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
 		('00000000-0000-4000-8000-000000000001', '`+f.slot+`', 'k', 'T', json_build_object('pad', repeat('x', 80000000)))`); err != nil {
@@ -170,7 +163,7 @@ func TestRowLargerThanTheMemoryLimitStopsInsteadOfOOMKilling(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("pgoutbox did not stop on the row")
 	}
-	log, _ := os.ReadFile(logPath)
+	log, _ := os.ReadFile(p.log)
 	var ee *exec.ExitError
 	if !errors.As(p.err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("pgoutbox ended with %v, want exit 1 (-1 with a signal: OOM-killed)", p.err)
@@ -222,6 +215,46 @@ func memoryGroup(t *testing.T, limit int64) string {
 	return dir
 }
 
+// insertLargeRows writes rows outbox rows of about 900 KB of payload
+// each (md5 text, which TOAST cannot compress away), keys of 7 aggregates,
+// to the topic of the fixture's slot name, in one transaction.
+func insertLargeRows(t *testing.T, f *fixture, rows int) {
+	t.Helper()
+	if _, err := f.conn.Exec(context.Background(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), $1, 'k' || (i % 7), 'T', json_build_object('n', i, 'pad', repeat(md5(i::text), 900000 / 32))
+		FROM generate_series(1, $2) i`, f.slot, rows); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startInGroup starts pgoutbox run with environ inside the memory control
+// group at group (memoryGroup): the shell puts itself in and becomes it.
+func startInGroup(t *testing.T, group string, environ []string) *process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, pgoutboxBinary(t)}, environ, lf, logPath)
+}
+
+// awaitRecords waits three minutes for count to reach rows records on
+// topic, failing at once if the process ends first (killed by the kernel,
+// it ends by a signal).
+func awaitRecords(t *testing.T, p *process, rows int, topic string, count func() int) {
+	t.Helper()
+	testenv.Eventually(t, 3*time.Minute, 200*time.Millisecond, func() (bool, string) {
+		select {
+		case <-p.done:
+			t.Fatalf("pgoutbox ended with %v before %d records reached %s (a signal: OOM-killed)", p.err, rows, topic)
+		default:
+		}
+		n := count()
+		return n >= rows, fmt.Sprintf("%d of %d records on %s", n, rows, topic)
+	})
+}
+
 // lastLines is the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -242,31 +275,11 @@ func TestPollBacklogOfLargeRowsFitsTheMemoryLimit(t *testing.T) {
 	env := testenv.Require(t)
 	group := memoryGroup(t, 160<<20)
 	f := newPollFixture(t, env, 1)
-	ctx := context.Background()
 	topic := f.pollTopic(t)
 	const rows = 200
-	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		SELECT gen_random_uuid(), $1, 'k' || (i % 7), 'T', json_build_object('n', i, 'pad', repeat(md5(i::text), 900000 / 32))
-		FROM generate_series(1, $2) i`, f.slot, rows); err != nil {
-		t.Fatal(err)
-	}
-	bin := pgoutboxBinary(t)
-	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, bin},
-		f.pollEnviron("GOMEMLIMIT=128MiB"), lf, logPath)
-	testenv.Eventually(t, 3*time.Minute, 200*time.Millisecond, func() (bool, string) {
-		select {
-		case <-p.done:
-			t.Fatalf("pgoutbox ended with %v before publishing the backlog (a signal: OOM-killed); %d rows left", p.err, f.unpublished(t))
-		default:
-		}
-		n := env.HighWater(t, []string{topic})[topic+"/0"]
-		return n >= rows, fmt.Sprintf("%d of %d records on %s", n, rows, topic)
-	})
+	insertLargeRows(t, f, rows)
+	p := startInGroup(t, group, f.pollEnviron("GOMEMLIMIT=128MiB"))
+	awaitRecords(t, p, rows, topic, func() int { return int(env.HighWater(t, []string{topic})[topic+"/0"]) })
 	if n := f.unpublished(t); n != 0 {
 		t.Fatalf("%d rows unpublished", n)
 	}
@@ -284,30 +297,11 @@ func TestSnapshotOfLargeRowsFitsTheMemoryLimit(t *testing.T) {
 	env := testenv.Require(t)
 	group := memoryGroup(t, 160<<20)
 	f := newFixture(t, env, 1)
-	ctx := context.Background()
 	topic := f.pollTopic(t)
 	const rows = 200
-	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		SELECT gen_random_uuid(), $1, 'k' || (i % 7), 'T', json_build_object('n', i, 'pad', repeat(md5(i::text), 900000 / 32))
-		FROM generate_series(1, $2) i`, f.slot, rows); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, pgoutboxBinary(t)},
-		append(f.environ(), "GOMEMLIMIT=128MiB", "PGOUTBOX_SNAPSHOT_MODE=initial"), lf, logPath)
-	testenv.Eventually(t, 3*time.Minute, 200*time.Millisecond, func() (bool, string) {
-		select {
-		case <-p.done:
-			t.Fatalf("pgoutbox ended with %v before the snapshot was published (a signal: OOM-killed)", p.err)
-		default:
-		}
-		n := env.HighWater(t, []string{topic})[topic+"/0"]
-		return n >= rows, fmt.Sprintf("%d of %d records on %s", n, rows, topic)
-	})
+	insertLargeRows(t, f, rows)
+	p := startInGroup(t, group, append(f.environ(), "GOMEMLIMIT=128MiB", "PGOUTBOX_SNAPSHOT_MODE=initial"))
+	awaitRecords(t, p, rows, topic, func() int { return int(env.HighWater(t, []string{topic})[topic+"/0"]) })
 	p.terminate(t, time.Minute)
 }
 
@@ -373,35 +367,16 @@ func TestWALTransactionOfLargeRowsFitsTheMemoryLimit(t *testing.T) {
 func walLargeRows(t *testing.T, env *testenv.Env, exactlyOnce bool) {
 	group := memoryGroup(t, 160<<20)
 	f := newFixture(t, env, 1)
-	ctx := context.Background()
 	topic := f.pollTopic(t)
 	c := env.NewConsumer(t, []string{topic}, testenv.ReadCommitted())
-	logPath := filepath.Join(t.TempDir(), "pgoutbox.log")
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	environ := append(f.environ(), "GOMEMLIMIT=128MiB")
 	if exactlyOnce {
 		environ = append(environ, "PGOUTBOX_KAFKA_EXACTLY_ONCE=true", "PGOUTBOX_KAFKA_OFFSETS_TOPIC=pgoutbox.offsets."+f.slot)
 	}
-	p := startProcess(t, "/bin/sh", []string{"-c", `echo $$ > "$1/cgroup.procs" && exec "$2" run`, "sh", group, pgoutboxBinary(t)},
-		environ, lf, logPath)
+	p := startInGroup(t, group, environ)
 	f.waitStreaming(t)
 	const rows = 200
-	if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		SELECT gen_random_uuid(), $1, 'k' || (i % 7), 'T', json_build_object('n', i, 'pad', repeat(md5(i::text), 900000 / 32))
-		FROM generate_series(1, $2) i`, f.slot, rows); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 3*time.Minute, 200*time.Millisecond, func() (bool, string) {
-		select {
-		case <-p.done:
-			t.Fatalf("pgoutbox ended with %v before the transaction reached Kafka (a signal: OOM-killed)", p.err)
-		default:
-		}
-		n := c.Len()
-		return n >= rows, fmt.Sprintf("%d of %d records on %s", n, rows, topic)
-	})
+	insertLargeRows(t, f, rows)
+	awaitRecords(t, p, rows, topic, func() int { return int(c.Len()) })
 	p.terminate(t, time.Minute)
 }

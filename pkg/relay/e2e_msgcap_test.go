@@ -380,3 +380,46 @@ func walLargeRows(t *testing.T, env *testenv.Env, exactlyOnce bool) {
 	awaitRecords(t, p, rows, topic, func() int { return int(c.Len()) })
 	p.terminate(t, time.Minute)
 }
+
+// TestSnapshotRowOverTheCapStopsNamingIt: the initial snapshot reads a
+// row whole too; one longer than postgres.receive.max.message.bytes stops
+// the relay before it is read, naming the table and the row's size,
+// without making the slot; a start with the cap raised publishes every
+// row (real PostgreSQL and Kafka).
+func TestSnapshotRowOverTheCapStopsNamingIt(t *testing.T) {
+	env := testenv.Require(t)
+	f := newFixture(t, env, 1)
+	ctx := context.Background()
+	topic := f.pollTopic(t)
+	id := func(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+	for n, payload := range []string{`'{"n": 1}'`, `json_build_object('pad', repeat('x', 100000))`, `'{"n": 3}'`} {
+		if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+id(n+1)+`', '`+f.slot+`', 'k', 'T', `+payload+`)`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := f.config()
+	cfg.Snapshot.Mode = relay.SnapshotInitial
+	cfg.Postgres.ReceiveMaxMessageBytes = 64 << 10
+	err := waitPoisonStop(t, startPoisonRelay(t, cfg))
+	var fe *relay.FatalError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "initial snapshot of public.outbox") || !strings.Contains(err.Error(), "postgres.receive.max.message.bytes") {
+		t.Fatalf("want a fatal error naming the table and the setting, got %v", err)
+	}
+	t.Logf("stopped: %v", err)
+	var slots int
+	if err := f.checkDB.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", f.slot).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("%d slots named %s after the stop (%v), want none", slots, f.slot, err)
+	}
+	cfg.Postgres.ReceiveMaxMessageBytes = 0
+	stop := runRelay(t, cfg)
+	defer stop()
+	c := env.NewConsumer(t, []string{topic})
+	seen := map[string]bool{}
+	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() (bool, string) {
+		for _, m := range c.Messages() {
+			v, _ := m.Header("id")
+			seen[string(v)] = true
+		}
+		return seen[id(1)] && seen[id(2)] && seen[id(3)], fmt.Sprintf("records %v", seen)
+	})
+}

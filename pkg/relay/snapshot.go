@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
@@ -500,6 +501,10 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 		r.closeProducer(context.WithoutCancel(ctx), prod, by)
 		pub.checker.Stop()
 	}()
+	// A fetch reads each row whole: one longer than the process has the
+	// memory for stops the snapshot (snapshotRowTooLarge) before it is
+	// read, instead of getting the process OOM-killed at every start.
+	conn.PgConn().Frontend().SetMaxBodyLen(r.cfg.Postgres.MessageCap().Bytes)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return 0, fmt.Errorf("relay: initial snapshot: %w", err)
@@ -645,6 +650,10 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		}
 		fetch := "FETCH " + strconv.Itoa(n) + " FROM pgoutbox_snapshot"
 		rows, err := r.fetchRows(ctx, tx, fetch, table, key, &userTypes)
+		if tl := (*pgproto3.ExceededMaxBodyLenErr)(nil); errors.As(err, &tl) {
+			return total, &FatalError{Err: fmt.Errorf("relay: initial snapshot of %s: the row after the %d published (in the snapshot's order) is %d bytes, more than the %d bytes pgoutbox reads in one row (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the slot is not made, and every start stops on it again: give pgoutbox more memory (about 2.3 bytes per byte of the row, plus 32 MiB; the chart's streams[].resources) or set postgres.receive.max.message.bytes",
+				table, total, tl.ActualBodyLen, tl.MaxExpectedBodyLen, r.cfg.Postgres.MessageCap().How)}
+		}
 		if err != nil {
 			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
 		}

@@ -158,6 +158,13 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	// new one dialled.
 	abortCtx, abort := context.WithCancel(context.Background())
 	sc, release := withCancel(abortCtx, sc)
+	// Aborted, sarama must give up at once: its retries of records and of
+	// metadata (up to kafka.retry.max, 1000 by default, with backoffs up to
+	// a second) would otherwise keep the producer, its records and the WAL
+	// they pin alive for about 16 minutes, beside the next session's.
+	aborted := new(atomic.Bool)
+	sc.Metadata.Retry.BackoffFunc = unlessAborted(aborted, sc.Metadata.Retry.BackoffFunc)
+	sc.Producer.Retry.BackoffFunc = unlessAborted(aborted, sc.Producer.Retry.BackoffFunc)
 	client, err := sarama.NewClient([]string{answered}, sc)
 	if err != nil {
 		release()
@@ -198,7 +205,7 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	started = true
 	p := &Producer{
 		log:     log,
-		abort:   abort,
+		abort:   func() { aborted.Store(true); abort() },
 		release: release,
 		client:  client,
 		ap:      ap,
@@ -487,6 +494,17 @@ func (p *Producer) Close(ctx context.Context) error {
 func (p *Producer) Abort() {
 	p.log.Warn("aborting the Kafka producer: the records it holds are not delivered by it (the next session sends them again from the slot)")
 	p.abort()
+}
+
+// unlessAborted is backoff f (sarama() sets one for both), or none once
+// aborted is set.
+func unlessAborted(aborted *atomic.Bool, f func(retries, maxRetries int) time.Duration) func(retries, maxRetries int) time.Duration {
+	return func(retries, maxRetries int) time.Duration {
+		if aborted.Load() {
+			return 0
+		}
+		return f(retries, maxRetries)
+	}
 }
 
 // closeClient starts closing sarama's client, once, on the closer

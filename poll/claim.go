@@ -170,15 +170,16 @@ type RowTooLargeError struct {
 	Table    string
 	Size     int   // the row's message body, in bytes
 	Limit    int   // what the connection reads
-	AfterSeq int64 // the last row read before it in the claim (0: none)
+	AfterSeq int64 // the last row the claim kept before it (0: none)
 }
 
+// Its text follows the claim's own "poll: claim rows of <table>: ".
 func (e *RowTooLargeError) Error() string {
-	after := "the claim's first row"
+	where := "among the first unpublished rows of this instance's buckets"
 	if e.AfterSeq > 0 {
-		after = fmt.Sprintf("the row after seq %d", e.AfterSeq)
+		where = fmt.Sprintf("among the unpublished rows of this instance's buckets after seq %d (the claim's window: poll.batch.size rows, by sequence)", e.AfterSeq)
 	}
-	return fmt.Sprintf("poll: claim rows of %s: %s (by sequence, among the unpublished rows of this instance's buckets) is a row of %d bytes, more than the %d bytes read in one row", e.Table, after, e.Size, e.Limit)
+	return fmt.Sprintf("a row %s is %d bytes, more than the %d bytes read in one row", where, e.Size, e.Limit)
 }
 
 // betweenClaimStatements, when set (by a test only), runs between the

@@ -28,8 +28,9 @@ const (
 	// payload peaked at 112 MiB, a 64 MB one at 145 MiB, about
 	// 2.3 × n + 30 MiB. That must fit under the 80% of the limit the chart
 	// gives GOMEMLIMIT (goMemLimitPercent), the rest being the margin the
-	// garbage collector works in.
-	memoryBase          = 32 << 20
+	// garbage collector works in. (The README and the chart give the same
+	// rule, and LimitFor its inverse.)
+	memoryBase          = 30 << 20
 	memoryPerByteTenths = 23
 	memoryUsablePercent = 80
 )
@@ -66,7 +67,15 @@ func capForLimit(limit int64) MessageCap {
 	// Never below Kafka's own default record size: a limit that small
 	// leaves nothing to judge by.
 	n = min(max(n, 1<<20), maxMessageBytes)
-	return MessageCap{Bytes: int(n), How: fmt.Sprintf("the memory limit of %d MiB (a message needs about 2.3 times its size plus 32 MiB, under 80%% of the limit)", limit>>20)}
+	return MessageCap{Bytes: int(n), How: fmt.Sprintf("the memory limit of %d MiB (a message needs about 2.3 times its size plus 30 MiB, under 80%% of the limit)", limit>>20)}
+}
+
+// LimitFor is the smallest memory limit, in MiB, whose derived cap takes
+// a message of size bytes (capForLimit's inverse, rounded up, with a MiB
+// to spare): what the error that stops on such a message tells to set.
+func LimitFor(size int) int64 {
+	need := (int64(size)*memoryPerByteTenths/10 + memoryBase) * 100 / memoryUsablePercent
+	return need>>20 + 2
 }
 
 // cgroupMemoryLimit is the smallest memory limit set on the control group

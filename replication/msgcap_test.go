@@ -64,6 +64,12 @@ func TestMessageCap(t *testing.T) {
 	if c := capForLimit(64 << 30); c.Bytes != maxMessageBytes {
 		t.Fatalf("64 GiB: %+v, want PostgreSQL's bound", c)
 	}
+	// The limit the error tells to set carries the message.
+	for _, size := range []int{1, 1 << 20, 99_999_999, 100_000_000, 173_060_631, 500_000_000} {
+		if c := capForLimit(LimitFor(size) << 20); c.Bytes < size {
+			t.Fatalf("a message of %d bytes: LimitFor says %d MiB, whose cap is %d", size, LimitFor(size), c.Bytes)
+		}
+	}
 	cfg := DefaultConfig()
 	cfg.ReceiveMaxMessageBytes = 1 << 20
 	if c := cfg.MessageCap(); c.Bytes != 1<<20 || c.How != "the setting postgres.receive.max.message.bytes" {

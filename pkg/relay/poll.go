@@ -424,8 +424,8 @@ func (s *pollSession) loop() error {
 		b, err := s.claimer.Claim(ctx, s.members.Owned(), pr.blockedKeys(now), limit, r.cfg.Relay.MaxInFlightBytes)
 		cancel()
 		if tl := (*poll.RowTooLargeError)(nil); errors.As(err, &tl) {
-			return &FatalError{Err: fmt.Errorf("relay: %w (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the claim was rolled back, and every claim stops on it again: give pgoutbox more memory (about 2.3 bytes per byte of the row, plus 32 MiB; the chart's streams[].resources) or set postgres.receive.max.message.bytes",
-				tl, pr.rowCap.How)}
+			return &FatalError{Err: fmt.Errorf("relay: %w (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the claim was rolled back, and every claim stops on it again: give pgoutbox a memory limit of at least %d MiB (the chart's streams[].resources) or set postgres.receive.max.message.bytes",
+				err, pr.rowCap.How, replication.LimitFor(tl.Size))}
 		}
 		if err != nil {
 			return err

@@ -355,8 +355,8 @@ func (s *session) messageTooLarge(tl *replication.MessageTooLargeError) error {
 	if s.tr.Open() {
 		where = fmt.Sprintf("in transaction %d, committed at %s", s.xid, s.commit)
 	}
-	return &FatalError{Err: fmt.Errorf("relay: a row or logical decoding message of %d bytes %s, more than the %d bytes pgoutbox reads in one message (a cap set by %s): it is decoded whole, and a process short of the memory for it is OOM-killed; nothing at or after it was relayed or confirmed (the last position confirmed: %s), and every start stops on it again: give pgoutbox more memory (about 2.3 bytes per byte of the message, plus 32 MiB; the chart's streams[].resources) or set postgres.receive.max.message.bytes: %w",
-		tl.Size, where, tl.Cap.Bytes, tl.Cap.How, s.confirmable(), tl)}
+	return &FatalError{Err: fmt.Errorf("relay: a row or logical decoding message of %d bytes %s, more than the %d bytes pgoutbox reads in one message (a cap set by %s): it is decoded whole, and a process short of the memory for it is OOM-killed; nothing at or after it was relayed or confirmed (the last position confirmed: %s), and every start stops on it again: give pgoutbox a memory limit of at least %d MiB (the chart's streams[].resources) or set postgres.receive.max.message.bytes: %w",
+		tl.Size, where, tl.Cap.Bytes, tl.Cap.How, s.confirmable(), replication.LimitFor(tl.Size), tl)}
 }
 
 // errForced ends a session stopped at once by a second signal.

@@ -651,8 +651,8 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		fetch := "FETCH " + strconv.Itoa(n) + " FROM pgoutbox_snapshot"
 		rows, err := r.fetchRows(ctx, tx, fetch, table, key, &userTypes)
 		if tl := (*pgproto3.ExceededMaxBodyLenErr)(nil); errors.As(err, &tl) {
-			return total, &FatalError{Err: fmt.Errorf("relay: initial snapshot of %s: the row after the %d published (in the snapshot's order) is %d bytes, more than the %d bytes pgoutbox reads in one row (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the slot is not made, and every start stops on it again: give pgoutbox more memory (about 2.3 bytes per byte of the row, plus 32 MiB; the chart's streams[].resources) or set postgres.receive.max.message.bytes",
-				table, total, tl.ActualBodyLen, tl.MaxExpectedBodyLen, r.cfg.Postgres.MessageCap().How)}
+			return total, &FatalError{Err: fmt.Errorf("relay: initial snapshot of %s: the row after the %d published (in the snapshot's order) is %d bytes, more than the %d bytes pgoutbox reads in one row (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the slot is not made, and every start stops on it again: give pgoutbox a memory limit of at least %d MiB (the chart's streams[].resources) or set postgres.receive.max.message.bytes",
+				table, total, tl.ActualBodyLen, tl.MaxExpectedBodyLen, r.cfg.Postgres.MessageCap().How, replication.LimitFor(tl.ActualBodyLen))}
 		}
 		if err != nil {
 			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)

@@ -191,23 +191,34 @@ func Prepare(ctx context.Context, cfg Config, log *zap.Logger) (Start, error) {
 		// The fence read again after the slot: a session still running
 		// raises it before it confirms, so a fence read before the slot
 		// could trail what that session confirmed in between.
-		if st.State.StoppedLSN, err = readFence(ctx, conn, cfg.StateTable, cfg.Slot); err != nil {
+		fence, confirmed, err := readFence(ctx, conn, cfg.StateTable, cfg.Slot)
+		if err != nil {
 			return st, err
+		}
+		st.State.StoppedLSN = fence
+		if confirmed != 0 {
+			st.State.ConfirmedLSN = confirmed
 		}
 	}
 	if cfg.StateTable != "" && cfg.HoldOnFencePassed && !st.Created && !st.Slot.Active {
 		// (An active slot is another instance's, which keeps the fence
 		// ahead of what it confirms.)
-		if c := st.CheckFence(); c != FenceKept && c != FenceStale {
+		if c := st.CheckFence(); c != FenceKept {
 			// Events committed between the fence and the slot may have
 			// been skipped: cleanup, which deletes by the slot's
 			// position, is held until someone has looked.
 			who := "pg_replication_slot_advance, or another client"
-			if c != FencePassed {
+			if c == FencePassedByShutdown || c == FencePassedAfterRestart {
 				who += ", or a pgoutbox version that confirmed the end of WAL as PostgreSQL shut down (this one never confirms past the fence)"
 			}
+			past := st.State.StoppedLSN
+			if c == FenceStale {
+				// Judged against what the old version's session recorded.
+				who += ", or the pgoutbox version from before the fence that ran last, past its last record"
+				past = st.State.ConfirmedLSN
+			}
 			why := fmt.Sprintf("slot %s was found at %s, past %s, the furthest the last pgoutbox session on it may have confirmed: something else moved it (%s), and events committed in between may never have been relayed",
-				cfg.Slot, st.Slot.ConfirmedFlushLSN, st.State.StoppedLSN, who)
+				cfg.Slot, st.Slot.ConfirmedFlushLSN, past, who)
 			if _, err := SetCleanupHold(ctx, conn, cfg.StateTable, cfg.Slot, why); err != nil {
 				log.Warn("cannot hold pgoutbox cleanup: hold it (and any job that deletes outbox rows) yourself until the events between the positions are checked", zap.Error(err))
 			}

@@ -525,23 +525,31 @@ func RaiseFence(ctx context.Context, conn *pgx.Conn, table, slot, instance strin
 	return fence, true, err
 }
 
-// readFence reads slot's fence (stopped_lsn) alone; 0 when none.
-func readFence(ctx context.Context, conn *pgx.Conn, table, slot string) (LSN, error) {
+// readFence reads slot's fence (stopped_lsn; 0 when none) and its
+// recorded confirmed position together: CheckFence judges the one by the
+// other (FenceStale), so both must come from the same moment.
+func readFence(ctx context.Context, conn *pgx.Conn, table, slot string) (fence, confirmed LSN, err error) {
 	q, err := qualifiedIdent(table)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var got *string
-	err = conn.QueryRow(ctx, `SELECT stopped_lsn::text FROM `+q+` WHERE slot_name = $1`, slot).Scan(&got)
+	var conf string
+	err = conn.QueryRow(ctx, `SELECT stopped_lsn::text, confirmed_lsn::text FROM `+q+` WHERE slot_name = $1`, slot).Scan(&got, &conf)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || undefinedColumn(err):
-		return 0, nil
+		return 0, 0, nil
 	case err != nil:
-		return 0, fmt.Errorf("replication: read the fence of slot %q from %s: %w", slot, table, err)
-	case got == nil:
-		return 0, nil
+		return 0, 0, fmt.Errorf("replication: read the fence of slot %q from %s: %w", slot, table, err)
 	}
-	return parseLSN(*got)
+	if confirmed, err = parseLSN(conf); err != nil {
+		return 0, 0, err
+	}
+	if got == nil {
+		return 0, confirmed, nil
+	}
+	fence, err = parseLSN(*got)
+	return fence, confirmed, err
 }
 
 // ErrFenceLost: the state row no longer names this instance, so the fence

@@ -21,8 +21,8 @@ import (
 // before they confirm past it, so a row recording a position above its
 // fence says a session of such a version ran since: the start goes on,
 // silently when the slot is where that session recorded it, with a warning
-// when it is further. A slot moved by something else, which records
-// nothing, is still refused.
+// and cleanup held when it is further. A slot moved by something else,
+// which records nothing, is still refused.
 //
 // The old version's session is emulated by what it writes (the state
 // row's instance, session start and confirmed position) and the slot's
@@ -55,6 +55,9 @@ func TestRollbackToAVersionWithoutTheFenceIsNotRefused(t *testing.T) {
 	if lines := p.logLines(t, "versions from before the fence"); len(lines) != 0 {
 		t.Fatalf("warned with the slot where the old version recorded it: %s", lines[0])
 	}
+	if hold := f.cleanupHold(t); hold != "" {
+		t.Fatalf("cleanup held with the slot where the old version recorded it: %q", hold)
+	}
 	w := outboxtest.NewWriter(f.conn, "outbox", f.shape, 63)
 	writeTxns(t, w, 5)
 	waitAll(t, c, w, time.Minute)
@@ -75,6 +78,11 @@ func TestRollbackToAVersionWithoutTheFenceIsNotRefused(t *testing.T) {
 	p = startBinary(t, f, "third.log")
 	if lines := p.logLines(t, "versions from before the fence"); len(lines) != 1 || !strings.Contains(lines[0], "old-version/4242/rollback") {
 		t.Fatalf("want one warning naming the old version's session, got %q", lines)
+	}
+	// Something else may have moved it past that record: cleanup waits
+	// for someone to look, as after the other warned starts.
+	if hold := f.cleanupHold(t); !strings.Contains(hold, "from before the fence") {
+		t.Fatalf("cleanup hold after the warned start: %q", hold)
 	}
 	w = outboxtest.NewWriter(f.conn, "outbox", f.shape, 66)
 	writeTxns(t, w, 5)

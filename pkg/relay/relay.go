@@ -768,7 +768,7 @@ func (r *Relay) checkHistory(start replication.Start) error {
 		case replication.FencePassed:
 			return fenceRefusal(start, pcfg)
 		case replication.FenceStale:
-			r.log.Warn("the slot is past the recorded fence, but the state row records a later session that confirmed past it too, as pgoutbox versions from before the fence do (a rollback to such a version, then forward again): that version confirmed past its own record every few seconds, so the slot is most likely where it left it; if anything else may have moved the slot since (pg_replication_slot_advance, another client), compare Kafka with the outbox between these positions",
+			r.log.Warn("the slot is past the recorded fence, but the state row records a later session that confirmed past it too, as pgoutbox versions from before the fence do (a rollback to such a version, then forward again): that version confirmed past its own record every few seconds, so the slot is most likely where it left it; if anything else may have moved the slot since (pg_replication_slot_advance, another client), the events between these positions were skipped: compare Kafka with the outbox between them (pgoutbox cleanup is held until then)",
 				zap.String("slot", pcfg.Slot), zap.Stringer("slot_confirmed_lsn", slot.ConfirmedFlushLSN), zap.Stringer("fence", fence),
 				zap.Stringer("recorded_confirmed_lsn", start.State.ConfirmedLSN), zap.String("instance", start.State.Instance),
 				zap.Time("session_started_at", start.State.SessionStartedAt))

@@ -255,6 +255,21 @@ func awaitRecords(t *testing.T, p *process, rows int, topic string, count func()
 	})
 }
 
+// capRowID is the event id of the n-th row insertCapRows writes.
+func capRowID(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+
+// insertCapRows writes three rows of one key, one transaction each, to the
+// topic of the fixture's slot name: a small one, one of 100 KB of payload
+// (over a cap of 64 KiB), and a small one.
+func insertCapRows(t *testing.T, f *fixture) {
+	t.Helper()
+	for n, payload := range []string{`'{"n": 1}'`, `json_build_object('pad', repeat('x', 100000))`, `'{"n": 3}'`} {
+		if _, err := f.conn.Exec(context.Background(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+capRowID(n+1)+`', '`+f.slot+`', 'k', 'T', `+payload+`)`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // lastLines is the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -315,12 +330,8 @@ func TestPollRowOverTheCapStopsTheRelayNamingIt(t *testing.T) {
 	f := newPollFixture(t, env, 1)
 	ctx := context.Background()
 	topic := f.pollTopic(t)
-	id := func(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
-	for n, payload := range []string{`'{"n": 1}'`, `json_build_object('pad', repeat('x', 100000))`, `'{"n": 3}'`} {
-		if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+id(n+1)+`', '`+f.slot+`', 'k', 'T', `+payload+`)`); err != nil {
-			t.Fatal(err)
-		}
-	}
+	id := capRowID
+	insertCapRows(t, f)
 	var firstSeq int64
 	if err := f.checkDB.QueryRow(ctx, "SELECT seq FROM outbox WHERE id = $1", id(1)).Scan(&firstSeq); err != nil {
 		t.Fatal(err)
@@ -391,12 +402,8 @@ func TestSnapshotRowOverTheCapStopsNamingIt(t *testing.T) {
 	f := newFixture(t, env, 1)
 	ctx := context.Background()
 	topic := f.pollTopic(t)
-	id := func(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
-	for n, payload := range []string{`'{"n": 1}'`, `json_build_object('pad', repeat('x', 100000))`, `'{"n": 3}'`} {
-		if _, err := f.conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('`+id(n+1)+`', '`+f.slot+`', 'k', 'T', `+payload+`)`); err != nil {
-			t.Fatal(err)
-		}
-	}
+	id := capRowID
+	insertCapRows(t, f)
 	cfg := f.config()
 	cfg.Snapshot.Mode = relay.SnapshotInitial
 	cfg.Postgres.ReceiveMaxMessageBytes = 64 << 10

@@ -165,12 +165,6 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 	aborted := new(atomic.Bool)
 	sc.Metadata.Retry.BackoffFunc = unlessAborted(aborted, sc.Metadata.Retry.BackoffFunc)
 	sc.Producer.Retry.BackoffFunc = unlessAborted(aborted, sc.Producer.Retry.BackoffFunc)
-	client, err := sarama.NewClient([]string{answered}, sc)
-	if err != nil {
-		release()
-		abort()
-		return nil, fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
-	}
 	started := false
 	defer func() {
 		if !started {
@@ -178,6 +172,10 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Producer, error) {
 			abort()
 		}
 	}()
+	client, err := sarama.NewClient([]string{answered}, sc)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connect to brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
 	// The idempotent producer asks for a producer ID as it starts, with
 	// retries; closing the client when ctx ends cuts that short.
 	stop := context.AfterFunc(ctx, func() { _ = client.Close() })

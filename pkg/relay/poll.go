@@ -424,8 +424,7 @@ func (s *pollSession) loop() error {
 		b, err := s.claimer.Claim(ctx, s.members.Owned(), pr.blockedKeys(now), limit, r.cfg.Relay.MaxInFlightBytes)
 		cancel()
 		if tl := (*poll.RowTooLargeError)(nil); errors.As(err, &tl) {
-			return &FatalError{Err: fmt.Errorf("relay: %w (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the claim was rolled back, and every claim stops on it again: give pgoutbox a memory limit of at least %d MiB (the chart's streams[].resources) or set postgres.receive.max.message.bytes",
-				err, pr.rowCap.How, replication.LimitFor(tl.Size))}
+			return &FatalError{Err: fmt.Errorf("relay: %w (a cap set by %s): %s", err, pr.rowCap.How, tooLargeAdvice(tl.Size, "the claim was rolled back"))}
 		}
 		if err != nil {
 			return err

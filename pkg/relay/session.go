@@ -355,8 +355,17 @@ func (s *session) messageTooLarge(tl *replication.MessageTooLargeError) error {
 	if s.tr.Open() {
 		where = fmt.Sprintf("in transaction %d, committed at %s", s.xid, s.commit)
 	}
-	return &FatalError{Err: fmt.Errorf("relay: a row or logical decoding message of %d bytes %s, more than the %d bytes pgoutbox reads in one message (a cap set by %s): it is decoded whole, and a process short of the memory for it is OOM-killed; nothing at or after it was relayed or confirmed (the last position confirmed: %s), and every start stops on it again: give pgoutbox a memory limit of at least %d MiB (the chart's streams[].resources) or set postgres.receive.max.message.bytes: %w",
-		tl.Size, where, tl.Cap.Bytes, tl.Cap.How, s.confirmable(), replication.LimitFor(tl.Size), tl)}
+	return &FatalError{Err: fmt.Errorf("relay: a row or logical decoding message of %d bytes %s, more than the %d bytes pgoutbox reads in one message (a cap set by %s): %s: %w",
+		tl.Size, where, tl.Cap.Bytes, tl.Cap.How, tooLargeAdvice(tl.Size, fmt.Sprintf("nothing at or after it was relayed or confirmed (the last position confirmed: %s)", s.confirmable())), tl)}
+}
+
+// tooLargeAdvice is what each stop on a row or message longer than the
+// receive cap (WAL stream, poll claim, initial snapshot) says after naming
+// it: why it stops, what happened meanwhile, and the way on, the memory
+// limit that carries a message of size bytes.
+func tooLargeAdvice(size int, happened string) string {
+	return fmt.Sprintf("it is read whole, and a process short of the memory for it is OOM-killed; %s, and every start stops on it again: give pgoutbox a memory limit of at least %d MiB (the chart's streams[].resources) or set postgres.receive.max.message.bytes",
+		happened, replication.LimitFor(size))
 }
 
 // errForced ends a session stopped at once by a second signal.

@@ -502,9 +502,10 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 		pub.checker.Stop()
 	}()
 	// A fetch reads each row whole: one longer than the process has the
-	// memory for stops the snapshot (snapshotRowTooLarge) before it is
-	// read, instead of getting the process OOM-killed at every start.
-	conn.PgConn().Frontend().SetMaxBodyLen(r.cfg.Postgres.MessageCap().Bytes)
+	// memory for stops the snapshot (publishTable) before it is read,
+	// instead of getting the process OOM-killed at every start.
+	rowCap := r.cfg.Postgres.MessageCap()
+	conn.PgConn().Frontend().SetMaxBodyLen(rowCap.Bytes)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return 0, fmt.Errorf("relay: initial snapshot: %w", err)
@@ -518,7 +519,7 @@ func (r *Relay) publishSnapshot(ctx context.Context, conn *pgx.Conn, snapshot st
 	}
 	total := 0
 	for _, table := range r.cfg.Postgres.QualifiedTables() {
-		n, err := r.publishTable(ctx, tx, pub, table, sinceAnchor[table])
+		n, err := r.publishTable(ctx, tx, pub, table, sinceAnchor[table], rowCap)
 		total += n
 		if err != nil {
 			return total, err
@@ -579,8 +580,9 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // publishTable publishes one table's rows through a cursor, in sequence
 // order (or created_at order, or as stored, whichever the table allows).
 // Rows whose event id is in skip (the slot streams them: see
-// insertedSinceAnchor) are left out.
-func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, table string, skip map[string]bool) (int, error) {
+// insertedSinceAnchor) are left out. rowCap is the cap its connection
+// reads rows with, for the stop on a longer row.
+func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, table string, skip map[string]bool, rowCap replication.MessageCap) (int, error) {
 	cols, err := poll.Columns(ctx, tx.Conn(), table)
 	if err != nil {
 		return 0, err
@@ -651,8 +653,8 @@ func (r *Relay) publishTable(ctx context.Context, tx pgx.Tx, pub *rowPublisher, 
 		fetch := "FETCH " + strconv.Itoa(n) + " FROM pgoutbox_snapshot"
 		rows, err := r.fetchRows(ctx, tx, fetch, table, key, &userTypes)
 		if tl := (*pgproto3.ExceededMaxBodyLenErr)(nil); errors.As(err, &tl) {
-			return total, &FatalError{Err: fmt.Errorf("relay: initial snapshot of %s: the row after the %d published (in the snapshot's order) is %d bytes, more than the %d bytes pgoutbox reads in one row (a cap set by %s): it is read whole, and a process short of the memory for it is OOM-killed; the slot is not made, and every start stops on it again: give pgoutbox a memory limit of at least %d MiB (the chart's streams[].resources) or set postgres.receive.max.message.bytes",
-				table, total, tl.ActualBodyLen, tl.MaxExpectedBodyLen, r.cfg.Postgres.MessageCap().How, replication.LimitFor(tl.ActualBodyLen))}
+			return total, &FatalError{Err: fmt.Errorf("relay: initial snapshot of %s: the row after the %d published (in the snapshot's order) is %d bytes, more than the %d bytes pgoutbox reads in one row (a cap set by %s): %s",
+				table, total, tl.ActualBodyLen, tl.MaxExpectedBodyLen, rowCap.How, tooLargeAdvice(tl.ActualBodyLen, "the slot is not made"))}
 		}
 		if err != nil {
 			return total, fmt.Errorf("relay: initial snapshot of %s: %w", table, err)
